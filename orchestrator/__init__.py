@@ -1,0 +1,1 @@
+"""Loom orchestrator package."""

@@ -1,0 +1,1 @@
+"""Loom runtime: the in-process LLM engine."""

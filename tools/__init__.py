@@ -1,0 +1,1 @@
+"""Loom tools package."""
