@@ -21,6 +21,16 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+@app.command()
+def version() -> None:
+    """Print Loom's version."""
+    from importlib.metadata import version as _v
+
+    typer.echo(_v("loom"))
+
+
 # (module, attribute, name): sub-apps (typer.Typer) or single commands (callables).
 _SUBAPPS = [
     ("runtime.cli", "model_app", "model"),
