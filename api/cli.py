@@ -23,6 +23,11 @@ app = typer.Typer(
 
 
 
+@app.callback()
+def _root() -> None:
+    """Loom: agentic RAG inference orchestration."""
+
+
 @app.command()
 def version() -> None:
     """Print Loom's version."""
