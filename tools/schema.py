@@ -1,0 +1,134 @@
+"""JSON schema of a Python function's parameters, from its type hints and docstring.
+
+Design: the signature becomes a pydantic model (``pydantic.create_model``) with
+one field per parameter, so pydantic both *describes* the arguments (JSON
+schema) and *validates* them (lax mode: ``"3"`` is accepted for an ``int``).
+Parameter descriptions come from the docstring's ``Args:`` section (Google,
+reST or numpydoc, parsed by ``docstring_parser``); defaults make a parameter
+optional.  The model forbids unknown keys, so a misspelt argument is reported
+to the model instead of silently dropped.
+
+The raw pydantic schema is then made model-friendly and stable:
+non-recursive ``$ref``s are inlined (small models follow flat schemas better),
+``title`` keywords are dropped (noise in the prompt), and keys are sorted
+(:func:`tools.base.canonicalize`) so a schema always renders to the same bytes.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable
+from typing import Any
+
+import docstring_parser
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from tools.base import canonicalize
+
+__all__ = ["ArgsModel", "clean_schema", "describe_function", "args_model_from_signature"]
+
+# Keywords whose value maps names to sub-schemas (not keywords themselves).
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties", "dependentSchemas")
+# Keywords whose value is data, not a schema: left exactly as they are.
+_DATA_KEYWORDS = ("default", "enum", "const", "examples")
+
+
+class ArgsModel(BaseModel):
+    """Base of the generated argument models: unknown keys are an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+def describe_function(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
+    """Split ``fn``'s docstring into (description, {parameter: description}).
+
+    The description is the summary plus the long description, without the
+    ``Args``/``Returns``/``Raises`` sections.
+    """
+    doc = inspect.getdoc(fn) or ""
+    parsed = docstring_parser.parse(doc)
+    parts = [p.strip() for p in (parsed.short_description, parsed.long_description) if p]
+    params = {p.arg_name: " ".join(p.description.split()) for p in parsed.params if p.description}
+    return "\n\n".join(parts), params
+
+
+def args_model_from_signature(
+    fn: Callable[..., Any], param_docs: dict[str, str], model_name: str
+) -> tuple[type[BaseModel], dict[str, str]]:
+    """Build the pydantic model of ``fn``'s keyword arguments.
+
+    Returns the model and a map from the model's internal field names to the
+    parameter names (fields are aliased, so parameters such as ``json`` or
+    ``model_config`` cannot clash with ``BaseModel`` attributes).
+
+    Raises:
+        TypeError: ``*args``/``**kwargs`` parameters, or type hints that cannot
+            be resolved.
+    """
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:  # NameError for unresolvable forward references
+        raise TypeError(f"cannot resolve the type hints of {fn!r}: {exc}") from exc
+    fields: dict[str, Any] = {}
+    names: dict[str, str] = {}
+    for i, (pname, param) in enumerate(inspect.signature(fn).parameters.items()):
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"tool functions cannot take *args or **kwargs ({fn!r}: {pname})")
+        default = ... if param.default is param.empty else param.default
+        extra = {"description": param_docs[pname]} if pname in param_docs else {}
+        field = Field(default, alias=pname, **extra)
+        internal = f"arg{i}"
+        fields[internal] = (hints.get(pname, Any), field)
+        names[internal] = pname
+    model = create_model(model_name, __base__=ArgsModel, **fields)
+    return model, names
+
+
+def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Inline non-recursive ``$ref``s, drop ``title`` keywords, sort keys."""
+    defs = schema.get("$defs", {})
+    try:
+        inlined = _inline(schema, defs, ())
+        inlined.pop("$defs", None)
+    except _Recursive:
+        inlined = schema
+    return canonicalize(_drop_titles(inlined))
+
+
+class _Recursive(Exception):
+    pass
+
+
+def _inline(node: Any, defs: dict[str, Any], stack: tuple[str, ...]) -> Any:
+    if isinstance(node, list):
+        return [_inline(v, defs, stack) for v in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        key = ref.removeprefix("#/$defs/")
+        if key in stack:
+            raise _Recursive(key)
+        target = _inline(defs[key], defs, (*stack, key))
+        siblings = {k: _inline(v, defs, stack) for k, v in node.items() if k != "$ref"}
+        return {**target, **siblings}
+    return {k: _inline(v, defs, stack) for k, v in node.items()}
+
+
+def _drop_titles(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_drop_titles(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _DATA_KEYWORDS:
+            out[key] = value
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _drop_titles(sub) for name, sub in value.items()}
+        else:
+            out[key] = _drop_titles(value)
+    return out
