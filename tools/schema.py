@@ -17,6 +17,7 @@ non-recursive ``$ref``s are inlined (small models follow flat schemas better),
 from __future__ import annotations
 
 import inspect
+import re
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -44,13 +45,31 @@ def describe_function(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     """Split ``fn``'s docstring into (description, {parameter: description}).
 
     The description is the summary plus the long description, without the
-    ``Args``/``Returns``/``Raises`` sections.
+    ``Args``/``Returns``/``Raises`` sections; hard-wrapped lines are joined
+    (wrapping is source formatting, not content), list items keep their lines.
     """
     doc = inspect.getdoc(fn) or ""
     parsed = docstring_parser.parse(doc)
-    parts = [p.strip() for p in (parsed.short_description, parsed.long_description) if p]
+    parts = [_unwrap(p) for p in (parsed.short_description, parsed.long_description) if p]
     params = {p.arg_name: " ".join(p.description.split()) for p in parsed.params if p.description}
     return "\n\n".join(parts), params
+
+
+_LIST_ITEM = re.compile(r"^(?:[-*+]|\d+[.)])\s")
+
+
+def _unwrap(text: str) -> str:
+    """Join hard-wrapped lines within paragraphs; keep blank lines and list items."""
+    paragraphs = []
+    for para in re.split(r"\n\s*\n", text.strip()):
+        lines: list[str] = []
+        for line in (ln.strip() for ln in para.splitlines()):
+            if lines and not _LIST_ITEM.match(line):
+                lines[-1] = f"{lines[-1]} {line}"
+            else:
+                lines.append(line)
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
 
 
 def args_model_from_signature(

@@ -1,0 +1,84 @@
+"""``search_documents``: the retriever as a tool the model can call.
+
+The tool calls ``retriever.search(query, k)`` on anything with that method
+(:class:`retrieval.Retriever` in Loom) and shows the hits compactly: one header
+line per hit with its rank, chunk id, document, section and score, then the
+chunk text.  The chunk id lets the model cite what it used.
+"""
+
+# No ``from __future__ import annotations``: the tool's signature is built in a
+# closure and its hints must be real objects when ``@tool`` reads them.
+from collections.abc import Sequence
+from typing import Annotated, Any, Protocol
+
+from pydantic import Field
+
+from tools.function_tool import FunctionTool, tool
+
+__all__ = ["SearchBackend", "format_hits", "search_documents_tool"]
+
+_DESCRIPTION = (
+    "Search the document collection and return the most relevant passages, "
+    "each with its chunk id, document and section."
+)
+
+
+class SearchBackend(Protocol):
+    """Anything that searches: ``search(query, k) -> list of hits`` (hits have
+    ``chunk_id``, ``text``, ``score``, ``document``, ``section``)."""
+
+    def search(self, query: str, k: int = 5) -> Sequence[Any]: ...
+
+
+def format_hits(hits: Sequence[Any]) -> str:
+    """Render hits as ``[rank] chunk_id | document | section | score`` + text blocks."""
+    blocks = []
+    for rank, hit in enumerate(hits, 1):
+        head = [f"[{rank}] {hit.chunk_id}", str(hit.document)]
+        if getattr(hit, "section", ""):
+            head.append(str(hit.section))
+        head.append(f"score {float(hit.score):.3f}")
+        blocks.append(" | ".join(head) + "\n" + str(hit.text).strip())
+    return "\n\n".join(blocks)
+
+
+def search_documents_tool(
+    retriever: SearchBackend,
+    k: int = 5,
+    *,
+    max_k: int = 20,
+    name: str = "search_documents",
+    description: str = _DESCRIPTION,
+    timeout_s: float | None = None,
+) -> FunctionTool:
+    """A ``search_documents(query, k=k)`` tool over ``retriever``.
+
+    Args:
+        retriever: object with ``search(query: str, k: int) -> list[Hit]``.
+        k: number of hits returned when the model does not ask for another count.
+        max_k: most hits the model may ask for.
+        name, description, timeout_s: as for :func:`tools.tool`.
+
+    Raises:
+        ValueError: ``k`` not in ``[1, max_k]`` or a retriever without ``search``.
+    """
+    if not callable(getattr(retriever, "search", None)):
+        raise ValueError("retriever: needs a search(query, k) method")
+    if not 1 <= k <= max_k:
+        raise ValueError(f"k: must be in [1, {max_k}], got {k}")
+    default_k = k
+
+    def search_documents(
+        query: Annotated[str, Field(min_length=1)],
+        k: Annotated[int, Field(ge=1, le=max_k)] = default_k,
+    ) -> str:
+        """Search the document collection.
+
+        Args:
+            query: what to look for, in natural language or keywords.
+            k: how many passages to return.
+        """
+        hits = retriever.search(query, k)  # sync: FunctionTool runs it off the event loop
+        return format_hits(hits) if hits else f"No documents found for {query!r}."
+
+    return tool(search_documents, name=name, description=description, timeout_s=timeout_s)
