@@ -1,0 +1,254 @@
+"""``ToolRegistry``: canonical schemas, and calls whose every failure is a result."""
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tools import ToolError, ToolRegistry, ToolResult, tool
+from tools.builtin import calculator
+
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@tool
+def add(a: int, b: int = 2) -> int:
+    """Add two integers.
+
+    Args:
+        a: first term.
+        b: second term.
+    """
+    return a + b
+
+
+@tool
+async def echo(text: str) -> str:
+    """Echo the text back."""
+    return text
+
+
+@tool
+def explode(reason: str) -> str:
+    """Always fails."""
+    raise RuntimeError(reason)
+
+
+@tool
+def refuse() -> str:
+    """Fails with a clean message."""
+    raise ToolError("the service is closed today")
+
+
+@tool
+def hang_sync() -> str:
+    """Blocks its thread for one second."""
+    time.sleep(1.0)
+    return "late"
+
+
+@tool
+async def hang_async() -> str:
+    """Sleeps for a minute."""
+    await asyncio.sleep(60)
+    return "late"
+
+
+@tool
+async def inner_timeout() -> str:
+    """Raises its own TimeoutError quickly."""
+    raise TimeoutError("upstream API timed out")
+
+
+@pytest.fixture
+def registry() -> ToolRegistry:
+    return ToolRegistry([add, echo, explode, refuse, hang_sync, hang_async, inner_timeout])
+
+
+def test_duplicate_name_raises_value_error():
+    reg = ToolRegistry([add])
+    with pytest.raises(ValueError, match="'add' is already registered"):
+        reg.register(add)
+
+
+def test_get_and_names(registry):
+    assert registry.get("add") is add
+    assert registry.get("nope") is None
+    assert registry.names == sorted(registry.names)
+    assert "echo" in registry and len(registry) == 7
+
+
+def test_plain_function_is_wrapped_on_register():
+    def shout(text: str) -> str:
+        """Upper-case the text."""
+        return text.upper()
+
+    t = ToolRegistry().register(shout)
+    assert t.name == "shout" and t.description == "Upper-case the text."
+
+
+def test_schemas_are_sorted_and_byte_identical_whatever_the_order():
+    one = ToolRegistry([add, echo, explode])
+    two = ToolRegistry([explode, echo, add])
+    dumps = [json.dumps(r.schemas()) for r in (one, two, one)]
+    assert dumps[0] == dumps[1] == dumps[2]
+    assert [s["function"]["name"] for s in one.schemas()] == ["add", "echo", "explode"]
+    assert list(one.schemas()[0]) == ["function", "type"]
+    assert list(one.schemas()[0]["function"]) == ["description", "name", "parameters"]
+
+
+def test_schemas_are_byte_identical_across_processes():
+    script = textwrap.dedent(
+        """
+        import json
+        from tools import ToolRegistry
+        from tools.builtin import calculator
+        from tests.tools.test_registry import add, echo, explode
+        print(json.dumps(ToolRegistry([echo, calculator, explode, add]).schemas()))
+        """
+    )
+    here = json.dumps(ToolRegistry([add, explode, echo, calculator]).schemas())
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True, text=True, env=env, check=True, timeout=60, cwd=REPO_ROOT,
+        )  # fmt: skip
+        assert out.stdout.strip() == here
+
+
+async def test_successful_call_returns_content_and_elapsed(registry):
+    result = await registry.call("add", {"a": 2, "b": 3})
+    assert (result.content, result.is_error, result.error_type) == ("5", False, None)
+    assert result.elapsed_ms >= 0.0
+
+
+async def test_json_string_arguments_are_parsed(registry):
+    assert (await registry.call("add", '{"a": 40, "b": 2}')).content == "42"
+    assert (await registry.call("echo", '{"text": "hi"}')).content == "hi"
+
+
+async def test_empty_arguments_mean_no_arguments():
+    reg = ToolRegistry([tool(lambda: "pong", name="ping")])
+    for empty in (None, "", "  ", {}):
+        result = await reg.call("ping", empty)
+        assert (result.content, result.is_error) == ("pong", False)
+
+
+async def test_malformed_json_is_an_error_result(registry):
+    result = await registry.call("add", '{"a": 1,')
+    assert result.is_error and result.error_type == "invalid_json"
+    assert result.content.startswith("Error: arguments for tool 'add' are not valid JSON: ")
+
+
+async def test_unknown_tool_lists_the_available_ones(registry):
+    result = await registry.call("multiply", {"a": 1})
+    assert result.is_error and result.error_type == "unknown_tool"
+    assert result.content == (
+        "Error: unknown tool 'multiply'; available tools: add, echo, explode, "
+        "hang_async, hang_sync, inner_timeout, refuse"
+    )
+
+
+async def test_invalid_arguments_name_the_field(registry):
+    result = await registry.call("add", {"a": "one"})
+    assert result.is_error and result.error_type == "invalid_arguments"
+    assert result.content == (
+        "Error: invalid arguments for tool 'add': field 'a': Input should be a valid "
+        "integer, unable to parse string as an integer (got 'one')"
+    )
+    missing = await registry.call("add", "{}")
+    assert missing.content == "Error: invalid arguments for tool 'add': field 'a': Field required"
+    not_object = await registry.call("add", "[1, 2]")
+    assert not_object.error_type == "invalid_arguments"
+    assert "must be a JSON object, got list" in not_object.content
+
+
+async def test_exception_in_tool_becomes_error_result(registry):
+    result = await registry.call("explode", {"reason": "disk full"})
+    assert result == ToolResult(
+        "Error: tool 'explode' raised RuntimeError: disk full", True, "tool_error",
+        result.elapsed_ms,
+    )
+
+
+async def test_tool_error_message_is_passed_through(registry):
+    result = await registry.call("refuse", {})
+    assert (result.content, result.error_type) == ("Error: the service is closed today", "tool_error")
+
+
+async def test_hanging_sync_tool_times_out_and_the_call_returns(registry):
+    start = time.perf_counter()
+    result = await registry.call("hang_sync", {}, timeout_s=0.2)
+    took = time.perf_counter() - start
+    assert result.content == "Error: tool 'hang_sync' timed out after 0.2 s"
+    assert (result.is_error, result.error_type) == (True, "timeout")
+    assert 0.2 <= took < 0.6
+    assert 200 <= result.elapsed_ms < 600
+
+
+async def test_hanging_async_tool_times_out(registry):
+    start = time.perf_counter()
+    result = await registry.call("hang_async", {}, timeout_s=0.2)
+    assert result.content == "Error: tool 'hang_async' timed out after 0.2 s"
+    assert time.perf_counter() - start < 0.6
+
+
+async def test_tool_timeout_applies_when_the_call_sets_none():
+    @tool(timeout_s=0.1)
+    async def sleepy() -> str:
+        await asyncio.sleep(5)
+        return "late"
+
+    result = await ToolRegistry([sleepy], default_timeout_s=30).call("sleepy", {})
+    assert result.content == "Error: tool 'sleepy' timed out after 0.1 s"
+
+
+async def test_registry_default_timeout_applies_last():
+    @tool
+    async def sleepy() -> str:
+        await asyncio.sleep(5)
+        return "late"
+
+    result = await ToolRegistry([sleepy], default_timeout_s=0.1).call("sleepy", {})
+    assert result.error_type == "timeout"
+
+
+async def test_tools_own_timeout_error_is_not_reported_as_our_timeout(registry):
+    result = await registry.call("inner_timeout", {}, timeout_s=5)
+    assert result.content == "Error: tool 'inner_timeout' raised TimeoutError: upstream API timed out"
+    assert result.error_type == "tool_error"
+
+
+async def test_concurrent_calls_run_in_parallel(registry):
+    @tool
+    def nap(ms: int) -> int:
+        time.sleep(ms / 1000)
+        return ms
+
+    reg = ToolRegistry([nap])
+    start = time.perf_counter()
+    results = await asyncio.gather(*(reg.call("nap", {"ms": 200}) for _ in range(4)))
+    assert [r.content for r in results] == ["200"] * 4
+    assert time.perf_counter() - start < 0.6  # 4 x 200 ms in parallel, not 800 ms
+
+
+async def test_non_positive_call_timeout_is_a_caller_error(registry):
+    with pytest.raises(ValueError, match="timeout_s"):
+        await registry.call("add", {"a": 1}, timeout_s=0)
+
+
+def test_non_positive_default_timeout_raises():
+    with pytest.raises(ValueError, match="default_timeout_s"):
+        ToolRegistry(default_timeout_s=0)
+
+
+def test_non_tool_is_refused():
+    with pytest.raises(TypeError, match="not a tool"):
+        ToolRegistry().register(42)
