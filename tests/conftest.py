@@ -5,3 +5,35 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+# --- random-weight checkpoints (runtime.checkpoint) -------------------------
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def checkpoint_factory(tmp_path_factory):
+    """Callable ``(arch="qwen3", preset="tiny", **kw) -> Path`` of a cached checkpoint.
+
+    Wraps ``runtime.checkpoint.ensure_checkpoint`` with a cache private to the
+    test session; ``kw`` as ``init_checkpoint`` (``seed``, ``vocab_size``,
+    config overrides such as ``sliding_window=32``). Same arguments, same folder.
+    """
+    from runtime.checkpoint import ensure_checkpoint
+
+    cache = tmp_path_factory.mktemp("loom-checkpoints")
+
+    def make(arch: str = "qwen3", preset: str = "tiny", **kw):
+        return ensure_checkpoint(arch, preset, cache_dir=cache, **kw)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(checkpoint_factory):
+    """Callable ``(arch="qwen3", **kw) -> Path`` of a tiny random-weight checkpoint."""
+
+    def make(arch: str = "qwen3", **kw):
+        return checkpoint_factory(arch, "tiny", **kw)
+
+    return make

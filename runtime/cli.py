@@ -1,0 +1,76 @@
+"""``loom model`` and ``loom bench``: the runtime's command-line entry points.
+
+``api/cli.py`` mounts ``model_app`` and ``bench_app``. Heavy libraries (torch,
+transformers) are imported inside the commands so ``loom --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from pathlib import Path
+
+import typer
+
+logger = logging.getLogger(__name__)
+
+model_app = typer.Typer(
+    help="Random-weight model checkpoints (Hugging Face folders, no download).\n\n"
+    "Example: loom model init --arch qwen3 --preset tiny ./ckpt",
+    no_args_is_help=True,
+)
+
+bench_app = typer.Typer(
+    help="Benchmarks that print figures for Loom next to a peer (e.g. HF transformers) in one run.\n\n"
+    "Example: loom bench throughput --help",
+    no_args_is_help=True,
+)
+
+
+@model_app.command("init")
+def init(
+    out_dir: Path = typer.Argument(..., help="Folder to write (created if missing)."),
+    arch: str = typer.Option("qwen3", help="llama | qwen2 | qwen3 | mistral."),
+    preset: str = typer.Option("tiny", help="tiny (ms per step) | small (~60M params)."),
+    seed: int = typer.Option(0, help="torch.manual_seed for the random weights."),
+    vocab_size: int = typer.Option(None, help="Tokenizer/model vocabulary (default 4096)."),
+) -> None:
+    """Write a random-weight HF checkpoint: config, safetensors, tokenizer, chat template.
+
+    Example: loom model init --arch mistral --preset small --seed 1 ./mistral-small
+    """
+    from rich.console import Console
+
+    from runtime.checkpoint import init_checkpoint
+    from runtime.checkpoint.init import count_parameters
+
+    try:
+        path = init_checkpoint(out_dir, arch=arch, preset=preset, seed=seed, vocab_size=vocab_size)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    n = count_parameters(arch, preset, vocab_size=vocab_size)
+    Console().print(
+        f"[green]wrote[/green] {arch}/{preset} checkpoint to [bold]{path}[/bold] "
+        f"({n:,} parameters, {n / 1e6:.1f}M, float32)"
+    )
+
+
+def register_bench(name: str, module: str, attr: str) -> None:
+    """Add ``loom bench NAME`` from ``module.attr`` (a typer-compatible function).
+
+    A module that fails to import is logged and skipped, so one broken
+    benchmark never hides ``loom model`` or the other benchmarks.
+    """
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        logger.warning("loom bench %s unavailable: %s", name, exc)
+        return
+    bench_app.command(name)(fn)
+
+
+# Benchmarks: each lives in its own module (heavy imports inside the function,
+# docstring with an example) and is registered here with ONE line, e.g.
+#   register_bench("throughput", "runtime.bench.throughput", "throughput")
+#   register_bench("spec", "runtime.bench.spec", "spec")
+#   register_bench("sessions", "orchestrator.bench_sessions", "sessions")
