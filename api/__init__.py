@@ -1,1 +1,30 @@
-"""Loom api package."""
+"""Loom's HTTP API: OpenAI-compatible chat completions and agent sessions.
+
+``create_app(settings)`` builds the FastAPI app; ``Settings`` reads flags,
+``LOOM_...`` environment variables and an optional TOML file.  ``loom serve``
+runs it under uvicorn; ``loom keys create`` makes API keys.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from api.settings import Settings
+
+__all__ = ["Settings", "create_app"]
+
+
+def create_app(settings: Settings) -> Any:
+    """Build the app (see ``api.app.create_app``)."""
+    from api.app import create_app as _create
+
+    return _create(settings)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Settings":
+        from api.settings import Settings
+
+        return Settings
+    raise AttributeError(name)

@@ -1,0 +1,93 @@
+"""The FastAPI app factory: ``create_app(settings)``.
+
+The lifespan builds ``Services`` once (database, engine, index) and on shutdown
+drains in-flight requests before stopping the engine.  A small ASGI middleware
+counts in-flight requests (for the drain) and records
+``loom_http_requests{method,route,status}`` with the route *template*
+(``/v1/sessions/{session_id}``) so ids do not explode label cardinality.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from api.errors import install_error_handlers
+from api.services import Services
+from api.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class _Accounting:
+    """ASGI middleware: in-flight count and requests-by-status counter."""
+
+    def __init__(self, app: Any, services: Services) -> None:
+        self.app = app
+        self.services = services
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = {"code": 500}
+
+        async def send_wrapper(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+            await send(message)
+
+        s = self.services
+        s.in_flight += 1
+        s.metrics.in_flight.inc()
+        try:
+            await self.app(scope, receive, send_wrapper)
+        except asyncio.CancelledError:
+            status["code"] = 499
+            raise
+        finally:
+            s.in_flight -= 1
+            s.metrics.in_flight.dec()
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"
+            s.metrics.requests.labels(method=scope.get("method", ""), route=path,
+                                      status=str(status["code"])).inc()
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """Build the Loom HTTP app for ``settings`` (nothing loads until the lifespan starts).
+
+    Routes: OpenAI ``/v1/chat/completions`` and ``/v1/models``; ``/v1/sessions``
+    (agent turns with persistent history); ``/v1/documents``, ``/v1/search``;
+    ``/v1/memories``; ``/health``; ``/metrics``.
+    """
+    from api.routes import chat, resources, sessions, system
+
+    services = Services(settings=settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        services.start()
+        log.info("Loom API serving %s", settings.model_name)
+        try:
+            yield
+        finally:
+            await services.stop()
+
+    app = FastAPI(
+        title="Loom API",
+        version="0.1.0",
+        summary="OpenAI-compatible chat completions and agent sessions over Loom's in-process engine.",
+        lifespan=lifespan,
+    )
+    app.state.services = services
+    install_error_handlers(app)
+    for module in (chat, sessions, resources, system):
+        app.include_router(module.router)
+    app.add_middleware(_Accounting, services=services)
+    return app

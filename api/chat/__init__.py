@@ -1,0 +1,1 @@
+"""Chat completions: request → prompt tokens + ``SamplingParams`` → engine → OpenAI shapes."""

@@ -1,0 +1,219 @@
+"""Run one chat completion on the engine and shape its output as OpenAI's objects.
+
+Output token ids are detokenized one at a time (``orchestrator.detok``, special
+tokens kept) and fed to ``orchestrator.parsers.StreamingParser``, which splits
+``<think>`` reasoning, content and ``<tool_call>`` blocks; each output token is
+classed ``reasoning`` / ``tool_call`` / ``output`` by the parser state around it
+(a closing marker belongs to the block it closes), which gives the exact
+``completion_tokens_details.reasoning_tokens``.  A forced tool call (prompt
+ends with ``<tool_call>\\n``, output constrained to the call schema) is parsed
+as if the opener had been generated.  Constrained JSON output (response_format)
+is all content.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from api.chat.prompt import PreparedChat
+from api.schemas.chat import (
+    ChatCompletion,
+    ChatCompletionChunk,
+    Choice,
+    ChunkChoice,
+    CompletionTokensDetails,
+    Delta,
+    DeltaFunction,
+    DeltaToolCall,
+    FunctionCall,
+    PromptTokensDetails,
+    ResponseMessage,
+    ToolCall,
+    Usage,
+)
+from orchestrator.detok import IncrementalDetokenizer
+from orchestrator.parsers import TOOL_CLOSE, TOOL_OPEN, ParserEvent, StreamingParser
+
+_CLASS_OF_STATE = {"reasoning": "reasoning", "tool_call": "tool_call", "content": "output"}
+
+
+def special_skip_ids(tokenizer: Any) -> set[int]:
+    """Token ids that end or pad generation and never show as text (eos, pad)."""
+    ids = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+    return {i for i in ids if i is not None}
+
+
+@dataclass
+class CompletionRun:
+    """One request: feeds engine outputs through detokenizer and parser.
+
+    ``deltas(out)`` turns one ``RequestOutput`` into OpenAI ``Delta`` objects;
+    ``result()`` builds the final non-streamed ``ChatCompletion``.
+    """
+
+    prepared: PreparedChat
+    tokenizer: Any
+    model: str
+    request_id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
+    created: int = field(default_factory=lambda: int(time.time()))
+    output_classes: list[str] = field(default_factory=list)
+    last: Any = None  # last RequestOutput
+    _call_ids: dict[int, str] = field(default_factory=dict)
+    _named: set[int] = field(default_factory=set)
+    _bad_calls: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.detok = IncrementalDetokenizer(self.tokenizer, special_skip_ids(self.tokenizer))
+        p = self.prepared
+        self.parser: StreamingParser | None = None
+        if not p.json_output:
+            self.parser = StreamingParser(parse_tools=p.parse_tools or p.forced_tool_call)
+            if p.forced_tool_call:
+                self.parser.feed(TOOL_OPEN)
+        self.json_text = ""
+
+    # feeding -------------------------------------------------------------------------
+    def _feed_token(self, token_id: int) -> list[ParserEvent]:
+        text = self.detok.add(token_id)
+        if self.parser is None:
+            self.json_text += text
+            self.output_classes.append("output")
+            return [ParserEvent("content", text=text)] if text else []
+        before = self.parser.state
+        events = self.parser.feed(text) if text else []
+        after = self.parser.state
+        state = before if before != "content" and after == "content" else after
+        self.output_classes.append(_CLASS_OF_STATE[state])
+        return events
+
+    def _finish_events(self) -> list[ParserEvent]:
+        tail = self.detok.flush()
+        if self.parser is None:
+            self.json_text += tail
+            return [ParserEvent("content", text=tail)] if tail else []
+        events = self.parser.feed(tail) if tail else []
+        if self.prepared.forced_tool_call and self.parser.state == "tool_call":
+            events += self.parser.feed(TOOL_CLOSE)
+        return events + self.parser.finish()
+
+    def feed(self, out: Any) -> list[ParserEvent]:
+        """Events completed by one ``RequestOutput`` (its ``new_token_ids``)."""
+        self.last = out
+        events: list[ParserEvent] = []
+        for tid in out.new_token_ids:
+            events += self._feed_token(tid)
+        if out.finished:
+            events += self._finish_events()
+        return events
+
+    # shaping -------------------------------------------------------------------------
+    def _call_id(self, index: int) -> str:
+        return self._call_ids.setdefault(index, f"call_{uuid.uuid4().hex[:24]}")
+
+    def to_delta(self, events: list[ParserEvent]) -> Delta | None:
+        """Merge events into one stream ``Delta`` (``None`` when nothing shows)."""
+        content, reasoning, calls = "", "", []
+        for ev in events:
+            if ev.kind == "content":
+                content += ev.text
+            elif ev.kind == "reasoning":
+                reasoning += ev.text
+            elif ev.kind == "tool_call_delta" and ev.name is not None:
+                self._named.add(ev.index)
+                calls.append(DeltaToolCall(index=ev.index, id=self._call_id(ev.index), type="function",
+                                           function=DeltaFunction(name=ev.name, arguments="")))
+            elif ev.kind == "tool_call_delta" and ev.arguments_delta and ev.index in self._named:
+                calls.append(DeltaToolCall(index=ev.index, function=DeltaFunction(arguments=ev.arguments_delta)))
+            elif ev.kind == "tool_call" and ev.call is not None and ev.call.error is not None \
+                    and ev.index not in self._named:
+                content += f"{TOOL_OPEN}{ev.call.raw}{TOOL_CLOSE}"  # never streamed as a call
+        if not (content or reasoning or calls):
+            return None
+        return Delta(content=content or None, reasoning_content=reasoning or None, tool_calls=calls or None)
+
+    def tool_calls(self) -> list[ToolCall]:
+        """Well-formed calls of the reply, in order."""
+        if self.parser is None:
+            return []
+        import json
+
+        return [
+            ToolCall(id=self._call_id(c.index), function=FunctionCall(name=c.name or "",
+                     arguments=json.dumps(c.arguments, ensure_ascii=False)))
+            for c in self.parser.calls if c.error is None
+        ]
+
+    def finish_reason(self) -> str:
+        """``tool_calls`` when the reply called a tool, else the engine's reason."""
+        if self.tool_calls():
+            return "tool_calls"
+        return (self.last.finish_reason if self.last is not None else None) or "stop"
+
+    def usage(self) -> Usage:
+        """OpenAI usage with cached prompt tokens and reasoning tokens."""
+        out = self.last
+        prompt = len(self.prepared.prompt_token_ids)
+        completion = len(out.token_ids) if out is not None else 0
+        return Usage(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=out.num_cached_tokens if out else 0),
+            completion_tokens_details=CompletionTokensDetails(
+                reasoning_tokens=self.output_classes.count("reasoning")),
+        )
+
+    def token_classes(self) -> dict[str, int]:
+        """Token counts by class for ``loom_tokens`` (prompt cached/computed, outputs)."""
+        u = self.usage()
+        cached = u.prompt_tokens_details.cached_tokens
+        counts = {"prompt.cached": cached, "prompt.computed": u.prompt_tokens - cached}
+        for c in ("reasoning", "tool_call", "output"):
+            counts[c] = self.output_classes.count(c)
+        return counts
+
+    def result(self) -> ChatCompletion:
+        """The non-streamed response (after the last output was fed)."""
+        calls = self.tool_calls()
+        if self.parser is None:
+            content, reasoning = self.json_text, None
+        else:
+            content = self.parser.content + "".join(
+                f"{TOOL_OPEN}{c.raw}{TOOL_CLOSE}" for c in self.parser.calls if c.error is not None)
+            reasoning = self.parser.reasoning or None
+        msg = ResponseMessage(content=content if (content or not calls) else None,
+                              reasoning_content=reasoning, tool_calls=calls or None)
+        return ChatCompletion(id=self.request_id, created=self.created, model=self.model,
+                              choices=[Choice(message=msg, finish_reason=self.finish_reason())],
+                              usage=self.usage())
+
+    def chunk(self, delta: Delta, finish_reason: str | None = None) -> ChatCompletionChunk:
+        """A stream chunk carrying ``delta``."""
+        return ChatCompletionChunk(id=self.request_id, created=self.created, model=self.model,
+                                   choices=[ChunkChoice(delta=delta, finish_reason=finish_reason)])
+
+    def usage_chunk(self) -> ChatCompletionChunk:
+        """The ``include_usage`` chunk: no choices, usage set."""
+        return ChatCompletionChunk(id=self.request_id, created=self.created, model=self.model,
+                                   choices=[], usage=self.usage())
+
+
+async def stream_chunks(run: CompletionRun, outputs: AsyncIterator[Any], first: Any,
+                        include_usage: bool) -> AsyncIterator[ChatCompletionChunk]:
+    """OpenAI chunks for a stream whose first ``RequestOutput`` was already awaited."""
+    yield run.chunk(Delta(role="assistant", content=""))
+    out = first
+    while True:
+        delta = run.to_delta(run.feed(out))
+        if delta is not None:
+            yield run.chunk(delta)
+        if out.finished:
+            break
+        out = await outputs.__anext__()
+    yield run.chunk(Delta(), finish_reason=run.finish_reason())
+    if include_usage:
+        yield run.usage_chunk()

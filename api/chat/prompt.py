@@ -1,0 +1,204 @@
+"""Turn a chat-completions request into prompt token ids and ``SamplingParams``.
+
+Messages are rendered once through the model's own chat template
+(``tokenizer.apply_chat_template`` with ``tools=``), then tokenized without
+adding special tokens, so the ids are exactly what the template spells.
+``tool_choice="required"`` or a named tool forces a call: the prompt ends with
+the template's ``<tool_call>\\n`` opener and the output is constrained to
+``runtime.structured_output.tool_call_schema`` (llguidance), so even a random
+model emits a valid call.  ``response_format`` ``json_object`` / ``json_schema``
+constrain the whole output the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from api.schemas.chat import AssistantMessage, ChatCompletionRequest, Content, NamedToolChoice, ToolMessage
+from runtime.errors import InvalidRequestError
+
+TOOL_CALL_OPEN = "<tool_call>\n"
+
+
+def _text(content: Content | None) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.text for part in content)
+
+
+def _arguments(raw: str, param: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw) if raw.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise InvalidRequestError(f"tool call arguments are not valid JSON: {exc}", param=param) from exc
+    if not isinstance(value, dict):
+        raise InvalidRequestError("tool call arguments must be a JSON object", param=param)
+    return value
+
+
+def template_messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
+    """Messages as the chat template takes them (plain text, argument dicts, tool names).
+
+    Raises:
+        InvalidRequestError: a tool message answers no earlier assistant tool call,
+            or a call's arguments are not a JSON object (``param`` names the field).
+    """
+    out: list[dict[str, Any]] = []
+    calls: dict[str, str] = {}  # tool_call_id -> function name, from earlier assistant turns
+    for i, m in enumerate(req.messages):
+        if isinstance(m, AssistantMessage):
+            msg: dict[str, Any] = {"role": "assistant", "content": _text(m.content)}
+            if m.reasoning_content:
+                msg["reasoning_content"] = m.reasoning_content
+            if m.tool_calls:
+                msg["tool_calls"] = []
+                for j, c in enumerate(m.tool_calls):
+                    args = _arguments(c.function.arguments, f"messages.{i}.tool_calls.{j}.function.arguments")
+                    calls[c.id] = c.function.name
+                    msg["tool_calls"].append(
+                        {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": args}}
+                    )
+            out.append(msg)
+        elif isinstance(m, ToolMessage):
+            if m.tool_call_id not in calls:
+                raise InvalidRequestError(
+                    f"tool message answers tool_call_id {m.tool_call_id!r}, which no earlier "
+                    "assistant message called",
+                    param=f"messages.{i}.tool_call_id",
+                )
+            out.append({"role": "tool", "content": _text(m.content), "tool_call_id": m.tool_call_id,
+                        "name": calls[m.tool_call_id]})
+        else:
+            role = "system" if m.role == "developer" else m.role
+            out.append({"role": role, "content": _text(m.content)})
+    return out
+
+
+def tool_dicts(req: ChatCompletionRequest) -> list[dict[str, Any]] | None:
+    """The request's tools as plain OpenAI dicts (what the template and schema builder take)."""
+    if not req.tools:
+        return None
+    return [t.model_dump(exclude_none=True) for t in req.tools]
+
+
+def forced_tool(req: ChatCompletionRequest) -> tuple[bool, str | None]:
+    """(must call a tool, the tool's name when one is named).
+
+    Raises:
+        InvalidRequestError: ``tool_choice`` requires a tool but ``tools`` is empty,
+            or names a tool that is not in ``tools``.
+    """
+    choice = req.tool_choice
+    if choice is None or choice in ("auto", "none"):
+        return False, None
+    names = [t.function.name for t in req.tools or []]
+    if not names:
+        raise InvalidRequestError("tool_choice requires a non-empty 'tools' list", param="tool_choice")
+    if isinstance(choice, NamedToolChoice):
+        if choice.function.name not in names:
+            raise InvalidRequestError(
+                f"tool_choice names {choice.function.name!r}, which is not in 'tools'",
+                param="tool_choice.function.name",
+            )
+        return True, choice.function.name
+    return True, None
+
+
+def render(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+           suffix: str = "") -> list[int]:
+    """Prompt token ids: the chat template with a generation prompt, plus ``suffix``.
+
+    Raises:
+        InvalidRequestError: the template rejects the conversation.
+    """
+    try:
+        text = tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=False
+        )
+    except Exception as exc:  # jinja TemplateError / raise_exception in the template
+        raise InvalidRequestError(f"chat template could not render the messages: {exc}",
+                                  param="messages") from exc
+    return list(tokenizer.encode(text + suffix, add_special_tokens=False))
+
+
+@dataclass
+class PreparedChat:
+    """What the engine needs for one completion and how to read its output."""
+
+    prompt_token_ids: list[int]
+    sampling_params: Any  # runtime.SamplingParams
+    forced_tool_call: bool  # output is the JSON of exactly one tool call
+    json_output: bool  # output is constrained JSON (response_format)
+    parse_tools: bool  # look for <tool_call> blocks in free text
+
+
+def _structured(req: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
+                forced: bool, name: str | None) -> Any:
+    from runtime.structured_output import StructuredOutputParams, tool_call_schema
+
+    if forced:
+        return StructuredOutputParams(json=tool_call_schema(tools or [], name))
+    rf = req.response_format
+    if rf is None or rf.type == "text":
+        return None
+    if rf.type == "json_object":
+        return StructuredOutputParams(json_object=True)
+    if rf.json_schema is None:
+        raise InvalidRequestError("response_format of type json_schema needs 'json_schema'",
+                                  param="response_format.json_schema")
+    return StructuredOutputParams(json=rf.json_schema.schema_ or {"type": "object"})
+
+
+def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
+            max_model_len: int | None) -> PreparedChat:
+    """Prompt ids and ``SamplingParams`` for a request.
+
+    Raises:
+        InvalidRequestError / ValueError: invalid combination or value (field named).
+        ContextLengthError: the prompt alone fills the model window.
+    """
+    from runtime import SamplingParams
+    from runtime.errors import ContextLengthError
+
+    if req.response_format is not None and req.response_format.type != "text" and req.tools \
+            and req.tool_choice not in (None, "none"):
+        raise InvalidRequestError("response_format cannot be combined with tools unless "
+                                  "tool_choice is 'none'", param="response_format")
+    tools = tool_dicts(req)
+    forced, name = forced_tool(req)
+    messages = template_messages(req)
+    ids = render(tokenizer, messages, tools, TOOL_CALL_OPEN if forced else "")
+    if max_model_len is not None and len(ids) >= max_model_len:
+        raise ContextLengthError(
+            f"This model's maximum context length is {max_model_len} tokens, but the "
+            f"messages use {len(ids)} tokens.", param="messages")
+    max_tokens = req.max_completion_tokens or req.max_tokens
+    if max_tokens is None:
+        max_tokens = default_max_tokens
+        if max_model_len is not None:
+            max_tokens = max(1, min(max_tokens, max_model_len - len(ids)))
+    structured = _structured(req, tools, forced, name)
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    kwargs: dict[str, Any] = {
+        "temperature": 1.0 if req.temperature is None else req.temperature,
+        "top_p": 1.0 if req.top_p is None else req.top_p,
+        "max_tokens": max_tokens,
+        "stop": [] if structured is not None else stop,
+        "seed": req.seed,
+        "skip_special_tokens": False,  # the parser needs <think> / <tool_call> markers
+        "structured_output": structured,
+    }
+    for opt in ("top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
+        if getattr(req, opt) is not None:
+            kwargs[opt] = getattr(req, opt)
+    return PreparedChat(
+        prompt_token_ids=ids,
+        sampling_params=SamplingParams(**kwargs),
+        forced_tool_call=forced,
+        json_output=structured is not None and not forced,
+        parse_tools=bool(tools) and req.tool_choice != "none" and not forced,
+    )

@@ -1,0 +1,69 @@
+"""Submitting to ``runtime.AsyncLLM`` from a request handler, with abort on disconnect.
+
+``open_generation`` awaits the engine's first output before the HTTP response
+starts, so submission errors (``ContextLengthError``, ``QueueFullError``,
+``KVCapacityError``, ``ValueError``) still become proper 4xx answers instead of
+a broken 200 stream.  ``close_generation`` closes the output iterator and
+aborts the request, freeing its KV blocks; it is idempotent and safe after a
+normal finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import anyio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Request
+
+log = logging.getLogger(__name__)
+
+
+async def open_generation(engine: Any, prompt_token_ids: list[int], sampling_params: Any,
+                          request_id: str) -> tuple[AsyncIterator[Any], Any]:
+    """Submit and wait for the first ``RequestOutput``; returns (iterator, first output).
+
+    Raises:
+        ContextLengthError, KVCapacityError, QueueFullError, ValueError: from the engine.
+    """
+    gen = engine.generate(prompt_token_ids=prompt_token_ids, sampling_params=sampling_params,
+                          request_id=request_id)
+    try:
+        first = await gen.__anext__()
+    except BaseException:
+        await close_generation(engine, gen, request_id)
+        raise
+    return gen, first
+
+
+async def close_generation(engine: Any, gen: AsyncIterator[Any], request_id: str) -> None:
+    """Stop reading ``gen`` and abort the request in the engine (frees its KV blocks)."""
+    # Shielded: this runs while the handler is being cancelled (client gone), and
+    # anyio re-cancels every unshielded await inside a cancelled scope.
+    with anyio.CancelScope(shield=True):
+        aclose = getattr(gen, "aclose", None)
+        with contextlib.suppress(Exception):
+            if aclose is not None:
+                await aclose()
+        with contextlib.suppress(Exception):
+            await engine.abort(request_id)
+
+
+async def wait_disconnect(request: Request, poll_s: float = 0.25) -> None:
+    """Return when the client has gone away (for handlers that do not stream)."""
+    while not await request.is_disconnected():
+        await asyncio.sleep(poll_s)
+
+
+def engine_max_model_len(engine: Any) -> int | None:
+    """The engine's context window (tokens), wherever the engine keeps its config."""
+    for holder in (engine, getattr(engine, "config", None), getattr(engine, "engine_config", None),
+                   getattr(getattr(engine, "engine", None), "config", None)):
+        value = getattr(holder, "max_model_len", None) if holder is not None else None
+        if isinstance(value, int):
+            return value
+    return None

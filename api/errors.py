@@ -1,0 +1,116 @@
+"""The one place where errors become HTTP answers with OpenAI's error body.
+
+Body: ``{"error": {"message", "type", "param", "code"}}``.  ``runtime.errors.LoomError``
+subclasses carry their own ``http_status`` / ``error_type`` / ``code`` / ``param``;
+FastAPI's request validation errors (422) become 400 ``invalid_request_error``
+naming the field (``messages.0.content``); a plain ``ValueError`` escaping a
+handler is a client error too (invalid parameter, named in its message); HTTP
+errors raised by routing (404 unknown route, 405) keep their status.  Anything
+else is a 500 ``internal_error`` and is logged with its traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from runtime.errors import LoomError
+
+log = logging.getLogger(__name__)
+
+_HTTP_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def error_body(
+    message: str, type_: str, param: str | None = None, code: str | None = None
+) -> dict[str, Any]:
+    """OpenAI's error object (what a non-2xx answer and an error SSE event carry)."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def loom_error_body(exc: LoomError) -> dict[str, Any]:
+    """Body for a ``LoomError`` (used by the handler and by streams that fail midway)."""
+    return error_body(exc.message, exc.error_type, exc.param, exc.code)
+
+
+def _field(loc: tuple[Any, ...]) -> str | None:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or None
+
+
+def _validation_message(err: dict[str, Any], field: str | None) -> str:
+    kind = err.get("type", "")
+    if kind == "json_invalid":
+        return f"Malformed JSON body: {err.get('ctx', {}).get('error', err.get('msg'))}"
+    if kind == "extra_forbidden":
+        return f"Unknown field: {field!r}"
+    if kind == "missing" and field:
+        return f"Missing required field: {field!r}"
+    return f"Invalid value for {field!r}: {err.get('msg')}" if field else str(err.get("msg"))
+
+
+async def _on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+    errors = exc.errors()
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    field = _field(tuple(first.get("loc", ())))
+    if first.get("type") == "json_invalid":
+        field = None
+    message = _validation_message(first, field)
+    if len(errors) > 1:
+        message += f" (and {len(errors) - 1} more error(s))"
+    return JSONResponse(
+        error_body(message, "invalid_request_error", field, "invalid_value"), status_code=400
+    )
+
+
+async def _on_loom(request: Request, exc: LoomError) -> JSONResponse:
+    if exc.http_status >= 500:
+        log.error("%s: %s", type(exc).__name__, exc.message)
+    headers = {"Retry-After": "1"} if exc.http_status == 429 else None
+    return JSONResponse(loom_error_body(exc), status_code=exc.http_status, headers=headers)
+
+
+async def _on_value(request: Request, exc: ValueError) -> JSONResponse:
+    return JSONResponse(
+        error_body(str(exc), "invalid_request_error", None, "invalid_value"), status_code=400
+    )
+
+
+async def _on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    type_ = _HTTP_TYPES.get(exc.status_code, "invalid_request_error")
+    if exc.status_code >= 500:
+        type_ = "internal_error"
+    return JSONResponse(
+        error_body(str(exc.detail), type_, None, None),
+        status_code=exc.status_code,
+        headers=getattr(exc, "headers", None),
+    )
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return JSONResponse(
+        error_body("Internal server error", "internal_error", None, None), status_code=500
+    )
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register every exception handler of the app (the single mapping point)."""
+    app.add_exception_handler(RequestValidationError, _on_validation)  # type: ignore[arg-type]
+    app.add_exception_handler(LoomError, _on_loom)  # type: ignore[arg-type]
+    app.add_exception_handler(ValueError, _on_value)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _on_http)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, _on_unexpected)

@@ -1,0 +1,58 @@
+"""``loom keys``: create, list and revoke API keys in the server's database."""
+
+from __future__ import annotations
+
+import typer
+
+keys_app = typer.Typer(help="Manage API keys (stored as SHA-256 hashes).", no_args_is_help=True)
+
+_DB_HELP = "SQLAlchemy URL of the server database (default: $LOOM_DB or sqlite:///loom.db)."
+
+
+def _store(db: str | None):  # noqa: ANN202 - lazy import keeps `loom --help` fast
+    import os
+
+    from api.store import Store
+
+    return Store(db or os.environ.get("LOOM_DB") or "sqlite:///loom.db")
+
+
+@keys_app.command("create")
+def create(
+    owner: str = typer.Option(..., "--owner", help="Owner the key's sessions and data belong to."),
+    db: str | None = typer.Option(None, "--db", help=_DB_HELP),
+) -> None:
+    """Create a key and print it once (only its hash is stored)."""
+    from api.auth import create_key
+
+    key = create_key(_store(db), owner)
+    typer.echo(key)
+
+
+@keys_app.command("list")
+def list_(db: str | None = typer.Option(None, "--db", help=_DB_HELP)) -> None:
+    """List keys: id, owner, prefix, created, revoked."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from api.auth import list_keys
+
+    table = Table("id", "owner", "prefix", "created", "revoked")
+    for k in list_keys(_store(db)):
+        table.add_row(str(k.id), k.owner, k.prefix + "...", str(k.created_at), str(k.revoked))
+    Console().print(table)
+
+
+@keys_app.command("revoke")
+def revoke(
+    key_id: str = typer.Argument(..., help="Key id or prefix as `loom keys list` shows it."),
+    db: str | None = typer.Option(None, "--db", help=_DB_HELP),
+) -> None:
+    """Revoke a key; requests with it get 401 from then on."""
+    from api.auth import revoke_key
+
+    n = revoke_key(_store(db), key_id)
+    if n == 0:
+        typer.secho(f"no key {key_id!r}", fg="red", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"revoked {n} key(s)")

@@ -1,0 +1,111 @@
+"""Prometheus metrics of one server (``GET /metrics``), as vLLM's benchmark defines them.
+
+Latencies come from the engine's own timestamps on ``RequestOutput``
+(``time.monotonic()`` seconds): TTFT = first token − arrival, TPOT =
+(last token − first token) / (output tokens − 1), ITL = every gap between
+consecutive output tokens, E2EL = finish − arrival.  Engine-wide figures
+(prefix-cache hit rate = cached prompt tokens / queried prompt tokens, KV cache
+usage = used blocks / pool, speculative acceptance rate = accepted / drafted)
+are read from ``engine.stats()`` at scrape time by a custom collector, so they
+are never stale.  Each app has its own ``CollectorRegistry``, so several apps
+can live in one process (tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+_LAT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class _EngineCollector(Collector):
+    """Gauges computed from ``engine.stats()`` when Prometheus scrapes."""
+
+    def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            s = self._stats()
+        except Exception:  # engine not started or already shut down
+            return
+        total = s.get("kv_blocks_total") or 0
+        free = s.get("kv_blocks_free") or 0
+        queries = s.get("prefix_cache_queries") or 0
+        hits = s.get("prefix_cache_hits") or 0
+        drafted = s.get("num_draft_tokens") or 0
+        accepted = s.get("num_accepted_tokens") or 0
+        yield GaugeMetricFamily("loom_kv_blocks_total", "KV cache blocks in the pool.", total)
+        yield GaugeMetricFamily("loom_kv_blocks_free", "KV cache blocks not held by a request.", free)
+        yield GaugeMetricFamily(
+            "loom_kv_cache_usage", "Fraction of KV blocks held by requests (0-1).",
+            (total - free) / total if total else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "loom_prefix_cache_hit_rate",
+            "Prompt tokens served from the prefix cache / prompt tokens looked up (0-1).",
+            hits / queries if queries else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "loom_spec_decode_acceptance_rate",
+            "Accepted / drafted speculative tokens (0-1; 0 without speculation).",
+            accepted / drafted if drafted else 0.0,
+        )
+        yield GaugeMetricFamily("loom_num_requests_running", "Requests running.", s.get("num_running", 0))
+        yield GaugeMetricFamily("loom_num_requests_waiting", "Requests waiting.", s.get("num_waiting", 0))
+        yield GaugeMetricFamily("loom_num_preemptions", "Preemptions so far.", s.get("num_preemptions", 0))
+
+
+class Metrics:
+    """The server's metrics on their own registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.ttft = Histogram("loom_time_to_first_token_seconds", "TTFT (s).", buckets=_TTFT_BUCKETS, registry=r)
+        self.tpot = Histogram("loom_time_per_output_token_seconds", "TPOT (s).", buckets=_LAT_BUCKETS, registry=r)
+        self.itl = Histogram("loom_inter_token_latency_seconds", "ITL (s).", buckets=_LAT_BUCKETS, registry=r)
+        self.e2el = Histogram("loom_e2e_request_latency_seconds", "E2EL (s).", buckets=_TTFT_BUCKETS, registry=r)
+        self.requests = Counter(
+            "loom_http_requests", "HTTP requests by route and status.", ["method", "route", "status"], registry=r
+        )
+        self.tokens = Counter(
+            "loom_tokens", "Tokens by class (prompt classes split cached/computed).", ["token_class"], registry=r
+        )
+        self.in_flight = Gauge("loom_in_flight_requests", "HTTP requests being served.", registry=r)
+        self.spec_drafted = Counter("loom_spec_decode_draft_tokens", "Drafted tokens.", registry=r)
+        self.spec_accepted = Counter("loom_spec_decode_accepted_tokens", "Accepted drafted tokens.", registry=r)
+
+    def watch_engine(self, stats: Callable[[], dict[str, Any]]) -> None:
+        """Expose ``stats()`` gauges (KV usage, prefix-cache hit rate, acceptance rate)."""
+        self.registry.register(_EngineCollector(stats))
+
+    def observe_output(self, out: Any) -> None:
+        """Latency histograms from a finished ``RequestOutput`` (engine timestamps)."""
+        times = list(getattr(out, "token_times", None) or [])
+        arrival, first = getattr(out, "arrival_time", None), getattr(out, "first_token_time", None)
+        if arrival is not None and first is not None:
+            self.ttft.observe(max(0.0, first - arrival))
+        if len(times) > 1:
+            self.tpot.observe(max(0.0, (times[-1] - times[0]) / (len(times) - 1)))
+            for a, b in zip(times, times[1:]):
+                self.itl.observe(max(0.0, b - a))
+        finish = getattr(out, "finish_time", None)
+        if arrival is not None and finish is not None:
+            self.e2el.observe(max(0.0, finish - arrival))
+        drafted = getattr(out, "num_draft_tokens", 0) or 0
+        if drafted:
+            self.spec_drafted.inc(drafted)
+            self.spec_accepted.inc(getattr(out, "num_accepted_tokens", 0) or 0)
+
+    def count_tokens(self, by_class: dict[str, int]) -> None:
+        """Add token counts keyed by class (``user.cached``, ``reasoning``, ...)."""
+        for name, n in by_class.items():
+            if n:
+                self.tokens.labels(token_class=name).inc(n)

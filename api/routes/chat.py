@@ -1,0 +1,108 @@
+"""``POST /v1/chat/completions`` (OpenAI-compatible) and ``GET /v1/models``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request
+from sse_starlette.sse import EventSourceResponse
+
+from api.auth import require_owner
+from api.chat.completions import CompletionRun, stream_chunks
+from api.chat.prompt import prepare
+from api.engine_io import close_generation, engine_max_model_len, open_generation, wait_disconnect
+from api.errors import error_body, loom_error_body
+from api.schemas.chat import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
+from runtime.errors import LoomError, NotFoundError, RequestAbortedError
+
+router = APIRouter(tags=["openai"])
+
+_STREAM_DOC = {200: {"description": "A ChatCompletion, or with `stream: true` server-sent "
+                     "events: `data: <ChatCompletionChunk JSON>` lines ending with `data: [DONE]`.",
+                     "content": {"text/event-stream": {}}}}
+
+
+@router.get("/v1/models", response_model=ModelList, summary="List the served model")
+async def list_models(request: Request, owner: str = Depends(require_owner)) -> ModelList:
+    """The one model this server runs (OpenAI ``GET /v1/models``)."""
+    services = request.app.state.services
+    return ModelList(data=[ModelCard(id=services.settings.model_name, created=int(services.started_at),
+                                     max_model_len=engine_max_model_len(services.engine))])
+
+
+def _check_model(services: Any, model: str) -> None:
+    names = {services.settings.model_name, services.settings.model}
+    if model not in names:
+        raise NotFoundError(f"The model {model!r} does not exist; this server serves "
+                            f"{services.settings.model_name!r}.", param="model")
+
+
+@router.post("/v1/chat/completions", response_model=ChatCompletion, responses=_STREAM_DOC,
+             summary="Create a chat completion")
+async def create_chat_completion(body: ChatCompletionRequest, request: Request,
+                                 owner: str = Depends(require_owner)) -> Any:
+    """OpenAI chat completions over the in-process engine (tools, streaming, JSON output)."""
+    services = request.app.state.services
+    _check_model(services, body.model)
+    engine = services.engine
+    prepared = prepare(body, engine.tokenizer, services.settings.default_max_tokens,
+                       engine_max_model_len(engine))
+    run = CompletionRun(prepared, engine.tokenizer, services.settings.model_name)
+    gen, first = await open_generation(engine, prepared.prompt_token_ids, prepared.sampling_params,
+                                       run.request_id)
+    if body.stream:
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return EventSourceResponse(_sse(services, run, gen, first, include_usage), ping=15)
+    return await _complete(services, request, run, gen, first)
+
+
+async def _complete(services: Any, request: Request, run: CompletionRun, gen: AsyncIterator[Any],
+                    first: Any) -> ChatCompletion:
+    async def consume() -> None:
+        out = first
+        while True:
+            run.feed(out)
+            if out.finished:
+                return
+            out = await gen.__anext__()
+
+    work = asyncio.ensure_future(consume())
+    watch = asyncio.ensure_future(wait_disconnect(request))
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if not work.done():
+            work.cancel()
+            raise RequestAbortedError("client disconnected")
+        work.result()
+    finally:
+        watch.cancel()
+        await close_generation(services.engine, gen, run.request_id)
+    _record(services, run)
+    return run.result()
+
+
+def _record(services: Any, run: CompletionRun) -> None:
+    if run.last is not None and run.last.finished:
+        services.metrics.observe_output(run.last)
+    services.metrics.count_tokens(run.token_classes())
+
+
+async def _sse(services: Any, run: CompletionRun, gen: AsyncIterator[Any], first: Any,
+               include_usage: bool) -> AsyncIterator[dict[str, str]]:
+    try:
+        async for chunk in stream_chunks(run, gen, first, include_usage):
+            yield {"data": chunk.model_dump_json(exclude_none=True)}
+        yield {"data": "[DONE]"}
+    except LoomError as exc:  # failure after the stream began: an error event, then stop
+        yield {"data": json.dumps(loom_error_body(exc))}
+    except (asyncio.CancelledError, GeneratorExit):
+        raise  # client went away: the finally below aborts the request
+    except Exception:
+        yield {"data": json.dumps(error_body("Internal server error", "internal_error"))}
+        raise
+    finally:
+        await close_generation(services.engine, gen, run.request_id)
+        _record(services, run)

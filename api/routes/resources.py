@@ -1,0 +1,110 @@
+"""``/v1/documents`` + ``/v1/search`` (the index) and ``/v1/memories`` (long-term memory).
+
+Both are owner-scoped: documents are indexed with ``metadata.owner`` and ids
+prefixed by the owner, and searches filter on it; memory namespaces are
+prefixed by the owner.  Another owner's documents and memories are invisible
+(404 on delete).  Embedding and FAISS work runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+
+import anyio
+from fastapi import APIRouter, Depends, Query, Request
+
+from api.auth import require_owner
+from api.schemas.resources import (
+    DocumentCreate,
+    DocumentOut,
+    MemoryCreate,
+    MemoryList,
+    MemoryOut,
+    SearchHit,
+    SearchResults,
+)
+from api.schemas.sessions import Deleted
+from api.turns import OwnerRetriever, scoped_namespace
+from runtime.errors import NotFoundError
+
+router = APIRouter(tags=["documents and memory"])
+
+_LOADERS = {"text": "load_text", "markdown": "load_markdown", "html": "load_html", "rst": "load_rst"}
+
+
+def _doc_key(owner: str, doc_id: str) -> str:
+    return f"{owner}/{doc_id}"
+
+
+@router.post("/v1/documents", response_model=DocumentOut, summary="Index a document")
+async def create_document(body: DocumentCreate, request: Request,
+                          owner: str = Depends(require_owner)) -> DocumentOut:
+    """Chunk, embed and index text; the document belongs to the caller's owner."""
+    from retrieval import loaders
+
+    services = request.app.state.services
+    doc_id = body.id or f"doc_{uuid.uuid4().hex}"
+    load = getattr(loaders, _LOADERS[body.format])
+    doc = load(body.text, _doc_key(owner, doc_id), body.title or None)
+    doc = dataclasses.replace(doc, metadata={**body.metadata, "owner": owner})
+    retriever = await anyio.to_thread.run_sync(services.index)
+    added = await anyio.to_thread.run_sync(retriever.add_documents, [doc])
+    num_chunks = added if isinstance(added, int) else len(added or [])
+    return DocumentOut(id=doc_id, title=doc.title, num_chunks=num_chunks)
+
+
+@router.get("/v1/search", response_model=SearchResults, summary="Search the owner's documents")
+async def search(request: Request, q: str = Query(min_length=1, description="Query text."),
+                 k: int = Query(5, ge=1, le=100), owner: str = Depends(require_owner)) -> SearchResults:
+    """Top-``k`` chunks of the caller's documents (dense + lexical hybrid as the index does)."""
+    services = request.app.state.services
+    retriever = OwnerRetriever(await anyio.to_thread.run_sync(services.index), owner)
+    hits = await anyio.to_thread.run_sync(lambda: retriever.search(q, k=k))
+    prefix = f"{owner}/"
+    return SearchResults(data=[
+        SearchHit(chunk_id=h.chunk_id, document=h.document.removeprefix(prefix), title=getattr(h, "title", ""),
+                  section=h.section, text=h.text, score=float(h.score)) for h in hits])
+
+
+@router.post("/v1/memories", response_model=MemoryList, summary="Remember text")
+async def create_memory(body: MemoryCreate, request: Request,
+                        owner: str = Depends(require_owner)) -> MemoryList:
+    """Store facts from ``text`` in the namespace; returns the memory events (add/update/skip)."""
+    services = request.app.state.services
+    memory = await anyio.to_thread.run_sync(services.memory)
+    ns = scoped_namespace(owner, body.namespace)
+    events = await anyio.to_thread.run_sync(lambda: memory.add(body.text, ns, source=body.source))
+    return MemoryList(data=[
+        MemoryOut(id=getattr(e, "memory_id", None) or getattr(e, "id", ""), text=getattr(e, "text", ""),
+                  namespace=body.namespace, event=str(getattr(e, "type", getattr(e, "event", ""))))
+        for e in events])
+
+
+@router.get("/v1/memories", response_model=MemoryList, summary="Recall memories")
+async def list_memories(request: Request, namespace: str = Query("default", min_length=1, max_length=200),
+                        q: str | None = Query(None, description="Query; without it, list the namespace."),
+                        k: int = Query(10, ge=1, le=100), owner: str = Depends(require_owner)) -> MemoryList:
+    """Memories of a namespace, ranked by relevance to ``q`` when given."""
+    services = request.app.state.services
+    memory = await anyio.to_thread.run_sync(services.memory)
+    ns = scoped_namespace(owner, namespace)
+    if q:
+        hits = await anyio.to_thread.run_sync(lambda: memory.search(q, ns, k=k))
+        return MemoryList(data=[MemoryOut(id=h.id, text=h.text, namespace=namespace, score=float(h.score))
+                                for h in hits])
+    rows = await anyio.to_thread.run_sync(lambda: memory.list(ns, limit=k))
+    return MemoryList(data=[MemoryOut(id=r.id, text=r.text, namespace=namespace) for r in rows])
+
+
+@router.delete("/v1/memories/{memory_id}", response_model=Deleted, summary="Forget one memory")
+async def delete_memory(memory_id: int, request: Request,
+                        namespace: str = Query("default", min_length=1, max_length=200),
+                        owner: str = Depends(require_owner)) -> Deleted:
+    """Delete a memory of the caller's namespace (404 when it is not theirs)."""
+    services = request.app.state.services
+    memory = await anyio.to_thread.run_sync(services.memory)
+    ok = await anyio.to_thread.run_sync(lambda: memory.delete(memory_id, scoped_namespace(owner, namespace)))
+    if ok is False:
+        raise NotFoundError(f"No memory {memory_id} in namespace {namespace!r}.", param="memory_id")
+    return Deleted(id=str(memory_id), object="memory")

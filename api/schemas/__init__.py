@@ -1,0 +1,1 @@
+"""Pydantic models of everything that crosses the HTTP API."""

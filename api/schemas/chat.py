@@ -1,0 +1,278 @@
+"""OpenAI chat-completions request and response models (``/v1/chat/completions``).
+
+Field names and shapes follow OpenAI's API reference; ``reasoning_content`` on
+messages and deltas follows vLLM / DeepSeek.  Requests forbid unknown fields
+(a typo is a 400 naming it, not a silently ignored option); fields OpenAI
+defines that Loom cannot honour are rejected by the service with a 400 too.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TextPart(_Strict):
+    """A text content part (``{"type": "text", "text": ...}``)."""
+
+    type: Literal["text"]
+    text: str
+
+
+Content = str | list[TextPart]
+
+
+class FunctionCall(_Strict):
+    """A call's function: ``arguments`` is a JSON-encoded object, as in OpenAI's API."""
+
+    name: str
+    arguments: str
+
+
+class ToolCall(_Strict):
+    """An assistant's tool call."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class SystemMessage(_Strict):
+    """System (or ``developer``) instructions."""
+
+    role: Literal["system", "developer"]
+    content: Content
+    name: str | None = None
+
+
+class UserMessage(_Strict):
+    """A user turn."""
+
+    role: Literal["user"]
+    content: Content
+    name: str | None = None
+
+
+class AssistantMessage(_Strict):
+    """An earlier assistant turn (content, reasoning and/or tool calls)."""
+
+    role: Literal["assistant"]
+    content: Content | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    name: str | None = None
+
+
+class ToolMessage(_Strict):
+    """A tool's result, answering the assistant call with ``tool_call_id``."""
+
+    role: Literal["tool"]
+    content: Content
+    tool_call_id: str
+
+
+Message = Annotated[
+    SystemMessage | UserMessage | AssistantMessage | ToolMessage, Field(discriminator="role")
+]
+
+
+class FunctionDef(_Strict):
+    """A tool's function: name, description and JSON-schema parameters."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolDef(_Strict):
+    """An OpenAI tool (only ``function`` tools exist)."""
+
+    type: Literal["function"] = "function"
+    function: FunctionDef
+
+
+class NamedFunction(_Strict):
+    """``{"name": ...}`` inside a named ``tool_choice``."""
+
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    """``tool_choice={"type": "function", "function": {"name": ...}}``."""
+
+    type: Literal["function"] = "function"
+    function: NamedFunction
+
+
+class JsonSchemaSpec(_Strict):
+    """``response_format.json_schema``: a name and a JSON schema."""
+
+    name: str = "response"
+    description: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ResponseFormat(_Strict):
+    """``text``, ``json_object`` or ``json_schema`` (enforced by constrained decoding)."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaSpec | None = None
+
+
+class StreamOptions(_Strict):
+    """``include_usage`` adds a last chunk with ``usage`` (and no choices)."""
+
+    include_usage: bool = False
+
+
+class ChatCompletionRequest(_Strict):
+    """Body of ``POST /v1/chat/completions``."""
+
+    model: str
+    messages: list[Message] = Field(min_length=1)
+    tools: list[ToolDef] | None = None
+    tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = Field(default=None, ge=0.0, le=2.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = Field(default=None, ge=-1)
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0)
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    n: int | None = Field(default=None, ge=1, le=1)
+    response_format: ResponseFormat | None = None
+    user: str | None = None
+
+
+class PromptTokensDetails(BaseModel):
+    """Prompt tokens served from the prefix cache."""
+
+    cached_tokens: int = 0
+
+
+class CompletionTokensDetails(BaseModel):
+    """Completion tokens spent inside ``<think>`` reasoning."""
+
+    reasoning_tokens: int = 0
+
+
+class Usage(BaseModel):
+    """Token counts of one completion (OpenAI ``usage``)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
+    completion_tokens_details: CompletionTokensDetails = Field(
+        default_factory=CompletionTokensDetails
+    )
+
+
+class ResponseMessage(BaseModel):
+    """The assistant message of a non-streamed choice."""
+
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+
+
+FinishReason = Literal["stop", "length", "tool_calls", "abort"]
+
+
+class Choice(BaseModel):
+    """One choice (Loom always answers ``n=1``)."""
+
+    index: int = 0
+    message: ResponseMessage
+    finish_reason: FinishReason | None = None
+    logprobs: None = None
+
+
+class ChatCompletion(BaseModel):
+    """Response of a non-streamed chat completion."""
+
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+
+
+class DeltaFunction(BaseModel):
+    """Streamed piece of a tool call's function (name once, then argument text)."""
+
+    name: str | None = None
+    arguments: str | None = None
+
+
+class DeltaToolCall(BaseModel):
+    """Streamed tool call, addressed by ``index``."""
+
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: DeltaFunction
+
+
+class Delta(BaseModel):
+    """What a stream chunk adds to the message."""
+
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[DeltaToolCall] | None = None
+
+
+class ChunkChoice(BaseModel):
+    """A streamed choice."""
+
+    index: int = 0
+    delta: Delta
+    finish_reason: FinishReason | None = None
+    logprobs: None = None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One ``data:`` event of a streamed completion."""
+
+    id: str
+    object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+
+
+class ModelCard(BaseModel):
+    """An entry of ``GET /v1/models``."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "loom"
+    max_model_len: int | None = None
+
+
+class ModelList(BaseModel):
+    """``GET /v1/models``."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelCard]

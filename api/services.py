@@ -1,0 +1,129 @@
+"""What one server process holds: engine, store, index, memory, metrics, in-flight count.
+
+``Services.start`` runs once in the app's lifespan: it opens the database (and
+marks turns a killed process left ``running`` as ``interrupted``), loads the
+engine (``runtime.AsyncLLM``) and the index.  The embedder-backed long-term
+memory loads on first use (it costs seconds and many servers never use it), once.
+``Services.stop`` drains: it waits until in-flight HTTP requests end (at most
+``drain_timeout_s``), then shuts the engine down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from api.metrics import Metrics
+from api.settings import Settings
+from api.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def engine_args(settings: Settings) -> dict[str, Any]:
+    """``EngineConfig`` keyword arguments from the settings (unset ones left to the engine)."""
+    args: dict[str, Any] = {
+        "dtype": settings.dtype,
+        "device": settings.device,
+        "block_size": settings.block_size,
+        "max_num_seqs": settings.max_num_seqs,
+        "max_num_batched_tokens": settings.max_num_batched_tokens,
+        "enable_prefix_caching": settings.enable_prefix_caching,
+        "seed": settings.seed,
+    }
+    for name in ("num_kv_blocks", "max_model_len", "max_waiting"):
+        value = getattr(settings, name)
+        if value is not None:
+            args[name] = value
+    return args
+
+
+@dataclass
+class Services:
+    """Per-process state shared by every route (``request.app.state.services``)."""
+
+    settings: Settings
+    store: Store | None = None
+    engine: Any = None  # runtime.AsyncLLM
+    retriever: Any = None  # retrieval.Retriever
+    metrics: Metrics = field(default_factory=Metrics)
+    started_at: float = field(default_factory=time.time)
+    in_flight: int = 0
+    _memory: Any = None
+    _embedder: Any = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # lifecycle --------------------------------------------------------------------
+    def start(self) -> None:
+        """Open the database, load the engine and the index (blocking, seconds)."""
+        from runtime import AsyncLLM
+
+        s = self.settings
+        self.store = Store(s.db)
+        stale = self.store.interrupt_running_turns()
+        if stale:
+            log.warning("marked %d turn(s) left running by a previous process as interrupted", stale)
+        log.info("loading model %s", s.model)
+        self.engine = AsyncLLM(s.model, **engine_args(s))
+        self.metrics.watch_engine(self.engine.stats)
+        if s.index is not None:
+            self.retriever = self._open_index(Path(s.index))
+        if s.no_auth:
+            log.warning(
+                "AUTHENTICATION DISABLED (--no-auth): every request runs as owner 'local'. "
+                "Use this for local development only."
+            )
+
+    async def stop(self) -> None:
+        """Drain in-flight requests (up to ``drain_timeout_s``), then stop the engine."""
+        deadline = time.monotonic() + self.settings.drain_timeout_s
+        while self.in_flight > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if self.in_flight:
+            log.warning("shutting down with %d request(s) still in flight", self.in_flight)
+        if self.engine is not None:
+            self.engine.shutdown()
+        if self.store is not None:
+            self.store.close()
+
+    # lazily loaded parts ------------------------------------------------------------
+    def embedder(self) -> Any:
+        """The MiniLM sentence embedder shared by index and memory (loaded once)."""
+        with self._lock:
+            if self._embedder is None:
+                from retrieval import Embedder
+
+                self._embedder = Embedder()
+            return self._embedder
+
+    def memory(self) -> Any:
+        """``memory.LongTermMemory`` on the server database (created on first use)."""
+        if self._memory is None:
+            embedder = self.embedder()
+            with self._lock:
+                if self._memory is None:
+                    from memory import LongTermMemory
+
+                    self._memory = LongTermMemory(url=self.settings.db, embedder=embedder)
+        return self._memory
+
+    def index(self) -> Any:
+        """The retriever; without ``--index`` one is created under ``.loom/index``."""
+        if self.retriever is None:
+            with self._lock:
+                if self.retriever is None:
+                    self.retriever = self._open_index(Path(".loom/index"))
+        return self.retriever
+
+    def _open_index(self, path: Path) -> Any:
+        from retrieval import Retriever
+
+        log.info("opening index %s", path)
+        if path.exists() and any(path.iterdir()):
+            return Retriever.open(path)
+        return Retriever.create(path, embedder=self.embedder())  # TODO: check retrieval API

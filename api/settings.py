@@ -1,0 +1,108 @@
+"""Server settings: command-line flags > environment (``LOOM_...``) > TOML file > defaults.
+
+pydantic-settings does the layering: keyword arguments (the flags ``loom serve``
+was given) win over environment variables with the ``LOOM_`` prefix
+(``LOOM_MODEL``, ``LOOM_DB``, ``LOOM_NO_AUTH=1``, ...), which win over an optional
+TOML file (``--config FILE`` or ``LOOM_CONFIG``; top-level keys are the field
+names below), which win over the defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+
+class Settings(BaseSettings):
+    """Everything ``api.create_app`` needs; one instance per server process."""
+
+    model_config = SettingsConfigDict(env_prefix="LOOM_", extra="forbid", toml_file=None)
+
+    # model / engine
+    model: str = Field(description="Checkpoint folder (or hub id) the engine loads.")
+    served_model_name: str | None = Field(
+        default=None, description="Name in /v1/models; default: the model folder's name."
+    )
+    dtype: str = "float32"
+    device: str = "auto"
+    block_size: int = Field(default=16, gt=0, description="KV block size (tokens).")
+    num_kv_blocks: int | None = Field(default=None, gt=0)
+    max_num_seqs: int = Field(default=64, gt=0)
+    max_num_batched_tokens: int = Field(default=2048, gt=0)
+    max_model_len: int | None = Field(default=None, gt=0)
+    max_waiting: int | None = Field(
+        default=None, gt=0, description="Waiting-queue cap; beyond it requests get 429."
+    )
+    enable_prefix_caching: bool = True
+    seed: int = 0
+
+    # data
+    index: Path | None = Field(default=None, description="FAISS index folder (retrieval).")
+    db: str = Field(
+        default="sqlite:///loom.db",
+        description="SQLAlchemy URL for keys, sessions and memories.",
+    )
+
+    # serving
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, lt=65536)
+    no_auth: bool = Field(default=False, description="Accept requests without a key (dev only).")
+    default_max_tokens: int = Field(
+        default=512, gt=0, description="max_tokens of a chat completion that sets none."
+    )
+    max_steps: int = Field(default=6, gt=0, description="Agent steps per session turn.")
+    tool_timeout_s: float = Field(default=10.0, gt=0)
+    drain_timeout_s: float = Field(
+        default=30.0, ge=0, description="Shutdown waits this long for in-flight requests (s)."
+    )
+    log_level: str = "info"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # flags > env > TOML; no .env file or secrets dir (explicit is better).
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls))
+
+    @classmethod
+    def load(cls, config_file: str | Path | None = None, **flags: Any) -> Settings:
+        """Settings from flags (``None`` values mean "not given"), env and a TOML file.
+
+        Args:
+            config_file: TOML file; default ``$LOOM_CONFIG`` when set, else none.
+            **flags: field values from the command line.
+
+        Raises:
+            pydantic.ValidationError: a missing ``model`` or a value of the wrong type.
+            FileNotFoundError: ``config_file`` does not exist.
+        """
+        given = {k: v for k, v in flags.items() if v is not None}
+        path = config_file or os.environ.get("LOOM_CONFIG")
+        if not path:
+            return cls(**given)
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"config file not found: {path}")
+
+        class _FromToml(cls):  # type: ignore[valid-type, misc]
+            model_config = SettingsConfigDict(toml_file=str(path))
+
+        return cls.model_validate(_FromToml(**given).model_dump())
+
+    @property
+    def model_name(self) -> str:
+        """The id clients send as ``model`` (``served_model_name`` or the folder name)."""
+        return self.served_model_name or Path(self.model.rstrip("/")).name or self.model

@@ -1,0 +1,170 @@
+"""Running one session turn: an ``orchestrator.Agent`` over the shared engine.
+
+The agent is rebuilt per turn from the session's stored configuration (cheap:
+it holds no state of its own); the conversation lives in the orchestrator's
+``SQLSession`` on the server database, keyed by the session id, so a restarted
+server continues it and the rendered prefix is token-identical (prefix-cache
+hits).  The turn row is committed before the agent runs; its outcome (answer,
+reasoning, tool calls and results, OpenAI usage, full ledger) is written when
+the agent finishes, or ``interrupted`` when the client goes away, which also
+closes the agent's stream and so aborts the engine request.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from api.schemas.sessions import SessionCreate, TurnOut
+from api.services import Services
+from api.store import Turn
+
+log = logging.getLogger(__name__)
+
+
+def scoped_namespace(owner: str, namespace: str) -> str:
+    """Memory namespace as stored: owners never see each other's memories."""
+    return f"{owner}::{namespace}"
+
+
+class OwnerRetriever:
+    """A retriever view that only finds the owner's documents (metadata filter)."""
+
+    def __init__(self, retriever: Any, owner: str) -> None:
+        self._retriever = retriever
+        self.owner = owner
+
+    def search(self, query: str, k: int = 5, filters: dict[str, Any] | None = None) -> list[Any]:
+        """``Retriever.search`` restricted to ``metadata.owner == owner``."""
+        return self._retriever.search(query, k=k, filters={**(filters or {}), "owner": self.owner})
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._retriever, name)
+
+
+def _tools(services: Services, owner: str, cfg: SessionCreate) -> list[Any]:
+    from tools.builtin import calculator, memory_tools, search_documents_tool
+
+    chosen: list[Any] = []
+    if "calculator" in cfg.tools:
+        chosen.append(calculator)
+    if "search_documents" in cfg.tools:
+        chosen.append(search_documents_tool(OwnerRetriever(services.index(), owner)))
+    wanted = {"remember", "recall"} & set(cfg.tools)
+    if wanted:
+        ns = scoped_namespace(owner, cfg.memory_namespace or "default")
+        chosen += [t for t in memory_tools(services.memory(), ns) if t.name in wanted]
+    return chosen
+
+
+def _tool_choice(choice: Any) -> Any:
+    if isinstance(choice, str) or choice is None:
+        return choice
+    return choice.function.name  # named tool
+
+
+def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Any:
+    """An ``orchestrator.Agent`` for one turn of a session with config ``cfg``."""
+    from orchestrator import Agent
+    from runtime import SamplingParams
+
+    s = cfg.sampling
+    sampling = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                              max_tokens=s.max_tokens, seed=s.seed, stop=list(s.stop))
+    ns = cfg.memory_namespace
+    return Agent(
+        services.engine,
+        tools=_tools(services, owner, cfg),
+        retriever=OwnerRetriever(services.index(), owner) if cfg.index else None,
+        memory=services.memory() if ns else None,
+        memory_namespace=scoped_namespace(owner, ns) if ns else None,
+        system_prompt=cfg.system_prompt,
+        max_steps=cfg.max_steps or services.settings.max_steps,
+        sampling=sampling,
+        tool_choice=_tool_choice(cfg.tool_choice),
+        auto_retrieve=cfg.index,
+    )
+
+
+def agent_session(services: Services, session_id: str) -> Any:
+    """The orchestrator's SQL-backed conversation items of ``session_id``."""
+    from orchestrator import SQLSession
+
+    return SQLSession(session_id, url=services.settings.db)
+
+
+def turn_out(turn: Turn) -> TurnOut:
+    """API view of a stored turn."""
+    return TurnOut(session_id=turn.session_id, index=turn.index, user_message=turn.user_message,
+                   state=turn.state, answer=turn.answer, reasoning=turn.reasoning,
+                   tool_calls=turn.tool_calls or [], tool_results=turn.tool_results or [],
+                   usage=turn.usage, ledger=turn.ledger, error=turn.error,
+                   created_at=turn.created_at, finished_at=turn.finished_at)
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: _jsonable(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def result_fields(result: Any) -> dict[str, Any]:
+    """Columns of a finished turn from an ``orchestrator.RunResult``."""
+    ledger = result.usage
+    return {
+        "state": result.final_state,
+        "answer": result.answer,
+        "reasoning": result.reasoning or None,
+        "tool_calls": _jsonable(list(result.tool_calls or [])),
+        "tool_results": _jsonable(list(result.tool_results or [])),
+        "usage": ledger.to_openai_usage() if ledger is not None else None,
+        "ledger": ledger.to_dict(with_calls=True) if ledger is not None else None,
+    }
+
+
+def record_metrics(services: Services, result: Any) -> None:
+    """Tokens by class and per-call TTFT / E2EL from a run's ledger."""
+    ledger = result.usage
+    if ledger is None:
+        return
+    counts: dict[str, int] = {}
+    for name, u in ledger.prompt.items():
+        counts[f"{name}.cached"] = u.cached_tokens
+        counts[f"{name}.computed"] = u.computed_tokens
+    for name, o in ledger.output.items():
+        counts[name] = o.tokens
+    counts["spec_rejected"] = ledger.spec_rejected
+    services.metrics.count_tokens(counts)
+    for call in ledger.calls:
+        if call.ttft_ms:
+            services.metrics.ttft.observe(call.ttft_ms / 1000.0)
+        if call.e2e_ms:
+            services.metrics.e2el.observe(call.e2e_ms / 1000.0)
+
+
+def event_json(ev: Any) -> dict[str, Any]:
+    """One agent event as JSON for the SSE stream (``type`` plus its fields)."""
+    kind = getattr(ev, "type", type(ev).__name__)
+    if kind == "usage":
+        ledger = getattr(ev, "ledger", None)
+        return {"type": "usage", "usage": ledger.to_openai_usage() if ledger else None,
+                "ledger": ledger.to_dict() if ledger else None}
+    if kind == "done":
+        return {"type": "done"}  # the stored turn follows as a `turn` event
+    data = _jsonable(ev)
+    data = data if isinstance(data, dict) else {"value": data}
+    data["type"] = kind
+    return data
+
+
+def agent_events(agent: Any, message: str, session: Any, tool_choice: Any) -> AsyncIterator[Any]:
+    """The agent's event stream for one turn (``Agent.stream``; ``aclose()`` aborts it)."""
+    return agent.stream(message, session=session, tool_choice=tool_choice)
