@@ -1,0 +1,254 @@
+"""Fact extraction from a finished turn: a pluggable :class:`Extractor`.
+
+* :class:`RuleBasedExtractor` reads the user's explicit statements ("remember
+  that ...", "my name is ...", "I live in ...", "my favourite X is Y", "I prefer
+  ...") with regular expressions; it works with any model, including none, and
+  rewrites them in the third person ("User's name is Bob") so memories read
+  unambiguously when shown to the model later.
+* :class:`LLMExtractor` asks a model for ``{"facts": [...]}`` through a
+  ``generate(prompt, json_schema) -> str`` callable, so the orchestrator can pass
+  its engine with constrained decoding (the schema is then always satisfied).
+  Unparseable output falls back to the rule-based extractor (or raises with
+  ``strict=True``).  The approach is mem0's (Chhikara et al. 2025, arXiv 2504.19413).
+
+Messages are OpenAI-style dicts (``{"role", "content"}``, content a string or a
+list of ``{"type": "text", "text": ...}`` parts) or objects with ``role`` /
+``content`` attributes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+logger = logging.getLogger(__name__)
+
+Message = Any  # dict with role/content, or an object with .role/.content
+
+
+@runtime_checkable
+class Extractor(Protocol):
+    """Turns a finished turn's messages into fact strings to store."""
+
+    def extract(self, messages: Sequence[Message]) -> list[str]: ...
+
+
+def message_role_and_text(message: Message) -> tuple[str, str]:
+    """``(role, text)`` of one chat message; list-of-parts content is joined.
+
+    Raises:
+        ValueError: (naming ``messages``) when the message has no role or content.
+    """
+    if isinstance(message, dict):
+        role, content = message.get("role"), message.get("content")
+    else:
+        role, content = getattr(message, "role", None), getattr(message, "content", None)
+    if not isinstance(role, str):
+        raise ValueError(f"messages: each message needs a string 'role', got {message!r:.80}")
+    if content is None:
+        return role, ""
+    if isinstance(content, str):
+        return role, content
+    if isinstance(content, list):
+        parts = [p.get("text", "") if isinstance(p, dict) else str(p) for p in content]
+        return role, "\n".join(p for p in parts if p)
+    raise ValueError(f"messages: content must be a string or a list of parts, got {type(content).__name__}")
+
+
+# --- rule-based -------------------------------------------------------------------
+
+_END = r"(?:[,;]\s*(?:but|what|how|can|could|please|do|does|and you|so)\b.*)?$"
+# (first-person pattern, third-person template); values keep the user's casing.
+_CANONICAL: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(rf"^my name is (?P<v>.+?){_END}", re.I), "User's name is {v}"),
+    (re.compile(rf"^(?:you can )?call me (?P<v>.+?){_END}", re.I), "User's name is {v}"),
+    (re.compile(rf"^i live in (?P<v>.+?){_END}", re.I), "User lives in {v}"),
+    (re.compile(rf"^i(?:'m| am) from (?P<v>.+?){_END}", re.I), "User is from {v}"),
+    (re.compile(rf"^i(?:'m| am) (?P<v>\d+) years? old{_END}", re.I), "User is {v} years old"),
+    (re.compile(rf"^i work (?:at|for) (?P<v>.+?){_END}", re.I), "User works at {v}"),
+    (re.compile(rf"^i work as (?P<v>.+?){_END}", re.I), "User works as {v}"),
+    (re.compile(rf"^i(?:'m| am) allergic to (?P<v>.+?){_END}", re.I), "User is allergic to {v}"),
+    (re.compile(rf"^my (?P<k>favou?rite [\w' -]+?) (?P<be>is|are) (?P<v>.+?){_END}", re.I), "User's {k} {be} {v}"),
+    (re.compile(rf"^i (?:would rather|prefer) (?P<v>.+?){_END}", re.I), "User prefers {v}"),
+]
+# Only inside an explicit "remember that ..." request (too eager for plain chat).
+_CANONICAL_EXPLICIT: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"^my (?P<k>[\w' -]{1,40}?) (?P<be>is|are) (?P<v>.+)$", re.I), "User's {k} {be} {v}"),
+    (re.compile(r"^i (?P<verb>like|love|enjoy|hate|dislike|use|have|own) (?P<v>.+)$", re.I), "User {verb}s {v}"),
+    (re.compile(r"^i (?:don't|do not) (?P<verb>like|eat|drink|use|want) (?P<v>.+)$", re.I), "User does not {verb} {v}"),
+    (re.compile(r"^i(?:'m| am) (?P<v>.+)$", re.I), "User is {v}"),
+]
+_REMEMBER = re.compile(
+    r"^(?:please\s+)?(?:remember|note|keep in mind|don't forget)(?:\s+that)?\s*[:,]?\s+(?P<fact>.+)$", re.I
+)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+_LEAD = re.compile(r"^(?:(?:hi|hello|hey|well|ok|okay|so|also|btw|by the way|oh|and|actually)\b[\s,!]*)+", re.I)
+_CLAUSE = re.compile(r",?\s+and\s+(?=(?:i|i'm|my)\b)", re.I)
+
+
+def _clean(fact: str) -> str:
+    fact = fact.strip().rstrip(" .!;,")
+    return fact[:1].upper() + fact[1:] if fact else fact
+
+
+def _canonical(clause: str, rules: list[tuple[re.Pattern[str], str]]) -> str | None:
+    for pattern, template in rules:
+        m = pattern.match(clause)
+        if m:
+            return _clean(template.format(**{k: v.strip() for k, v in m.groupdict().items()}))
+    return None
+
+
+class RuleBasedExtractor:
+    """Explicit statements in the user's messages -> third-person facts.
+
+    >>> RuleBasedExtractor().extract([{"role": "user", "content": "Hi! My name is Ada and I live in Paris."}])
+    ["User's name is Ada", 'User lives in Paris']
+    """
+
+    def __init__(self, roles: tuple[str, ...] = ("user",)) -> None:
+        self.roles = roles
+
+    def extract(self, messages: Sequence[Message]) -> list[str]:
+        """Facts in message order, duplicates removed."""
+        facts: list[str] = []
+        for message in messages:
+            role, text = message_role_and_text(message)
+            if role not in self.roles:
+                continue
+            for sentence in _SENTENCE.split(text):
+                sentence = sentence.strip().rstrip(" .!")
+                if sentence.endswith("?"):
+                    # "My favourite colour is blue, what's yours?": keep the statement before the question.
+                    sentence = re.split(r"[,;]", sentence)[0] if re.search(r"[,;]", sentence) else ""
+                if not sentence:
+                    continue
+                facts.extend(self._from_sentence(sentence))
+        return list(dict.fromkeys(f for f in facts if f))
+
+    def _from_sentence(self, sentence: str) -> list[str]:
+        m = _REMEMBER.match(_LEAD.sub("", sentence))
+        if m:
+            payload = m.group("fact").strip()
+            return [
+                _canonical(payload, _CANONICAL) or _canonical(payload, _CANONICAL_EXPLICIT) or _clean(payload)
+            ]
+        out = []
+        for clause in _CLAUSE.split(_LEAD.sub("", sentence)):
+            fact = _canonical(clause.strip(), _CANONICAL)
+            if fact:
+                out.append(fact)
+        return out
+
+
+# --- model-based ------------------------------------------------------------------
+
+FACTS_PROMPT = """You maintain long-term memory about the user of an assistant.
+From the conversation below, list the durable facts about the user worth remembering
+in later conversations: identity, location, preferences, plans, relationships,
+constraints. Ignore small talk, questions and anything about the assistant.
+Write each fact as one short third-person sentence starting with "User", and name the
+attribute when there is one, e.g. "User's name is Ada", "User lives in Paris",
+"User's favourite language is Rust", "User does not eat meat".
+Answer with JSON: {{"facts": [...]}} (an empty list when there is nothing to remember).
+
+Conversation:
+{conversation}
+"""
+
+
+def facts_schema(max_facts: int = 20) -> dict:
+    """JSON schema of the extractor's answer: ``{"facts": [str, ...]}``."""
+    return {
+        "type": "object",
+        "properties": {
+            "facts": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 1, "maxLength": 300},
+                "maxItems": max_facts,
+            }
+        },
+        "required": ["facts"],
+        "additionalProperties": False,
+    }
+
+
+class LLMExtractor:
+    """Ask a model for the facts of a turn as JSON.
+
+    Args:
+        generate: ``generate(prompt, json_schema) -> str``; pass an engine wrapper
+            that applies the schema with constrained decoding when it can.
+        max_facts: upper bound on facts per turn (in the schema and enforced here).
+        strict: raise on unparseable output instead of falling back.
+        fallback: extractor used when the output does not parse (``None`` = return []).
+    """
+
+    def __init__(
+        self,
+        generate: Callable[[str, dict], str],
+        *,
+        max_facts: int = 20,
+        strict: bool = False,
+        fallback: Extractor | None = None,
+    ) -> None:
+        if max_facts < 1:
+            raise ValueError("max_facts: must be >= 1")
+        self.generate = generate
+        self.max_facts = max_facts
+        self.strict = strict
+        self.fallback = fallback if fallback is not None else RuleBasedExtractor()
+        self.schema = facts_schema(max_facts)
+
+    def prompt(self, messages: Sequence[Message]) -> str:
+        """The extraction prompt for ``messages`` (system and tool turns skipped)."""
+        lines = []
+        for message in messages:
+            role, text = message_role_and_text(message)
+            if role in ("user", "assistant") and text.strip():
+                lines.append(f"{role}: {text.strip()}")
+        return FACTS_PROMPT.format(conversation="\n".join(lines))
+
+    def extract(self, messages: Sequence[Message]) -> list[str]:
+        """Facts the model listed, stripped, de-duplicated, at most ``max_facts``.
+
+        Raises:
+            ValueError: (naming ``extractor``) with ``strict=True`` when the output is not
+                ``{"facts": [str]}`` or a JSON list of strings.
+        """
+        raw = self.generate(self.prompt(messages), self.schema)
+        try:
+            facts = parse_facts(raw)
+        except ValueError as exc:
+            if self.strict:
+                raise
+            logger.warning("LLMExtractor: %s; falling back to %s", exc, type(self.fallback).__name__)
+            return self.fallback.extract(messages) if self.fallback is not None else []
+        return list(dict.fromkeys(f.strip() for f in facts if f.strip()))[: self.max_facts]
+
+
+def parse_facts(raw: str) -> list[str]:
+    """Parse ``{"facts": [...]}`` or ``[...]``; items are strings or ``{"text"|"fact": str}``.
+
+    Raises:
+        ValueError: (naming ``extractor``) when ``raw`` has another shape.
+    """
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise ValueError(f"extractor: model output is not JSON ({exc}): {str(raw)[:80]!r}") from exc
+    if isinstance(data, dict):
+        data = data.get("facts")
+    if not isinstance(data, list):
+        raise ValueError(f"extractor: expected a list of facts, got {type(data).__name__}")
+    facts = []
+    for item in data:
+        if isinstance(item, dict):
+            item = item.get("text", item.get("fact"))
+        if not isinstance(item, str):
+            raise ValueError(f"extractor: fact must be a string, got {type(item).__name__}")
+        facts.append(item)
+    return facts

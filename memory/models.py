@@ -1,0 +1,67 @@
+"""SQLAlchemy 2.0 typed models of the long-term memory store.
+
+Two tables:
+
+* ``memories``: one row per fact.  History is kept: when a fact is superseded
+  (UPDATE) the old row stays with ``active = False`` and ``superseded_by_id``
+  pointing at its successor, whose ``supersedes_id`` points back.
+* ``memory_namespaces``: one row per namespace; writers lock it (``UPDATE ...
+  SET revision = revision + 1``) at the start of every write transaction, which
+  serialises writers of one namespace on any database (a row lock on Postgres,
+  the database write lock on SQLite) without dialect-specific SQL.  ``revision``
+  also tells readers when their cached embedding matrix is stale.
+
+Times are Unix seconds stored as double precision; embeddings are the raw bytes
+of a float32 vector (``D * 4`` bytes, L2-normalised).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Boolean, Double, ForeignKey, Index, Integer, LargeBinary, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    """Declarative base of the memory tables."""
+
+
+class MemoryRow(Base):
+    """One memory (a fact about a user or agent) in one namespace."""
+
+    __tablename__ = "memories"
+    __table_args__ = (
+        Index("ix_memories_namespace_active", "namespace", "active"),
+        Index("ix_memories_namespace_slot", "namespace", "slot"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    namespace: Mapped[str] = mapped_column(String(255), nullable=False)
+    text: Mapped[str] = mapped_column(Text, nullable=False)
+    # Normalised subject slot ("name", "location", "favourite colour") when the fact has one.
+    slot: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    embedding: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
+    active: Mapped[bool] = mapped_column(Boolean, nullable=False, default=True)
+    created_at: Mapped[float] = mapped_column(Double, nullable=False)
+    updated_at: Mapped[float] = mapped_column(Double, nullable=False)
+    last_used_at: Mapped[float] = mapped_column(Double, nullable=False)
+    use_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    source_session_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    source_turn: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    supersedes_id: Mapped[int | None] = mapped_column(
+        ForeignKey("memories.id", ondelete="SET NULL"), nullable=True
+    )
+    superseded_by_id: Mapped[int | None] = mapped_column(
+        ForeignKey("memories.id", ondelete="SET NULL"), nullable=True, index=True
+    )
+
+    def __repr__(self) -> str:
+        return f"MemoryRow(id={self.id}, namespace={self.namespace!r}, active={self.active}, text={self.text!r})"
+
+
+class NamespaceRow(Base):
+    """Per-namespace lock row and content revision counter."""
+
+    __tablename__ = "memory_namespaces"
+
+    namespace: Mapped[str] = mapped_column(String(255), primary_key=True)
+    revision: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
