@@ -1,1 +1,33 @@
-"""Loom runtime: the in-process LLM engine."""
+"""Loom runtime: the in-process LLM engine.
+
+Public surface (vLLM names): ``LLM`` (sync, batched), ``AsyncLLM`` (background
+stepping, async streams, abort), ``SamplingParams``, ``RequestOutput``,
+``EngineConfig``; ``LLMEngine`` for callers that drive steps themselves.
+Heavy modules (torch, transformers) load on first use of an engine class, so
+``import runtime`` stays cheap for the CLI.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from runtime.config import EngineConfig
+from runtime.outputs import RequestOutput
+from runtime.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from runtime.async_llm import AsyncLLM
+    from runtime.engine import LLMEngine
+    from runtime.llm import LLM
+
+__all__ = ["LLM", "AsyncLLM", "LLMEngine", "SamplingParams", "RequestOutput", "EngineConfig"]
+
+_LAZY = {"LLM": "runtime.llm", "AsyncLLM": "runtime.async_llm", "LLMEngine": "runtime.engine"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'runtime' has no attribute {name!r}")

@@ -1,0 +1,188 @@
+"""``AsyncLLM``: the engine stepping on a background thread, streamed to asyncio.
+
+One daemon thread owns the ``LLMEngine``: it drains an inbox of submissions
+and aborts, runs ``step()``, and hands each ``RequestOutput`` to the request's
+``asyncio.Queue`` through ``loop.call_soon_threadsafe`` (the only thread-safe
+way into an event loop).  The event loop therefore never waits for a model
+step, so an asyncio server stays responsive.  Validation
+(``LLMEngine.make_request``) runs in the caller, so bad input raises at once
+in ``generate`` and never reaches the engine thread.  A consumer that stops
+iterating (break, cancel, disconnect) aborts its request and frees its blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from runtime.config import EngineConfig
+from runtime.engine import LLMEngine
+from runtime.errors import InvalidRequestError, LoomError, QueueFullError
+from runtime.outputs import RequestOutput
+from runtime.request import Request
+from runtime.sampling_params import SamplingParams
+
+logger = logging.getLogger(__name__)
+
+
+class AsyncLLM:
+    """Async engine: ``AsyncLLM(model, **engine_args)`` or ``AsyncLLM.from_config(cfg)``."""
+
+    def __init__(self, model: str, **engine_args: Any) -> None:
+        self._start(LLMEngine(EngineConfig(model=model, **engine_args)))
+
+    @classmethod
+    def from_config(cls, config: EngineConfig) -> AsyncLLM:
+        self = cls.__new__(cls)
+        self._start(LLMEngine(config))
+        return self
+
+    def _start(self, engine: LLMEngine) -> None:
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.config = engine.config
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._inbox: list[tuple[str, Any]] = []
+        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._active: set[str] = set()
+        self._stats = engine.stats()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="loom-engine", daemon=True)
+        self._thread.start()
+
+    async def generate(
+        self,
+        prompt_token_ids: Sequence[int] | None = None,
+        sampling_params: SamplingParams | None = None,
+        request_id: str | None = None,
+        prompt: str | None = None,
+    ) -> AsyncIterator[RequestOutput]:
+        """Stream one request's outputs (cumulative fields plus ``new_*`` deltas).
+
+        Raises (on the first iteration, before anything is queued):
+            ContextLengthError, KVCapacityError, QueueFullError, ValueError.
+        """
+        if prompt_token_ids is None:
+            if prompt is None:
+                raise InvalidRequestError("prompt_token_ids: give prompt_token_ids or prompt", param="prompt_token_ids")
+            prompt_token_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+        req = self.engine.make_request(prompt_token_ids, sampling_params, request_id or uuid.uuid4().hex)
+        queue: asyncio.Queue = asyncio.Queue()
+        self._submit(req, asyncio.get_running_loop(), queue)
+        finished = False
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    finished = True
+                    raise item
+                finished = item.finished
+                yield item
+                if finished:
+                    return
+        finally:
+            with self._lock:
+                self._active.discard(req.request_id)
+            if not finished:
+                self._post(("abort", req.request_id))
+
+    def _submit(self, req: Request, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> None:
+        with self._lock:
+            if self._stopped:
+                raise LoomError("AsyncLLM is shut down")
+            if req.request_id in self._active:
+                raise InvalidRequestError(f"request_id: {req.request_id!r} is already running", param="request_id")
+            if self._stats["num_waiting"] + len(self._inbox) >= self.config.max_waiting:
+                raise QueueFullError("too many requests waiting (max_waiting)")
+            self._active.add(req.request_id)
+            self._inbox.append(("add", (req, loop, queue)))
+        self._wake.set()
+
+    def _post(self, item: tuple[str, Any]) -> None:
+        with self._lock:
+            self._inbox.append(item)
+        self._wake.set()
+
+    async def abort(self, request_id: str) -> None:
+        """Abort ``request_id``; its stream ends with ``finish_reason="abort"``."""
+        self._post(("abort", request_id))
+
+    def stats(self) -> dict[str, Any]:
+        """Engine counters as of the last step (``LLMEngine.stats``)."""
+        with self._lock:
+            return dict(self._stats)
+
+    def shutdown(self) -> None:
+        """Stop the engine thread; in-flight requests end with ``finish_reason="abort"``."""
+        with self._lock:
+            self._stopped = True
+        self._wake.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=30)
+
+    # -- engine thread ---------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            with self._lock:
+                inbox, self._inbox = self._inbox, []
+                stopped = self._stopped
+            self._handle_inbox(inbox)
+            if stopped:
+                for request_id in list(self.engine.requests):
+                    self.engine.abort_request(request_id)
+                self._deliver(self.engine.step())
+                return
+            if not self.engine.has_unfinished_requests():
+                self._wake.wait()
+                continue
+            try:
+                outputs = self.engine.step()
+            except Exception as exc:  # noqa: BLE001 - a failed step must reach every waiter
+                logger.exception("engine step failed")
+                self._fail_all(exc)
+                continue
+            self._deliver(outputs)
+
+    def _handle_inbox(self, inbox: list[tuple[str, Any]]) -> None:
+        for kind, payload in inbox:
+            if kind == "add":
+                req, loop, queue = payload
+                try:
+                    self.engine.add_prepared(req)
+                except LoomError as exc:
+                    _put(loop, queue, exc)
+                    continue
+                self._streams[req.request_id] = (loop, queue)
+            else:
+                self.engine.abort_request(payload)
+
+    def _deliver(self, outputs: list[RequestOutput]) -> None:
+        for out in outputs:
+            target = self._streams.pop(out.request_id, None) if out.finished else self._streams.get(out.request_id)
+            if target is not None:
+                _put(target[0], target[1], out)
+        stats = self.engine.stats()
+        with self._lock:
+            self._stats = stats
+
+    def _fail_all(self, exc: Exception) -> None:
+        for request_id in list(self.engine.requests):
+            self.engine.abort_request(request_id)
+        self.engine.step()
+        for loop, queue in self._streams.values():
+            _put(loop, queue, LoomError(f"engine step failed: {exc}"))
+        self._streams.clear()
+
+
+def _put(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue, item: Any) -> None:
+    try:
+        loop.call_soon_threadsafe(queue.put_nowait, item)
+    except RuntimeError:  # the consumer's loop is closed
+        pass

@@ -1,0 +1,204 @@
+"""Paged attention over a block-structured KV cache (PagedAttention, arXiv 2309.06180).
+
+Each layer owns two cache tensors, ``k_cache`` and ``v_cache``, shaped
+``[num_blocks * block_size, num_kv_heads, head_dim]`` (the block dimension
+flattened so a slot index addresses one token).  A forward pass first writes
+the new tokens' K/V at ``slot_mapping`` for *all* tokens of the batch, then
+attends, so a request may read prefix blocks another request of the same step
+is writing (prefix caching relies on this).
+
+The batch is flattened into one token dimension, decodes first (vLLM's
+reordering).  Backends, chosen at start:
+
+* PyTorch (CPU, or CUDA without flash-attn): decodes are batched — K/V gathered
+  through precomputed slot indices into ``[B, Lmax, Hkv, D]`` with a padding
+  mask, and the query heads of one KV group folded into the query-length
+  dimension so GQA needs no K/V repetition; each prefill chunk (or any request
+  with several query tokens, e.g. drafted tokens under speculative decoding)
+  runs SDPA over its gathered context with a bottom-right-aligned causal mask.
+* flash-attn (CUDA, ``block_size % 256 == 0``): ``flash_attn_varlen_func`` with
+  ``block_table`` over the whole batch.  Untested here (no GPU in the session
+  that wrote it).
+
+Sliding-window attention (Mistral, Qwen2 ``use_sliding_window``) follows
+transformers: key ``j`` is visible to query ``i`` when ``i - window < j <= i``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+try:  # pragma: no cover - only on CUDA machines with flash-attn
+    from flash_attn import flash_attn_varlen_func
+except Exception:  # noqa: BLE001 - any import failure means "not available"
+    flash_attn_varlen_func = None
+
+
+@dataclass
+class PrefillSeq:
+    """A request with several query tokens this step.
+
+    Attributes:
+        q_start / q_end: its rows in the flattened batch.
+        ctx_len: tokens it attends to, including this step's (tokens).
+        slots: ``[ctx_len]`` int64 slot indices of its context, or ``None``
+            when the chunk is the whole context (attend to the fresh K/V).
+    """
+
+    q_start: int
+    q_end: int
+    ctx_len: int
+    slots: torch.Tensor | None
+
+
+@dataclass
+class AttentionMetadata:
+    """Per-step inputs shared by every layer.
+
+    Attributes:
+        slot_mapping: ``[T]`` int64, cache slot of each token of the batch.
+        num_decodes: the first ``num_decodes`` tokens are single-token decodes.
+        decode_slots: ``[B, Lmax]`` int64 slots of each decode's context
+            (padding points at slot 0, masked out).
+        decode_lens: ``[B]`` int64 context lengths (tokens).
+        prefills: the remaining requests, in batch order.
+        block_tables / cu_seqlens_q / cu_seqlens_k / block_size: flash-attn
+            inputs (CUDA only).
+    """
+
+    slot_mapping: torch.Tensor
+    num_decodes: int = 0
+    decode_slots: torch.Tensor | None = None
+    decode_lens: torch.Tensor | None = None
+    prefills: list[PrefillSeq] = field(default_factory=list)
+    block_tables: torch.Tensor | None = None
+    cu_seqlens_q: torch.Tensor | None = None
+    cu_seqlens_k: torch.Tensor | None = None
+    block_size: int = 16
+    max_seqlen_q: int = 0
+    max_seqlen_k: int = 0
+    use_flash: bool = False
+    _masks: dict = field(default_factory=dict)
+
+    def decode_mask(self, window: int | None) -> torch.Tensor:
+        """``[B, 1, 1, Lmax]`` bool: True where a decode may attend."""
+        key = ("decode", window)
+        if key not in self._masks:
+            pos = torch.arange(self.decode_slots.shape[1], device=self.decode_lens.device)
+            lens = self.decode_lens[:, None]
+            mask = pos[None, :] < lens
+            if window is not None:
+                mask &= pos[None, :] > lens - 1 - window
+            self._masks[key] = mask[:, None, None, :]
+        return self._masks[key]
+
+    def prefill_mask(self, index: int, window: int | None) -> torch.Tensor | None:
+        """``[q_len, ctx_len]`` bool causal (and window) mask, ``None`` = plain causal."""
+        seq = self.prefills[index]
+        q_len = seq.q_end - seq.q_start
+        if seq.slots is None and (window is None or window >= seq.ctx_len):
+            return None
+        key = ("prefill", index, window)
+        if key not in self._masks:
+            q_pos = torch.arange(seq.ctx_len - q_len, seq.ctx_len, device=self.slot_mapping.device)[:, None]
+            k_pos = torch.arange(seq.ctx_len, device=self.slot_mapping.device)[None, :]
+            mask = k_pos <= q_pos
+            if window is not None:
+                mask &= k_pos > q_pos - window
+            self._masks[key] = mask
+        return self._masks[key]
+
+
+class PagedAttention(torch.nn.Module):
+    """Attention of one layer over the paged KV cache.
+
+    Args:
+        num_heads: query heads. num_kv_heads: key/value heads (GQA when fewer).
+        head_dim: per-head size. scale: softmax scale (usually head_dim ** -0.5).
+        sliding_window: window in tokens, or ``None`` for full attention.
+    """
+
+    def __init__(
+        self, num_heads: int, num_kv_heads: int, head_dim: int, scale: float, sliding_window: int | None = None
+    ) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+        self.num_kv_heads = num_kv_heads
+        self.head_dim = head_dim
+        self.scale = scale
+        self.sliding_window = sliding_window
+        self.k_cache = torch.empty(0)
+        self.v_cache = torch.empty(0)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """Write ``k``/``v`` into the cache, then attend.
+
+        Args:
+            q: ``[T, Hq, D]``; k, v: ``[T, Hkv, D]`` (model dtype).
+            meta: the step's ``AttentionMetadata``.
+
+        Returns:
+            ``[T, Hq * D]`` attention output.
+        """
+        if self.k_cache.numel():
+            self.k_cache.index_copy_(0, meta.slot_mapping, k)
+            self.v_cache.index_copy_(0, meta.slot_mapping, v)
+        if meta.use_flash:
+            return self._flash(q, meta)
+        out = torch.empty_like(q)
+        if meta.num_decodes:
+            out[: meta.num_decodes] = self._decode(q[: meta.num_decodes], meta)
+        for i, seq in enumerate(meta.prefills):
+            out[seq.q_start:seq.q_end] = self._prefill(q, k, v, meta, i)
+        return out.view(q.shape[0], -1)
+
+    def _decode(self, q: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        b, group = q.shape[0], self.num_heads // self.num_kv_heads
+        keys = self.k_cache[meta.decode_slots].transpose(1, 2)  # [B, Hkv, L, D]
+        values = self.v_cache[meta.decode_slots].transpose(1, 2)
+        # Fold the G query heads of a KV group into the query-length axis: one
+        # [G, L] score matrix per (request, KV head), no K/V repetition.
+        qg = q.view(b, self.num_kv_heads, group, self.head_dim)
+        mask = meta.decode_mask(self.sliding_window)
+        out = F.scaled_dot_product_attention(qg, keys, values, attn_mask=mask, scale=self.scale)
+        return out.reshape(b, self.num_heads, self.head_dim)
+
+    def _prefill(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata, index: int
+    ) -> torch.Tensor:
+        seq = meta.prefills[index]
+        qs = q[seq.q_start:seq.q_end].transpose(0, 1).unsqueeze(0)  # [1, Hq, n, D]
+        if seq.slots is None:
+            keys, values = k[seq.q_start:seq.q_end], v[seq.q_start:seq.q_end]
+        else:
+            keys, values = self.k_cache[seq.slots], self.v_cache[seq.slots]
+        keys = keys.transpose(0, 1).unsqueeze(0)  # [1, Hkv, ctx, D]
+        values = values.transpose(0, 1).unsqueeze(0)
+        mask = meta.prefill_mask(index, self.sliding_window)
+        gqa = self.num_heads != self.num_kv_heads
+        if mask is None:
+            out = F.scaled_dot_product_attention(qs, keys, values, is_causal=True, scale=self.scale, enable_gqa=gqa)
+        else:
+            out = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=gqa)
+        return out.squeeze(0).transpose(0, 1)
+
+    def _flash(self, q: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:  # pragma: no cover - CUDA only
+        window = (-1, -1) if self.sliding_window is None else (self.sliding_window - 1, 0)
+        shape = (-1, meta.block_size, self.num_kv_heads, self.head_dim)
+        out = flash_attn_varlen_func(
+            q,
+            self.k_cache.view(shape),
+            self.v_cache.view(shape),
+            cu_seqlens_q=meta.cu_seqlens_q,
+            cu_seqlens_k=meta.cu_seqlens_k,
+            max_seqlen_q=meta.max_seqlen_q,
+            max_seqlen_k=meta.max_seqlen_k,
+            softmax_scale=self.scale,
+            causal=True,
+            window_size=window,
+            block_table=meta.block_tables,
+        )
+        return out.view(q.shape[0], -1)

@@ -1,0 +1,138 @@
+"""Engine configuration: one dataclass, validated field by field.
+
+``EngineConfig`` names follow vLLM's engine arguments (``block_size``,
+``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``,
+``enable_prefix_caching``, ``load_format``, ``gpu_memory_utilization``).
+Every invalid value raises ``ValueError`` naming the field; unknown keyword
+arguments raise ``TypeError`` (the dataclass does that for us) instead of being
+dropped silently.  Values that depend on the checkpoint (``max_model_len``, the
+torch dtype, the device) are resolved by :meth:`EngineConfig.resolve` once the
+Hugging Face config is loaded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+_DTYPES = ("float32", "bfloat16", "float16", "auto")
+_LOAD_FORMATS = ("auto", "safetensors", "dummy")
+
+
+@dataclass
+class EngineConfig:
+    """Everything the engine needs to start.
+
+    Attributes:
+        model: local checkpoint folder or Hugging Face hub id.
+        dtype: weights and KV cache dtype; ``"auto"`` takes the checkpoint's
+            ``dtype`` (float32 when it names none).
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"auto"`` (CUDA when available).
+        block_size: tokens per KV block.
+        num_kv_blocks: size of the KV block pool; ``None`` sizes it from memory
+            (``gpu_memory_utilization`` on CUDA, at most ``cpu_kv_cache_bytes`` on CPU).
+        gpu_memory_utilization: fraction of GPU memory the engine may use in all.
+        cpu_kv_cache_bytes: upper bound of the CPU KV pool (bytes) when
+            ``num_kv_blocks`` is ``None``; the pool is also capped at what
+            ``max_num_seqs`` sequences of ``max_model_len`` tokens need.
+        max_num_seqs: most requests in one step (running batch size).
+        max_num_batched_tokens: per-step token budget (prefill chunks + decodes).
+        max_model_len: context window in tokens; ``None`` takes the model's
+            ``max_position_embeddings``.
+        enable_prefix_caching: reuse KV blocks of identical prefixes (vLLM APC).
+        load_format: ``"auto"``/``"safetensors"`` read the checkpoint's weights,
+            ``"dummy"`` builds random weights from its config alone.
+        seed: seed of the engine's sampling generator and of dummy weights.
+        speculative_config: a ``runtime.spec`` config, or ``None``.
+        max_waiting: most requests waiting to be scheduled before
+            ``QueueFullError``.
+        enforce_eager: never capture CUDA graphs (no effect on CPU).
+
+    Raises:
+        ValueError: naming the field, for any invalid value.
+    """
+
+    model: str
+    dtype: str = "float32"
+    device: str = "auto"
+    block_size: int = 16
+    num_kv_blocks: int | None = None
+    gpu_memory_utilization: float = 0.9
+    cpu_kv_cache_bytes: int = 1 << 30
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 2048
+    max_model_len: int | None = None
+    enable_prefix_caching: bool = True
+    load_format: str = "auto"
+    seed: int = 0
+    speculative_config: Any = None
+    max_waiting: int = 4096
+    enforce_eager: bool = False
+    tokenizer: str | None = None
+    hf_overrides: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.model = str(self.model)
+        if not self.model:
+            raise ValueError("model: must name a checkpoint folder or hub id")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype: must be one of {_DTYPES}, got {self.dtype!r}")
+        if not (self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda")):
+            raise ValueError(f"device: must be 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+        _positive("block_size", self.block_size)
+        if self.num_kv_blocks is not None:
+            _positive("num_kv_blocks", self.num_kv_blocks)
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError("gpu_memory_utilization: must be in (0, 1]")
+        _positive("cpu_kv_cache_bytes", self.cpu_kv_cache_bytes)
+        _positive("max_num_seqs", self.max_num_seqs)
+        _positive("max_num_batched_tokens", self.max_num_batched_tokens)
+        if self.max_model_len is not None:
+            _positive("max_model_len", self.max_model_len)
+        if self.load_format not in _LOAD_FORMATS:
+            raise ValueError(f"load_format: must be one of {_LOAD_FORMATS}, got {self.load_format!r}")
+        _positive("max_waiting", self.max_waiting)
+
+    def replace(self, **changes: Any) -> EngineConfig:
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def resolve(self, hf_config: Any) -> None:
+        """Fill ``max_model_len`` from the checkpoint's config and check it.
+
+        Raises:
+            ValueError: ``max_model_len`` larger than the model's
+                ``max_position_embeddings``.
+        """
+        limit = int(getattr(hf_config, "max_position_embeddings", 0) or 0) or None
+        if self.max_model_len is None:
+            self.max_model_len = limit or 4096
+        elif limit is not None and self.max_model_len > limit:
+            raise ValueError(
+                f"max_model_len: {self.max_model_len} exceeds the model's max_position_embeddings ({limit})"
+            )
+
+    def torch_dtype(self, hf_config: Any) -> Any:
+        """The ``torch.dtype`` of weights and KV cache for this config."""
+        import torch
+
+        if self.dtype == "auto":
+            name = getattr(hf_config, "dtype", None) or getattr(hf_config, "torch_dtype", None)
+            if isinstance(name, torch.dtype):
+                return name
+            return getattr(torch, str(name)) if name else torch.float32
+        return getattr(torch, self.dtype)
+
+    def torch_device(self) -> Any:
+        """The ``torch.device`` the engine runs on."""
+        import torch
+
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+
+def _positive(name: str, value: Any) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{name}: must be a positive integer, got {value!r}")

@@ -1,0 +1,80 @@
+"""Incremental detokenization with exact stop strings.
+
+Token pieces go through ``tokenizers.decoders.DecodeStream`` (the tokenizers
+library's streaming decoder), which holds back bytes until they form whole
+UTF-8 characters, so byte-level BPE tokens that split an emoji or a CJK
+character never surface as U+FFFD.  A few prompt tokens seed the stream so
+tokenizers that strip a leading space decode the first output token right.
+
+Stop strings are matched as vLLM does: after each new piece, search the tail
+of the text that the piece could complete; on a match the text is cut before
+the stop string (or after it with ``include_stop_str_in_output``) and the
+request ends.  While a request streams, the last ``len(longest stop) - 1``
+characters are held back, so streamed deltas never show text that a stop
+string later removes: the concatenated deltas always equal the final text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tokenizers.decoders import DecodeStream
+
+from runtime.sampling_params import SamplingParams
+
+_PROMPT_CONTEXT = 4
+
+
+class IncrementalDetokenizer:
+    """Decodes one request's output tokens as they arrive.
+
+    Args:
+        tokenizer: a ``tokenizers.Tokenizer`` (``PreTrainedTokenizerFast.backend_tokenizer``).
+        prompt_token_ids: the prompt; its last few ids seed the decoder.
+        params: the request's ``SamplingParams`` (stop strings, special tokens).
+    """
+
+    def __init__(self, tokenizer: Any, prompt_token_ids: Sequence[int], params: SamplingParams) -> None:
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = params.skip_special_tokens
+        self.stop = list(params.stop)
+        self.include_stop = params.include_stop_str_in_output
+        self.holdback = 0 if self.include_stop or not self.stop else max(len(s) for s in self.stop) - 1
+        self.stream = self._new_stream(prompt_token_ids)
+        self.text = ""
+        self.sent = 0
+
+    def _new_stream(self, prompt_token_ids: Sequence[int]) -> DecodeStream:
+        context = list(prompt_token_ids[-_PROMPT_CONTEXT:])
+        stream = DecodeStream(skip_special_tokens=self.skip_special_tokens)
+        if context:
+            try:
+                stream = DecodeStream(ids=context, skip_special_tokens=self.skip_special_tokens)
+            except TypeError:  # tokenizers < 0.22 has no ``ids``
+                pass
+        return stream
+
+    def add_token(self, token_id: int) -> str | None:
+        """Append ``token_id``; return the stop string it completed, if any."""
+        piece = self.stream.step(self.tokenizer, token_id)
+        if not piece:
+            return None
+        start = len(self.text)
+        self.text += piece
+        return self._check_stop(start)
+
+    def _check_stop(self, piece_start: int) -> str | None:
+        for stop in self.stop:
+            idx = self.text.find(stop, max(0, piece_start - len(stop) + 1))
+            if idx != -1:
+                self.text = self.text[: idx + len(stop)] if self.include_stop else self.text[:idx]
+                return stop
+        return None
+
+    def delta(self, finished: bool) -> str:
+        """Text not yet returned, holding back a possible stop-string prefix unless ``finished``."""
+        end = len(self.text) if finished else max(self.sent, len(self.text) - self.holdback)
+        out = self.text[self.sent:end]
+        self.sent = end
+        return out

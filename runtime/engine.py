@@ -1,0 +1,273 @@
+"""``LLMEngine``: requests in, one scheduled model step at a time, outputs out.
+
+Data flow of ``step()`` (nano-vllm's, in vLLM v1's names):
+``scheduler.schedule()`` -> ``model_runner.execute_model()`` -> ``sampler`` ->
+append tokens, detokenize, check stops -> ``RequestOutput`` deltas.
+Submission (``make_request``) validates everything first, so a bad request
+raises before it touches any engine state and never disturbs the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from runtime.config import EngineConfig
+from runtime.detokenizer import IncrementalDetokenizer
+from runtime.errors import ContextLengthError, InvalidRequestError, KVCapacityError, QueueFullError
+from runtime.kv_cache_manager import KVCacheManager
+from runtime.model_runner import ModelRunner
+from runtime.models.loader import load_hf_config, load_model, resolve_model_path
+from runtime.outputs import RequestOutput
+from runtime.pool import num_kv_blocks
+from runtime.request import Request, RequestStatus
+from runtime.sampler import LogitsProcessor, Sampler
+from runtime.sampling_params import SamplingParams
+from runtime.scheduler import Scheduler
+
+logger = logging.getLogger(__name__)
+
+
+class LLMEngine:
+    """The in-process engine. Not thread-safe: one thread calls it (see ``AsyncLLM``).
+
+    Raises (constructor): ``NotFoundError`` for an unknown model, ``ValueError``
+    for an invalid config.
+    """
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.model_path = resolve_model_path(config.model)
+        self.hf_config = load_hf_config(self.model_path, config.hf_overrides)
+        config.resolve(self.hf_config)
+        self.device = config.torch_device()
+        self.dtype = config.torch_dtype(self.hf_config)
+        torch.manual_seed(config.seed)
+        self.tokenizer = _load_tokenizer(config.tokenizer or str(self.model_path))
+        model = load_model(
+            self.model_path, self.hf_config, dtype=self.dtype, device=self.device,
+            load_format=config.load_format, max_positions=config.max_model_len, seed=config.seed,
+        )
+        num_blocks = num_kv_blocks(config, self.hf_config, self.dtype, self.device)
+        self.runner = ModelRunner(model, self.hf_config, num_blocks, config.block_size, self.device, self.dtype)
+        self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len)
+        self.sampler = Sampler(config.seed, self.device)
+        self.logits_processors: list[LogitsProcessor] = []
+        self.requests: dict[str, Request] = {}
+        self._pending: list[RequestOutput] = []
+        self.eos_token_ids = _eos_ids(self.model_path, self.hf_config, self.tokenizer)
+        self.vocab_size = int(self.hf_config.vocab_size)
+        self.num_steps = 0
+        self.num_generated_tokens = 0
+
+    # -- submission ----------------------------------------------------------
+
+    def make_request(
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling_params: SamplingParams | None = None,
+        request_id: str | None = None,
+        arrival_time: float | None = None,
+    ) -> Request:
+        """Validate a submission and build its ``Request`` (engine state untouched).
+
+        Raises:
+            InvalidRequestError: empty prompt or token ids outside the vocabulary.
+            ContextLengthError: prompt longer than ``max_model_len`` tokens.
+            KVCapacityError: the request could never fit the KV block pool.
+            ValueError: ``sampling_params`` is not a ``SamplingParams``.
+        """
+        params = sampling_params if sampling_params is not None else SamplingParams()
+        if not isinstance(params, SamplingParams):
+            raise InvalidRequestError("sampling_params: must be a SamplingParams", param="sampling_params")
+        ids = [int(t) for t in prompt_token_ids]
+        if not ids:
+            raise InvalidRequestError("prompt_token_ids: must not be empty", param="prompt_token_ids")
+        if min(ids) < 0 or max(ids) >= self.vocab_size:
+            raise InvalidRequestError(
+                f"prompt_token_ids: ids must be in [0, {self.vocab_size})", param="prompt_token_ids"
+            )
+        max_len = self.config.max_model_len
+        if len(ids) > max_len:
+            raise ContextLengthError(
+                f"prompt has {len(ids)} tokens, more than max_model_len={max_len}", param="prompt_token_ids"
+            )
+        needed = self.kv.blocks_needed(min(len(ids) + params.max_tokens, max_len))
+        if needed > self.kv.num_blocks:
+            raise KVCapacityError(
+                f"request needs {needed} KV blocks ({len(ids)} prompt + {params.max_tokens} output tokens) "
+                f"but the pool has {self.kv.num_blocks} blocks of {self.kv.block_size} tokens",
+                param="max_tokens",
+            )
+        if params.structured_output is not None and not self.logits_processors:
+            raise InvalidRequestError(
+                "structured_output: this engine has no structured-output backend", param="structured_output"
+            )
+        req = Request(
+            request_id=request_id or uuid.uuid4().hex,
+            prompt_token_ids=ids,
+            sampling_params=params,
+            arrival_time=arrival_time if arrival_time is not None else time.monotonic(),
+            max_tokens=min(params.max_tokens, max(1, max_len - len(ids))),
+            eos_token_ids=frozenset() if params.ignore_eos else self.eos_token_ids,
+        )
+        if params.seed is not None:
+            req.generator = torch.Generator(device=self.device).manual_seed(params.seed)
+        req.detokenizer = IncrementalDetokenizer(self.tokenizer.backend_tokenizer, ids, params)
+        return req
+
+    def add_request(
+        self,
+        prompt_token_ids: Sequence[int],
+        sampling_params: SamplingParams | None = None,
+        request_id: str | None = None,
+        arrival_time: float | None = None,
+    ) -> str:
+        """Validate and queue a request; returns its id.
+
+        Raises:
+            the errors of ``make_request``; ``QueueFullError`` when
+            ``max_waiting`` requests wait; ``InvalidRequestError`` for a
+            duplicate ``request_id``.
+        """
+        return self.add_prepared(self.make_request(prompt_token_ids, sampling_params, request_id, arrival_time))
+
+    def add_prepared(self, req: Request) -> str:
+        """Queue a request built by ``make_request``."""
+        if req.request_id in self.requests:
+            raise InvalidRequestError(f"request_id: {req.request_id!r} is already running", param="request_id")
+        if len(self.scheduler.waiting) >= self.config.max_waiting:
+            raise QueueFullError(f"{len(self.scheduler.waiting)} requests are waiting (max_waiting)")
+        self.requests[req.request_id] = req
+        self.scheduler.add_request(req)
+        return req.request_id
+
+    def abort_request(self, request_id: str) -> bool:
+        """Abort a request; its final output (``finish_reason="abort"``) comes with the next ``step``.
+
+        Returns:
+            False when no such request is in flight.
+        """
+        req = self.requests.pop(request_id, None)
+        if req is None:
+            return False
+        self.scheduler.finish(req, RequestStatus.FINISHED_ABORTED)
+        req.finish_time = time.monotonic()
+        self._pending.append(self._output(req))
+        return True
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests) or bool(self._pending)
+
+    # -- stepping ------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduled step; return outputs of requests that changed."""
+        outputs, self._pending = self._pending, []
+        sched = self.scheduler.schedule()
+        if sched.is_empty:
+            return outputs
+        num_logits = [1 + s.num_spec_tokens if s.samples else 0 for s in sched.scheduled]
+        logits = self.runner.execute_model(sched.scheduled, num_logits)
+        self.scheduler.update_after_step(sched)
+        self.num_steps += 1
+        rows = [s.request for s in sched.scheduled if s.samples]
+        if rows:
+            sampled = self.sampler(logits, rows, self.logits_processors)
+            now = time.monotonic()
+            for req, token, logprobs in zip(rows, sampled.token_ids, sampled.logprobs):
+                self._append_token(req, token, logprobs, now)
+                outputs.append(self._output(req))
+                if req.is_finished:
+                    self.requests.pop(req.request_id, None)
+        return outputs
+
+    def _append_token(self, req: Request, token: int, logprobs: dict[int, float] | None, now: float) -> None:
+        req.append_output_token(token, now)
+        self.num_generated_tokens += 1
+        if req.logprobs is not None:
+            req.logprobs.append(logprobs or {})
+        params = req.sampling_params
+        stop_token = token in req.eos_token_ids or token in params.stop_token_ids
+        if not stop_token or params.include_stop_str_in_output:
+            stop_str = req.detokenizer.add_token(token)
+            if stop_str is not None:
+                req.stop_reason = stop_str
+                return self._finish(req, RequestStatus.FINISHED_STOPPED, now)
+        if stop_token:
+            req.stop_reason = token if token in params.stop_token_ids else None
+            return self._finish(req, RequestStatus.FINISHED_STOPPED, now)
+        if req.num_output_tokens >= req.max_tokens or req.num_tokens >= self.config.max_model_len:
+            return self._finish(req, RequestStatus.FINISHED_LENGTH, now)
+        return None
+
+    def _finish(self, req: Request, status: RequestStatus, now: float) -> None:
+        self.scheduler.finish(req, status)
+        req.finish_time = now
+
+    def _output(self, req: Request) -> RequestOutput:
+        new_ids = req.all_token_ids[req.num_prompt_tokens + req.num_output_sent:]
+        req.num_output_sent = req.num_output_tokens
+        return RequestOutput(
+            request_id=req.request_id,
+            prompt_token_ids=req.prompt_token_ids,
+            token_ids=req.output_token_ids,
+            text=req.detokenizer.text if req.detokenizer else "",
+            new_token_ids=new_ids,
+            new_text=req.detokenizer.delta(req.is_finished) if req.detokenizer else "",
+            finished=req.is_finished,
+            finish_reason=req.finish_reason,
+            stop_reason=req.stop_reason,
+            num_cached_tokens=max(req.num_cached_tokens, 0),
+            arrival_time=req.arrival_time,
+            first_token_time=req.first_token_time,
+            finish_time=req.finish_time,
+            token_times=list(req.token_times),
+            logprobs=list(req.logprobs) if req.logprobs is not None else None,
+            num_drafts=req.num_drafts,
+            num_draft_tokens=req.num_draft_tokens,
+            num_accepted_tokens=req.num_accepted_tokens,
+        )
+
+    def stats(self) -> dict[str, Any]:
+        """Engine counters (see the README's runtime section for each key)."""
+        return {
+            **self.kv.stats(),
+            "num_preemptions": self.scheduler.num_preemptions,
+            "num_running": len(self.scheduler.running),
+            "num_waiting": len(self.scheduler.waiting),
+            "num_steps": self.num_steps,
+            "num_generated_tokens": self.num_generated_tokens,
+        }
+
+
+def _load_tokenizer(path: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def _eos_ids(path: Any, hf_config: Any, tokenizer: Any) -> frozenset[int]:
+    """EOS ids from the tokenizer, the model config and generation_config.json."""
+    ids: set[int] = set()
+    for value in (getattr(tokenizer, "eos_token_id", None), getattr(hf_config, "eos_token_id", None)):
+        ids.update(_as_list(value))
+    try:
+        from transformers import GenerationConfig
+
+        ids.update(_as_list(GenerationConfig.from_pretrained(str(path)).eos_token_id))
+    except (OSError, ValueError):
+        pass
+    return frozenset(ids)
+
+
+def _as_list(value: Any) -> list[int]:
+    if value is None:
+        return []
+    return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]

@@ -1,0 +1,225 @@
+"""Paged KV cache bookkeeping with automatic prefix caching.
+
+The pool is a fixed number of blocks of ``block_size`` token slots each
+(PagedAttention, Kwon et al. 2023, arXiv 2309.06180).  A request's block table
+lists its blocks in token order; token ``i`` lives in slot
+``block_ids[i // block_size] * block_size + i % block_size``.
+
+Prefix caching follows vLLM's automatic prefix caching: every *full* block is
+identified by a hash chained from its parent block's hash and its own token
+ids, so equal hashes mean equal whole prefixes.  ``cached`` maps hash -> block.
+Blocks are reference counted; a block whose count drops to 0 goes to the tail
+of the free queue but keeps its hash, so a later request with the same prefix
+can take it back.  Allocation pops the head of the free queue, i.e. evicts the
+least recently freed block (LRU), dropping its hash.  A block's hash is
+registered when the step that computes its last token is scheduled (as vLLM
+does); this is safe because each layer writes every token's K/V into the cache
+before any token attends.
+
+Invariant (``check_invariants``): free blocks + blocks with ``ref_cnt > 0`` ==
+pool, and each ref count equals the number of block tables holding the block.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from runtime.request import Request
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class KVBlock:
+    """One block of ``block_size`` KV slots.
+
+    Attributes:
+        block_id: index in the pool (and in the KV tensors' block dimension).
+        ref_cnt: number of requests whose block table holds this block.
+        block_hash: chained hash when the block is full and registered.
+        token_ids: the block's tokens when hashed (guards against collisions).
+    """
+
+    block_id: int
+    ref_cnt: int = 0
+    block_hash: int | None = None
+    token_ids: tuple[int, ...] = ()
+
+
+def hash_block(parent_hash: int | None, token_ids: Sequence[int]) -> int:
+    """Chained block hash: equal values mean equal whole prefixes (vLLM APC)."""
+    return hash((parent_hash, tuple(token_ids)))
+
+
+class KVCacheManager:
+    """Allocates KV blocks to requests and shares full blocks by prefix hash."""
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.blocks = [KVBlock(i) for i in range(num_blocks)]
+        self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        self.cached: dict[int, int] = {}
+        self._num_registered: dict[str, int] = {}
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks nobody holds (some may still be cached and reusable)."""
+        return len(self.free_queue)
+
+    def blocks_needed(self, num_tokens: int) -> int:
+        """Blocks that ``num_tokens`` tokens occupy."""
+        return -(-num_tokens // self.block_size)
+
+    def get_computed_blocks(self, request: Request) -> tuple[list[int], int]:
+        """Longest cached prefix of ``request`` in whole blocks.
+
+        At least the last token is always left to compute, so the step that
+        finishes the prompt still produces logits.
+
+        Returns:
+            (block ids, number of tokens they hold).
+        """
+        if not self.enable_prefix_caching:
+            return [], 0
+        self._update_hashes(request)
+        max_blocks = (request.num_tokens - 1) // self.block_size
+        hits: list[int] = []
+        for i, block_hash in enumerate(request.block_hashes[:max_blocks]):
+            block_id = self.cached.get(block_hash)
+            if block_id is None or not self._same_tokens(request, i, block_id):
+                break
+            hits.append(block_id)
+        self.prefix_cache_queries += request.num_tokens
+        self.prefix_cache_hits += len(hits) * self.block_size
+        return hits, len(hits) * self.block_size
+
+    def allocate_slots(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        new_computed_blocks: Sequence[int] = (),
+        num_lookahead_tokens: int = 0,
+    ) -> bool:
+        """Grow ``request``'s block table to hold the tokens of this step.
+
+        Args:
+            request: the request (its ``num_computed_tokens`` not yet counting
+                ``new_computed_blocks``).
+            num_new_tokens: tokens computed this step.
+            new_computed_blocks: prefix-cache hits to take (first scheduling only).
+            num_lookahead_tokens: extra slots (speculative drafts).
+
+        Returns:
+            False, changing nothing, when the free pool is too small.
+        """
+        num_computed = request.num_computed_tokens + len(new_computed_blocks) * self.block_size
+        total = num_computed + num_new_tokens + num_lookahead_tokens
+        need = self.blocks_needed(total) - len(request.block_ids) - len(new_computed_blocks)
+        reused_free = sum(1 for b in new_computed_blocks if self.blocks[b].ref_cnt == 0)
+        if need > self.num_free_blocks - reused_free:
+            return False
+        for block_id in new_computed_blocks:
+            block = self.blocks[block_id]
+            if block.ref_cnt == 0:
+                del self.free_queue[block_id]
+            block.ref_cnt += 1
+        request.block_ids.extend(new_computed_blocks)
+        if new_computed_blocks:
+            self._num_registered[request.request_id] = len(request.block_ids)
+        for _ in range(max(need, 0)):
+            request.block_ids.append(self._pop_free_block())
+        if self.enable_prefix_caching:
+            self._register_full_blocks(request, num_computed + num_new_tokens)
+        return True
+
+    def free(self, request: Request) -> None:
+        """Release ``request``'s blocks; tail blocks first so they are evicted first."""
+        for block_id in reversed(request.block_ids):
+            block = self.blocks[block_id]
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                self.free_queue[block_id] = None
+        request.block_ids = []
+        self._num_registered.pop(request.request_id, None)
+
+    def stats(self) -> dict[str, int]:
+        """Pool counters: total, free, cached (hashed) blocks; prefix-cache tokens."""
+        return {
+            "kv_blocks_total": self.num_blocks,
+            "kv_blocks_free": self.num_free_blocks,
+            "kv_blocks_cached": len(self.cached),
+            "prefix_cache_queries": self.prefix_cache_queries,
+            "prefix_cache_hits": self.prefix_cache_hits,
+        }
+
+    def check_invariants(self, requests: Iterable[Request]) -> None:
+        """Assert the pool is consistent with the block tables of ``requests``.
+
+        Raises:
+            AssertionError: free + used != pool, a wrong ref count, or a block
+                shared by two requests other than as the same cached prefix block.
+        """
+        holders: dict[int, list[tuple[Request, int]]] = {}
+        for req in requests:
+            assert len(set(req.block_ids)) == len(req.block_ids), f"{req.request_id} holds a block twice"
+            for idx, block_id in enumerate(req.block_ids):
+                holders.setdefault(block_id, []).append((req, idx))
+        used = [b for b in self.blocks if b.ref_cnt > 0]
+        assert len(used) + self.num_free_blocks == self.num_blocks, "free + used != pool"
+        for block in self.blocks:
+            held = holders.get(block.block_id, [])
+            assert block.ref_cnt == len(held), f"block {block.block_id}: ref {block.ref_cnt} != holders {len(held)}"
+            assert (block.ref_cnt == 0) == (block.block_id in self.free_queue)
+            if len(held) > 1:
+                assert block.block_hash is not None, f"block {block.block_id} shared but not a cached prefix"
+                for req, idx in held:
+                    assert req.block_hashes[idx] == block.block_hash, f"block {block.block_id} shared off-prefix"
+        for block_hash, block_id in self.cached.items():
+            assert self.blocks[block_id].block_hash == block_hash
+
+    # -- internals ---------------------------------------------------------
+
+    def _pop_free_block(self) -> int:
+        block_id, _ = self.free_queue.popitem(last=False)
+        block = self.blocks[block_id]
+        if block.block_hash is not None:
+            if self.cached.get(block.block_hash) == block_id:
+                del self.cached[block.block_hash]
+            block.block_hash = None
+            block.token_ids = ()
+        block.ref_cnt = 1
+        return block_id
+
+    def _update_hashes(self, request: Request) -> None:
+        bs = self.block_size
+        hashes = request.block_hashes
+        tokens = request.all_token_ids
+        for i in range(len(hashes), len(tokens) // bs):
+            hashes.append(hash_block(hashes[-1] if hashes else None, tokens[i * bs:(i + 1) * bs]))
+
+    def _register_full_blocks(self, request: Request, num_tokens: int) -> None:
+        num_full = min(num_tokens, request.num_tokens) // self.block_size
+        start = self._num_registered.get(request.request_id, 0)
+        if num_full <= start:
+            return
+        self._update_hashes(request)
+        bs = self.block_size
+        for i in range(start, num_full):
+            block = self.blocks[request.block_ids[i]]
+            block_hash = request.block_hashes[i]
+            if block.block_hash is None and block_hash not in self.cached:
+                block.block_hash = block_hash
+                block.token_ids = tuple(request.all_token_ids[i * bs:(i + 1) * bs])
+                self.cached[block_hash] = block.block_id
+        self._num_registered[request.request_id] = num_full
+
+    def _same_tokens(self, request: Request, index: int, block_id: int) -> bool:
+        bs = self.block_size
+        return self.blocks[block_id].token_ids == tuple(request.all_token_ids[index * bs:(index + 1) * bs])

@@ -1,0 +1,163 @@
+"""Runs one scheduled step through the model: flattened inputs in, logits out.
+
+A step mixes decodes and prefill chunks; ``ModelRunner`` flattens them into
+one token dimension (decodes first, so attention can batch them), builds
+``input_ids``, ``positions``, ``slot_mapping`` and the attention metadata
+(block tables turned into slot indices), runs the model under
+``torch.inference_mode`` and computes logits only at the positions asked for:
+``num_logits[i]`` trailing positions of request ``i`` (1 for a normal sample,
+``1 + k`` when verifying ``k`` drafted tokens, 0 for a prefill chunk that does
+not reach the end of the prompt).
+
+The KV cache is one tensor ``[2, num_layers, num_blocks * block_size,
+num_kv_heads, head_dim]`` allocated once; each attention layer gets views.
+On CUDA the flash-attn backend is used when installed and ``block_size`` is a
+multiple of 256; CUDA graphs are not implemented (decode runs eagerly).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from runtime.attention import AttentionMetadata, PrefillSeq, flash_attn_varlen_func
+from runtime.models.llama import LlamaForCausalLM
+from runtime.scheduler import ScheduledRequest
+
+logger = logging.getLogger(__name__)
+
+
+def kv_bytes_per_block(hf_config: Any, block_size: int, dtype: torch.dtype) -> int:
+    """Bytes of K and V for one block across all layers."""
+    heads = hf_config.num_attention_heads
+    kv_heads = getattr(hf_config, "num_key_value_heads", None) or heads
+    head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads
+    elem = torch.tensor([], dtype=dtype).element_size()
+    return 2 * hf_config.num_hidden_layers * block_size * kv_heads * head_dim * elem
+
+
+class ModelRunner:
+    """Owns the model and its KV cache; executes scheduled steps.
+
+    Args:
+        model: the loaded model.
+        hf_config: its transformers config.
+        num_blocks / block_size: KV pool shape.
+        device / dtype: where and in what the cache lives.
+    """
+
+    def __init__(
+        self,
+        model: LlamaForCausalLM,
+        hf_config: Any,
+        num_blocks: int,
+        block_size: int,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
+        self.model = model
+        self.block_size = block_size
+        self.device = device
+        layers = model.attention_layers()
+        first = layers[0]
+        self.kv_cache = torch.zeros(
+            2, len(layers), num_blocks * block_size, first.num_kv_heads, first.head_dim, dtype=dtype, device=device
+        )
+        for i, layer in enumerate(layers):
+            layer.k_cache, layer.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
+        self.use_flash = device.type == "cuda" and flash_attn_varlen_func is not None and block_size % 256 == 0
+        logger.info("attention backend: %s", "flash-attn" if self.use_flash else "torch SDPA")
+
+    @torch.inference_mode()
+    def execute_model(self, scheduled: Sequence[ScheduledRequest], num_logits: Sequence[int]) -> torch.Tensor:
+        """Run one step.
+
+        Args:
+            scheduled: the step's requests and token counts.
+            num_logits: per request (same order), trailing positions needing logits.
+
+        Returns:
+            ``[sum(num_logits), vocab]`` float32 logits, grouped by request in
+            ``scheduled`` order, positions ascending within a request.
+        """
+        input_ids, positions, meta, offsets = self._prepare(scheduled)
+        hidden = self.model(input_ids, positions, meta)
+        index: list[int] = []
+        for i, sched in enumerate(scheduled):
+            end = offsets[i] + sched.num_new_tokens
+            index.extend(range(end - num_logits[i], end))
+        if not index:
+            return torch.empty(0, self.model.config.vocab_size, device=self.device)
+        return self.model.compute_logits(hidden[torch.tensor(index, device=self.device)])
+
+    def _prepare(
+        self, scheduled: Sequence[ScheduledRequest]
+    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
+        order = sorted(range(len(scheduled)), key=lambda i: scheduled[i].num_new_tokens != 1)
+        offsets = [0] * len(scheduled)
+        token_ids: list[int] = []
+        starts, counts, tables = [], [], []
+        for i in order:
+            sched = scheduled[i]
+            req, n = sched.request, sched.num_new_tokens
+            nc = req.num_computed_tokens
+            offsets[i] = len(token_ids)
+            chunk = req.all_token_ids[nc:nc + n]
+            if len(chunk) < n:  # drafted tokens under speculative decoding
+                chunk = chunk + req.spec_token_ids[: n - len(chunk)]
+            token_ids.extend(chunk)
+            starts.append(nc)
+            counts.append(n)
+            tables.append(req.block_ids)
+        dev = self.device
+        width = max(len(t) for t in tables)
+        block_tables = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long)
+        counts_t = torch.tensor(counts)
+        seq_of_token = torch.repeat_interleave(torch.arange(len(order)), counts_t)
+        cu = torch.cumsum(counts_t, 0) - counts_t
+        positions = torch.arange(len(token_ids)) - cu[seq_of_token] + torch.tensor(starts)[seq_of_token]
+        slot_mapping = block_tables[seq_of_token, positions // self.block_size] * self.block_size
+        slot_mapping += positions % self.block_size
+        meta = self._metadata(slot_mapping, block_tables, starts, counts)
+        input_ids = torch.tensor(token_ids, dtype=torch.long, device=dev)
+        return input_ids, positions.to(dev), meta, offsets
+
+    def _metadata(
+        self, slot_mapping: torch.Tensor, block_tables: torch.Tensor, starts: list[int], counts: list[int]
+    ) -> AttentionMetadata:
+        dev, bs = self.device, self.block_size
+        ctx_lens = [s + c for s, c in zip(starts, counts)]
+        meta = AttentionMetadata(slot_mapping=slot_mapping.to(dev), block_size=bs)
+        if self.use_flash:  # pragma: no cover - CUDA only
+            return self._flash_metadata(meta, block_tables, counts, ctx_lens)
+        num_decodes = sum(1 for c in counts if c == 1)
+        meta.num_decodes = num_decodes
+        if num_decodes:
+            lens = torch.tensor(ctx_lens[:num_decodes])
+            pos = torch.arange(int(lens.max()))
+            slots = block_tables[:num_decodes, pos // bs] * bs + pos % bs
+            meta.decode_slots = slots.to(dev)
+            meta.decode_lens = lens.to(dev)
+        q_start = num_decodes
+        for j in range(num_decodes, len(counts)):
+            slots = None
+            if starts[j] > 0:
+                pos = torch.arange(ctx_lens[j])
+                slots = (block_tables[j, pos // bs] * bs + pos % bs).to(dev)
+            meta.prefills.append(PrefillSeq(q_start, q_start + counts[j], ctx_lens[j], slots))
+            q_start += counts[j]
+        return meta
+
+    def _flash_metadata(  # pragma: no cover - CUDA only
+        self, meta: AttentionMetadata, block_tables: torch.Tensor, counts: list[int], ctx_lens: list[int]
+    ) -> AttentionMetadata:
+        dev = self.device
+        meta.use_flash = True
+        meta.block_tables = block_tables.to(dev, dtype=torch.int32)
+        meta.cu_seqlens_q = torch.tensor([0, *torch.tensor(counts).cumsum(0).tolist()], dtype=torch.int32, device=dev)
+        meta.cu_seqlens_k = torch.tensor([0, *torch.tensor(ctx_lens).cumsum(0).tolist()], dtype=torch.int32, device=dev)
+        meta.max_seqlen_q, meta.max_seqlen_k = max(counts), max(ctx_lens)
+        return meta

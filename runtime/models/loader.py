@@ -1,0 +1,139 @@
+"""Find a checkpoint, build the model for its config and fill its weights.
+
+``resolve_model_path`` accepts a local folder or a Hugging Face hub id (fetched
+with ``huggingface_hub.snapshot_download``, which honours ``HF_HUB_OFFLINE`` and
+the local cache).  ``load_model`` reads ``*.safetensors`` with the HF tensor
+names, mapping q/k/v and gate/up onto the fused projections
+(``packed_modules_mapping``, as vLLM's weight loaders do), or, with
+``load_format="dummy"``, draws random weights from the config alone
+(vLLM's dummy format) — normal(0, ``initializer_range``) matrices, zero biases,
+unit norm weights.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from runtime.models.llama import LlamaForCausalLM
+
+logger = logging.getLogger(__name__)
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
+
+
+def resolve_model_path(model: str) -> Path:
+    """Local folder for ``model`` (a folder, or a hub id downloaded/cached).
+
+    Raises:
+        NotFoundError: neither a folder nor a reachable hub repository.
+    """
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    from huggingface_hub import snapshot_download
+
+    from runtime.errors import NotFoundError
+
+    try:
+        return Path(
+            snapshot_download(model, allow_patterns=["*.json", "*.safetensors", "*.jinja", "tokenizer*", "*.txt"])
+        )
+    except Exception as exc:  # noqa: BLE001 - hub errors vary (offline, 404, auth)
+        raise NotFoundError(f"model: {model!r} is not a folder and could not be fetched from the hub: {exc}") from exc
+
+
+def load_hf_config(path: Path, overrides: dict[str, Any] | None = None) -> Any:
+    """The transformers config of the checkpoint at ``path``.
+
+    Raises:
+        ValueError: a ``model_type`` this engine does not implement.
+    """
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(path))
+    for key, value in (overrides or {}).items():
+        setattr(config, key, value)
+    if config.model_type not in SUPPORTED_MODEL_TYPES:
+        raise ValueError(f"model: model_type {config.model_type!r} not supported (one of {SUPPORTED_MODEL_TYPES})")
+    return config
+
+
+def load_model(
+    path: Path,
+    hf_config: Any,
+    *,
+    dtype: torch.dtype,
+    device: torch.device,
+    load_format: str = "auto",
+    max_positions: int | None = None,
+    seed: int = 0,
+) -> LlamaForCausalLM:
+    """Build the model and fill its weights, in ``dtype`` on ``device``.
+
+    Raises:
+        FileNotFoundError: no ``*.safetensors`` in ``path`` (and not dummy).
+        ValueError: a tensor whose name or shape the model does not expect.
+    """
+    model = LlamaForCausalLM(hf_config, max_positions)
+    if load_format == "dummy":
+        _init_dummy(model, hf_config, seed)
+    else:
+        _load_safetensors(model, path)
+    model = model.to(device=device, dtype=dtype)
+    model.model.layers[0].self_attn.rope.move_to(device)  # tables stay float32
+    model.eval()
+    return model
+
+
+def _load_safetensors(model: LlamaForCausalLM, path: Path) -> None:
+    from safetensors import safe_open
+
+    files = sorted(path.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"model: no *.safetensors in {path}")
+    params = dict(model.named_parameters())
+    loaded: set[str] = set()
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():
+                if "rotary_emb" in name:
+                    continue
+                loaded.add(_load_tensor(model, params, name, f.get_tensor(name)))
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    missing = set(params) - loaded - ({"lm_head.weight"} if tied else set())
+    if missing:
+        raise ValueError(f"model: checkpoint lacks tensors {sorted(missing)[:5]}")
+    logger.info("loaded %d tensors from %d file(s) in %s", len(loaded), len(files), path)
+
+
+def _load_tensor(model: LlamaForCausalLM, params: dict[str, torch.nn.Parameter], name: str, tensor: torch.Tensor) -> str:
+    for hf_name, (packed, shard) in model.packed_modules_mapping.items():
+        if f".{hf_name}." in name:
+            target = name.replace(f".{hf_name}.", f".{packed}.")
+            with torch.no_grad():
+                params[target].data[model.shard_slice(packed, shard)].copy_(tensor)
+            return target
+    if name not in params:
+        raise ValueError(f"model: unexpected tensor {name!r} in checkpoint")
+    if params[name].shape != tensor.shape:
+        raise ValueError(f"model: tensor {name!r} has shape {tuple(tensor.shape)}, expected {tuple(params[name].shape)}")
+    with torch.no_grad():
+        params[name].data.copy_(tensor)
+    return name
+
+
+def _init_dummy(model: LlamaForCausalLM, hf_config: Any, seed: int) -> None:
+    std = float(getattr(hf_config, "initializer_range", 0.02))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            elif name.endswith(".bias"):
+                param.zero_()
+            else:
+                param.normal_(0.0, std, generator=gen)

@@ -1,0 +1,56 @@
+"""``RequestOutput``: what the engine reports about one request after a step.
+
+Cumulative fields (``token_ids``, ``text``, ``token_times``, ``logprobs``) hold
+everything so far; ``new_token_ids`` / ``new_text`` are the delta since the
+previous output of the same request, so a streaming consumer can forward them
+as they are.  Times are ``time.monotonic()`` seconds, as vLLM's
+``RequestMetrics`` define them (arrival, first token, finish).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RequestOutput:
+    """State of one request after an engine step.
+
+    Attributes:
+        request_id: the id given at submission (or generated).
+        prompt_token_ids: the prompt, as submitted.
+        token_ids: every output token id so far.
+        text: detokenized output so far (stop string removed unless asked).
+        new_token_ids: output token ids produced since the previous output.
+        new_text: text produced since the previous output.
+        finished: True on the last output of the request.
+        finish_reason: ``"stop"`` (EOS, stop token or string), ``"length"``
+            (``max_tokens`` or ``max_model_len``), ``"abort"`` or ``None``.
+        stop_reason: the stop string or stop token id that matched, if any.
+        num_cached_tokens: prompt tokens served from the prefix cache (tokens).
+        arrival_time / first_token_time / finish_time: monotonic seconds.
+        token_times: monotonic time of each output token (one per token).
+        logprobs: per output token, ``{token_id: logprob}`` of the top-n tokens
+            plus the sampled one (raw model log-probabilities), or ``None``.
+        num_drafts / num_draft_tokens / num_accepted_tokens: speculative
+            decoding counters (0 without it).
+    """
+
+    request_id: str
+    prompt_token_ids: list[int]
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    new_token_ids: list[int] = field(default_factory=list)
+    new_text: str = ""
+    finished: bool = False
+    finish_reason: str | None = None
+    stop_reason: str | int | None = None
+    num_cached_tokens: int = 0
+    arrival_time: float = 0.0
+    first_token_time: float | None = None
+    finish_time: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    logprobs: list[dict[int, float]] | None = None
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0

@@ -1,0 +1,147 @@
+"""Logits -> tokens for one step's batch of sampling rows.
+
+One row per position whose token is drawn (one per request normally; several
+for a request verifying drafted tokens).  Order, as in vLLM's v1 sampler:
+raw log-probabilities (for ``logprobs``), penalties (repetition on prompt and
+output, CTRL, Keskar et al. 2019; presence and frequency on output, OpenAI),
+the logits processors hook (e.g. a grammar mask setting disallowed tokens to
+-inf), then greedy argmax, or temperature -> top-k -> top-p (nucleus,
+Holtzman et al. 2019) -> min-p (Nguyen et al. 2024) -> a draw.
+
+Draws use the exponential-race trick (``argmax(p / q)``, ``q ~ Exp(1)``, as
+vLLM does) with ``q`` drawn from the request's own ``torch.Generator`` when it
+has a seed, so a seeded request's tokens do not depend on what else is in the
+batch.  Unseeded rows share the engine's generator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from runtime.request import Request
+
+LogitsProcessor = Callable[[torch.Tensor, Sequence[Request]], None]
+"""Hook ``fn(logits [N, V] float32, rows)`` editing logits in place before sampling."""
+
+
+@dataclass
+class SamplerOutput:
+    """Sampled tokens (one per row) and, per row, ``{token: logprob}`` or ``None``."""
+
+    token_ids: list[int]
+    logprobs: list[dict[int, float] | None]
+
+
+class Sampler:
+    """Batched sampler; ``seed`` seeds the generator shared by unseeded rows."""
+
+    def __init__(self, seed: int = 0, device: torch.device | None = None) -> None:
+        self.generator = torch.Generator(device=device or "cpu").manual_seed(seed)
+
+    @torch.inference_mode()
+    def __call__(
+        self,
+        logits: torch.Tensor,
+        rows: Sequence[Request],
+        processors: Sequence[LogitsProcessor] = (),
+    ) -> SamplerOutput:
+        """Sample one token per row of ``logits`` ``[N, V]`` (float32, edited in place)."""
+        want_logprobs = [r.sampling_params.logprobs for r in rows]
+        raw_logprobs = torch.log_softmax(logits, dim=-1) if any(n is not None for n in want_logprobs) else None
+        apply_penalties(logits, rows)
+        for proc in processors:
+            proc(logits, rows)
+        tokens = logits.argmax(dim=-1)
+        sampled = [i for i, r in enumerate(rows) if not r.sampling_params.greedy]
+        if sampled:
+            idx = torch.tensor(sampled, device=logits.device)
+            probs = filtered_probs(logits[idx], [rows[i] for i in sampled])
+            tokens[idx] = self._draw(probs, [rows[i] for i in sampled])
+        token_list = tokens.tolist()
+        return SamplerOutput(token_list, _gather_logprobs(raw_logprobs, token_list, want_logprobs))
+
+    def _draw(self, probs: torch.Tensor, rows: Sequence[Request]) -> torch.Tensor:
+        q = torch.empty_like(probs)
+        for i, req in enumerate(rows):
+            q[i].exponential_(generator=req.generator or self.generator)
+        return (probs / q).argmax(dim=-1)
+
+
+def filtered_probs(logits: torch.Tensor, rows: Sequence[Request]) -> torch.Tensor:
+    """Sampling distribution ``[N, V]`` after temperature, top-k, top-p and min-p.
+
+    Top-k keeps every token tied with the k-th largest logit; top-p keeps the
+    smallest set of most likely tokens whose mass reaches ``top_p``; min-p drops
+    tokens below ``min_p`` times the largest probability.
+    """
+    params = [r.sampling_params for r in rows]
+    temps = torch.tensor([p.temperature for p in params], dtype=logits.dtype, device=logits.device)
+    logits = logits / temps[:, None]
+    vocab = logits.shape[-1]
+    top_k = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
+    top_p = [p.top_p for p in params]
+    if any(k < vocab for k in top_k) or any(p < 1.0 for p in top_p):
+        logits = _apply_top_k_top_p(logits, top_k, top_p)
+    probs = torch.softmax(logits, dim=-1)
+    min_p = [p.min_p for p in params]
+    if any(m > 0 for m in min_p):
+        floor = torch.tensor(min_p, dtype=probs.dtype, device=probs.device)[:, None] * probs.max(-1, keepdim=True).values
+        probs = probs.masked_fill(probs < floor, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def _apply_top_k_top_p(logits: torch.Tensor, top_k: list[int], top_p: list[float]) -> torch.Tensor:
+    vocab = logits.shape[-1]
+    sorted_logits, order = logits.sort(dim=-1)  # ascending
+    k = torch.tensor(top_k, device=logits.device)
+    kth = sorted_logits.gather(1, (vocab - k).unsqueeze(1))
+    sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
+    p = torch.tensor(top_p, dtype=logits.dtype, device=logits.device)
+    cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    drop = cum <= (1.0 - p)[:, None]
+    drop[:, -1] = False
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(1, order, sorted_logits)
+
+
+def apply_penalties(logits: torch.Tensor, rows: Sequence[Request]) -> None:
+    """Repetition (prompt + output), presence and frequency (output) penalties, in place."""
+    for i, req in enumerate(rows):
+        sp = req.sampling_params
+        if sp.repetition_penalty == 1.0 and sp.presence_penalty == 0.0 and sp.frequency_penalty == 0.0:
+            continue
+        row = logits[i]
+        vocab = row.shape[0]
+        output = torch.tensor(req.output_token_ids, dtype=torch.long, device=row.device)
+        counts = torch.bincount(output, minlength=vocab)[:vocab].to(row.dtype)
+        if sp.repetition_penalty != 1.0:
+            seen = torch.zeros(vocab, dtype=torch.bool, device=row.device)
+            seen[torch.tensor(req.all_token_ids, dtype=torch.long, device=row.device)] = True
+            penalised = torch.where(row > 0, row / sp.repetition_penalty, row * sp.repetition_penalty)
+            row.copy_(torch.where(seen, penalised, row))
+        if sp.frequency_penalty:
+            row -= sp.frequency_penalty * counts
+        if sp.presence_penalty:
+            row -= sp.presence_penalty * (counts > 0).to(row.dtype)
+
+
+def _gather_logprobs(
+    raw: torch.Tensor | None, tokens: list[int], want: list[int | None]
+) -> list[dict[int, float] | None]:
+    if raw is None:
+        return [None] * len(tokens)
+    out: list[dict[int, float] | None] = []
+    for i, (tok, n) in enumerate(zip(tokens, want)):
+        if n is None:
+            out.append(None)
+            continue
+        entry = {tok: float(raw[i, tok])}
+        if n:
+            values, ids = raw[i].topk(n)
+            entry.update(zip(ids.tolist(), values.tolist()))
+        out.append(entry)
+    return out
