@@ -181,6 +181,11 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
         max_tokens = default_max_tokens
         if max_model_len is not None:
             max_tokens = max(1, min(max_tokens, max_model_len - len(ids)))
+    elif max_model_len is not None and len(ids) + max_tokens > max_model_len:
+        raise ContextLengthError(
+            f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+            f"{len(ids) + max_tokens} tokens ({len(ids)} in the messages, {max_tokens} in the "
+            "completion).", param="max_tokens")
     structured = _structured(req, tools, forced, name)
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     kwargs: dict[str, Any] = {

@@ -1,0 +1,110 @@
+"""A real ``loom serve`` process on loopback for the API tests.
+
+The server runs in a subprocess (``python -m api.cli serve``) with the real
+engine on a tiny random-weight checkpoint and a real SQLite file, so tests can
+stop it, SIGKILL it mid-turn and start a new process on the same database.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A TCP port that is free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cli(*args: str, timeout: float = 120) -> str:
+    """Run ``loom <args>`` in a subprocess; returns stdout (raises on failure)."""
+    proc = subprocess.run([sys.executable, "-m", "api.cli", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=timeout, env=_env())
+    if proc.returncode != 0:
+        raise RuntimeError(f"loom {' '.join(args)} failed: {proc.stderr[-2000:]}")
+    return proc.stdout
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
+               OMP_NUM_THREADS="1")
+    return env
+
+
+class Server:
+    """One ``loom serve`` subprocess; ``url`` is its base URL."""
+
+    def __init__(self, model: Path, db_url: str, workdir: Path, *extra: str, port: int | None = None) -> None:
+        self.model, self.db_url, self.workdir, self.extra = model, db_url, workdir, extra
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = workdir / f"server-{self.port}-{int(time.time() * 1000)}.log"
+
+    def start(self, timeout: float = 240) -> Server:
+        """Start and wait until ``/health`` answers (raises with the log tail if it dies)."""
+        cmd = [sys.executable, "-m", "api.cli", "serve", "--model", str(self.model), "--db", self.db_url,
+               "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", *self.extra]
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd, cwd=self.workdir, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=_env())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited ({self.proc.returncode}):\n{self.log()[-4000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        self.kill()
+        raise RuntimeError(f"server did not start in {timeout}s:\n{self.log()[-4000:]}")
+
+    def log(self) -> str:
+        """Everything the server printed so far."""
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout: float = 60) -> int:
+        """SIGTERM (graceful: drain, then stop the engine) and wait; returns the exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._log.close()
+
+    def kill(self) -> None:
+        """SIGKILL: the process dies at once, as in a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+        self._log.close()
+
+    def health(self) -> dict:
+        """``GET /health`` as a dict."""
+        return httpx.get(self.url + "/health", timeout=10).json()
+
+    def wait_idle(self, timeout: float = 60) -> dict:
+        """Wait until the engine runs and waits for nothing; returns ``/health``."""
+        deadline = time.monotonic() + timeout
+        h = self.health()
+        while time.monotonic() < deadline:
+            h = self.health()
+            e = h["engine"]
+            if e["num_running"] == 0 and e["num_waiting"] == 0 and h["in_flight"] == 0:
+                return h
+            time.sleep(0.1)
+        raise AssertionError(f"server not idle after {timeout}s: {h}")

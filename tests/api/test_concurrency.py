@@ -1,0 +1,62 @@
+"""32 concurrent streamed session turns, a quarter of the clients hanging up midway."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+
+N_SESSIONS = 32
+
+
+async def _turn(client: httpx.AsyncClient, sid: str, hang_up: bool) -> dict:
+    seen: list[dict | str] = []
+    async with client.stream("POST", f"/v1/sessions/{sid}/messages",
+                             json={"content": f"Tell me a story about {sid[-4:]}", "stream": True}) as r:
+        assert r.status_code == 200, await r.aread()
+        async for line in r.aiter_lines():
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            seen.append(data if data == "[DONE]" else json.loads(data))
+            if hang_up and len(seen) >= 2:
+                break  # leaving the context closes the connection mid-stream
+    types = [e if isinstance(e, str) else e["type"] for e in seen]
+    return {"sid": sid, "hung_up": hang_up, "types": types}
+
+
+async def _run_all(url: str, key: str, sids: list[str]) -> list[dict]:
+    headers = {"Authorization": f"Bearer {key}"}
+    limits = httpx.Limits(max_connections=N_SESSIONS + 4)
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=300, limits=limits) as client:
+        return await asyncio.gather(*(_turn(client, sid, i % 4 == 0) for i, sid in enumerate(sids)))
+
+
+def test_concurrent_streams_with_disconnects_complete_and_free_every_block(server, keys, alice):
+    sids = [alice.post("/v1/sessions", json={"sampling": {"temperature": 0.0, "max_tokens": 48}}).json()["id"]
+            for _ in range(N_SESSIONS)]
+    results = asyncio.run(_run_all(server.url, keys["alice"], sids))
+
+    finished = [r for r in results if not r["hung_up"]]
+    assert len(finished) == N_SESSIONS * 3 // 4
+    for r in finished:  # every client that stayed got the whole turn
+        assert r["types"][-3:] == ["done", "turn", "[DONE]"], r
+
+    health = server.wait_idle()
+    assert health["status"] == "ok"
+    engine = health["engine"]
+    assert engine["kv_blocks_free"] == engine["kv_blocks_total"], engine
+
+    for r in results:
+        turns = alice.get(f"/v1/sessions/{r['sid']}/messages").json()["data"]
+        assert len(turns) == 1 and turns[0]["user_message"].startswith("Tell me a story")
+        if not r["hung_up"]:
+            assert turns[0]["state"] == "done"
+        elif "done" not in r["types"]:  # hung up before the agent finished
+            assert turns[0]["state"] == "interrupted", turns[0]
+            assert turns[0]["answer"] is None
+
+    # the server still serves normally afterwards
+    again = alice.post(f"/v1/sessions/{sids[0]}/messages", json={"content": "Still there?"})
+    assert again.status_code == 200 and again.json()["state"] == "done"

@@ -1,0 +1,64 @@
+"""Committed session history survives a graceful restart and a SIGKILL mid-turn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+
+from tests.api.server import Server, cli
+from tests.api.conftest import ENGINE_FLAGS
+
+
+def _client(server: Server, key: str) -> httpx.Client:
+    return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=120)
+
+
+def test_sessions_survive_restart_and_kill(checkpoint: Path, tmp_path: Path):
+    db = f"sqlite:///{tmp_path / 'restart.db'}"
+    key = cli("keys", "create", "--owner", "carol", "--db", db).strip().splitlines()[-1]
+
+    first = Server(checkpoint, db, tmp_path, *ENGINE_FLAGS).start()
+    try:
+        with _client(first, key) as c:
+            sid = c.post("/v1/sessions", json={"system_prompt": "You remember things.",
+                                               "sampling": {"temperature": 0.0, "max_tokens": 12}}).json()["id"]
+            t0 = c.post(f"/v1/sessions/{sid}/messages", json={"content": "My name is Carol."}).json()
+            assert t0["state"] == "done"
+    finally:
+        assert first.stop() == 0  # graceful: drains, stops the engine, exits 0
+
+    second = Server(checkpoint, db, tmp_path, *ENGINE_FLAGS).start()
+    try:
+        with _client(second, key) as c:
+            stored = c.get(f"/v1/sessions/{sid}/messages").json()["data"]
+            assert [(t["user_message"], t["answer"], t["state"]) for t in stored] == \
+                [("My name is Carol.", t0["answer"], "done")]
+            t1 = c.post(f"/v1/sessions/{sid}/messages", json={"content": "What is my name?"}).json()
+            # the new process rebuilt the history from the database ...
+            assert t1["ledger"]["prompt"]["history"]["tokens"] > 0
+            assert t1["usage"]["prompt_tokens"] > t0["usage"]["prompt_tokens"]
+            # ... and its prefix cache warms again: turn 3 reuses turn 2's prompt
+            t2 = c.post(f"/v1/sessions/{sid}/messages", json={"content": "Thanks."}).json()
+            assert t2["usage"]["prompt_tokens_details"]["cached_tokens"] >= t1["usage"]["prompt_tokens"] // 16 * 16 > 0
+            # a turn in flight when the process dies: the user's message is committed first
+            with c.stream("POST", f"/v1/sessions/{sid}/messages",
+                          json={"content": "This turn dies.", "stream": True}) as r:
+                assert r.status_code == 200
+                second.kill()
+    finally:
+        second.kill()
+
+    third = Server(checkpoint, db, tmp_path, *ENGINE_FLAGS).start()
+    try:
+        with _client(third, key) as c:
+            turns = c.get(f"/v1/sessions/{sid}/messages").json()["data"]
+            assert [t["user_message"] for t in turns] == ["My name is Carol.", "What is my name?", "Thanks.",
+                                                          "This turn dies."]
+            assert [t["answer"] for t in turns[:3]] == [t0["answer"], t1["answer"], t2["answer"]]
+            assert [t["state"] for t in turns] == ["done", "done", "done", "interrupted"]
+            # and the conversation goes on
+            t4 = c.post(f"/v1/sessions/{sid}/messages", json={"content": "Back again."}).json()
+            assert t4["state"] == "done" and t4["index"] == 4
+    finally:
+        third.stop()

@@ -1,0 +1,106 @@
+"""Sessions over the real agent: CRUD, owner isolation, streaming, interruption."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+SAMPLING = {"temperature": 0.0, "max_tokens": 12}
+
+
+def _error(r: httpx.Response, status: int) -> dict:
+    assert r.status_code == status, r.text
+    return r.json()["error"]
+
+
+def _create(client: httpx.Client, **cfg) -> dict:
+    r = client.post("/v1/sessions", json={"system_prompt": "Be brief.", "sampling": SAMPLING, **cfg})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def sse_events(response: httpx.Response) -> list:
+    """``data:`` payloads of an SSE response (``[DONE]`` kept as a string)."""
+    out = []
+    for line in response.iter_lines():
+        if line.startswith("data:"):
+            data = line[5:].strip()
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def test_session_turn_is_stored_with_its_ledger(alice):
+    sess = _create(alice)
+    assert sess["object"] == "session" and sess["num_turns"] == 0
+    r = alice.post(f"/v1/sessions/{sess['id']}/messages", json={"content": "Hello there"})
+    assert r.status_code == 200, r.text
+    turn = r.json()
+    assert turn["state"] == "done" and turn["index"] == 0 and turn["user_message"] == "Hello there"
+    led, usage = turn["ledger"], turn["usage"]
+    assert usage["prompt_tokens"] == led["prompt_tokens"] > 0
+    assert usage["completion_tokens"] == led["completion_tokens"] > 0
+    assert usage["prompt_tokens_details"]["cached_tokens"] == led["cached_tokens"]
+    assert sum(c["tokens"] for c in led["prompt"].values()) == led["prompt_tokens"]
+    listed = alice.get(f"/v1/sessions/{sess['id']}/messages").json()["data"]
+    assert [t["user_message"] for t in listed] == ["Hello there"] and listed[0]["ledger"] == led
+    assert alice.get(f"/v1/sessions/{sess['id']}").json()["num_turns"] == 1
+
+
+def test_second_turn_reuses_the_first_turns_prefix(alice):
+    sess = _create(alice)
+    first = alice.post(f"/v1/sessions/{sess['id']}/messages", json={"content": "One"}).json()
+    second = alice.post(f"/v1/sessions/{sess['id']}/messages", json={"content": "Two"}).json()
+    assert second["ledger"]["prompt"]["history"]["tokens"] > 0
+    # the second prompt starts with the first prompt: its full blocks come from the prefix cache
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"] // 16 * 16
+
+
+def test_foreign_owner_gets_404_everywhere(alice, bob):
+    sess = _create(alice)
+    sid = sess["id"]
+    assert _error(bob.get(f"/v1/sessions/{sid}"), 404)["type"] == "not_found_error"
+    _error(bob.get(f"/v1/sessions/{sid}/messages"), 404)
+    _error(bob.post(f"/v1/sessions/{sid}/messages", json={"content": "hi"}), 404)
+    _error(bob.delete(f"/v1/sessions/{sid}"), 404)
+    assert alice.get(f"/v1/sessions/{sid}").status_code == 200  # untouched
+
+
+def test_delete_session_then_404(alice):
+    sid = _create(alice)["id"]
+    r = alice.delete(f"/v1/sessions/{sid}")
+    assert r.json() == {"id": sid, "object": "session", "deleted": True}
+    _error(alice.get(f"/v1/sessions/{sid}"), 404)
+
+
+def test_session_validation_errors_are_400(alice):
+    assert _error(alice.post("/v1/sessions", json={"tools": ["rm_rf"]}), 400)["param"].startswith("tools.0")
+    assert _error(alice.post("/v1/sessions", json={"sampling": {"temperature": -1}}), 400)["param"] == \
+        "sampling.temperature"
+    sid = _create(alice)["id"]
+    assert _error(alice.post(f"/v1/sessions/{sid}/messages", json={"content": ""}), 400)["param"] == "content"
+    assert _error(alice.post(f"/v1/sessions/{sid}/messages", json={"text": "hi"}), 400)["param"] in ("content", "text")
+
+
+def test_streamed_turn_sends_agent_events_then_the_stored_turn(alice):
+    sid = _create(alice)["id"]
+    with alice.stream("POST", f"/v1/sessions/{sid}/messages", json={"content": "Stream please", "stream": True}) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = sse_events(r)
+    assert events[-1] == "[DONE]"
+    types = [e["type"] for e in events[:-1]]
+    assert "usage" in types and types[-2:] == ["done", "turn"]
+    turn = events[-2]["turn"]
+    assert turn["state"] == "done" and turn["user_message"] == "Stream please"
+    streamed = "".join(e.get("text", "") for e in events[:-1] if e["type"] == "content_delta")
+    assert streamed == turn["answer"]
+
+
+def test_tool_choice_required_session_runs_the_calculator(alice):
+    sess = _create(alice, tools=["calculator"], tool_choice="required", max_steps=2,
+                   sampling={"temperature": 0.8, "max_tokens": 48, "seed": 7})
+    turn = alice.post(f"/v1/sessions/{sess['id']}/messages", json={"content": "What is 2+3?"}).json()
+    assert turn["state"] in ("done", "max_steps")
+    assert turn["tool_calls"] and turn["tool_calls"][0]["name"] == "calculator"
+    assert len(turn["tool_results"]) >= 1
+    assert turn["ledger"]["output"]["tool_call"]["tokens"] > 0

@@ -1,0 +1,54 @@
+"""Settings layering (flags > env > TOML) and hashed API keys, without a server."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from api.auth import create_key, hash_key, owner_of, revoke_key
+from api.settings import Settings
+from api.store import ApiKey, Store
+
+
+def test_flags_beat_env_beat_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    toml = tmp_path / "loom.toml"
+    toml.write_text('model = "/ckpt/from-toml"\nport = 7000\nhost = "0.0.0.0"\nmax_num_seqs = 8\n')
+    monkeypatch.setenv("LOOM_PORT", "7100")
+    monkeypatch.setenv("LOOM_MAX_NUM_SEQS", "9")
+    s = Settings.load(toml, max_num_seqs=10, host=None)
+    assert (s.model, s.host, s.port, s.max_num_seqs) == ("/ckpt/from-toml", "0.0.0.0", 7100, 10)
+    assert s.model_name == "from-toml"
+
+
+def test_config_file_from_env_and_missing_model_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    toml = tmp_path / "c.toml"
+    toml.write_text("no_auth = true\n")
+    monkeypatch.setenv("LOOM_CONFIG", str(toml))
+    monkeypatch.delenv("LOOM_MODEL", raising=False)
+    with pytest.raises(ValidationError, match="model"):
+        Settings.load()
+    assert Settings.load(model="/m").no_auth is True
+
+
+def test_unknown_setting_is_rejected(tmp_path: Path):
+    toml = tmp_path / "c.toml"
+    toml.write_text('model = "/m"\nmax_num_sequences = 3\n')
+    with pytest.raises(ValidationError, match="max_num_sequences"):
+        Settings.load(toml)
+
+
+def test_keys_are_stored_as_sha256_and_resolve_to_their_owner(tmp_path: Path):
+    store = Store(f"sqlite:///{tmp_path / 'k.db'}")
+    key = create_key(store, "alice")
+    assert key.startswith("loom-") and len(key) > 40
+    with store.tx() as s:
+        row = s.query(ApiKey).one()
+        assert row.key_hash == hashlib.sha256(key.encode()).hexdigest() == hash_key(key)
+        assert key not in (row.key_hash, row.prefix)
+    assert owner_of(store, key) == "alice"
+    assert owner_of(store, key + "x") is None
+    assert revoke_key(store, str(row.id)) == 1
+    assert owner_of(store, key) is None
