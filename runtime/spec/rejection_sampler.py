@@ -49,6 +49,7 @@ def rejection_sample(
     draft_probs: torch.Tensor | None = None,
     target_argmax: torch.Tensor | None = None,
     generators: Mapping[int, torch.Generator] | None = None,
+    default_generator: torch.Generator | None = None,
 ) -> VerifyResult:
     """Verify every request's drafts against the target in one batched call.
 
@@ -64,8 +65,9 @@ def rejection_sample(
         target_argmax: int64 ``[T]`` argmax of the raw target logits (used by
             greedy requests, so ties break exactly as non-speculative greedy);
             default ``target_probs.argmax(-1)``.
-        generators: request index -> generator for seeded requests; the others
-            draw from torch's default generator.
+        generators: request index -> generator for seeded requests.
+        default_generator: generator of the other requests (the engine's);
+            ``None`` uses torch's global one.
 
     Returns:
         ``VerifyResult`` with ``1 <= len(token_ids[i]) <= n_i + 1``.
@@ -91,7 +93,7 @@ def rejection_sample(
         drow = ((torch.cumsum(n, 0) - n)[:, None] + pos[None, :]).clamp(
             min=0, max=max(draft_probs.shape[0] - 1, 0))
     accept = _accept(target_probs, target_argmax, drafts, trow, drow, draft_probs,
-                     greedy, valid, generators)
+                     greedy, valid, generators, default_generator)
     num_acc = torch.cumprod(accept.to(torch.long), dim=1).sum(dim=1)  # [B]
 
     last_row = rows0 + num_acc
@@ -101,7 +103,7 @@ def rejection_sample(
     if bool(rejected.any()):
         dist[rejected] = _residual(p_last[rejected], drafts, num_acc, rejected,
                                    draft_probs, drow)
-    sampled = _categorical(dist, generators)
+    sampled = _categorical(dist, generators, default_generator)
     final = torch.where(greedy, target_argmax[last_row], sampled)
 
     drafts_l, acc_l, final_l = drafts.tolist(), num_acc.tolist(), final.tolist()
@@ -110,8 +112,9 @@ def rejection_sample(
 
 
 def _uniform(b: int, k: int, device: torch.device,
-             generators: Mapping[int, torch.Generator] | None) -> torch.Tensor:
-    u = torch.rand(b, k, device=device)
+             generators: Mapping[int, torch.Generator] | None,
+             default: torch.Generator | None) -> torch.Tensor:
+    u = torch.rand(b, k, device=device, generator=default)
     for i, g in (generators or {}).items():
         u[i] = torch.rand(k, generator=g, device=g.device).to(device)
     return u
@@ -120,7 +123,8 @@ def _uniform(b: int, k: int, device: torch.device,
 def _accept(target_probs: torch.Tensor, target_argmax: torch.Tensor, drafts: torch.Tensor,
             trow: torch.Tensor, drow: torch.Tensor | None, draft_probs: torch.Tensor | None,
             greedy: torch.Tensor, valid: torch.Tensor,
-            generators: Mapping[int, torch.Generator] | None) -> torch.Tensor:
+            generators: Mapping[int, torch.Generator] | None,
+            default: torch.Generator | None) -> torch.Tensor:
     """bool ``[B, K]``: whether each draft passes its own test (before the prefix cut)."""
     b, k = drafts.shape
     p_x = target_probs[trow, drafts]  # [B, K]
@@ -128,7 +132,7 @@ def _accept(target_probs: torch.Tensor, target_argmax: torch.Tensor, drafts: tor
         q_x = torch.ones_like(p_x)
     else:
         q_x = draft_probs[drow, drafts]
-    u = _uniform(b, k, target_probs.device, generators)
+    u = _uniform(b, k, target_probs.device, generators, default)
     # u < p/q  <=>  u * q < p (q > 0 for a token the draft actually sampled)
     stochastic = u * q_x < p_x
     exact = target_argmax[trow] == drafts
@@ -152,10 +156,10 @@ def _residual(p: torch.Tensor, drafts: torch.Tensor, num_acc: torch.Tensor,
     return torch.where(total > 0, res / total.clamp_min(1e-30), p)
 
 
-def _categorical(probs: torch.Tensor, generators: Mapping[int, torch.Generator] | None
-                 ) -> torch.Tensor:
+def _categorical(probs: torch.Tensor, generators: Mapping[int, torch.Generator] | None,
+                 default: torch.Generator | None) -> torch.Tensor:
     """One draw per row of ``probs`` ``[B, V]`` (exponential race), int64 ``[B]``."""
-    noise = torch.empty_like(probs).exponential_()
+    noise = torch.empty_like(probs).exponential_(generator=default)
     for i, g in (generators or {}).items():
         noise[i] = torch.empty(probs.shape[1], device=g.device).exponential_(generator=g).to(
             probs.device)
