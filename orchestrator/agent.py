@@ -1,0 +1,183 @@
+"""``Agent``: the reasoning / tool-call loop over the in-process engine.
+
+One user turn (:meth:`Agent.stream`):
+
+1. load the session's items; at the first turn take the memory snapshot;
+2. retrieve (``auto_retrieve``) and look up new memories, render them with the
+   user message as this turn's tail items and store them;
+3. loop up to ``max_steps`` model calls: compact the view if the history
+   outgrew its cap, assemble the prompt from stored ids
+   (:class:`~orchestrator.context.ContextBuilder`), stream the reply through
+   the parser, store the reply's exact ids, run every tool call of the reply
+   concurrently (``asyncio.gather``; errors and timeouts come back as error
+   results), store the results as one group, and go on; a reply without tool
+   calls ends the turn;
+4. write the user message back to long-term memory.
+
+``tool_choice``: ``"auto"``, ``"none"`` (tool-call text stays content),
+``"required"`` or a tool name / OpenAI ``{"type": "function", "function":
+{"name": ...}}``.  Required and named calls are forced with constrained
+decoding (a Lark grammar over ``tool_call_schema``) on the turn's first call,
+then the loop goes back to ``"auto"`` (as openai-agents' ``reset_tool_choice``)
+so it cannot loop forever on forced calls.
+
+Errors before the first model call (bad input, a prompt that cannot fit)
+raise; after it, the turn ends with ``final_state="error"`` and everything
+produced so far is kept in the session and the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, AsyncIterator
+
+from runtime.errors import InvalidRequestError, LoomError
+
+from orchestrator.budget import ContextBudget
+from orchestrator.context import ContextBuilder
+from orchestrator.engine import EngineClient
+from orchestrator.events import AgentEvent, DoneEvent, RunResult, UsageEvent
+from orchestrator.ledger import Ledger, PriceTable
+from orchestrator.runner import TurnRunner
+from orchestrator.session import InMemorySession, Session
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_KEEP_REASONING = True
+
+
+def _registry(tools: Any, retriever: Any, auto_retrieve: bool, timeout_s: float) -> Any:
+    from tools import ToolRegistry
+
+    reg = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools or (), default_timeout_s=timeout_s)
+    if retriever is not None and not auto_retrieve and "search_documents" not in reg:
+        from tools.builtin import search_documents_tool
+
+        reg.register(search_documents_tool(retriever))
+    return reg
+
+
+class Agent:
+    """An agent over an in-process engine with tools, retrieval and memory.
+
+    Args:
+        llm: ``runtime.AsyncLLM`` (streams) or ``runtime.LLM`` (wrapped).
+        tools: tools (anything ``tools.ToolRegistry`` accepts) or a registry.
+        retriever: ``retrieval.Retriever`` (``search(query, k)``) or ``None``.
+        memory: ``memory.LongTermMemory`` or ``None``.
+        system_prompt: system message (the cached prefix; keep it fixed).
+        budget: :class:`ContextBudget` (window defaults to the engine's).
+        max_steps: model calls per turn at most.
+        sampling: base ``SamplingParams`` (default greedy); ``max_tokens`` comes
+            from the budget.
+        tool_choice: default tool choice (see the module docstring).
+        auto_retrieve: retrieve before the first call of each turn; when False
+            and a retriever is given, a ``search_documents`` tool is added.
+        keep_reasoning: keep earlier turns' reasoning in the history.
+        memory_namespace: namespace for memory reads and write-back.
+        prices: :class:`PriceTable` for ledger costs.
+        retrieval_k / memory_k: hits to fetch.
+        tool_timeout_s: default tool timeout (seconds).
+        memory_write_back: add each user message to long-term memory.
+
+    Raises:
+        ValueError: bad arguments, naming the field.
+    """
+
+    def __init__(self, llm: Any, tools: Any = None, retriever: Any = None, memory: Any = None,
+                 system_prompt: str = "", budget: ContextBudget | None = None, max_steps: int = 6,
+                 sampling: Any = None, tool_choice: Any = "auto", auto_retrieve: bool = True,
+                 keep_reasoning: bool = DEFAULT_KEEP_REASONING, memory_namespace: str | None = None,
+                 prices: PriceTable | None = None, retrieval_k: int = 4, memory_k: int = 4,
+                 tool_timeout_s: float = 30.0, memory_write_back: bool = True) -> None:
+        if not isinstance(max_steps, int) or max_steps < 1:
+            raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
+        self.engine = EngineClient(llm)
+        self.registry = _registry(tools, retriever, auto_retrieve, tool_timeout_s)
+        self.retriever, self.memory = retriever, memory
+        self.budget = (budget or ContextBudget()).with_window(self.engine.max_model_len)
+        self.max_steps, self.auto_retrieve, self.keep_reasoning = max_steps, auto_retrieve, keep_reasoning
+        self.memory_namespace = memory_namespace or "default"
+        self.prices = prices or PriceTable()
+        self.retrieval_k, self.memory_k = retrieval_k, memory_k
+        self.memory_write_back = memory_write_back
+        self.tool_timeout_s = tool_timeout_s
+        self.sampling = sampling if sampling is not None else _greedy()
+        self.builder = ContextBuilder(self.engine.tokenizer, system_prompt, self.registry.schemas() or None,
+                                      self.budget, keep_reasoning)
+        self.tool_choice = self.check_tool_choice(tool_choice)
+        self.num_compactions = 0
+
+    def check_tool_choice(self, choice: Any) -> str | dict[str, Any]:
+        """Normalise a tool choice to ``auto|none|required`` or ``{"name": ...}``.
+
+        Raises:
+            InvalidRequestError: unknown value, an unknown tool, or required without tools.
+        """
+        if isinstance(choice, dict):
+            name = (choice.get("function") or {}).get("name") or choice.get("name")
+            choice = name if isinstance(name, str) else None
+        if choice in ("auto", "none"):
+            return choice
+        if choice == "required" or (isinstance(choice, str) and choice in self.registry):
+            if not len(self.registry):
+                raise InvalidRequestError("tool_choice: 'required' needs at least one tool", param="tool_choice")
+            return "required" if choice == "required" else {"name": choice}
+        raise InvalidRequestError(
+            f"tool_choice: expected 'auto', 'none', 'required' or one of {self.registry.names}, got {choice!r}",
+            param="tool_choice")
+
+    async def stream(self, message: str, session: Session | None = None,
+                     tool_choice: Any = None) -> AsyncIterator[AgentEvent]:
+        """Run one user turn, yielding events; the last is ``DoneEvent(result)``.
+
+        Raises:
+            InvalidRequestError / ContextLengthError: before the first model call.
+        """
+        if not isinstance(message, str) or not message.strip():
+            raise InvalidRequestError("message: must be a non-empty string", param="message")
+        choice = self.check_tool_choice(tool_choice) if tool_choice is not None else self.tool_choice
+        runner = TurnRunner(self, session if session is not None else InMemorySession(), message, choice)
+        t0 = time.perf_counter()
+        result = runner.result
+        try:
+            async for ev in runner.run():
+                yield ev
+        except (asyncio.CancelledError, GeneratorExit):
+            result.final_state = "interrupted"
+            raise
+        except LoomError as exc:
+            if result.steps == 0:
+                raise
+            logger.warning("agent turn ended with an error: %s", exc)
+            result.final_state, result.error = "error", exc.message
+        result.usage = Ledger.sum(runner.ledgers)
+        result.timings["total"] = (time.perf_counter() - t0) * 1000.0
+        self.num_compactions += result.compactions
+        yield UsageEvent(result.usage)
+        yield DoneEvent(result)
+
+    async def arun(self, message: str, session: Session | None = None, tool_choice: Any = None) -> RunResult:
+        """Run one user turn to the end; return its :class:`RunResult`."""
+        result: RunResult | None = None
+        async for ev in self.stream(message, session=session, tool_choice=tool_choice):
+            if isinstance(ev, DoneEvent):
+                result = ev.result
+        assert result is not None
+        return result
+
+    def run(self, message: str, session: Session | None = None, tool_choice: Any = None) -> RunResult:
+        """Synchronous :meth:`arun` (not from inside a running event loop).
+
+        Raises:
+            RuntimeError: called from a running event loop (use ``await arun``).
+        """
+        return asyncio.run(self.arun(message, session=session, tool_choice=tool_choice))
+
+
+def _greedy() -> Any:
+    from runtime.sampling_params import SamplingParams
+
+    return SamplingParams(temperature=0.0)

@@ -1,0 +1,97 @@
+"""``ContextBudget``: how many prompt tokens each part of the context may take.
+
+The prompt limit is the model window minus the tokens reserved for the reply
+(output + reasoning).  Inside it, retrieval and memory have fixed caps (hits are
+added in rank order while they fit) and the history has a cap (by default:
+whatever the header and the current turn leave).  Counting is done on the real
+token ids the chat template produces, never estimated.
+
+Compaction (when the history outgrows its cap) is done rarely and in one big
+step, down to ``low_water`` times the cap: many small trims would move the
+start of the history at every turn and throw away the whole prefix cache each
+time; one big drop loses it once and then stays put for many turns.  This is
+the "rare, big steps" policy ARCHITECTURE.md asks for (compare Letta/MemGPT's
+summarise-on-overflow).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from runtime.errors import InvalidRequestError
+
+
+@dataclass
+class ContextBudget:
+    """Token budget of one agent's prompts (all sizes in tokens).
+
+    Attributes:
+        max_model_len: model window; ``None`` = take the engine's.
+        reserved_output: tokens reserved for the answer / tool calls (also the
+            ``max_tokens`` of each call, with ``reserved_reasoning``).
+        reserved_reasoning: extra tokens reserved for ``<think>`` reasoning.
+        max_history_tokens: cap of the history; ``None`` = all that is left.
+        max_retrieval_tokens: cap of one turn's retrieval message.
+        max_memory_tokens: cap of the memory snapshot and of one turn's new hits.
+        max_tool_result_tokens: a tool result longer than this is truncated.
+        low_water: after compaction the history is at most this fraction of its cap.
+        compaction: ``"drop"`` oldest turns, or ``"summarize"`` them with the model.
+        summary_tokens: ``max_tokens`` of a summary.
+
+    Raises:
+        InvalidRequestError: (a ``ValueError``) naming the bad field.
+    """
+
+    max_model_len: int | None = None
+    reserved_output: int = 256
+    reserved_reasoning: int = 0
+    max_history_tokens: int | None = None
+    max_retrieval_tokens: int = 1024
+    max_memory_tokens: int = 256
+    max_tool_result_tokens: int = 1024
+    low_water: float = 0.5
+    compaction: Literal["drop", "summarize"] = "drop"
+    summary_tokens: int = 128
+
+    def __post_init__(self) -> None:
+        for name in ("max_model_len", "max_history_tokens"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v <= 0):
+                raise InvalidRequestError(f"{name}: must be a positive int or None, got {v!r}", param=name)
+        for name in ("reserved_output", "max_retrieval_tokens", "max_memory_tokens",
+                     "max_tool_result_tokens", "summary_tokens"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v <= 0:
+                raise InvalidRequestError(f"{name}: must be a positive int, got {v!r}", param=name)
+        if not isinstance(self.reserved_reasoning, int) or self.reserved_reasoning < 0:
+            raise InvalidRequestError("reserved_reasoning: must be an int >= 0", param="reserved_reasoning")
+        if not 0.0 < self.low_water < 1.0:
+            raise InvalidRequestError(f"low_water: must be in (0, 1), got {self.low_water!r}", param="low_water")
+        if self.compaction not in ("drop", "summarize"):
+            raise InvalidRequestError("compaction: must be 'drop' or 'summarize'", param="compaction")
+        if self.max_model_len is not None and self.prompt_limit <= 0:
+            raise InvalidRequestError("reserved_output: reserved tokens leave no room for a prompt "
+                                      f"in a {self.max_model_len}-token window", param="reserved_output")
+
+    def with_window(self, max_model_len: int) -> "ContextBudget":
+        """This budget with the window filled in (when it was ``None``)."""
+        return self if self.max_model_len is not None else replace(self, max_model_len=max_model_len)
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens reserved for one reply (output + reasoning)."""
+        return self.reserved_output + self.reserved_reasoning
+
+    @property
+    def prompt_limit(self) -> int:
+        """Most prompt tokens: window - reserved output - reserved reasoning."""
+        if self.max_model_len is None:
+            raise InvalidRequestError("max_model_len: unknown; give it or build the budget from an engine",
+                                      param="max_model_len")
+        return self.max_model_len - self.max_tokens
+
+    def history_cap(self, fixed_tokens: int) -> int:
+        """History cap given the tokens of everything else in the prompt."""
+        room = self.prompt_limit - fixed_tokens
+        return room if self.max_history_tokens is None else min(room, self.max_history_tokens)

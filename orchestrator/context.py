@@ -1,0 +1,253 @@
+"""``ContextBuilder``: the prompt as ordered segments with token classes and exact spans.
+
+Order (ARCHITECTURE.md), by how often each part changes, so every call's
+prompt starts with the previous call's prompt:
+
+1. template header + system prompt + tool schemas (canonical, sorted by name);
+2. the memory snapshot taken when the session started;
+3. the append-only history, earlier turns' retrieved chunks and tool results
+   exactly as first shown (their stored token ids);
+4. this turn's retrieved chunks, new memory hits, the user message, then this
+   turn's tool steps, and the generation prompt.
+
+Nothing per-turn goes into the system message; no timestamps or ids are
+rendered.  Token ids come from the stored items (see :mod:`orchestrator.items`)
+and from :class:`~orchestrator.template.TemplateRenderer` for new ones, so a
+:class:`Context` is assembled, never re-rendered.  The builder also makes the
+new items of a turn (rendered once, stored with their ids) and checks the
+budget; compaction is planned by :mod:`orchestrator.compaction`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from runtime.errors import ContextLengthError
+
+from orchestrator import compaction as comp
+from orchestrator.budget import ContextBudget
+from orchestrator.items import Item, format_memory, format_retrieval, is_message, message_item, prompt_class, to_message
+from orchestrator.template import TemplateRenderer
+
+
+@dataclass
+class Segment:
+    """A run of prompt tokens of one class: ``token_ids[start:end]`` (tokens)."""
+
+    cls: str
+    start: int
+    end: int
+    item_index: int | None = None
+
+
+@dataclass
+class Context:
+    """One assembled prompt.
+
+    Attributes:
+        token_ids: the prompt (list of int token ids).
+        segments: ordered, contiguous, covering ``token_ids`` exactly once.
+        history_tokens: tokens of earlier turns shown (incl. a summary).
+        history_cap: the history cap this prompt was checked against.
+        prompt_limit: window minus reserved output and reasoning tokens.
+    """
+
+    token_ids: list[int]
+    segments: list[Segment] = field(default_factory=list)
+    history_tokens: int = 0
+    history_cap: int = 0
+    prompt_limit: int = 0
+
+    def spans(self) -> list[tuple[str, int, int]]:
+        """``(class, start, end)`` with neighbouring segments of one class merged."""
+        out: list[tuple[str, int, int]] = []
+        for s in self.segments:
+            if out and out[-1][0] == s.cls and out[-1][2] == s.start:
+                out[-1] = (s.cls, out[-1][1], s.end)
+            elif s.end > s.start:
+                out.append((s.cls, s.start, s.end))
+        return out
+
+    def class_tokens(self) -> dict[str, int]:
+        """Tokens per class."""
+        counts: dict[str, int] = {}
+        for s in self.segments:
+            counts[s.cls] = counts.get(s.cls, 0) + s.end - s.start
+        return counts
+
+
+class ContextBuilder:
+    """Builds prompts for one agent (system prompt + tools) over session items.
+
+    Args:
+        tokenizer: the engine's HF tokenizer (with its chat template).
+        system_prompt: system message text (may be empty).
+        tools: OpenAI-style tool dicts, sorted by name (``ToolRegistry.schemas()``).
+        budget: a :class:`ContextBudget` with ``max_model_len`` set.
+        keep_reasoning: show earlier turns' reasoning (else their stripped ids).
+    """
+
+    def __init__(self, tokenizer: Any, system_prompt: str = "", tools: list[dict[str, Any]] | None = None,
+                 budget: ContextBudget | None = None, keep_reasoning: bool = True) -> None:
+        self.renderer = TemplateRenderer(tokenizer, tools)
+        self.system_message = {"role": "system", "content": system_prompt}
+        self.budget = budget or ContextBudget(max_model_len=4096)
+        self.keep_reasoning = keep_reasoning
+        self.header = self.renderer.header(system_prompt)
+        self.gen_prompt_ids = self.renderer.generation_prompt([self.system_message])
+        self._overhead = len(self.renderer.append([self.system_message], [{"role": "user", "content": ""}])[0])
+
+    @property
+    def header_ids(self) -> list[int]:
+        return [t for _cls, ids in self.header for t in ids]
+
+    def messages(self, items: Sequence[Item]) -> list[dict[str, Any]]:
+        """System message + every stored message item (the diff base for new items)."""
+        return [self.system_message] + [to_message(it) for it in items if is_message(it)]
+
+    def count_message_tokens(self, content: str) -> int:
+        """Tokens a user-role message with ``content`` takes (template overhead included)."""
+        return len(self.renderer.encode(content)) + self._overhead
+
+    # -- new items -------------------------------------------------------
+    def render_items(self, items: Sequence[Item], new: list[Item]) -> list[Item]:
+        """Fill ``token_ids`` of ``new`` items (rendered as one group after ``items``)."""
+        pieces = self.renderer.append(self.messages(items), [to_message(it) for it in new])
+        for item, ids in zip(new, pieces):
+            item["token_ids"] = ids
+        return new
+
+    def snapshot_item(self, items: Sequence[Item], texts: list[str]) -> Item | None:
+        """The session's memory snapshot (turn 0), capped to ``max_memory_tokens``."""
+        texts = self.fit(texts, lambda t: format_memory(t, snapshot=True), self.budget.max_memory_tokens)
+        if not texts:
+            return None
+        item = message_item("memory_snapshot", 0, "user", format_memory(texts, snapshot=True), [])
+        return self.render_items(items, [item])[0]
+
+    def turn_items(self, items: Sequence[Item], turn: int, user_text: str, hits: Sequence[Any] = (),
+                   memories: Sequence[str] = ()) -> list[Item]:
+        """This turn's retrieval message, new-memory message and user message, rendered."""
+        new: list[Item] = []
+        hits = self.fit(list(hits), format_retrieval, self.budget.max_retrieval_tokens)
+        if hits:
+            new.append(message_item("retrieval", turn, "user", format_retrieval(hits), []))
+        memories = self.fit(list(memories), lambda t: format_memory(t, snapshot=False), self.budget.max_memory_tokens)
+        if memories:
+            new.append(message_item("memory", turn, "user", format_memory(memories, snapshot=False), []))
+        new.append(message_item("user", turn, "user", user_text, []))
+        return self.render_items(items, new)
+
+    def tool_items(self, items: Sequence[Item], turn: int, results: Sequence[tuple[str, str, str, bool]]) -> list[Item]:
+        """Tool results ``(call_id, name, content, is_error)`` of one step, rendered as one group."""
+        new = [message_item("tool_result", turn, "tool", self.truncate(content), [], tool_call_id=cid,
+                            name=name, is_error=err) for cid, name, content, err in results]
+        return self.render_items(items, new) if new else []
+
+    def summary_item(self, items: Sequence[Item], turn: int, text: str) -> Item:
+        """A summary message (shown after the snapshot in place of hidden turns)."""
+        snap = [to_message(items[i]) for i in comp.compute_view(list(items), turn).snapshot]
+        item = message_item("summary", turn, "user", "Summary of the earlier conversation:\n" + text, [])
+        item["token_ids"] = self.renderer.append([self.system_message] + snap, [to_message(item)])[0]
+        return item
+
+    def assistant_item(self, turn: int, output_ids: Sequence[int], prefix_ids: Sequence[int] = (),
+                       suffix_ids: Sequence[int] = (), reasoning_mask: Sequence[bool] = (),
+                       **message: Any) -> Item:
+        """The stored assistant turn: generation prompt + ids as generated + trailer.
+
+        Args:
+            output_ids: generated ids (eos ``<|im_end|>`` included when generated).
+            prefix_ids / suffix_ids: ids forced around the generated ones.
+            reasoning_mask: per output id, True for reasoning tokens; when any,
+                ``stripped_token_ids`` drops them (and the blank line after).
+            message: content, reasoning_content, tool_calls.
+        """
+        body = list(prefix_ids) + list(output_ids) + list(suffix_ids)
+        if not body or body[-1] != self.renderer.eos_id:
+            body.append(self.renderer.eos_id)
+        ids = self.gen_prompt_ids + body + self.renderer.trailer()
+        item = message_item("assistant", turn, "assistant", message.pop("content", ""), ids, **message)
+        if any(reasoning_mask):
+            kept = [t for t, r in zip(output_ids, reasoning_mask) if not r]
+            while kept and not self.renderer.tokenizer.decode([kept[0]]).strip():
+                kept.pop(0)
+            rest = list(output_ids[len(reasoning_mask):])
+            stripped = list(prefix_ids) + kept + rest + list(suffix_ids)
+            if not stripped or stripped[-1] != self.renderer.eos_id:
+                stripped.append(self.renderer.eos_id)
+            item["stripped_token_ids"] = self.gen_prompt_ids + stripped + self.renderer.trailer()
+        return item
+
+    # -- budget helpers ----------------------------------------------------
+    def fit(self, things: list[Any], fmt: Any, cap: int) -> list[Any]:
+        """Longest prefix of ``things`` whose formatted message fits ``cap`` tokens."""
+        chosen: list[Any] = []
+        for t in things:
+            if self.count_message_tokens(fmt(chosen + [t])) > cap:
+                break
+            chosen.append(t)
+        return chosen
+
+    def truncate(self, text: str) -> str:
+        """``text`` cut to ``max_tool_result_tokens`` tokens, with a note when cut."""
+        ids = self.renderer.encode(text)
+        cap = self.budget.max_tool_result_tokens
+        if len(ids) <= cap:
+            return text
+        kept = self.renderer.tokenizer.decode(ids[:cap], skip_special_tokens=False)
+        return kept + f"\n[truncated: {len(ids) - cap} more tokens]"
+
+    # -- assembly ----------------------------------------------------------
+    def item_ids(self, item: Item, turn: int) -> list[int]:
+        """The ids an item shows in a prompt of ``turn`` (stripped reasoning for earlier turns)."""
+        if not self.keep_reasoning and item.get("turn", 0) < turn and "stripped_token_ids" in item:
+            return item["stripped_token_ids"]
+        return item["token_ids"]
+
+    def plan_compaction(self, items: list[Item], turn: int) -> list[list[int]] | None:
+        """Item groups to hide before the next call of ``turn`` (``None``: it fits)."""
+        view = comp.compute_view(items, turn)
+        sizes = {i: len(self.item_ids(items[i], turn)) for i in view.snapshot + view.history + view.tail}
+        fixed = len(self.header_ids) + len(self.gen_prompt_ids) + sum(sizes[i] for i in view.snapshot + view.tail)
+        fixed += len(view.summary["token_ids"]) if view.summary else 0
+        cap = self.budget.history_cap(fixed)
+        over = fixed + sum(sizes[i] for i in view.history) - self.budget.prompt_limit
+        reserve = self.budget.summary_tokens + 32 if self.budget.compaction == "summarize" else 0
+        return comp.plan_drop(items, view, sizes, max(cap, 0), self.budget.low_water, over, reserve)
+
+    def build(self, items: list[Item], turn: int) -> Context:
+        """Assemble the prompt of the next call of ``turn`` from the stored items.
+
+        Raises:
+            ContextLengthError: the prompt exceeds ``budget.prompt_limit``
+                (call :meth:`plan_compaction` and append its marker first).
+        """
+        view = comp.compute_view(items, turn)
+        ctx = Context(token_ids=[], prompt_limit=self.budget.prompt_limit)
+
+        def add(cls: str, ids: list[int], index: int | None = None) -> None:
+            ctx.segments.append(Segment(cls, len(ctx.token_ids), len(ctx.token_ids) + len(ids), index))
+            ctx.token_ids.extend(ids)
+
+        for cls, ids in self.header:
+            add(cls, ids)
+        for i in view.snapshot:
+            add("memory", self.item_ids(items[i], turn), i)
+        start_history = len(ctx.token_ids)
+        if view.summary is not None:
+            add("history", view.summary["token_ids"])
+        for i in view.history + view.tail:
+            add(prompt_class(items[i], turn), self.item_ids(items[i], turn), i)
+            if i == (view.history[-1] if view.history else None):
+                ctx.history_tokens = len(ctx.token_ids) - start_history
+        if not view.history and view.summary is not None:
+            ctx.history_tokens = len(view.summary["token_ids"])
+        add(ctx.segments[-1].cls if view.tail else "user", self.gen_prompt_ids)
+        ctx.history_cap = self.budget.history_cap(len(ctx.token_ids) - ctx.history_tokens)
+        if len(ctx.token_ids) > ctx.prompt_limit:
+            raise ContextLengthError(
+                f"prompt of {len(ctx.token_ids)} tokens exceeds the limit of {ctx.prompt_limit} "
+                f"(window {self.budget.max_model_len} - {self.budget.max_tokens} reserved)", param="messages")
+        return ctx

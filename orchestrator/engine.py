@@ -1,0 +1,83 @@
+"""One small model interface for the orchestrator (smolagents' ``Model`` idea).
+
+``EngineClient`` wraps ``runtime.AsyncLLM`` (streams as it decodes) or
+``runtime.LLM`` (one blocking ``generate`` in a worker thread, serialised by a
+lock; the whole reply arrives as one output).  Everything else in the
+orchestrator talks only to :meth:`EngineClient.stream` with prompt token ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import uuid
+from typing import Any, AsyncIterator
+
+DEFAULT_WINDOW = 4096
+
+
+def _is_async_engine(llm: Any) -> bool:
+    gen = getattr(llm, "generate", None)
+    return gen is not None and (inspect.isasyncgenfunction(gen) or inspect.iscoroutinefunction(gen))
+
+
+class EngineClient:
+    """Async streaming access to an in-process engine.
+
+    Args:
+        llm: ``runtime.AsyncLLM`` / ``runtime.LLM`` (or anything with their
+            ``generate`` and ``tokenizer``).
+
+    Raises:
+        TypeError: ``llm`` has no ``generate`` or no ``tokenizer``.
+    """
+
+    def __init__(self, llm: Any) -> None:
+        if not hasattr(llm, "generate") or getattr(llm, "tokenizer", None) is None:
+            raise TypeError("llm: expected a runtime.AsyncLLM or runtime.LLM (with .generate and .tokenizer)")
+        self.llm = llm
+        self.tokenizer = llm.tokenizer
+        self.is_async = _is_async_engine(llm)
+        self._lock = threading.Lock()
+
+    @property
+    def max_model_len(self) -> int:
+        """Context window in tokens (from the engine config, else the model config, else 4096)."""
+        for path in ("config.max_model_len", "engine_config.max_model_len", "max_model_len",
+                     "engine.config.max_model_len", "model_config.max_position_embeddings"):
+            obj: Any = self.llm
+            for part in path.split("."):
+                obj = getattr(obj, part, None)
+            if isinstance(obj, int) and obj > 0:
+                return obj
+        return DEFAULT_WINDOW
+
+    async def stream(self, prompt_token_ids: list[int], sampling_params: Any,
+                     request_id: str | None = None) -> AsyncIterator[Any]:
+        """Yield ``RequestOutput``s of one request; the last has ``finished=True``.
+
+        Raises:
+            whatever the engine raises at submission (``ContextLengthError``,
+            ``KVCapacityError``, ``QueueFullError``, ``ValueError``).
+        """
+        request_id = request_id or f"agent-{uuid.uuid4().hex[:12]}"
+        if self.is_async:
+            async for out in self.llm.generate(prompt_token_ids=prompt_token_ids,
+                                               sampling_params=sampling_params, request_id=request_id):
+                yield out
+            return
+
+        def run() -> Any:
+            with self._lock:
+                return self.llm.generate(prompt_token_ids=[prompt_token_ids],
+                                         sampling_params=sampling_params, use_tqdm=False)[0]
+
+        out = await asyncio.to_thread(run)
+        out.new_token_ids = list(out.token_ids)
+        yield out
+
+    def stats(self) -> dict[str, Any]:
+        """The engine's ``stats()`` (empty when it has none)."""
+        fn = getattr(self.llm, "stats", None)
+        return fn() if callable(fn) else {}

@@ -1,0 +1,128 @@
+"""What ``Agent.stream`` yields and what ``Agent.run`` returns.
+
+Events are small dataclasses with a ``type`` field (smolagents' "steps as
+data"), so a REST endpoint can forward them as server-sent events and a test
+can match on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from orchestrator.ledger import Ledger
+
+FinalState = Literal["done", "max_steps", "interrupted", "error"]
+
+
+@dataclass
+class ReasoningDelta:
+    """Reasoning text (inside ``<think>``) as it streams."""
+
+    text: str
+    type: str = "reasoning_delta"
+
+
+@dataclass
+class ContentDelta:
+    """Answer text as it streams."""
+
+    text: str
+    type: str = "content_delta"
+
+
+@dataclass
+class ToolCallEvent:
+    """A tool call as it streams (``arguments_delta``) and once complete (``arguments`` set).
+
+    ``error`` is set on the final event of a malformed call.
+    """
+
+    id: str
+    name: str | None = None
+    arguments_delta: str = ""
+    arguments: dict[str, Any] | None = None
+    index: int = 0
+    error: str | None = None
+    type: str = "tool_call"
+
+
+@dataclass
+class ToolResultEvent:
+    """A tool's result (``is_error`` for failures, timeouts and bad arguments)."""
+
+    id: str
+    name: str
+    content: str
+    is_error: bool
+    type: str = "tool_result"
+
+
+@dataclass
+class UsageEvent:
+    """Ledger of one model call, right after it finished."""
+
+    ledger: Ledger
+    type: str = "usage"
+
+
+@dataclass
+class ToolCallRecord:
+    """One executed tool call of a run."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    step: int
+    error: str | None = None
+
+
+@dataclass
+class ToolResultRecord:
+    """One tool result of a run."""
+
+    id: str
+    name: str
+    content: str
+    is_error: bool
+    step: int
+    duration_ms: float = 0.0
+
+
+@dataclass
+class RunResult:
+    """Outcome of one user turn.
+
+    Attributes:
+        answer: final answer text (content of the last reply).
+        reasoning: reasoning text of every step, joined.
+        steps: model calls made.
+        tool_calls / tool_results: in call order.
+        usage: the run's ledger (sum of the per-call ledgers in ``usage.calls``).
+        timings: ms: ``total``, ``model``, ``tools``, ``retrieval``, ``memory``, ``ttft`` (first call).
+        final_state: ``done`` | ``max_steps`` | ``interrupted`` | ``error``.
+        error: message when ``final_state == "error"``.
+        compactions: compaction markers appended during this run.
+    """
+
+    answer: str = ""
+    reasoning: str = ""
+    steps: int = 0
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    tool_results: list[ToolResultRecord] = field(default_factory=list)
+    usage: Ledger = field(default_factory=Ledger)
+    timings: dict[str, float] = field(default_factory=dict)
+    final_state: FinalState = "done"
+    error: str | None = None
+    compactions: int = 0
+
+
+@dataclass
+class DoneEvent:
+    """Last event of a stream."""
+
+    result: RunResult
+    type: str = "done"
+
+
+AgentEvent = ReasoningDelta | ContentDelta | ToolCallEvent | ToolResultEvent | UsageEvent | DoneEvent

@@ -1,0 +1,240 @@
+"""The token-class ledger: tokens, time and cost of every model call split by class.
+
+Prompt classes (``system, tools, memory, history, retrieval, tool_result,
+user``) are each split into cached and computed tokens *exactly*: the context
+builder knows every segment's token span ``[start, end)`` and the runtime
+reports ``num_cached_tokens``, the number of leading prompt tokens served from
+the prefix cache, so token ``i`` is cached iff ``i < num_cached_tokens``.
+
+Time: prefill time (``first_token_time - arrival_time``, ms; it includes queue
+wait, as TTFT does) is attributed to the *computed* prompt tokens of each class
+in proportion to their count; decode time of output token ``i >= 1`` is
+``token_times[i] - token_times[i-1]`` and goes to that token's class
+(``reasoning``, ``tool_call`` or ``output``).  ``spec_rejected`` counts drafted
+tokens that the verifier discarded (not part of the completion).
+
+Cost comes from a :class:`PriceTable` (API-style USD per million tokens: input,
+cached input, output; reasoning and tool calls are billed as output) plus an
+optional price per accelerator-second of attributed time.
+
+Invariant (tested): the classes sum exactly to the call's totals, and a run's
+ledger is the class-wise sum of its calls.  Usage maps onto OpenAI's
+(``prompt_tokens_details.cached_tokens``, ``completion_tokens_details.reasoning_tokens``)
+and LangChain's (``input_token_details.cache_read``, ``output_token_details.reasoning``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Sequence
+
+PROMPT_CLASSES = ("system", "tools", "memory", "history", "retrieval", "tool_result", "user")
+OUTPUT_CLASSES = ("reasoning", "tool_call", "output")
+SPEC_REJECTED = "spec_rejected"
+
+
+@dataclass(frozen=True)
+class PriceTable:
+    """USD prices. Token prices are per million tokens; ``gpu_second`` per second."""
+
+    input: float = 1.0
+    cached_input: float = 0.1
+    output: float = 4.0
+    gpu_second: float = 0.0
+
+
+@dataclass
+class PromptClassUsage:
+    """One prompt class of one call (or summed over a run). Times in ms, cost in USD."""
+
+    cached_tokens: int = 0
+    computed_tokens: int = 0
+    prefill_ms: float = 0.0
+    cost: float = 0.0
+
+    @property
+    def tokens(self) -> int:
+        return self.cached_tokens + self.computed_tokens
+
+
+@dataclass
+class OutputClassUsage:
+    """One output class of one call (or summed over a run). Times in ms, cost in USD."""
+
+    tokens: int = 0
+    decode_ms: float = 0.0
+    cost: float = 0.0
+
+
+@dataclass
+class Ledger:
+    """Class-split usage of one model call or, via :meth:`sum`, of many."""
+
+    prompt: dict[str, PromptClassUsage] = field(default_factory=lambda: {c: PromptClassUsage() for c in PROMPT_CLASSES})
+    output: dict[str, OutputClassUsage] = field(default_factory=lambda: {c: OutputClassUsage() for c in OUTPUT_CLASSES})
+    spec_rejected: int = 0
+    num_calls: int = 0
+    ttft_ms: float = 0.0
+    e2e_ms: float = 0.0
+    calls: list["Ledger"] = field(default_factory=list)
+
+    # -- totals ------------------------------------------------------------
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(u.tokens for u in self.prompt.values())
+
+    @property
+    def cached_tokens(self) -> int:
+        return sum(u.cached_tokens for u in self.prompt.values())
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(u.tokens for u in self.output.values())
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return self.output["reasoning"].tokens
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    @property
+    def cost(self) -> float:
+        return sum(u.cost for u in self.prompt.values()) + sum(u.cost for u in self.output.values())
+
+    @property
+    def cache_hit_rate(self) -> float:
+        """cached prompt tokens / prompt tokens (0.0 for an empty ledger)."""
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    # -- construction -----------------------------------------------------
+    @classmethod
+    def for_call(
+        cls,
+        spans: Sequence[tuple[str, int, int]],
+        num_cached_tokens: int,
+        output_classes: Sequence[str],
+        *,
+        arrival_time: float | None = None,
+        first_token_time: float | None = None,
+        token_times: Sequence[float] = (),
+        finish_time: float | None = None,
+        spec_rejected: int = 0,
+        prices: PriceTable | None = None,
+    ) -> "Ledger":
+        """Ledger of one call.
+
+        Args:
+            spans: ``(class, start, end)`` token spans covering the prompt once,
+                in order (``end`` exclusive).
+            num_cached_tokens: leading prompt tokens served from the prefix cache.
+            output_classes: one class per generated token (``reasoning``,
+                ``tool_call`` or ``output``).
+            arrival_time, first_token_time, token_times, finish_time:
+                ``time.monotonic()`` seconds as in ``RequestOutput``.
+            spec_rejected: drafted tokens the verifier rejected.
+            prices: price table (default :class:`PriceTable`).
+
+        Raises:
+            ValueError: an unknown class, or spans that do not tile ``[0, n)``.
+        """
+        prices = prices or PriceTable()
+        led = cls(num_calls=1, spec_rejected=spec_rejected)
+        pos = 0
+        for name, start, end in spans:
+            if name not in led.prompt:
+                raise ValueError(f"spans: unknown prompt class {name!r}")
+            if start != pos or end < start:
+                raise ValueError(f"spans: span ({name}, {start}, {end}) does not continue at {pos}")
+            cached = max(0, min(end, num_cached_tokens) - start)
+            led.prompt[name].cached_tokens += cached
+            led.prompt[name].computed_tokens += (end - start) - cached
+            pos = end
+        if arrival_time is not None and first_token_time is not None:
+            led.ttft_ms = (first_token_time - arrival_time) * 1000.0
+            computed = sum(u.computed_tokens for u in led.prompt.values())
+            for u in led.prompt.values():
+                u.prefill_ms = led.ttft_ms * u.computed_tokens / computed if computed else 0.0
+        for i, name in enumerate(output_classes):
+            if name not in led.output:
+                raise ValueError(f"output_classes: unknown output class {name!r}")
+            led.output[name].tokens += 1
+            if 0 < i < len(token_times):
+                led.output[name].decode_ms += (token_times[i] - token_times[i - 1]) * 1000.0
+        if arrival_time is not None and finish_time is not None:
+            led.e2e_ms = (finish_time - arrival_time) * 1000.0
+        led._price(prices)
+        return led
+
+    def _price(self, prices: PriceTable) -> None:
+        per_ms = prices.gpu_second / 1000.0
+        for u in self.prompt.values():
+            u.cost = (u.cached_tokens * prices.cached_input + u.computed_tokens * prices.input) / 1e6 \
+                + u.prefill_ms * per_ms
+        for o in self.output.values():
+            o.cost = o.tokens * prices.output / 1e6 + o.decode_ms * per_ms
+
+    @classmethod
+    def sum(cls, ledgers: Iterable["Ledger"]) -> "Ledger":
+        """Class-wise sum; ``calls`` holds the per-call ledgers (flattened)."""
+        out = cls()
+        for led in ledgers:
+            for name, u in led.prompt.items():
+                t = out.prompt[name]
+                t.cached_tokens += u.cached_tokens
+                t.computed_tokens += u.computed_tokens
+                t.prefill_ms += u.prefill_ms
+                t.cost += u.cost
+            for name, o in led.output.items():
+                t2 = out.output[name]
+                t2.tokens += o.tokens
+                t2.decode_ms += o.decode_ms
+                t2.cost += o.cost
+            out.spec_rejected += led.spec_rejected
+            out.num_calls += led.num_calls
+            out.ttft_ms += led.ttft_ms
+            out.e2e_ms += led.e2e_ms
+            out.calls.extend(led.calls if led.calls else [led])
+        return out
+
+    # -- mappings ---------------------------------------------------------
+    def to_openai_usage(self) -> dict[str, Any]:
+        """OpenAI ``usage`` object (chat completions)."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+            "prompt_tokens_details": {"cached_tokens": self.cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
+        }
+
+    def to_langchain_usage(self) -> dict[str, Any]:
+        """langchain-core ``UsageMetadata`` dict."""
+        return {
+            "input_tokens": self.prompt_tokens,
+            "output_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+            "input_token_details": {"cache_read": self.cached_tokens},
+            "output_token_details": {"reasoning": self.reasoning_tokens},
+        }
+
+    def to_dict(self, with_calls: bool = False) -> dict[str, Any]:
+        """Plain dict of every class plus totals (JSON-serialisable)."""
+        d: dict[str, Any] = {
+            "prompt": {k: {**asdict(v), "tokens": v.tokens} for k, v in self.prompt.items()},
+            "output": {k: asdict(v) for k, v in self.output.items()},
+            SPEC_REJECTED: self.spec_rejected,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+            "cache_hit_rate": self.cache_hit_rate,
+            "cost": self.cost,
+            "num_calls": self.num_calls,
+            "ttft_ms": self.ttft_ms,
+            "e2e_ms": self.e2e_ms,
+        }
+        if with_calls:
+            d["calls"] = [c.to_dict() for c in self.calls]
+        return d

@@ -1,0 +1,237 @@
+"""Streaming parser for model output: ``<think>`` reasoning, answer content and
+``<tool_call>`` JSON blocks (Hermes / Qwen convention), fed text token by token.
+
+Design: a small state machine over three states (``content``, ``reasoning``,
+``tool_call``).  Markers may arrive split across deltas ("<th" + "ink>"), so a
+suffix of the input that could still become a marker is held back until the
+next delta decides it.  Inside a tool-call block the arguments are streamed as
+they arrive the way vLLM's Hermes tool parser does: once ``"name"`` and the
+``"arguments":`` key have been seen, every further character is emitted except
+a trailing ``}`` plus whitespace that may turn out to be the outer object's
+close.  The concatenated ``arguments_delta`` strings are therefore a prefix of
+(and for a well-formed block equal to) the raw arguments JSON text.  A block
+that is not valid JSON, or lacks ``name`` / object ``arguments``, becomes a
+:class:`ParsedToolCall` with ``error`` set; it is never raised, so the agent
+loop can report it to the model as a tool error.
+
+The parser is text-only and model-agnostic, so the REST chat-completions
+endpoint reuses it for ``delta.reasoning_content`` / ``delta.tool_calls``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
+
+ParserState = Literal["content", "reasoning", "tool_call"]
+
+_NAME_ARGS = re.compile(r'^\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
+_HOLDBACK = re.compile(r"\s*\}?\s*$")
+
+
+@dataclass
+class ParsedToolCall:
+    """One complete ``<tool_call>`` block.
+
+    Attributes:
+        index: position of the call in this reply (0-based).
+        name: tool name, or ``None`` when the block could not be parsed.
+        arguments: parsed arguments object (``{}`` on error).
+        raw: the block's text between the markers, stripped.
+        error: why the block is malformed, or ``None``.
+    """
+
+    index: int
+    name: str | None
+    arguments: dict[str, Any]
+    raw: str
+    error: str | None = None
+
+
+@dataclass
+class ParserEvent:
+    """One parser output.
+
+    ``kind`` is ``reasoning`` / ``content`` (``text`` set), ``tool_call_delta``
+    (``index``, ``name`` on the first delta that knows it, ``arguments_delta``)
+    or ``tool_call`` (``call`` set: the finished block).
+    """
+
+    kind: Literal["reasoning", "content", "tool_call_delta", "tool_call"]
+    text: str = ""
+    index: int = -1
+    name: str | None = None
+    arguments_delta: str = ""
+    call: ParsedToolCall | None = None
+
+
+def parse_tool_block(index: int, raw: str) -> ParsedToolCall:
+    """Parse the JSON text of one tool-call block; errors become ``error``."""
+    text = raw.strip()
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return ParsedToolCall(index, None, {}, text, f"tool call is not valid JSON: {exc.msg} at char {exc.pos}")
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return ParsedToolCall(index, None, {}, text, 'tool call must be a JSON object with a string "name"')
+    args = obj.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError:
+            return ParsedToolCall(index, obj["name"], {}, text, '"arguments" is a string that is not JSON')
+    if not isinstance(args, dict):
+        return ParsedToolCall(index, obj["name"], {}, text, '"arguments" must be a JSON object')
+    return ParsedToolCall(index, obj["name"], args, text)
+
+
+@dataclass
+class _Block:
+    index: int
+    buf: str = ""
+    name_sent: bool = False
+    args_start: int = -1
+    args_sent: int = 0
+
+
+@dataclass
+class StreamingParser:
+    """Incremental splitter of reasoning / content / tool calls.
+
+    Args:
+        parse_tools: when False, ``<tool_call>`` text is plain content
+            (``tool_choice="none"``).
+        start_in_reasoning: the prompt already opened ``<think>``.
+
+    Use: ``events = parser.feed(delta)`` for each text delta, then
+    ``parser.finish()`` once.  ``parser.state`` is the state after the last
+    fed character; the agent uses it to classify each output token.
+    """
+
+    parse_tools: bool = True
+    start_in_reasoning: bool = False
+    state: ParserState = "content"
+    reasoning: str = ""
+    content: str = ""
+    calls: list[ParsedToolCall] = field(default_factory=list)
+    _pending: str = ""
+    _block: _Block | None = None
+
+    def __post_init__(self) -> None:
+        if self.start_in_reasoning:
+            self.state = "reasoning"
+
+    def _markers(self) -> tuple[str, ...]:
+        if self.state == "reasoning":
+            return (THINK_CLOSE,)
+        if self.state == "tool_call":
+            return (TOOL_CLOSE,)
+        return (THINK_OPEN, TOOL_OPEN) if self.parse_tools else (THINK_OPEN,)
+
+    def feed(self, delta: str) -> list[ParserEvent]:
+        """Consume one text delta; return the events it completes."""
+        events: list[ParserEvent] = []
+        text = self._pending + delta
+        self._pending = ""
+        while text:
+            markers = self._markers()
+            hits = [(text.find(m), m) for m in markers if m in text]
+            if hits:
+                pos, marker = min(hits)
+                self._emit(text[:pos], events)
+                self._switch(marker, events)
+                text = text[pos + len(marker):]
+                continue
+            keep = _partial_marker_len(text, markers)
+            self._emit(text[: len(text) - keep], events)
+            self._pending = text[len(text) - keep:]
+            break
+        return events
+
+    def finish(self) -> list[ParserEvent]:
+        """Flush held-back text; an unclosed tool-call block becomes an error call."""
+        events: list[ParserEvent] = []
+        text, self._pending = self._pending, ""
+        self._emit(text, events)
+        if self.state == "tool_call" and self._block is not None:
+            call = parse_tool_block(self._block.index, self._block.buf)
+            if call.error is None:
+                call.error = "tool call block was not closed with </tool_call>"
+            self._finish_block(call, events)
+        return events
+
+    # -- internals -------------------------------------------------------
+    def _switch(self, marker: str, events: list[ParserEvent]) -> None:
+        if marker == THINK_OPEN:
+            self.state = "reasoning"
+        elif marker == TOOL_OPEN:
+            self.state = "tool_call"
+            self._block = _Block(index=len(self.calls))
+        elif marker == THINK_CLOSE:
+            self.state = "content"
+        else:  # TOOL_CLOSE
+            assert self._block is not None
+            self._finish_block(parse_tool_block(self._block.index, self._block.buf), events)
+
+    def _finish_block(self, call: ParsedToolCall, events: list[ParserEvent]) -> None:
+        block = self._block
+        assert block is not None
+        if block.args_start >= 0 and call.error is None:
+            final = block.buf[block.args_start:].rstrip()
+            final = final[:-1].rstrip() if final.endswith("}") else final
+            if final.startswith(block.buf[block.args_start: block.args_start + block.args_sent]):
+                rest = final[block.args_sent:]
+                if rest:
+                    events.append(ParserEvent("tool_call_delta", index=block.index, arguments_delta=rest))
+        self.calls.append(call)
+        events.append(ParserEvent("tool_call", index=call.index, call=call))
+        self._block = None
+        self.state = "content"
+
+    def _emit(self, text: str, events: list[ParserEvent]) -> None:
+        if not text:
+            return
+        if self.state == "reasoning":
+            self.reasoning += text
+            events.append(ParserEvent("reasoning", text=text))
+        elif self.state == "content":
+            self.content += text
+            events.append(ParserEvent("content", text=text))
+        else:
+            self._stream_block(text, events)
+
+    def _stream_block(self, text: str, events: list[ParserEvent]) -> None:
+        block = self._block
+        assert block is not None
+        if block.args_start < 0 and not block.buf:
+            events.append(ParserEvent("tool_call_delta", index=block.index))
+        block.buf += text
+        if block.args_start < 0:
+            m = _NAME_ARGS.match(block.buf)
+            if m is None or m.end() == len(block.buf):  # more whitespace may follow
+                return
+            block.args_start = m.end()
+            name = json.loads(f'"{m.group(1)}"')
+            events.append(ParserEvent("tool_call_delta", index=block.index, name=name))
+        candidate = block.buf[block.args_start:]
+        candidate = candidate[: _HOLDBACK.search(candidate).start()]
+        if len(candidate) > block.args_sent:
+            events.append(ParserEvent("tool_call_delta", index=block.index,
+                                      arguments_delta=candidate[block.args_sent:]))
+            block.args_sent = len(candidate)
+
+
+def _partial_marker_len(text: str, markers: tuple[str, ...]) -> int:
+    """Length of the longest suffix of ``text`` that is a proper prefix of a marker."""
+    best = 0
+    for marker in markers:
+        for n in range(min(len(marker) - 1, len(text)), best, -1):
+            if text.endswith(marker[:n]):
+                best = n
+                break
+    return best

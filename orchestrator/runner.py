@@ -1,0 +1,182 @@
+"""``TurnRunner``: the state and steps of one user turn of an :class:`~orchestrator.agent.Agent`.
+
+Kept apart from ``Agent`` so the agent holds configuration only and a turn's
+mutable state (items, ledgers, the result being built) lives and dies here.
+Items are written to the session as soon as they exist (this turn's inputs
+before the first call, each reply together with its tool results), so an
+interrupted turn loses nothing and never leaves a tool call without results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, AsyncIterator
+
+from orchestrator import compaction as comp
+from orchestrator.events import AgentEvent, RunResult, ToolCallRecord, ToolResultEvent, ToolResultRecord
+from orchestrator.items import Item, tool_call_id
+from orchestrator.ledger import Ledger
+from orchestrator.session import Session
+from orchestrator.step import StepOutcome, forced_tool_grammar, model_call
+from orchestrator.summarize import summarize_items
+
+if TYPE_CHECKING:
+    from orchestrator.agent import Agent
+
+logger = logging.getLogger(__name__)
+
+
+class TurnRunner:
+    """Runs one turn; ``result`` and ``ledgers`` fill in as it goes."""
+
+    def __init__(self, agent: "Agent", session: Session, message: str, choice: Any) -> None:
+        self.agent, self.session, self.message, self.choice = agent, session, message, choice
+        self.items: list[Item] = session.get_items()
+        self.turn = 1 + max((it.get("turn", 0) for it in self.items), default=0)
+        self.result = RunResult(timings={"model": 0.0, "tools": 0.0, "retrieval": 0.0, "memory": 0.0})
+        self.ledgers: list[Ledger] = []
+        self._pending: list[Item] = []
+
+    def _store(self, new: list[Item]) -> None:
+        self.session.add_items(new)
+        self.items.extend(new)
+
+    async def _timed(self, key: str, fn: Any, *args: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return await asyncio.to_thread(fn, *args)
+        finally:
+            self.result.timings[key] += (time.perf_counter() - t0) * 1000.0
+
+    async def _prepare(self) -> None:
+        a, b = self.agent, self.agent.builder
+        shown: set[Any] = set()
+        for it in self.items:
+            shown.update(it.get("memory_ids", []))
+        if a.memory is not None and not self.items:
+            hits = await self._timed("memory", a.memory.search, self.message, a.memory_namespace, a.memory_k)
+            snap = b.snapshot_item(self.items, [h.text for h in hits])
+            if snap is not None:
+                snap["memory_ids"] = [h.id for h in hits][: len(snap["content"].splitlines()) - 1]
+                shown.update(snap["memory_ids"])
+                self._store([snap])
+        memories: list[Any] = []
+        if a.memory is not None and self.turn > 1:
+            hits = await self._timed("memory", a.memory.search, self.message, a.memory_namespace, a.memory_k)
+            memories = [h for h in hits if h.id not in shown]
+        hits = []
+        if a.retriever is not None and a.auto_retrieve:
+            hits = await self._timed("retrieval", a.retriever.search, self.message, a.retrieval_k)
+        new = b.turn_items(self.items, self.turn, self.message, hits, [m.text for m in memories])
+        for it in new:
+            if it["kind"] == "memory":
+                it["memory_ids"] = [m.id for m in memories][: len(it["content"].splitlines()) - 1]
+        self._store(new)
+
+    async def _compact(self) -> None:
+        a = self.agent
+        groups = a.builder.plan_compaction(self.items, self.turn)
+        if not groups:
+            return
+        summary = None
+        if a.budget.compaction == "summarize":
+            hidden = [self.items[i] for g in groups for i in g]
+            text, led = await summarize_items(a, self.items, hidden, self.turn)
+            self.ledgers.append(led)
+            summary = a.builder.summary_item(self.items, self.turn, text)
+        self._store([comp.marker(self.turn, groups, summary)])
+        self.result.compactions += 1
+        logger.info("compacted session view at turn %d: hid %d items", self.turn, sum(map(len, groups)))
+
+    def _sampling(self, forced: bool, prompt_len: int) -> Any:
+        a = self.agent
+        eos = a.builder.renderer.eos_id
+        room = a.budget.max_model_len - prompt_len
+        extra: dict[str, Any] = {}
+        if forced:
+            from runtime.structured_output import StructuredOutputParams, tool_call_schema
+
+            name = self.choice["name"] if isinstance(self.choice, dict) else None
+            grammar = forced_tool_grammar(tool_call_schema(a.registry.schemas(), name))
+            extra["structured_output"] = StructuredOutputParams(grammar=grammar)
+        return a.sampling.clone(max_tokens=max(1, min(a.budget.max_tokens, room)), skip_special_tokens=False,
+                                stop_token_ids=sorted(set(a.sampling.stop_token_ids) | {eos}), **extra)
+
+    async def _run_tools(self, outcome: StepOutcome, step: int) -> AsyncIterator[AgentEvent]:
+        a = self.agent
+
+        async def one(call: Any) -> tuple[str, str, str, bool, float]:
+            cid = tool_call_id(self.turn, step, call.index)
+            if call.error is not None:
+                return cid, call.name or "", f"Error: malformed tool call: {call.error}", True, 0.0
+            res = await a.registry.call(call.name, call.arguments)
+            return cid, call.name, res.content, res.is_error, getattr(res, "duration_ms", 0.0)
+
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(one(c) for c in outcome.calls))
+        self.result.timings["tools"] += (time.perf_counter() - t0) * 1000.0
+        for call in outcome.calls:
+            self.result.tool_calls.append(ToolCallRecord(tool_call_id(self.turn, step, call.index), call.name or "",
+                                                         dict(call.arguments), step, call.error))
+        for cid, name, content, err, ms in results:
+            self.result.tool_results.append(ToolResultRecord(cid, name, content, err, step, ms))
+            yield ToolResultEvent(cid, name, content, err)
+        tool_items = a.builder.tool_items(self.items, self.turn, [r[:4] for r in results])
+        self.session.add_items(self._pending + tool_items)
+        self.items.extend(tool_items)
+        self._pending = []
+
+    async def run(self) -> AsyncIterator[AgentEvent]:
+        """Yield the turn's events; ``result`` holds the outcome afterwards."""
+        a, res = self.agent, self.result
+        await self._prepare()
+        res.final_state = "max_steps"
+        for step in range(1, a.max_steps + 1):
+            await self._compact()
+            ctx = a.builder.build(self.items, self.turn)
+            forced = step == 1 and (self.choice == "required" or isinstance(self.choice, dict))
+            outcome = StepOutcome()
+            outcome.parser.parse_tools = self.choice != "none"
+            sp = self._sampling(forced, len(ctx.token_ids))
+            t0 = time.perf_counter()
+            async for ev in model_call(a.engine, ctx, sp, outcome, self.turn, step, a.prices,
+                                       f"agent-{uuid.uuid4().hex[:12]}"):
+                yield ev
+            res.timings["model"] += (time.perf_counter() - t0) * 1000.0
+            res.steps = step
+            self.ledgers.append(outcome.ledger)
+            res.timings.setdefault("ttft", outcome.ledger.ttft_ms)
+            self._store_reply(outcome, step)
+            if outcome.finish_reason == "abort":
+                res.final_state = "interrupted"
+                return
+            if not outcome.calls:
+                res.answer = outcome.parser.content.strip()
+                res.final_state = "done"
+                break
+            async for ev in self._run_tools(outcome, step):
+                yield ev
+        if res.final_state == "done" and a.memory is not None and a.memory_write_back:
+            try:
+                await self._timed("memory", a.memory.add, self.message, a.memory_namespace, "user")
+            except Exception:  # noqa: BLE001 - write-back must not fail the turn
+                logger.warning("memory write-back failed", exc_info=True)
+
+    def _store_reply(self, outcome: StepOutcome, step: int) -> None:
+        p = outcome.parser
+        reasoning = p.reasoning.strip()
+        if reasoning:
+            self.result.reasoning += ("\n" if self.result.reasoning else "") + reasoning
+        item = self.agent.builder.assistant_item(
+            self.turn, outcome.output_ids, reasoning_mask=[c == "reasoning" for c in outcome.classes],
+            content=p.content.strip(), reasoning_content=reasoning or None,
+            tool_calls=outcome.tool_calls_field(self.turn, step) or None)
+        item["step"] = step
+        if outcome.calls:  # stored together with its results in _run_tools, never alone
+            self.items.append(item)
+            self._pending = [item]
+        else:
+            self._store([item])

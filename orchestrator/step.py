@@ -1,0 +1,119 @@
+"""One model call of the agent loop: stream, parse, classify tokens, account.
+
+Each generated token is detokenized incrementally, fed to the streaming
+parser, and given an output class from the parser's state around it
+(``reasoning`` if the token touches the ``<think>`` block, ``tool_call`` if it
+touches a ``<tool_call>`` block, else ``output``); the classes drive the
+ledger's decode-time split and the stripped rendering of the reply.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator
+
+from orchestrator.context import Context
+from orchestrator.detok import IncrementalDetokenizer
+from orchestrator.engine import EngineClient
+from orchestrator.events import AgentEvent, ContentDelta, ReasoningDelta, ToolCallEvent
+from orchestrator.items import tool_call_id
+from orchestrator.ledger import Ledger, PriceTable
+from orchestrator.parsers import ParsedToolCall, ParserEvent, StreamingParser
+
+
+def forced_tool_grammar(schema: dict[str, Any]) -> str:
+    """Lark grammar (llguidance dialect) of exactly one ``<tool_call>`` block.
+
+    ``<tool_call>`` / ``</tool_call>`` are written as token references (they are
+    added tokens, which llguidance does not match from plain strings); the JSON
+    inside follows ``schema`` (``runtime.structured_output.tool_call_schema``).
+    """
+    return 'start: <tool_call> "\\n" call "\\n" </tool_call>\ncall: %json ' + json.dumps(schema, sort_keys=True)
+
+
+@dataclass
+class StepOutcome:
+    """What one model call produced."""
+
+    output_ids: list[int] = field(default_factory=list)
+    classes: list[str] = field(default_factory=list)
+    parser: StreamingParser = field(default_factory=StreamingParser)
+    ledger: Ledger = field(default_factory=Ledger)
+    finish_reason: str | None = None
+    num_cached_tokens: int = 0
+
+    @property
+    def calls(self) -> list[ParsedToolCall]:
+        return self.parser.calls
+
+    def tool_calls_field(self, turn: int, step: int) -> list[dict[str, Any]]:
+        """OpenAI-style ``tool_calls`` of the stored assistant item."""
+        return [{"id": tool_call_id(turn, step, c.index), "type": "function",
+                 "function": {"name": c.name or "",
+                              "arguments": c.raw if c.error else json.dumps(c.arguments, sort_keys=True)}}
+                for c in self.calls]
+
+
+def _classify(before: str, after: str, events: list[ParserEvent]) -> str:
+    if "reasoning" in (before, after):
+        return "reasoning"
+    if "tool_call" in (before, after) or any(e.kind.startswith("tool_call") for e in events):
+        return "tool_call"
+    return "output"
+
+
+def _to_events(events: list[ParserEvent], turn: int, step: int) -> list[AgentEvent]:
+    out: list[AgentEvent] = []
+    for e in events:
+        if e.kind == "reasoning":
+            out.append(ReasoningDelta(e.text))
+        elif e.kind == "content":
+            out.append(ContentDelta(e.text))
+        elif e.kind == "tool_call_delta":
+            out.append(ToolCallEvent(tool_call_id(turn, step, e.index), e.name, e.arguments_delta, index=e.index))
+        else:
+            c = e.call
+            assert c is not None
+            out.append(ToolCallEvent(tool_call_id(turn, step, c.index), c.name, "", dict(c.arguments),
+                                     index=c.index, error=c.error))
+    return out
+
+
+async def model_call(engine: EngineClient, ctx: Context, sampling_params: Any, outcome: StepOutcome,
+                     turn: int, step: int, prices: PriceTable, request_id: str | None = None
+                     ) -> AsyncIterator[AgentEvent]:
+    """Run one call; yield its events; fill ``outcome`` (ledger last).
+
+    Raises:
+        whatever the engine raises at submission.
+    """
+    tok = engine.tokenizer
+    eos = tok.convert_tokens_to_ids(tok.eos_token) if tok.eos_token else None
+    detok = IncrementalDetokenizer(tok, skip_ids={eos} if eos is not None else set())
+    parser = outcome.parser
+    last = None
+    async for out in engine.stream(ctx.token_ids, sampling_params, request_id):
+        last = out
+        for tid in out.new_token_ids:
+            before = parser.state
+            events = parser.feed(detok.add(tid))
+            outcome.output_ids.append(tid)
+            outcome.classes.append(_classify(before, parser.state, events))
+            for ev in _to_events(events, turn, step):
+                yield ev
+    tail = parser.feed(detok.flush()) + parser.finish()
+    for ev in _to_events(tail, turn, step):
+        yield ev
+    if last is None:
+        return
+    if len(outcome.output_ids) != len(last.token_ids):  # engine gave no per-step deltas
+        outcome.output_ids = list(last.token_ids)
+        outcome.classes = (outcome.classes + ["output"] * len(last.token_ids))[: len(last.token_ids)]
+    outcome.finish_reason = last.finish_reason
+    outcome.num_cached_tokens = last.num_cached_tokens
+    outcome.ledger = Ledger.for_call(
+        ctx.spans(), last.num_cached_tokens, outcome.classes,
+        arrival_time=last.arrival_time, first_token_time=last.first_token_time,
+        token_times=last.token_times, finish_time=last.finish_time,
+        spec_rejected=max(0, last.num_draft_tokens - last.num_accepted_tokens), prices=prices)

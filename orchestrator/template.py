@@ -1,0 +1,171 @@
+"""Incremental rendering of chat messages into exact token ids, through the
+model's own chat template.
+
+The prompt is never re-rendered from text.  Each new message (or group of
+messages appended together) is rendered by ``tokenizer.apply_chat_template``
+as the *suffix* that appending it adds to the rendered conversation:
+``render(prev + new)[len(render(prev)):]``; the suffix is then tokenized on
+its own.  Chat templates in the ChatML family start every message with the
+special ``<|im_start|>`` token, so tokenizing the pieces separately gives the
+same ids as tokenizing the whole (the template-stability test checks it).
+
+Prefix stability: the diff needs ``render(prev + new)`` to start with
+``render(prev)``.  Loom's templates are prefix-stable by construction.  A
+template that is not (Qwen3's official one strips earlier turns' reasoning;
+the Hermes/Qwen tool template closes a run of ``tool`` messages only after the
+last one) is handled in two ways: messages that a template renders together
+(consecutive ``tool`` results) are always appended as one group, and when the
+prefix still does not match, the new messages are rendered after a minimal
+anchor conversation ``[system, user]`` instead and a warning is logged once.
+Either way the prompt is the stored ids of everything before plus the new
+suffix, so turn N+1's prompt always begins with turn N's prompt plus reply;
+for an unstable template that prompt differs from what the template would
+render for the whole conversation (e.g. old reasoning is kept as first shown).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Sequence
+
+logger = logging.getLogger(__name__)
+
+_ANCHOR = [{"role": "system", "content": ""}, {"role": "user", "content": "."}]
+
+
+def common_prefix_len(a: str, b: str) -> int:
+    """Length of the longest common prefix of two strings (characters)."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class TemplateRenderer:
+    """Renders messages with a HF tokenizer's chat template into token ids.
+
+    Args:
+        tokenizer: HF fast tokenizer with ``chat_template`` (needs offsets).
+        tools: OpenAI-style tool dicts passed to the template (sorted by the
+            caller for a stable prefix), or ``None``.
+
+    Raises:
+        ValueError: the tokenizer has no chat template.
+    """
+
+    def __init__(self, tokenizer: Any, tools: list[dict[str, Any]] | None = None) -> None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError("tokenizer: has no chat_template; Loom renders prompts through it")
+        self.tokenizer = tokenizer
+        self.tools = tools or None
+        self.eos_token = tokenizer.eos_token or "<|im_end|>"
+        self.eos_id: int = tokenizer.convert_tokens_to_ids(self.eos_token)
+        self.prefix_stable = True
+        self._trailer: list[int] | None = None
+
+    # -- text --------------------------------------------------------------
+    def render(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = False,
+               tools: Any = "default") -> str:
+        """The template's text for ``messages`` (no tokenization)."""
+        if not messages and not add_generation_prompt:
+            return ""
+        return self.tokenizer.apply_chat_template(
+            list(messages), tools=self.tools if tools == "default" else tools, tokenize=False,
+            add_generation_prompt=add_generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (special-token strings map to their ids; no BOS added)."""
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+
+    def encode_spans(self, text: str, bounds: Sequence[int]) -> list[list[int]]:
+        """Tokenize ``text`` once and cut the ids at character offsets ``bounds``.
+
+        A token belongs to the piece holding its first character, so the pieces
+        concatenate to exactly ``encode(text)``.
+
+        Args:
+            bounds: increasing character offsets ``0 < b1 < b2 ... < len(text)``.
+
+        Returns:
+            ``len(bounds) + 1`` id lists.
+        """
+        if not text:
+            return [[] for _ in range(len(bounds) + 1)]
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        pieces: list[list[int]] = [[] for _ in range(len(bounds) + 1)]
+        k = 0
+        for tid, (start, _end) in zip(enc["input_ids"], enc["offset_mapping"]):
+            while k < len(bounds) and start >= bounds[k]:
+                k += 1
+            pieces[k].append(tid)
+        return pieces
+
+    # -- pieces of the prompt ----------------------------------------------
+    def header(self, system_prompt: str) -> list[tuple[str, list[int]]]:
+        """The system turn as ordered ``(class, ids)`` pieces: ``system`` / ``tools`` / ``system``.
+
+        The tool block's character range is found by rendering the system turn
+        with and without tools; tokens starting before it (and the closing
+        ``<|im_end|>\\n``) are ``system``, the rest ``tools``.
+        """
+        msgs = [{"role": "system", "content": system_prompt}]
+        with_tools = self.render(msgs)
+        if not self.tools:
+            return [("system", self.encode(with_tools))]
+        plain = self.render(msgs, tools=None)
+        start = common_prefix_len(plain, with_tools)
+        tail = common_prefix_len(plain[start:][::-1], with_tools[start:][::-1])
+        end = len(with_tools) - tail
+        first, tools_ids, last = self.encode_spans(with_tools, [start, end])
+        return [("system", first), ("tools", tools_ids), ("system", last)]
+
+    def append(self, prev: Sequence[dict[str, Any]], new: Sequence[dict[str, Any]]) -> list[list[int]]:
+        """Ids that appending ``new`` to ``prev`` adds, one list per new message.
+
+        ``prev`` starts with the system message.  Message boundaries inside the
+        group are where the incremental renderings of the group diverge; a run
+        of messages the template renders jointly (``tool`` results) may end up
+        with all its closing tokens on the last message, which is fine since
+        such a group shares one class.
+        """
+        base = self.render(prev)
+        full = self.render(list(prev) + list(new))
+        if not full.startswith(base):
+            self._warn_unstable()
+            prev = _ANCHOR if not prev or prev[0].get("role") != "system" else [prev[0], _ANCHOR[1]]
+            base, full = self.render(prev), self.render(list(prev) + list(new))
+        bounds: list[int] = []
+        for i in range(1, len(new)):
+            partial = self.render(list(prev) + list(new[:i]))
+            cut = common_prefix_len(partial, full) - len(base)
+            if bounds and cut <= bounds[-1]:
+                cut = bounds[-1]
+            bounds.append(max(cut, 0))
+        suffix = full[len(base):]
+        return self.encode_spans(suffix, bounds)
+
+    def generation_prompt(self, messages: Sequence[dict[str, Any]], **template_kwargs: Any) -> list[int]:
+        """Ids the template adds for ``add_generation_prompt=True`` (``<|im_start|>assistant\\n``)."""
+        base = self.render(messages)
+        full = self.tokenizer.apply_chat_template(list(messages), tools=self.tools, tokenize=False,
+                                                  add_generation_prompt=True, **template_kwargs)
+        if not full.startswith(base):
+            self._warn_unstable()
+            return self.encode("<|im_start|>assistant\n")
+        return self.encode(full[len(base):])
+
+    def trailer(self) -> list[int]:
+        """Ids the template puts after an assistant turn's ``<|im_end|>`` (``"\\n"``)."""
+        if self._trailer is None:
+            text = self.render(_ANCHOR + [{"role": "assistant", "content": "."}], tools=None)
+            pos = text.rfind(self.eos_token)
+            self._trailer = self.encode(text[pos + len(self.eos_token):]) if pos >= 0 else []
+        return self._trailer
+
+    def _warn_unstable(self) -> None:
+        if self.prefix_stable:
+            logger.warning("chat template is not prefix-stable; new messages are rendered after an "
+                           "anchor conversation and earlier turns keep the tokens they were first shown with")
+        self.prefix_stable = False
+

@@ -1,0 +1,64 @@
+"""Shared fixtures: the real Loom tokenizer (with its chat template) and real tools."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tools import tool
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    from runtime.checkpoint import build_tokenizer
+
+    return build_tokenizer()
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: first addend.
+        b: second addend.
+    """
+    return a + b
+
+
+@tool
+async def slow_echo(text: str) -> str:
+    """Echo text after 0.3 s.
+
+    Args:
+        text: what to echo.
+    """
+    await asyncio.sleep(0.3)
+    return text
+
+
+@tool
+def explode(text: str) -> str:
+    """Always fails.
+
+    Args:
+        text: ignored.
+    """
+    raise RuntimeError("kaboom")
+
+
+@tool(timeout_s=0.2)
+async def hang(text: str) -> str:
+    """Never returns in time.
+
+    Args:
+        text: ignored.
+    """
+    await asyncio.sleep(10)
+    return text
+
+
+@pytest.fixture
+def tool_set():
+    return [add, slow_echo, explode, hang]

@@ -1,0 +1,89 @@
+"""Streaming parser: reasoning / content / tool calls, fed token by token."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.detok import IncrementalDetokenizer
+from orchestrator.parsers import StreamingParser, parse_tool_block
+
+REPLY = ('<think>\nadd them\n</think>\n\nSure.\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 40}}\n'
+         '</tool_call>\n<tool_call>\n{"name": "slow_echo", "arguments": {"text": "hi }"}}\n</tool_call>')
+
+
+def _feed_all(parser: StreamingParser, deltas: list[str]):
+    events = []
+    for d in deltas:
+        events += parser.feed(d)
+    return events + parser.finish()
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 1000])
+def test_any_chunking_gives_same_split(chunk: int) -> None:
+    parser = StreamingParser()
+    events = _feed_all(parser, [REPLY[i:i + chunk] for i in range(0, len(REPLY), chunk)])
+    assert parser.reasoning == "\nadd them\n"
+    assert parser.content == "\n\nSure.\n\n"
+    assert [(c.name, c.arguments, c.error) for c in parser.calls] == [
+        ("add", {"a": 2, "b": 40}, None), ("slow_echo", {"text": "hi }"}, None)]
+    assert "".join(e.text for e in events if e.kind == "reasoning") == parser.reasoning
+    assert "".join(e.text for e in events if e.kind == "content") == parser.content
+    for i, raw in enumerate(['{"a": 2, "b": 40}', '{"text": "hi }"}']):
+        deltas = [e for e in events if e.kind == "tool_call_delta" and e.index == i]
+        assert "".join(e.arguments_delta for e in deltas) == raw
+        assert [e.name for e in deltas if e.name] == [parser.calls[i].name]
+
+
+def test_token_by_token_with_real_tokenizer(tokenizer) -> None:
+    ids = tokenizer(REPLY, add_special_tokens=False)["input_ids"]
+    detok = IncrementalDetokenizer(tokenizer)
+    parser = StreamingParser()
+    states = []
+    for tid in ids:
+        parser.feed(detok.add(tid))
+        states.append(parser.state)
+    parser.feed(detok.flush())
+    parser.finish()
+    assert tokenizer.convert_tokens_to_ids("<think>") in ids  # markers are single tokens
+    assert len(parser.calls) == 2 and parser.reasoning == "\nadd them\n"
+    assert states[0] == "reasoning" and "tool_call" in states
+
+
+def test_malformed_tool_call_is_an_error_not_an_exception() -> None:
+    parser = StreamingParser()
+    _feed_all(parser, ["<tool_call>\n{\"name\": \"add\", \"arguments\": {\"a\": 1,,}}\n</tool_call>"])
+    (call,) = parser.calls
+    assert call.error and "not valid JSON" in call.error and call.arguments == {}
+
+
+def test_unclosed_tool_call_block_is_reported() -> None:
+    parser = StreamingParser()
+    _feed_all(parser, ['<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}'])
+    (call,) = parser.calls
+    assert call.name == "add" and call.error == "tool call block was not closed with </tool_call>"
+
+
+def test_tool_parsing_off_keeps_text_as_content() -> None:
+    parser = StreamingParser(parse_tools=False)
+    _feed_all(parser, ["a<tool_call>b</tool_call>"])
+    assert parser.content == "a<tool_call>b</tool_call>" and parser.calls == []
+
+
+def test_partial_marker_that_never_completes_is_flushed_as_content() -> None:
+    parser = StreamingParser()
+    events = _feed_all(parser, ["x <thi"])
+    assert parser.content == "x <thi" and "".join(e.text for e in events) == "x <thi"
+
+
+@pytest.mark.parametrize("raw,error", [
+    ('["add"]', 'tool call must be a JSON object with a string "name"'),
+    ('{"name": "add", "arguments": 3}', '"arguments" must be a JSON object'),
+    ('{"name": "add", "arguments": "{\\"a\\": 1}"}', None),
+])
+def test_parse_tool_block_shapes(raw: str, error: str | None) -> None:
+    call = parse_tool_block(0, raw)
+    assert call.error == error
+    if error is None:
+        assert call.arguments == {"a": 1} and json.loads(raw)["name"] == call.name
