@@ -1,0 +1,165 @@
+"""The engine's speculative-decoding step: propose, (shadow), verify, roll back.
+
+One step of an engine with speculation (vLLM v1's flow):
+
+1. ``propose(running)`` before scheduling: every running request in decode
+   state (all its tokens computed but the last sampled one) gets up to k
+   drafted tokens in ``request.spec_token_ids`` — from the n-gram lookup or
+   the draft model.  The grammar of a constrained request cuts its drafts at
+   the first token it rejects.  When ``len(running) >=
+   disable_by_batch_size`` nothing is drafted and the step is counted as
+   disabled.  Requests with penalties or logprobs are not drafted (their
+   per-position history would differ from the verifier's).
+2. The scheduler reserves KV slots for the drafts (lookahead) and the model
+   runner computes the real token plus the drafts in the same target forward
+   pass as every other request, returning ``1 + n_i`` logits rows each.
+3. ``shadow(scheduled)``: the draft model (if any) runs the same batch so its
+   KV cache stays in step with the target's (see ``draft_model``).
+4. ``verify(logits, ...)``: grammar masks per drafted position, the sampling
+   filters (temperature, top-k/p, min-p), then ``rejection_sample``.
+5. ``rollback(request, n_accepted)``: ``num_computed_tokens`` keeps the
+   accepted drafts and the blocks past the kept length go back to the pool.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from runtime.sampler import filtered_probs
+from runtime.scheduler import ScheduledRequest
+from runtime.spec.config import SpeculativeConfig
+from runtime.spec.metrics import SpecDecodeStats
+from runtime.spec.ngram import NgramProposer
+from runtime.spec.rejection_sampler import VerifyResult, rejection_sample
+
+log = logging.getLogger(__name__)
+
+
+class SpecDecoder:
+    """Proposer + verifier + counters of one engine.
+
+    Args:
+        config: the ``SpeculativeConfig``.
+        vocab_size / num_blocks / block_size / device / dtype / max_model_len /
+            seed: the target engine's (the draft model shares the KV pool shape).
+    """
+
+    def __init__(self, config: SpeculativeConfig, *, vocab_size: int, num_blocks: int,
+                 block_size: int, device: torch.device, dtype: torch.dtype,
+                 max_model_len: int, seed: int = 0) -> None:
+        self.config = config
+        self.k = int(config.num_speculative_tokens)
+        self.max_model_len = max_model_len
+        self.stats = SpecDecodeStats(num_spec_tokens=self.k)
+        self.ngram: NgramProposer | None = None
+        self.draft: Any = None
+        if config.method == "ngram":
+            self.ngram = NgramProposer(self.k, config.prompt_lookup_min, config.prompt_lookup_max)
+        else:
+            from runtime.spec.draft_model import DraftModelProposer
+
+            draft_dtype = getattr(torch, config.draft_dtype) if config.draft_dtype else dtype
+            self.draft = DraftModelProposer(config.draft_model, vocab_size, num_blocks, block_size,
+                                            device, draft_dtype, max_model_len, seed)
+        self._was_disabled = False
+
+    # -- 1. propose ---------------------------------------------------------
+
+    def propose(self, running: Sequence[Any], kv: Any) -> None:
+        """Set ``spec_token_ids`` of the running requests for this step."""
+        for req in running:
+            req.spec_token_ids = []
+        eligible = [r for r in running if self._eligible(r)]
+        if not eligible:
+            return
+        if not self.config.enabled_for(len(running)):
+            self.stats.num_disabled_steps += 1
+            if not self._was_disabled:
+                log.info("speculation off: %d running requests >= disable_by_batch_size=%d",
+                         len(running), self.config.disable_by_batch_size)
+            self._was_disabled = True
+            return
+        if self._was_disabled:
+            log.info("speculation back on: %d running requests", len(running))
+        self._was_disabled = False
+        self.stats.num_spec_steps += 1
+        ks = [self._max_drafts(r) for r in eligible]
+        if self.ngram is not None:
+            drafts = self.ngram.propose_batch([r.all_token_ids for r in eligible], ks)
+        else:
+            # the draft writes KV at positions L-1 .. L+k-2: reserve the verify step's slots now
+            ks = [k if kv.allocate_slots(r, 0, num_lookahead_tokens=k + 1) else 0
+                  for r, k in zip(eligible, ks)]
+            drafts = self.draft.propose(eligible, ks)
+        for req, d in zip(eligible, drafts):
+            if d and req.structured_state is not None:
+                d = d[:req.structured_state.validate_tokens(d)]
+            req.spec_token_ids = list(d)
+
+    def _eligible(self, req: Any) -> bool:
+        sp = req.sampling_params
+        return (req.num_computed_tokens == req.num_tokens - 1
+                and sp.logprobs is None
+                and sp.repetition_penalty == 1.0 and sp.presence_penalty == 0.0
+                and sp.frequency_penalty == 0.0
+                and not (req.structured_state is not None and req.structured_state.is_terminated))
+
+    def _max_drafts(self, req: Any) -> int:
+        # the bonus token always comes: drafts past max_tokens / max_model_len are waste
+        left = min(req.max_tokens - req.num_output_tokens - 1, self.max_model_len - req.num_tokens)
+        return max(0, min(self.k, left))
+
+    # -- 3. shadow ----------------------------------------------------------
+
+    def shadow(self, scheduled: Sequence[ScheduledRequest]) -> None:
+        """Keep the draft model's KV cache in step with the target's (draft model only)."""
+        if self.draft is not None:
+            self.draft.shadow(scheduled)
+
+    # -- 4. verify ----------------------------------------------------------
+
+    @torch.inference_mode()
+    def verify(self, logits: torch.Tensor, scheduled: Sequence[ScheduledRequest],
+               generator: torch.Generator, grammar: Any = None) -> VerifyResult:
+        """Accept or reject each request's drafts against the target logits.
+
+        Args:
+            logits: float ``[sum_i (1 + n_i), V]``, request i's rows in order
+                (edited in place by grammar masks).
+            scheduled: the speculating requests, ``n_i = num_spec_tokens``.
+            generator: the engine sampler's generator (unseeded requests).
+            grammar: the ``StructuredOutputManager`` (constrained requests).
+        """
+        reqs = [s.request for s in scheduled]
+        drafts = [s.request.spec_token_ids[:s.num_spec_tokens] for s in scheduled]
+        start = 0
+        for req, d in zip(reqs, drafts):
+            if req.structured_state is not None:
+                grammar.mask_draft_rows(logits, start, req.structured_state, d)
+            start += len(d) + 1
+        row_reqs = [r for r, d in zip(reqs, drafts) for _ in range(len(d) + 1)]
+        probs = torch.zeros_like(logits)
+        sampled = [i for i, r in enumerate(row_reqs) if not r.sampling_params.greedy]
+        if sampled:
+            idx = torch.tensor(sampled, device=logits.device)
+            probs[idx] = filtered_probs(logits[idx], [row_reqs[i] for i in sampled])
+        gens = {i: r.generator for i, r in enumerate(reqs) if r.generator is not None}
+        return rejection_sample(probs, drafts, [r.sampling_params.greedy for r in reqs],
+                                target_argmax=logits.argmax(-1), generators=gens,
+                                default_generator=generator)
+
+    # -- 5. rollback --------------------------------------------------------
+
+    def rollback(self, req: Any, num_drafted: int, num_accepted: int, kv: Any) -> None:
+        """Keep the accepted drafts' KV, release the rest, count the verification."""
+        req.num_computed_tokens += num_accepted
+        req.spec_token_ids = []
+        req.num_drafts += 1
+        req.num_draft_tokens += num_drafted
+        req.num_accepted_tokens += num_accepted
+        self.stats.observe(num_drafted, num_accepted)
+        kv.free_tail(req, req.num_tokens)
