@@ -105,18 +105,20 @@ def args_model_from_signature(
 
 
 def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
-    """Inline non-recursive ``$ref``s, drop ``title`` keywords, sort keys."""
-    defs = schema.get("$defs", {})
-    try:
-        inlined = _inline(schema, defs, ())
-        inlined.pop("$defs", None)
-    except _Recursive:
-        inlined = schema
+    """Make a schema self-contained, title-free and canonically ordered.
+
+    Every local ``$ref`` is inlined, so the schema still means the same once it
+    is nested inside another one (e.g. as ``arguments`` of a forced tool-call
+    schema, where a root ``#/$defs/...`` pointer would dangle).  A recursive
+    model is unrolled once; deeper levels keep only the referenced type (e.g.
+    ``{"type": "object"}``) in the schema, and pydantic still validates them
+    fully.
+    """
+    defs = {**schema.get("definitions", {}), **schema.get("$defs", {})}
+    inlined = _inline(schema, defs, ())
+    inlined.pop("$defs", None)
+    inlined.pop("definitions", None)
     return canonicalize(_drop_titles(inlined))
-
-
-class _Recursive(Exception):
-    pass
 
 
 def _inline(node: Any, defs: dict[str, Any], stack: tuple[str, ...]) -> Any:
@@ -125,14 +127,23 @@ def _inline(node: Any, defs: dict[str, Any], stack: tuple[str, ...]) -> Any:
     if not isinstance(node, dict):
         return node
     ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        key = ref.removeprefix("#/$defs/")
-        if key in stack:
-            raise _Recursive(key)
-        target = _inline(defs[key], defs, (*stack, key))
+    key = _local_def(ref)
+    if key is not None and key in defs:
         siblings = {k: _inline(v, defs, stack) for k, v in node.items() if k != "$ref"}
+        if key in stack:  # recursion: stop here with the bare type
+            target = {"type": defs[key]["type"]} if "type" in defs[key] else {}
+        else:
+            target = _inline(defs[key], defs, (*stack, key))
         return {**target, **siblings}
     return {k: _inline(v, defs, stack) for k, v in node.items()}
+
+
+def _local_def(ref: Any) -> str | None:
+    if isinstance(ref, str):
+        for prefix in ("#/$defs/", "#/definitions/"):
+            if ref.startswith(prefix):
+                return ref.removeprefix(prefix)
+    return None
 
 
 def _drop_titles(node: Any) -> Any:

@@ -7,7 +7,7 @@ from typing import Annotated, Literal, Optional
 import pytest
 from pydantic import BaseModel, Field
 
-from tools import tool
+from tools import ToolArgumentsError, tool
 
 
 class Color(enum.Enum):
@@ -108,18 +108,53 @@ def test_pydantic_model_parameter_is_inlined_without_titles():
     }
 
 
-def test_recursive_model_keeps_defs_and_refs():
+def test_recursive_model_is_unrolled_once_into_a_self_contained_schema():
     def f(tree: Tree) -> None:
         pass
 
-    schema = params(f)
-    assert schema["properties"]["tree"] == {"$ref": "#/$defs/Tree"}
-    assert schema["$defs"]["Tree"]["properties"]["children"] == {
-        "default": [],
-        "items": {"$ref": "#/$defs/Tree"},
-        "type": "array",
+    assert params(f) == {
+        "additionalProperties": False,
+        "properties": {
+            "tree": {
+                "properties": {
+                    "children": {"default": [], "items": {"type": "object"}, "type": "array"},
+                    "value": {"type": "integer"},
+                },
+                "required": ["value"],
+                "type": "object",
+            }
+        },
+        "required": ["tree"],
+        "type": "object",
     }
-    assert "title" not in json.dumps(schema)
+
+
+async def test_recursive_model_is_still_validated_fully_below_the_unrolled_level():
+    @tool
+    def f(tree: Tree) -> int:
+        return len(tree.children[0].children)
+
+    def nest(leaf: dict) -> dict:
+        return {"tree": {"value": 1, "children": [{"value": 2, "children": [leaf]}]}}
+
+    assert await f.ainvoke(nest({"value": 3})) == "1"
+    with pytest.raises(ToolArgumentsError, match=r"field 'tree.children.0.children.0.value'"):
+        await f.ainvoke(nest({}))
+
+
+def test_schemas_have_no_refs_so_they_nest_inside_a_tool_call_schema():
+    """Forced tool calls nest each tool's parameters under ``arguments``; a root
+    ``#/$defs`` pointer would dangle there, so llguidance must compile the nest."""
+    llguidance = pytest.importorskip("llguidance")
+    from runtime.structured_output.tool_call import tool_call_schema
+
+    def f(color: Color, origin: Point, tree: Tree | None = None) -> None:
+        pass
+
+    schema = tool_call_schema([tool(f).openai_schema()])
+    assert "$ref" not in json.dumps(schema) and "$defs" not in json.dumps(schema)
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(schema)
+    assert llguidance.LLMatcher.validate_grammar(grammar) == ""  # "" = no error
 
 
 def test_annotated_constraints_and_property_named_title_survive():
