@@ -1,0 +1,88 @@
+"""``loom ingest`` and ``loom search``: typer commands mounted by ``api/cli.py``.
+
+Heavy libraries (torch, faiss, sentence-transformers) are imported inside the
+commands so ``loom --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def ingest(
+    paths: list[str] = typer.Argument(None, help="Files, folders or stdlib: pseudo-paths "
+                                      "(stdlib:, stdlib:topics, stdlib:modules, stdlib:module/os)."),
+    index: Path = typer.Option(..., "--index", "-i", help="Index folder (created when missing)."),
+    glob: Optional[list[str]] = typer.Option(None, "--glob", "-g", help="Glob pattern for "
+                                             "folders, repeatable (default: txt, md, rst, html)."),
+    stdlib: bool = typer.Option(False, "--stdlib", help="Also ingest the Python stdlib docs "
+                                "(same as the path stdlib:)."),
+    model: Optional[str] = typer.Option(None, "--model", help="sentence-transformers name or "
+                                        "folder (default all-MiniLM-L6-v2; fixed per index)."),
+    chunk_tokens: Optional[int] = typer.Option(None, "--chunk-tokens", help="Chunk size in tokens."),
+    overlap_tokens: Optional[int] = typer.Option(None, "--overlap-tokens", help="Overlap in tokens."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on a tty."),
+) -> None:
+    """Ingest documents into a retrieval index (re-ingesting unchanged files adds nothing)."""
+    from retrieval.loaders import DEFAULT_PATTERNS
+    from retrieval.retriever import Retriever
+
+    paths = list(paths or []) + (["stdlib:"] if stdlib else [])
+    if not paths:
+        raise typer.BadParameter("give at least one PATH or --stdlib", param_hint="PATHS")
+    try:
+        r = Retriever.open(index, embedder=model, chunk_tokens=chunk_tokens,
+                           overlap_tokens=overlap_tokens)
+        stats = r.ingest(paths, patterns=glob or DEFAULT_PATTERNS,
+                         show_progress=None if progress else False)
+    except (FileNotFoundError, ValueError) as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(stats.summary())
+
+
+def search(
+    query: str = typer.Argument(..., help="Search text."),
+    index: Path = typer.Option(..., "--index", "-i", help="Index folder."),
+    k: int = typer.Option(5, "--k", "-k", help="Number of hits."),
+    mode: str = typer.Option("hybrid", "--mode", help="hybrid | dense | bm25."),
+    document: Optional[str] = typer.Option(None, "--document", help="Only this document id."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per hit."),
+) -> None:
+    """Search a retrieval index (hybrid dense + BM25 by default)."""
+    from runtime.errors import NotFoundError
+    from retrieval.retriever import Retriever
+
+    try:
+        r = Retriever.open(index, create=False)
+        hits = r.search(query, k=k, mode=mode, filters={"document": document} if document else None)
+    except (NotFoundError, ValueError) as exc:
+        typer.secho(f"error: {getattr(exc, 'message', exc)}", fg="red", err=True)
+        raise typer.Exit(2) from exc
+    if as_json:
+        for h in hits:
+            sys.stdout.write(json.dumps({
+                "chunk_id": h.chunk_id, "score": h.score, "document": h.document,
+                "title": h.title, "section": h.section, "text": h.text, "metadata": h.metadata,
+            }, ensure_ascii=False) + "\n")
+        return
+    _print_table(query, hits)
+
+
+def _print_table(query: str, hits: list) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(hits)} hits for {query!r}", show_lines=True)
+    for col in ("#", "score", "document", "section", "text"):
+        table.add_column(col, overflow="fold")
+    for n, h in enumerate(hits, 1):
+        text = " ".join(h.text.split())
+        table.add_row(str(n), f"{h.score:.4f}", h.document, h.section or h.title,
+                      text[:240] + ("…" if len(text) > 240 else ""))
+    Console().print(table)

