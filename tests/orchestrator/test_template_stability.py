@@ -1,0 +1,131 @@
+"""Template stability: turn N+1's prompt begins with exactly turn N's prompt plus its reply.
+
+Runs a multi-turn session with retrieval, memory, reasoning and (parallel)
+tool calls through the ContextBuilder over the tokenizer and chat template of
+each checkpoint Loom ships.  The replies are the template's own rendering of
+assistant messages, so the assembled ids must also equal the tokenization of
+the template rendering of the whole conversation.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.budget import ContextBudget
+from orchestrator.context import ContextBuilder
+from orchestrator.items import to_message
+
+TOOLS = sorted([
+    {"type": "function", "function": {"name": "search_documents", "description": "Search the docs.",
+                                      "parameters": {"type": "object", "properties": {"query": {"type": "string"}},
+                                                     "required": ["query"]}}},
+    {"type": "function", "function": {"name": "add", "description": "Add.",
+                                      "parameters": {"type": "object", "properties": {
+                                          "a": {"type": "integer"}, "b": {"type": "integer"}}}}},
+], key=lambda t: t["function"]["name"])
+
+
+class _Hit:
+    def __init__(self, text: str, document: str, section: str) -> None:
+        self.text, self.document, self.section = text, document, section
+
+
+def _reply_ids(builder: ContextBuilder, items: list, message: dict) -> list[int]:
+    """What a model that writes the template's own rendering of ``message`` generates."""
+    r = builder.renderer
+    prev = builder.messages(items)
+    text = r.render(prev + [message])[len(r.render(prev)):]
+    gen = r.tokenizer.decode(builder.gen_prompt_ids, skip_special_tokens=False)
+    assert text.startswith(gen) and text.endswith("<|im_end|>\n")
+    return r.encode(text[len(gen):-1])  # without the trailing "\n": the template adds it
+
+
+def _assistant(builder, items, turn, **msg):
+    message = {"role": "assistant", **msg}
+    ids = _reply_ids(builder, items, message)
+    item = builder.assistant_item(turn, ids, content=msg.get("content", ""),
+                                  reasoning_content=msg.get("reasoning_content"), tool_calls=msg.get("tool_calls"))
+    return item, ids
+
+
+def _tool_call(cid: str, name: str, args: dict) -> dict:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
+
+
+@pytest.fixture(params=["llama", "qwen2", "qwen3", "mistral"])
+def shipped_tokenizer(request):
+    from transformers import AutoTokenizer
+
+    from runtime.checkpoint import ensure_checkpoint
+
+    return AutoTokenizer.from_pretrained(ensure_checkpoint(request.param, "tiny"))
+
+
+def test_each_prompt_starts_with_previous_prompt_plus_reply(shipped_tokenizer) -> None:
+    b = ContextBuilder(shipped_tokenizer, "You are a careful assistant.", TOOLS, ContextBudget(max_model_len=8192))
+    items: list = []
+    items.append(b.snapshot_item(items, ["The user's name is Ada.", "Ada prefers metric units."]))
+    prev_prompt: list[int] | None = None
+    prev_reply: list[int] = []
+    for turn in range(1, 5):
+        hits = [_Hit(f"chunk {turn} about asyncio", "asyncio.md", "Tasks")] if turn % 2 else []
+        items += b.turn_items(items, turn, f"Question number {turn}: how do tasks work?", hits,
+                              memories=["Ada likes tea."] if turn == 3 else [])
+        for step in range(2):
+            ctx = b.build(items, turn)
+            if prev_prompt is not None:
+                expect = prev_prompt + prev_reply
+                assert ctx.token_ids[: len(expect)] == expect
+            ref = b.renderer.encode(b.renderer.render(b.messages(items), add_generation_prompt=True))
+            assert ctx.token_ids == ref  # equal to the template's rendering of the whole conversation
+            assert [s for s in ctx.segments if s.end > s.start][0].start == 0
+            assert sum(s.end - s.start for s in ctx.segments) == len(ctx.token_ids)
+            if step == 0:
+                calls = [_tool_call(f"c{turn}a", "add", {"a": turn, "b": 1}),
+                         _tool_call(f"c{turn}b", "search_documents", {"query": "tasks"})]
+                item, reply = _assistant(b, items, turn, reasoning_content=f"think {turn}", content="",
+                                         tool_calls=calls)
+                items.append(item)
+                items += b.tool_items(items, turn, [(f"c{turn}a", "add", str(turn + 1), False),
+                                                    (f"c{turn}b", "search_documents", "Tasks run coroutines.", False)])
+            else:
+                item, reply = _assistant(b, items, turn, reasoning_content="done", content=f"Answer {turn}.")
+                items.append(item)
+            prev_prompt, prev_reply = ctx.token_ids, item["token_ids"][len(b.gen_prompt_ids):]
+            assert item["token_ids"] == b.gen_prompt_ids + reply + b.renderer.trailer()
+
+
+def test_segments_carry_the_classes_of_architecture_order(tokenizer) -> None:
+    b = ContextBuilder(tokenizer, "Be brief.", TOOLS, ContextBudget(max_model_len=4096))
+    items: list = []
+    items.append(b.snapshot_item(items, ["fact one"]))
+    items += b.turn_items(items, 1, "q1", [_Hit("doc text", "d.md", "S")])
+    item, _ = _assistant(b, items, 1, content="a1")
+    items.append(item)
+    items += b.turn_items(items, 2, "q2", [_Hit("other", "d.md", "T")], memories=["new fact"])
+    ctx = b.build(items, 2)
+    order = [c for c, _, _ in ctx.spans()]
+    assert order == ["system", "tools", "system", "memory", "history", "retrieval", "memory", "user"]
+    decoded: dict[str, str] = {}
+    for c, s, e in ctx.spans():
+        decoded[c] = decoded.get(c, "") + tokenizer.decode(ctx.token_ids[s:e], skip_special_tokens=False)
+    assert "Be brief." in decoded["system"] and "<tools>" in decoded["tools"]
+    assert "doc text" not in decoded["retrieval"] and "other" in decoded["retrieval"]
+    assert decoded["user"].startswith("<|im_start|>user\nq2<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_stripped_reasoning_drops_only_the_think_block(tokenizer) -> None:
+    b = ContextBuilder(tokenizer, "", None, ContextBudget(max_model_len=4096), keep_reasoning=False)
+    items = b.turn_items([], 1, "hi")
+    ids = tokenizer("<think>\nlong thoughts\n</think>\n\nHello!<|im_end|>", add_special_tokens=False)["input_ids"]
+    think_end = ids.index(tokenizer.convert_tokens_to_ids("</think>"))
+    mask = [i <= think_end for i in range(len(ids))]
+    item = b.assistant_item(1, ids, reasoning_mask=mask, content="Hello!", reasoning_content="long thoughts")
+    items.append(item)
+    items += b.turn_items(items, 2, "again")
+    stripped = b.build(items, 2).token_ids
+    text = tokenizer.decode(stripped, skip_special_tokens=False)
+    assert "long thoughts" not in text and "<|im_start|>assistant\nHello!<|im_end|>\n" in text
+    keep = ContextBuilder(tokenizer, "", None, ContextBudget(max_model_len=4096), keep_reasoning=True)
+    assert "long thoughts" in tokenizer.decode(keep.build(items, 2).token_ids, skip_special_tokens=False)
+    assert to_message(item, keep_reasoning=False).get("reasoning_content") is None
