@@ -157,6 +157,8 @@ async def run_sync(
         try:
             result = ctx.run(fn, *args, **kwargs)
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            if isinstance(exc, StopIteration):  # a Future refuses StopIteration
+                exc = RuntimeError("StopIteration" + (f": {exc}" if str(exc) else ""))
             outcome: tuple[Callable[[Any], None], Any] = (future.set_exception, exc)
         else:
             outcome = (future.set_result, result)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from tools.base import ErrorType, Tool, ToolArgumentsError, ToolError, ToolResult
+from tools.base import ErrorType, Tool, ToolArgumentsError, ToolError, ToolResult, to_content
 from tools.function_tool import FunctionTool
 from tools.langchain_adapter import LangChainTool, is_langchain_tool
 
@@ -149,7 +149,10 @@ class ToolRegistry:
             return fail("tool_error", f"tool {name!r} raised TimeoutError: {exc}")
         except Exception as exc:  # noqa: BLE001 - a tool bug must not end the run
             logger.debug("tool %r raised", name, exc_info=True)
-            return fail("tool_error", f"tool {name!r} raised {type(exc).__name__}: {exc}")
+            detail = f": {exc}" if str(exc) else ""
+            return fail("tool_error", f"tool {name!r} raised {type(exc).__name__}{detail}")
+        if not isinstance(content, str):  # a third-party Tool that returned a value
+            content = to_content(content)
         return ToolResult(content, False, None, (time.perf_counter() - start) * 1000.0)
 
 

@@ -103,24 +103,43 @@ def test_schemas_are_sorted_and_byte_identical_whatever_the_order():
     assert list(one.schemas()[0]["function"]) == ["description", "name", "parameters"]
 
 
+SCHEMA_SCRIPT = textwrap.dedent(
+    '''
+    import enum, json
+    from typing import Literal, Optional
+    from tools import ToolRegistry, tool
+    from tools.builtin import calculator
+
+    class Mode(enum.Enum):
+        A = "a"
+        B = "b"
+
+    @tool
+    def zeta(q: str, tags: set[str] = set(), mode: Mode = Mode.A, n: Optional[int] = None) -> str:
+        """Z.
+
+        Args:
+            q: query.
+        """
+
+    @tool
+    async def alpha(x: Literal["p", "q"], weights: dict[str, float] = {}) -> str:
+        """A."""
+
+    SCHEMAS = json.dumps(ToolRegistry([zeta, calculator, alpha]).schemas())
+    '''
+)
+
+
 def test_schemas_are_byte_identical_across_processes():
-    script = textwrap.dedent(
-        """
-        import json
-        from tools import ToolRegistry
-        from tools.builtin import calculator
-        from tests.tools.test_registry import add, echo, explode
-        print(json.dumps(ToolRegistry([echo, calculator, explode, add]).schemas()))
-        """
-    )
-    here = json.dumps(ToolRegistry([add, explode, echo, calculator]).schemas())
-    for seed in ("1", "2"):
-        env = {**os.environ, "PYTHONHASHSEED": seed}
-        out = subprocess.run(
-            [sys.executable, "-c", script],
-            capture_output=True, text=True, env=env, check=True, timeout=60, cwd=REPO_ROOT,
-        )  # fmt: skip
-        assert out.stdout.strip() == here
+    namespace: dict = {}
+    exec(SCHEMA_SCRIPT, namespace)  # the same source, in this process
+    env = {**os.environ, "PYTHONHASHSEED": "12345"}
+    out = subprocess.run(
+        [sys.executable, "-c", SCHEMA_SCRIPT + "\nprint(SCHEMAS)"],
+        capture_output=True, text=True, env=env, check=True, timeout=60, cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert out.stdout.strip() == namespace["SCHEMAS"]
 
 
 async def test_successful_call_returns_content_and_elapsed(registry):
@@ -252,3 +271,45 @@ def test_non_positive_default_timeout_raises():
 def test_non_tool_is_refused():
     with pytest.raises(TypeError, match="not a tool"):
         ToolRegistry().register(42)
+
+
+class UpperTool:
+    """A hand-written class implementing the Tool protocol (no decorator)."""
+
+    name = "upper"
+    description = "Upper-case text."
+    parameters = {"properties": {"text": {"type": "string"}}, "required": ["text"], "type": "object"}
+    timeout_s = None
+
+    async def ainvoke(self, arguments: dict) -> str:
+        return arguments["text"].upper()
+
+    def openai_schema(self) -> dict:
+        fn = {"description": self.description, "name": self.name, "parameters": self.parameters}
+        return {"function": fn, "type": "function"}
+
+
+async def test_any_object_implementing_the_protocol_is_registered_as_is():
+    t = UpperTool()
+    reg = ToolRegistry([t])
+    assert reg.get("upper") is t
+    assert (await reg.call("upper", {"text": "abc"})).content == "ABC"
+    missing = await reg.call("upper", {})
+    assert missing.content == "Error: tool 'upper' raised KeyError: 'text'"
+
+
+async def test_stop_iteration_and_bare_exceptions_in_sync_tools_are_error_results():
+    @tool
+    def stop() -> str:
+        raise StopIteration
+
+    @tool
+    def bare() -> str:
+        raise RuntimeError
+
+    reg = ToolRegistry([stop, bare])
+    result = await reg.call("stop", {}, timeout_s=2)
+    assert (result.error_type, result.content) == (
+        "tool_error", "Error: tool 'stop' raised RuntimeError: StopIteration",
+    )  # fmt: skip
+    assert (await reg.call("bare", {})).content == "Error: tool 'bare' raised RuntimeError"
