@@ -31,9 +31,10 @@ bench_app = typer.Typer(
 def init(
     out_dir: Path = typer.Argument(..., help="Folder to write (created if missing)."),
     arch: str = typer.Option("qwen3", help="llama | qwen2 | qwen3 | mistral."),
-    preset: str = typer.Option("tiny", help="tiny (ms per step) | small (~60M params)."),
+    preset: str = typer.Option("tiny", help="tiny (ms per step) | small (~60M params) | 0.6b (Qwen3-0.6B body)."),
     seed: int = typer.Option(0, help="torch.manual_seed for the random weights."),
     vocab_size: int = typer.Option(None, help="Tokenizer/model vocabulary (default 4096)."),
+    weights: bool = typer.Option(True, help="--no-weights: config + tokenizer only (for load_format='dummy')."),
 ) -> None:
     """Write a random-weight HF checkpoint: config, safetensors, tokenizer, chat template.
 
@@ -45,12 +46,15 @@ def init(
     from runtime.checkpoint.init import count_parameters
 
     try:
-        path = init_checkpoint(out_dir, arch=arch, preset=preset, seed=seed, vocab_size=vocab_size)
+        path = init_checkpoint(
+            out_dir, arch=arch, preset=preset, seed=seed, vocab_size=vocab_size, weights=weights
+        )
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     n = count_parameters(arch, preset, vocab_size=vocab_size)
+    what = "checkpoint" if weights else "config and tokenizer (no weights)"
     Console().print(
-        f"[green]wrote[/green] {arch}/{preset} checkpoint to [bold]{path}[/bold] "
+        f"[green]wrote[/green] {arch}/{preset} {what} to [bold]{path}[/bold] "
         f"({n:,} parameters, {n / 1e6:.1f}M, float32)"
     )
 

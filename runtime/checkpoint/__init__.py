@@ -11,6 +11,7 @@ from runtime.checkpoint.init import (
     default_cache_dir,
     ensure_checkpoint,
     init_checkpoint,
+    model_config,
 )
 from runtime.checkpoint.presets import ARCHES, PRESETS
 from runtime.checkpoint.tokenizer import ADDED_TOKENS, build_tokenizer, chat_template
@@ -25,4 +26,5 @@ __all__ = [
     "default_cache_dir",
     "ensure_checkpoint",
     "init_checkpoint",
+    "model_config",
 ]

@@ -39,7 +39,14 @@ logger = logging.getLogger(__name__)
 CHECKPOINT_FORMAT_VERSION = 2
 
 
-def _model_config(arch: str, preset: str, vocab_size: int | None, overrides: dict) -> Any:
+def model_config(
+    arch: str = "qwen3", preset: str = "tiny", vocab_size: int | None = None, **overrides: Any
+) -> Any:
+    """The transformers config ``init_checkpoint`` would write (for ``load_format="dummy"``).
+
+    Special-token ids follow the shared tokenizer of ``vocab_size`` (default
+    4096). Raises ``ValueError`` as ``init_checkpoint``.
+    """
     vocab = DEFAULT_VOCAB_SIZE if vocab_size is None else int(vocab_size)
     base = vocab - len(ADDED_TOKENS)  # added tokens sit at the end, in order
     ids = {tok: base + i for i, (tok, _) in enumerate(ADDED_TOKENS)}
@@ -68,7 +75,7 @@ def count_parameters(
     import torch
     from transformers import AutoModelForCausalLM
 
-    config = _model_config(arch, preset, vocab_size, config_overrides)
+    config = model_config(arch, preset, vocab_size, **config_overrides)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     return sum(p.numel() for p in model.parameters())
@@ -121,6 +128,7 @@ def init_checkpoint(
     preset: str = "tiny",
     seed: int = 0,
     vocab_size: int | None = None,
+    weights: bool = True,
     **config_overrides: Any,
 ) -> Path:
     """Write a random-weight Hugging Face checkpoint folder.
@@ -132,6 +140,8 @@ def init_checkpoint(
         seed: ``torch.manual_seed`` for the weights: normal with std
             ``initializer_range`` (biases too); RMSNorm weights 1 + N(0, 0.1^2).
         vocab_size: tokenizer and model vocabulary (default 4096, >= 265).
+        weights: ``False`` writes everything but ``model.safetensors`` (for an
+            engine's ``load_format="dummy"`` at sizes too big to save).
         config_overrides: transformers config fields, e.g. ``sliding_window=32``.
 
     Returns:
@@ -144,24 +154,30 @@ def init_checkpoint(
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig
 
-    config = _model_config(arch, preset, vocab_size, config_overrides)
+    config = model_config(arch, preset, vocab_size, **config_overrides)
     tokenizer = build_tokenizer(config.vocab_size)
     assert len(tokenizer) == config.vocab_size
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    generation_config = GenerationConfig(
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+    )
+    _write_tokenizer(tokenizer, out)
+    if not weights:
+        config.save_pretrained(out)
+        generation_config.save_pretrained(out)
+        logger.info("wrote %s %s config and tokenizer (no weights) to %s", arch, preset, out)
+        return out
     # fork_rng keeps the caller's global RNG state untouched.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         _randomize_biases_and_norms(model, config.initializer_range)
-    model.generation_config = GenerationConfig(
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        pad_token_id=config.pad_token_id,
-    )
+    model.generation_config = generation_config
     with _quiet_progress_bars():
         model.save_pretrained(out)
-    _write_tokenizer(tokenizer, out)
     n = sum(p.numel() for p in model.parameters())
     logger.info("wrote %s %s checkpoint (%d parameters, seed %d) to %s", arch, preset, n, seed, out)
     return out
@@ -174,8 +190,12 @@ def default_cache_dir() -> Path:
     return base / "checkpoints"
 
 
-def _cache_name(arch: str, preset: str, seed: int, vocab_size: int | None, overrides: dict) -> str:
+def _cache_name(
+    arch: str, preset: str, seed: int, vocab_size: int | None, weights: bool, overrides: dict
+) -> str:
     name = f"v{CHECKPOINT_FORMAT_VERSION}-{arch}-{preset}-s{seed}"
+    if not weights:
+        name += "-noweights"
     if vocab_size is not None:
         name += f"-vocab{int(vocab_size)}"
     if overrides:
@@ -190,6 +210,7 @@ def ensure_checkpoint(
     cache_dir: str | os.PathLike | None = None,
     seed: int = 0,
     vocab_size: int | None = None,
+    weights: bool = True,
     **config_overrides: Any,
 ) -> Path:
     """Create the checkpoint once under ``cache_dir`` and return its path.
@@ -204,13 +225,15 @@ def ensure_checkpoint(
         ValueError: as ``init_checkpoint``.
     """
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    final = root / _cache_name(arch, preset, seed, vocab_size, config_overrides)
+    final = root / _cache_name(arch, preset, seed, vocab_size, weights, config_overrides)
     if (final / "config.json").is_file():
         return final
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
     try:
-        init_checkpoint(tmp, arch, preset, seed=seed, vocab_size=vocab_size, **config_overrides)
+        init_checkpoint(
+            tmp, arch, preset, seed=seed, vocab_size=vocab_size, weights=weights, **config_overrides
+        )
         try:
             os.rename(tmp, final)
         except OSError:

@@ -10,8 +10,9 @@ implementation the engine is compared against. Arch-specific features:
 - ``mistral``: sliding-window attention (``sliding_window`` 2048, below the
   4096 positions; override it with e.g. 32 to exercise the window in tests).
 
-Presets: ``tiny`` (hidden 64, 2 layers: milliseconds per step, for tests) and
-``small`` (hidden 640, 10 layers: about 60M parameters, for benchmarks).
+Presets: ``tiny`` (hidden 64, 2 layers: milliseconds per step, for tests),
+``small`` (hidden 640, 10 layers: about 60M parameters, for CPU benchmarks) and
+``0.6b`` (Qwen3-0.6B's shape with the shared 4096-id vocabulary, for GPUs).
 """
 
 from __future__ import annotations
@@ -45,6 +46,21 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_position_embeddings=4096,
         rope_theta=1000000.0,
         initializer_range=0.02,
+    ),
+    # Qwen3-0.6B's body (28 layers, hidden 1024, GQA 16/8, head_dim 128) with the
+    # shared 4096-id vocabulary: ~0.44B parameters, for GPU benchmarks, usually
+    # written with weights=False and loaded with load_format="dummy".
+    "0.6b": dict(
+        hidden_size=1024,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=3072,
+        max_position_embeddings=40960,
+        rope_theta=1000000.0,
+        initializer_range=0.02,
+        tie_word_embeddings=True,
     ),
 }
 
@@ -120,6 +136,8 @@ def make_config(
         **kwargs,
     )
     config.dtype = "float32"
+    # Written by save_pretrained of a model; set here so a weights-free folder has it too.
+    config.architectures = [cls.__name__.replace("Config", "ForCausalLM")]
     sw = getattr(config, "sliding_window", None)
     if arch == "mistral" and sw is not None and sw > config.max_position_embeddings:
         raise ValueError(

@@ -17,6 +17,7 @@ from runtime.checkpoint import (
     count_parameters,
     ensure_checkpoint,
     init_checkpoint,
+    model_config,
 )
 
 TOOLS = [
@@ -163,6 +164,20 @@ def test_small_preset_has_about_60m_parameters():
     layer = attn + 3 * 640 * 2304 + 2 * 640
     assert n == embed + 10 * layer + 640 == 61_782_400
     assert 55e6 < count_parameters("llama", "small") < 65e6
+
+
+def test_weightless_folder_has_config_tokenizer_and_architecture(tmp_path):
+    path = init_checkpoint(tmp_path / "d", "qwen3", "0.6b", weights=False)
+    assert not (path / "model.safetensors").exists()
+    cfg = AutoConfig.from_pretrained(path)
+    assert cfg.architectures == ["Qwen3ForCausalLM"] and cfg.num_hidden_layers == 28
+    written, expected = cfg.to_diff_dict(), model_config("qwen3", "0.6b").to_diff_dict()
+    assert {k: written[k] for k in expected if k != "transformers_version"} == {
+        k: v for k, v in expected.items() if k != "transformers_version"
+    }
+    assert len(AutoTokenizer.from_pretrained(path)) == cfg.vocab_size == 4096
+    # Qwen3-0.6B minus the 151,936 -> 4,096 vocabulary (tied embeddings).
+    assert count_parameters("qwen3", "0.6b") == 596_049_920 - (151_936 - 4_096) * 1024
 
 
 def test_ensure_checkpoint_creates_once_then_reuses(tmp_path):
