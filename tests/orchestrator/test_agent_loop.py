@@ -1,0 +1,138 @@
+"""Agent loop logic over a scripted stand-in model (ScriptedLLM) and real tools, tokenizer, sessions."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from orchestrator import Agent, ContextBudget, InMemorySession, SQLSession
+from orchestrator.events import DoneEvent, ToolCallEvent, ToolResultEvent
+
+from tests.orchestrator.scripted_llm import ScriptedLLM
+
+
+def call(name: str, args: str) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
+
+
+async def test_tool_call_result_then_answer(tokenizer, tool_set) -> None:
+    llm = ScriptedLLM(tokenizer, ["<think>\nneed add\n</think>\n\n" + call("add", '{"a": 2, "b": 40}'),
+                                  "The sum is 42."])
+    agent = Agent(llm, tools=tool_set, system_prompt="Use tools.")
+    session = InMemorySession()
+    result = await agent.arun("what is 2+40?", session=session)
+    assert result.final_state == "done" and result.answer == "The sum is 42." and result.steps == 2
+    assert [(c.name, c.arguments) for c in result.tool_calls] == [("add", {"a": 2, "b": 40})]
+    assert [(r.content, r.is_error) for r in result.tool_results] == [("42", False)]
+    assert result.reasoning == "need add"
+    kinds = [it["kind"] for it in session.get_items()]
+    assert kinds == ["user", "assistant", "tool_result", "assistant"]
+    # the second call's prompt is the first prompt + its reply + the tool result
+    first, second = llm.prompts
+    assert second[: len(first)] == first
+    assert result.usage.num_calls == 2 and result.usage.output["tool_call"].tokens > 0
+    assert result.usage.output["reasoning"].tokens > 0
+    assert result.usage.prompt["tool_result"].tokens > 0
+
+
+async def test_parallel_tool_calls_run_concurrently(tokenizer, tool_set) -> None:
+    reply = "\n".join(call("slow_echo", f'{{"text": "t{i}"}}') for i in range(3))
+    agent = Agent(ScriptedLLM(tokenizer, [reply, "ok"]), tools=tool_set)
+    t0 = time.perf_counter()
+    result = await agent.arun("echo three")
+    assert time.perf_counter() - t0 < 0.8  # three 0.3 s tools, not 0.9 s in sequence
+    assert [r.content for r in result.tool_results] == ["t0", "t1", "t2"]
+
+
+async def test_tool_errors_timeouts_and_bad_calls_become_results(tokenizer, tool_set) -> None:
+    reply = "\n".join([call("explode", '{"text": "x"}'), call("hang", '{"text": "x"}'),
+                       call("add", '{"a": "not a number"}'), call("nope", "{}"),
+                       '<tool_call>\n{"name": "add", "arguments": {oops}\n</tool_call>'])
+    agent = Agent(ScriptedLLM(tokenizer, [reply, "recovered"]), tools=tool_set)
+    result = await agent.arun("break things")
+    assert result.final_state == "done" and result.answer == "recovered"
+    errs = [r.content for r in result.tool_results]
+    assert all(r.is_error for r in result.tool_results) and len(errs) == 5
+    assert "kaboom" in errs[0] and "timed out" in errs[1] and "invalid arguments" in errs[2]
+    assert "unknown tool" in errs[3] and "malformed tool call" in errs[4]
+
+
+async def test_max_steps_ends_a_runaway_loop(tokenizer, tool_set) -> None:
+    agent = Agent(ScriptedLLM(tokenizer, [call("add", '{"a": 1, "b": 1}')] * 10), tools=tool_set, max_steps=3)
+    session = InMemorySession()
+    result = await agent.arun("loop", session=session)
+    assert result.final_state == "max_steps" and result.steps == 3 and len(result.tool_results) == 3
+    assert session.get_items()[-1]["kind"] == "tool_result"  # every call stored with its result
+
+
+async def test_stream_yields_deltas_tool_events_usage_and_done(tokenizer, tool_set) -> None:
+    agent = Agent(ScriptedLLM(tokenizer, [call("add", '{"a": 1, "b": 2}'), "three"]), tools=tool_set)
+    events = [ev async for ev in agent.stream("1+2?")]
+    types = [e.type for e in events]
+    assert types[-2:] == ["usage", "done"]
+    deltas = [e for e in events if isinstance(e, ToolCallEvent) and e.arguments is None]
+    assert "".join(d.arguments_delta for d in deltas) == '{"a": 1, "b": 2}'
+    assert any(isinstance(e, ToolResultEvent) and e.content == "3" for e in events)
+    assert "".join(e.text for e in events if e.type == "content_delta") == "three"
+    assert isinstance(events[-1], DoneEvent) and events[-1].result.usage is events[-2].ledger
+
+
+async def test_forced_tool_choice_sends_a_grammar_then_resets_to_auto(tokenizer, tool_set) -> None:
+    llm = ScriptedLLM(tokenizer, [call("add", '{"a": 1, "b": 2}'), "fine"])
+    agent = Agent(llm, tools=tool_set)
+    await agent.arun("go", tool_choice={"type": "function", "function": {"name": "add"}})
+    grammar = llm.params[0].structured_output.grammar
+    assert grammar.startswith("start: <tool_call>") and '"const": "add"' in grammar
+    assert llm.params[1].structured_output is None
+
+
+def test_bad_arguments_raise_clear_errors(tokenizer, tool_set) -> None:
+    llm = ScriptedLLM(tokenizer, [])
+    with pytest.raises(ValueError, match="tool_choice"):
+        Agent(llm, tools=tool_set, tool_choice="bogus")
+    with pytest.raises(ValueError, match="tool_choice"):
+        Agent(llm, tool_choice="required")
+    with pytest.raises(ValueError, match="max_steps"):
+        Agent(llm, max_steps=0)
+    with pytest.raises(ValueError, match="message"):
+        Agent(llm).run("  ")
+
+
+async def test_sql_session_continues_with_cached_prefix(tokenizer, tmp_path) -> None:
+    url = f"sqlite:///{tmp_path}/s.db"
+    llm = ScriptedLLM(tokenizer, [f"answer {i}" for i in range(4)])
+    agent = Agent(llm, system_prompt="sys")
+    for i in range(4):
+        r = await agent.arun(f"question {i}", session=SQLSession("u1", url=url))
+        if i:
+            prev = llm.prompts[i - 1]
+            assert llm.prompts[i][: len(prev)] == prev
+            assert r.usage.prompt["history"].cached_tokens >= 0.9 * r.usage.prompt["history"].tokens - 16
+
+
+async def test_budget_compaction_is_rare_and_keeps_tool_pairs(tokenizer, tool_set) -> None:
+    replies = []
+    for i in range(40):
+        replies += [call("add", f'{{"a": {i}, "b": 1}}'), f"The answer is {i + 1}, as computed by the tool."]
+    llm = ScriptedLLM(tokenizer, replies, max_model_len=1024)
+    budget = ContextBudget(reserved_output=64, max_history_tokens=500, low_water=0.4)
+    agent = Agent(llm, tools=tool_set, budget=budget)
+    session = InMemorySession()
+    for i in range(40):
+        result = await agent.arun(f"add {i} and 1 please", session=session)
+        assert result.final_state == "done"
+    assert all(len(p) <= agent.budget.prompt_limit for p in llm.prompts)
+    assert 1 <= agent.num_compactions <= 10
+    items = session.get_items()
+    hidden = set()
+    for it in items:
+        for s, e in it.get("hide", []) if it["kind"] == "compaction" else []:
+            hidden.update(range(s, e))
+    for i, it in enumerate(items):  # a shown tool result always follows its shown call
+        if it["kind"] == "tool_result" and i not in hidden:
+            j = i - 1
+            while items[j]["kind"] == "tool_result":
+                j -= 1
+            assert items[j]["kind"] == "assistant" and j not in hidden
+    assert len([it for it in items if it["kind"] == "user"]) == 40  # stored log never rewritten
