@@ -157,7 +157,8 @@ class ToolRegistry:
 
 
 def _parse_arguments(arguments: dict[str, Any] | str | None) -> Any:
-    """Arguments as sent by the model: ``None``/blank string mean ``{}``.
+    """Arguments as sent by the model: ``None``/blank string mean ``{}``; a JSON
+    string holding a JSON object (double-encoded) is decoded once more.
 
     Raises:
         ValueError: malformed JSON (``json.JSONDecodeError``).
@@ -165,7 +166,10 @@ def _parse_arguments(arguments: dict[str, Any] | str | None) -> Any:
     if arguments is None:
         return {}
     if isinstance(arguments, str):
-        return json.loads(arguments) if arguments.strip() else {}
+        parsed = json.loads(arguments) if arguments.strip() else {}
+        if isinstance(parsed, str) and parsed.lstrip().startswith("{"):
+            parsed = json.loads(parsed)  # JSON encoded twice, as some models emit it
+        return parsed
     return arguments
 
 

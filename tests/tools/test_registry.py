@@ -313,3 +313,30 @@ async def test_stop_iteration_and_bare_exceptions_in_sync_tools_are_error_result
         "tool_error", "Error: tool 'stop' raised RuntimeError: StopIteration",
     )  # fmt: skip
     assert (await reg.call("bare", {})).content == "Error: tool 'bare' raised RuntimeError"
+
+
+async def test_double_encoded_json_arguments_are_decoded(registry):
+    assert (await registry.call("add", json.dumps(json.dumps({"a": 1, "b": 1})))).content == "2"
+
+
+def test_hung_sync_tool_does_not_hold_up_asyncio_run_or_interpreter_exit():
+    script = textwrap.dedent(
+        """
+        import asyncio, time
+        from tools import ToolRegistry, tool
+
+        @tool
+        def stuck() -> str:
+            time.sleep(30)
+            return "never"
+
+        print(asyncio.run(ToolRegistry([stuck]).call("stuck", {}, timeout_s=0.2)).content)
+        """
+    )
+    start = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=25,
+        cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert out.stdout.strip() == "Error: tool 'stuck' timed out after 0.2 s"
+    assert time.perf_counter() - start < 15  # import + 0.2 s, not the tool's 30 s
