@@ -15,6 +15,7 @@ path, so a hanging tool behaves the same as a hanging Loom tool.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from pydantic import ValidationError
@@ -27,12 +28,13 @@ __all__ = ["LangChainTool", "is_langchain_tool"]
 
 
 def is_langchain_tool(obj: Any) -> bool:
-    """True for a ``langchain_core.tools.BaseTool`` instance."""
-    try:
-        from langchain_core.tools import BaseTool
-    except ImportError:  # pragma: no cover - langchain-core is a dependency
-        return False
-    return isinstance(obj, BaseTool)
+    """True for a ``langchain_core.tools.BaseTool`` instance.
+
+    Never imports langchain-core (about a second): if it is not loaded yet,
+    ``obj`` cannot be one of its tools.
+    """
+    module = sys.modules.get("langchain_core.tools")
+    return module is not None and isinstance(obj, module.BaseTool)
 
 
 class LangChainTool:
