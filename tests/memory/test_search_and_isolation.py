@@ -1,0 +1,143 @@
+"""Search ranking, use statistics, and namespace isolation on a real SQLite file."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory import EventType
+from runtime.errors import NotFoundError
+
+FACTS = [
+    "User lives in Paris",
+    "User's favourite programming language is Rust",
+    "User is allergic to peanuts",
+    "User plays the cello in an orchestra",
+]
+
+
+def test_search_ranks_the_relevant_memory_first_and_counts_use(make_memory, clock):
+    mem = make_memory()
+    ids = [mem.add(f, "u1")[0].id for f in FACTS]
+    clock.advance(10)
+    hits = mem.search("Which programming language does the user like?", "u1", k=2)
+    assert [h.id for h in hits][0] == ids[1]
+    assert len(hits) == 2
+    assert hits[0].score >= hits[1].score
+    assert 0.0 < hits[0].similarity <= 1.0
+    # Returned memories are marked used; the others are untouched.
+    for h in hits:
+        item = mem.get(h.id, "u1")
+        assert (item.use_count, item.last_used_at) == (1, clock())
+    untouched = set(ids) - {h.id for h in hits}
+    assert all(mem.get(i, "u1").use_count == 0 for i in untouched)
+
+
+def test_min_score_filters_on_similarity(make_memory):
+    mem = make_memory()
+    for f in FACTS:
+        mem.add(f, "u1")
+    assert mem.search("quantum chromodynamics lattice gauge theory", "u1", k=5, min_score=0.5) == []
+    hits = mem.search("Is the user allergic to anything?", "u1", k=5, min_score=0.4)
+    assert [h.text for h in hits] == ["User is allergic to peanuts"]
+
+
+def test_recency_and_use_break_near_ties(make_memory, clock):
+    mem = make_memory()
+    old = mem.add("User enjoys jazz music", "u1")[0].id
+    clock.advance(90 * 86_400)  # three half-lives later
+    new = mem.add("User enjoys jazz concerts", "u1")[0].id
+    hits = mem.search("jazz", "u1", k=2)
+    sims = {h.id: h.similarity for h in hits}
+    assert abs(sims[old] - sims[new]) < 0.1
+    assert hits[0].id == new
+
+
+def test_search_is_deterministic_and_sees_writes_of_another_handle(make_memory, tmp_path):
+    mem = make_memory()
+    other = make_memory()  # a second handle on the same file (as another replica would be)
+    for f in FACTS:
+        mem.add(f, "u1")
+    first = [h.id for h in mem.search("music", "u1", k=4)]
+    other.add("User sings in a choir", "u1")
+    after = mem.search("music", "u1", k=5)
+    assert "User sings in a choir" in [h.text for h in after]
+    assert len(first) == 4
+
+
+def test_bad_arguments_raise_value_errors_naming_the_field(make_memory):
+    mem = make_memory()
+    with pytest.raises(ValueError, match="namespace"):
+        mem.add("fact", "")
+    with pytest.raises(ValueError, match="text"):
+        mem.add("   ", "u1")
+    with pytest.raises(ValueError, match="k"):
+        mem.search("q", "u1", k=0)
+    with pytest.raises(ValueError, match="query"):
+        mem.search("", "u1")
+    with pytest.raises(ValueError, match="source"):
+        mem.add("fact", "u1", source=3.5)
+    with pytest.raises(ValueError, match="duplicate_threshold"):
+        make_memory(duplicate_threshold=0.5, conflict_threshold=0.8)
+    with pytest.raises(ValueError, match="capacity_per_namespace"):
+        make_memory(capacity_per_namespace=0)
+    assert mem.list("u1") == []
+
+
+def test_same_fact_in_two_namespaces_is_two_memories(make_memory):
+    mem = make_memory()
+    a = mem.add("User lives in Paris", "alice")[0]
+    b = mem.add("User lives in Paris", "bob")[0]
+    assert (a.event, b.event) == (EventType.ADD, EventType.ADD)
+    assert a.id != b.id
+    # A contradiction in one namespace never supersedes the other's memory.
+    moved = mem.add("User lives in Berlin", "alice")[0]
+    assert (moved.event, moved.previous_id) == (EventType.UPDATE, a.id)
+    assert mem.get(b.id, "bob").active
+    assert [m.text for m in mem.list("bob")] == ["User lives in Paris"]
+
+
+def test_search_never_returns_another_namespace(make_memory):
+    mem = make_memory()
+    mem.add("User is allergic to peanuts", "alice")
+    assert mem.search("allergic to peanuts", "bob") == []
+    mem.add("User likes hiking", "bob")
+    hits = mem.search("allergic to peanuts", "bob", k=5)
+    assert [h.text for h in hits] == ["User likes hiking"]
+
+
+def test_foreign_ids_are_not_found_and_untouched(make_memory):
+    mem = make_memory()
+    a = mem.add("User is allergic to peanuts", "alice")[0]
+    mem.add("User likes hiking", "bob")
+    with pytest.raises(NotFoundError):
+        mem.delete(a.id, "bob")
+    with pytest.raises(NotFoundError):
+        mem.get(a.id, "bob")
+    with pytest.raises(NotFoundError):
+        mem.history(a.id, "bob")
+    assert mem.get(a.id, "alice").text == "User is allergic to peanuts"
+    with pytest.raises(NotFoundError):
+        mem.delete(10_000, "alice")
+
+
+def test_forget_removes_one_namespace_only(make_memory):
+    mem = make_memory()
+    mem.add("My name is Ada", "alice")
+    mem.add("My name is Ann", "alice")  # UPDATE: two rows with history
+    mem.add("My name is Bob", "bob")
+    assert mem.forget("alice") == 2
+    assert mem.list("alice", include_inactive=True) == []
+    assert [m.text for m in mem.list("bob")] == ["My name is Bob"]
+    assert mem.namespaces() == ["bob"]
+
+
+def test_delete_on_request_removes_memory_and_its_history(make_memory):
+    mem = make_memory()
+    old = mem.add("User has 2 cats", "u1")[0]
+    new = mem.add("User has 3 cats", "u1")[0]
+    keep = mem.add("User plays the cello", "u1")[0]
+    events = mem.delete(new.id, "u1")
+    assert [(e.event, e.id, e.reason) for e in events] == [
+        (EventType.DELETE, new.id, "request"), (EventType.DELETE, old.id, "request")]
+    assert [m.id for m in mem.list("u1", include_inactive=True)] == [keep.id]
+    assert mem.search("how many cats", "u1", k=5, min_score=0.5) == []
