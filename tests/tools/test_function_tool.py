@@ -168,3 +168,23 @@ async def test_exception_inside_sync_tool_propagates_to_ainvoke():
 
     with pytest.raises(KeyError):
         await boom.ainvoke({})
+
+
+async def test_bound_method_becomes_a_tool_without_self():
+    class Counter:
+        def __init__(self) -> None:
+            self.total = 10
+
+        def add(self, amount: int) -> int:
+            """Add to the running total.
+
+            Args:
+                amount: how much to add.
+            """
+            self.total += amount
+            return self.total
+
+    counter = Counter()
+    t = tool(counter.add)
+    assert t.parameters["properties"] == {"amount": {"description": "how much to add.", "type": "integer"}}
+    assert await t.ainvoke({"amount": 5}) == "15" and counter.total == 15
