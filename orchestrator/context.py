@@ -82,21 +82,22 @@ class ContextBuilder:
 
     Args:
         tokenizer: the engine's HF tokenizer (with its chat template).
-        system_prompt: system message text (may be empty).
+        system_prompt: system message text; ``None`` renders no system message
+            (the template may still render a system turn for the tools).
         tools: OpenAI-style tool dicts, sorted by name (``ToolRegistry.schemas()``).
         budget: a :class:`ContextBudget` with ``max_model_len`` set.
         keep_reasoning: show earlier turns' reasoning (else their stripped ids).
     """
 
-    def __init__(self, tokenizer: Any, system_prompt: str = "", tools: list[dict[str, Any]] | None = None,
+    def __init__(self, tokenizer: Any, system_prompt: str | None = "", tools: list[dict[str, Any]] | None = None,
                  budget: ContextBudget | None = None, keep_reasoning: bool = True) -> None:
         self.renderer = TemplateRenderer(tokenizer, tools)
-        self.system_message = {"role": "system", "content": system_prompt}
+        self.system_messages = [] if system_prompt is None else [{"role": "system", "content": system_prompt}]
         self.budget = budget or ContextBudget(max_model_len=4096)
         self.keep_reasoning = keep_reasoning
         self.header = self.renderer.header(system_prompt)
-        self.gen_prompt_ids = self.renderer.generation_prompt([self.system_message])
-        self._overhead = len(self.renderer.append([self.system_message], [{"role": "user", "content": ""}])[0])
+        self.gen_prompt_ids = self.renderer.generation_prompt(self.system_messages)
+        self._overhead = len(self.renderer.append(self.system_messages, [{"role": "user", "content": ""}])[0])
 
     @property
     def header_ids(self) -> list[int]:
@@ -104,7 +105,7 @@ class ContextBuilder:
 
     def messages(self, items: Sequence[Item]) -> list[dict[str, Any]]:
         """System message + every stored message item (the diff base for new items)."""
-        return [self.system_message] + [to_message(it) for it in items if is_message(it)]
+        return self.system_messages + [to_message(it) for it in items if is_message(it)]
 
     def count_message_tokens(self, content: str) -> int:
         """Tokens a user-role message with ``content`` takes (template overhead included)."""
@@ -149,7 +150,7 @@ class ContextBuilder:
         """A summary message (shown after the snapshot in place of hidden turns)."""
         snap = [to_message(items[i]) for i in comp.compute_view(list(items), turn).snapshot]
         item = message_item("summary", turn, "user", "Summary of the earlier conversation:\n" + text, [])
-        item["token_ids"] = self.renderer.append([self.system_message] + snap, [to_message(item)])[0]
+        item["token_ids"] = self.renderer.append(self.system_messages + snap, [to_message(item)])[0]
         return item
 
     def assistant_item(self, turn: int, output_ids: Sequence[int], prefix_ids: Sequence[int] = (),

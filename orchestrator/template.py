@@ -68,11 +68,25 @@ class TemplateRenderer:
     def render(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = False,
                tools: Any = "default") -> str:
         """The template's text for ``messages`` (no tokenization)."""
-        if not messages and not add_generation_prompt:
-            return ""
+        tools = self.tools if tools == "default" else tools
+        if not messages:
+            return self._empty(tools) + (self._gen_text() if add_generation_prompt else "")
         return self.tokenizer.apply_chat_template(
-            list(messages), tools=self.tools if tools == "default" else tools, tokenize=False,
-            add_generation_prompt=add_generation_prompt)
+            list(messages), tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+    def _empty(self, tools: Any) -> str:
+        """What the template renders before the first message when there is none (the tool block)."""
+        if not tools:
+            return ""
+        probe = [_ANCHOR[1]]
+        full = self.render(probe, tools=tools)
+        bare = self.render(probe, tools=None)
+        return full[: len(full) - len(bare)] if full.endswith(bare) else ""
+
+    def _gen_text(self) -> str:
+        probe = [_ANCHOR[1]]
+        full = self.render(probe, add_generation_prompt=True, tools=None)
+        return full[len(self.render(probe, tools=None)):]
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (special-token strings map to their ids; no BOS added)."""
@@ -102,13 +116,17 @@ class TemplateRenderer:
         return pieces
 
     # -- pieces of the prompt ----------------------------------------------
-    def header(self, system_prompt: str) -> list[tuple[str, list[int]]]:
+    def header(self, system_prompt: str | None) -> list[tuple[str, list[int]]]:
         """The system turn as ordered ``(class, ids)`` pieces: ``system`` / ``tools`` / ``system``.
 
         The tool block's character range is found by rendering the system turn
         with and without tools; tokens starting before it (and the closing
-        ``<|im_end|>\\n``) are ``system``, the rest ``tools``.
+        ``<|im_end|>\\n``) are ``system``, the rest ``tools``.  With
+        ``system_prompt=None`` there is no system message: whatever the
+        template renders for the tools alone is ``tools``.
         """
+        if system_prompt is None:
+            return [("tools", self.encode(self._empty(self.tools)))]
         msgs = [{"role": "system", "content": system_prompt}]
         with_tools = self.render(msgs)
         if not self.tools:
@@ -145,14 +163,13 @@ class TemplateRenderer:
         suffix = full[len(base):]
         return self.encode_spans(suffix, bounds)
 
-    def generation_prompt(self, messages: Sequence[dict[str, Any]], **template_kwargs: Any) -> list[int]:
+    def generation_prompt(self, messages: Sequence[dict[str, Any]]) -> list[int]:
         """Ids the template adds for ``add_generation_prompt=True`` (``<|im_start|>assistant\\n``)."""
         base = self.render(messages)
-        full = self.tokenizer.apply_chat_template(list(messages), tools=self.tools, tokenize=False,
-                                                  add_generation_prompt=True, **template_kwargs)
+        full = self.render(messages, add_generation_prompt=True)
         if not full.startswith(base):
             self._warn_unstable()
-            return self.encode("<|im_start|>assistant\n")
+            return self.encode(self._gen_text())
         return self.encode(full[len(base):])
 
     def trailer(self) -> list[int]:
