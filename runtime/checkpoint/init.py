@@ -234,6 +234,7 @@ def ensure_checkpoint(
         init_checkpoint(
             tmp, arch, preset, seed=seed, vocab_size=vocab_size, weights=weights, **config_overrides
         )
+        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared
         try:
             os.rename(tmp, final)
         except OSError:
