@@ -40,8 +40,9 @@ async def open_generation(engine: Any, prompt_token_ids: list[int], sampling_par
     return gen, first
 
 
-async def close_generation(engine: Any, gen: AsyncIterator[Any], request_id: str) -> None:
-    """Stop reading ``gen`` and abort the request in the engine (frees its KV blocks)."""
+async def close_generation(engine: Any, gen: AsyncIterator[Any], request_id: str,
+                           finished: bool = False) -> None:
+    """Stop reading ``gen`` and, unless it ``finished``, abort it in the engine (frees its KV blocks)."""
     # Shielded: this runs while the handler is being cancelled (client gone), and
     # anyio re-cancels every unshielded await inside a cancelled scope.
     with anyio.CancelScope(shield=True):
@@ -49,8 +50,9 @@ async def close_generation(engine: Any, gen: AsyncIterator[Any], request_id: str
         with contextlib.suppress(Exception):
             if aclose is not None:
                 await aclose()
-        with contextlib.suppress(Exception):
-            await engine.abort(request_id)
+        if not finished:
+            with contextlib.suppress(Exception):
+                await engine.abort(request_id)
 
 
 async def wait_disconnect(request: Request, poll_s: float = 0.25) -> None:

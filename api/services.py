@@ -124,6 +124,4 @@ class Services:
         from retrieval import Retriever
 
         log.info("opening index %s", path)
-        if path.exists() and any(path.iterdir()):
-            return Retriever.open(path)
-        return Retriever.create(path, embedder=self.embedder())  # TODO: check retrieval API
+        return Retriever.open(path, create=True, embedder=self.embedder())

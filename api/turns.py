@@ -67,7 +67,7 @@ def _tool_choice(choice: Any) -> Any:
 
 def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Any:
     """An ``orchestrator.Agent`` for one turn of a session with config ``cfg``."""
-    from orchestrator import Agent
+    from orchestrator import Agent, ContextBudget
     from runtime import SamplingParams
 
     s = cfg.sampling
@@ -76,6 +76,8 @@ def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Any:
     ns = cfg.memory_namespace
     return Agent(
         services.engine,
+        budget=ContextBudget(reserved_output=s.max_tokens),
+        tool_timeout_s=services.settings.tool_timeout_s,
         tools=_tools(services, owner, cfg),
         retriever=OwnerRetriever(services.index(), owner) if cfg.index else None,
         memory=services.memory() if ns else None,

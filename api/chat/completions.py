@@ -1,7 +1,8 @@
 """Run one chat completion on the engine and shape its output as OpenAI's objects.
 
-Output token ids are detokenized one at a time (``orchestrator.detok``, special
-tokens kept) and fed to ``orchestrator.parsers.StreamingParser``, which splits
+The engine's text deltas (special tokens kept: ``skip_special_tokens=False``;
+stop strings already cut; eos left out) are fed to
+``orchestrator.parsers.StreamingParser``, which splits
 ``<think>`` reasoning, content and ``<tool_call>`` blocks; each output token is
 classed ``reasoning`` / ``tool_call`` / ``output`` by the parser state around it
 (a closing marker belongs to the block it closes), which gives the exact
@@ -35,28 +36,20 @@ from api.schemas.chat import (
     ToolCall,
     Usage,
 )
-from orchestrator.detok import IncrementalDetokenizer
 from orchestrator.parsers import TOOL_CLOSE, TOOL_OPEN, ParserEvent, StreamingParser
 
 _CLASS_OF_STATE = {"reasoning": "reasoning", "tool_call": "tool_call", "content": "output"}
 
 
-def special_skip_ids(tokenizer: Any) -> set[int]:
-    """Token ids that end or pad generation and never show as text (eos, pad)."""
-    ids = {tokenizer.eos_token_id, tokenizer.pad_token_id}
-    return {i for i in ids if i is not None}
-
-
 @dataclass
 class CompletionRun:
-    """One request: feeds engine outputs through detokenizer and parser.
+    """One request: feeds engine outputs through the parser.
 
-    ``deltas(out)`` turns one ``RequestOutput`` into OpenAI ``Delta`` objects;
+    ``feed(out)`` parses one ``RequestOutput``, ``to_delta(events)`` shapes a stream ``Delta``;
     ``result()`` builds the final non-streamed ``ChatCompletion``.
     """
 
     prepared: PreparedChat
-    tokenizer: Any
     model: str
     request_id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=lambda: int(time.time()))
@@ -67,7 +60,6 @@ class CompletionRun:
     _bad_calls: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.detok = IncrementalDetokenizer(self.tokenizer, special_skip_ids(self.tokenizer))
         p = self.prepared
         self.parser: StreamingParser | None = None
         if not p.json_output:
@@ -77,37 +69,26 @@ class CompletionRun:
         self.json_text = ""
 
     # feeding -------------------------------------------------------------------------
-    def _feed_token(self, token_id: int) -> list[ParserEvent]:
-        text = self.detok.add(token_id)
+    def feed(self, out: Any) -> list[ParserEvent]:
+        """Events completed by one ``RequestOutput`` (its ``new_text`` / ``new_token_ids``).
+
+        The engine's text already honours stop strings and leaves out eos.
+        """
+        self.last = out
+        text, n = out.new_text or "", len(out.new_token_ids)
         if self.parser is None:
             self.json_text += text
-            self.output_classes.append("output")
+            self.output_classes += ["output"] * n
             return [ParserEvent("content", text=text)] if text else []
         before = self.parser.state
         events = self.parser.feed(text) if text else []
         after = self.parser.state
         state = before if before != "content" and after == "content" else after
-        self.output_classes.append(_CLASS_OF_STATE[state])
-        return events
-
-    def _finish_events(self) -> list[ParserEvent]:
-        tail = self.detok.flush()
-        if self.parser is None:
-            self.json_text += tail
-            return [ParserEvent("content", text=tail)] if tail else []
-        events = self.parser.feed(tail) if tail else []
-        if self.prepared.forced_tool_call and self.parser.state == "tool_call":
-            events += self.parser.feed(TOOL_CLOSE)
-        return events + self.parser.finish()
-
-    def feed(self, out: Any) -> list[ParserEvent]:
-        """Events completed by one ``RequestOutput`` (its ``new_token_ids``)."""
-        self.last = out
-        events: list[ParserEvent] = []
-        for tid in out.new_token_ids:
-            events += self._feed_token(tid)
+        self.output_classes += [_CLASS_OF_STATE[state]] * n
         if out.finished:
-            events += self._finish_events()
+            if self.prepared.forced_tool_call and self.parser.state == "tool_call":
+                events += self.parser.feed(TOOL_CLOSE)
+            events += self.parser.finish()
         return events
 
     # shaping -------------------------------------------------------------------------

@@ -136,6 +136,16 @@ class PreparedChat:
     parse_tools: bool  # look for <tool_call> blocks in free text
 
 
+def check_schema(schema: dict[str, Any], param: str) -> None:
+    """Reject a JSON schema that is not one (400 naming ``param``) before it reaches the engine."""
+    import jsonschema
+
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise InvalidRequestError(f"invalid JSON schema: {exc.message}", param=param) from exc
+
+
 def _structured(req: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
                 forced: bool, name: str | None) -> Any:
     from runtime.structured_output import StructuredOutputParams, tool_call_schema
@@ -150,7 +160,9 @@ def _structured(req: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
     if rf.json_schema is None:
         raise InvalidRequestError("response_format of type json_schema needs 'json_schema'",
                                   param="response_format.json_schema")
-    return StructuredOutputParams(json=rf.json_schema.schema_ or {"type": "object"})
+    schema = rf.json_schema.schema_ or {"type": "object"}
+    check_schema(schema, "response_format.json_schema.schema")
+    return StructuredOutputParams(json=schema)
 
 
 def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
@@ -169,6 +181,9 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
         raise InvalidRequestError("response_format cannot be combined with tools unless "
                                   "tool_choice is 'none'", param="response_format")
     tools = tool_dicts(req)
+    for i, t in enumerate(req.tools or []):
+        if t.function.parameters is not None:
+            check_schema(t.function.parameters, f"tools.{i}.function.parameters")
     forced, name = forced_tool(req)
     messages = template_messages(req)
     ids = render(tokenizer, messages, tools, TOOL_CALL_OPEN if forced else "")

@@ -50,7 +50,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     engine = services.engine
     prepared = prepare(body, engine.tokenizer, services.settings.default_max_tokens,
                        engine_max_model_len(engine))
-    run = CompletionRun(prepared, engine.tokenizer, services.settings.model_name)
+    run = CompletionRun(prepared, services.settings.model_name)
     gen, first = await open_generation(engine, prepared.prompt_token_ids, prepared.sampling_params,
                                        run.request_id)
     if body.stream:
@@ -79,9 +79,13 @@ async def _complete(services: Any, request: Request, run: CompletionRun, gen: As
         work.result()
     finally:
         watch.cancel()
-        await close_generation(services.engine, gen, run.request_id)
+        await close_generation(services.engine, gen, run.request_id, _finished(run))
     _record(services, run)
     return run.result()
+
+
+def _finished(run: CompletionRun) -> bool:
+    return run.last is not None and bool(run.last.finished)
 
 
 def _record(services: Any, run: CompletionRun) -> None:
@@ -104,5 +108,5 @@ async def _sse(services: Any, run: CompletionRun, gen: AsyncIterator[Any], first
         yield {"data": json.dumps(error_body("Internal server error", "internal_error"))}
         raise
     finally:
-        await close_generation(services.engine, gen, run.request_id)
+        await close_generation(services.engine, gen, run.request_id, _finished(run))
         _record(services, run)

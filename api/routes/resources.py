@@ -26,7 +26,6 @@ from api.schemas.resources import (
 )
 from api.schemas.sessions import Deleted
 from api.turns import OwnerRetriever, scoped_namespace
-from runtime.errors import NotFoundError
 
 router = APIRouter(tags=["documents and memory"])
 
@@ -49,9 +48,17 @@ async def create_document(body: DocumentCreate, request: Request,
     doc = load(body.text, _doc_key(owner, doc_id), body.title or None)
     doc = dataclasses.replace(doc, metadata={**body.metadata, "owner": owner})
     retriever = await anyio.to_thread.run_sync(services.index)
-    added = await anyio.to_thread.run_sync(retriever.add_documents, [doc])
-    num_chunks = added if isinstance(added, int) else len(added or [])
-    return DocumentOut(id=doc_id, title=doc.title, num_chunks=num_chunks)
+    stats = await anyio.to_thread.run_sync(retriever.add_documents, [doc])
+    return DocumentOut(id=doc_id, title=doc.title, num_chunks=stats.chunks_added)
+
+
+@router.delete("/v1/documents/{document_id}", response_model=Deleted, summary="Remove a document")
+async def delete_document(document_id: str, request: Request, owner: str = Depends(require_owner)) -> Deleted:
+    """Remove one of the caller's documents and its chunks (404 when it is not theirs)."""
+    services = request.app.state.services
+    retriever = await anyio.to_thread.run_sync(services.index)
+    await anyio.to_thread.run_sync(retriever.delete_document, _doc_key(owner, document_id))
+    return Deleted(id=document_id, object="document")
 
 
 @router.get("/v1/search", response_model=SearchResults, summary="Search the owner's documents")
@@ -70,22 +77,20 @@ async def search(request: Request, q: str = Query(min_length=1, description="Que
 @router.post("/v1/memories", response_model=MemoryList, summary="Remember text")
 async def create_memory(body: MemoryCreate, request: Request,
                         owner: str = Depends(require_owner)) -> MemoryList:
-    """Store facts from ``text`` in the namespace; returns the memory events (add/update/skip)."""
+    """Store ``text`` as a fact in the namespace; returns the write events (ADD / UPDATE / NOOP / DELETE)."""
     services = request.app.state.services
     memory = await anyio.to_thread.run_sync(services.memory)
     ns = scoped_namespace(owner, body.namespace)
     events = await anyio.to_thread.run_sync(lambda: memory.add(body.text, ns, source=body.source))
-    return MemoryList(data=[
-        MemoryOut(id=getattr(e, "memory_id", None) or getattr(e, "id", ""), text=getattr(e, "text", ""),
-                  namespace=body.namespace, event=str(getattr(e, "type", getattr(e, "event", ""))))
-        for e in events])
+    return MemoryList(data=[MemoryOut(id=e.id, text=e.text, namespace=body.namespace,
+                                      event=getattr(e.event, "value", str(e.event))) for e in events])
 
 
-@router.get("/v1/memories", response_model=MemoryList, summary="Recall memories")
+@router.get("/v1/memories", response_model=MemoryList, summary="List or recall memories")
 async def list_memories(request: Request, namespace: str = Query("default", min_length=1, max_length=200),
                         q: str | None = Query(None, description="Query; without it, list the namespace."),
                         k: int = Query(10, ge=1, le=100), owner: str = Depends(require_owner)) -> MemoryList:
-    """Memories of a namespace, ranked by relevance to ``q`` when given."""
+    """Active memories of a namespace (oldest first), or the ``k`` best for ``q``."""
     services = request.app.state.services
     memory = await anyio.to_thread.run_sync(services.memory)
     ns = scoped_namespace(owner, namespace)
@@ -93,7 +98,7 @@ async def list_memories(request: Request, namespace: str = Query("default", min_
         hits = await anyio.to_thread.run_sync(lambda: memory.search(q, ns, k=k))
         return MemoryList(data=[MemoryOut(id=h.id, text=h.text, namespace=namespace, score=float(h.score))
                                 for h in hits])
-    rows = await anyio.to_thread.run_sync(lambda: memory.list(ns, limit=k))
+    rows = await anyio.to_thread.run_sync(lambda: memory.list(ns))
     return MemoryList(data=[MemoryOut(id=r.id, text=r.text, namespace=namespace) for r in rows])
 
 
@@ -104,7 +109,5 @@ async def delete_memory(memory_id: int, request: Request,
     """Delete a memory of the caller's namespace (404 when it is not theirs)."""
     services = request.app.state.services
     memory = await anyio.to_thread.run_sync(services.memory)
-    ok = await anyio.to_thread.run_sync(lambda: memory.delete(memory_id, scoped_namespace(owner, namespace)))
-    if ok is False:
-        raise NotFoundError(f"No memory {memory_id} in namespace {namespace!r}.", param="memory_id")
+    await anyio.to_thread.run_sync(lambda: memory.delete(memory_id, scoped_namespace(owner, namespace)))
     return Deleted(id=str(memory_id), object="memory")

@@ -102,8 +102,22 @@ async def post_message(session_id: str, body: MessageCreate, request: Request,
     turn = services.store.start_turn(session_id, body.content)
     events = T.agent_events(agent, body.content, history, choice)
     if body.stream:
-        return EventSourceResponse(_stream_turn(services, turn.id, session_id, events), ping=15)
+        first = await _first_event(services, turn.id, events)  # errors before the model runs: 4xx
+        return EventSourceResponse(_stream_turn(services, turn.id, session_id, events, first), ping=15)
     return await _run_turn(services, request, turn.id, session_id, events)
+
+
+async def _first_event(services: Services, turn_id: int, events: AsyncIterator[Any]) -> Any:
+    try:
+        return await events.__anext__()
+    except StopAsyncIteration:
+        return None
+    except BaseException as exc:
+        message = exc.message if isinstance(exc, LoomError) else str(exc) or type(exc).__name__
+        services.store.finish_turn(turn_id, state="error", error=message)
+        with anyio.CancelScope(shield=True):
+            await events.aclose()
+        raise
 
 
 def _finish_result(services: Services, turn_id: int, result: Any) -> None:
@@ -148,11 +162,18 @@ async def _run_turn(services: Services, request: Request, turn_id: int, session_
     return _stored(services, session_id, turn_id)
 
 
+async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+    if first is not None:
+        yield first
+        async for ev in rest:
+            yield ev
+
+
 async def _stream_turn(services: Services, turn_id: int, session_id: str,
-                       events: AsyncIterator[Any]) -> AsyncIterator[dict[str, str]]:
+                       events: AsyncIterator[Any], first: Any) -> AsyncIterator[dict[str, str]]:
     finished = False
     try:
-        async for ev in events:
+        async for ev in _chain(first, events):
             if getattr(ev, "type", None) == "done":
                 _finish_result(services, turn_id, ev.result)
                 finished = True

@@ -95,7 +95,10 @@ def test_invalid_json_schema_is_400(alice, model_name):
     body = _chat(model_name, response_format={"type": "json_schema", "json_schema": {
         "name": "x", "schema": {"type": "object", "properties": {"a": {"type": "no-such-type"}}}}})
     err = _error(alice.post("/v1/chat/completions", json=body), 400)
-    assert err["type"] == "invalid_request_error"
+    assert err["param"] == "response_format.json_schema.schema"
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": 12}}}
+    err = _error(alice.post("/v1/chat/completions", json=_chat(model_name, tools=[tool])), 400)
+    assert err["param"] == "tools.0.function.parameters"
 
 
 def test_missing_or_wrong_key_is_401(server, model_name):
