@@ -28,6 +28,7 @@ from runtime.checkpoint.tokenizer import (
     ADDED_TOKENS,
     DEFAULT_VOCAB_SIZE,
     EOS_TOKEN,
+    MIN_VOCAB_SIZE,
     PAD_TOKEN,
     build_tokenizer,
     chat_template,
@@ -48,6 +49,8 @@ def model_config(
     4096). Raises ``ValueError`` as ``init_checkpoint``.
     """
     vocab = DEFAULT_VOCAB_SIZE if vocab_size is None else int(vocab_size)
+    if vocab < MIN_VOCAB_SIZE:
+        raise ValueError(f"vocab_size must be >= {MIN_VOCAB_SIZE}, got {vocab}")
     base = vocab - len(ADDED_TOKENS)  # added tokens sit at the end, in order
     ids = {tok: base + i for i, (tok, _) in enumerate(ADDED_TOKENS)}
     return make_config(

@@ -154,6 +154,8 @@ def test_bad_arguments_raise_value_error_naming_the_field(tmp_path):
         init_checkpoint(tmp_path, preset="huge")
     with pytest.raises(ValueError, match="sliding_window"):
         init_checkpoint(tmp_path, arch="llama", sliding_window=32)  # llama has no window
+    with pytest.raises(ValueError, match="vocab_size"):
+        init_checkpoint(tmp_path, vocab_size=200)
     assert not any(tmp_path.iterdir())  # nothing half-written
 
 
