@@ -103,11 +103,11 @@ class LoomChatModel(BaseChatModel):
         return self._client
 
     def bind_tools(self, tools: Sequence[Any], *, tool_choice: str | dict | None = None, **kwargs: Any) -> Any:
-        """Bind tools (LangChain tools, functions, pydantic models or OpenAI dicts).
+        """Bind tools (Loom tools, LangChain tools, functions, pydantic models or OpenAI dicts).
 
         ``tool_choice``: ``"auto"``, ``"none"``, ``"required"``/``"any"`` or a tool name.
         """
-        schemas = [convert_to_openai_tool(t) for t in tools]
+        schemas = [_schema(t) for t in tools]
         if tool_choice is not None:
             kwargs["tool_choice"] = tool_choice
         return super().bind(tools=schemas, **kwargs)
@@ -133,7 +133,7 @@ class LoomChatModel(BaseChatModel):
 
     def get_num_tokens_from_messages(self, messages: list[BaseMessage], tools: Sequence[Any] | None = None) -> int:
         """Prompt tokens of ``messages`` rendered through the chat template (generation prompt included)."""
-        schemas = [convert_to_openai_tool(t) for t in tools] if tools else None
+        schemas = [_schema(t) for t in tools] if tools else None
         return len(self._context(messages, schemas).token_ids)
 
     def _sampling(self, stop: list[str] | None, tools: list[dict[str, Any]] | None, tool_choice: Any) -> Any:
@@ -208,6 +208,11 @@ class LoomChatModel(BaseChatModel):
             if run_manager and chunk.message.content:
                 run_manager.on_llm_new_token(str(chunk.message.content), chunk=chunk)
             yield chunk
+
+
+def _schema(t: Any) -> dict[str, Any]:
+    """OpenAI tool dict of a Loom tool (``openai_schema()``) or anything LangChain converts."""
+    return t.openai_schema() if callable(getattr(t, "openai_schema", None)) else convert_to_openai_tool(t)
 
 
 def _final_message(chunk: BaseMessage) -> AIMessage:

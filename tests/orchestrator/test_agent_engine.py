@@ -1,0 +1,170 @@
+"""End to end with the real engine, a real random-weight checkpoint, real FAISS retrieval and SQLite."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator import Agent, ContextBudget, InMemorySession, SQLSession
+from tools import tool
+
+DOCS = {
+    "tasks.md": "# Tasks\n\nA task wraps a coroutine and schedules it on the event loop. "
+                "Use asyncio.create_task to run coroutines concurrently.\n\n## Cancellation\n\n"
+                "Calling cancel() on a task raises CancelledError inside the coroutine.",
+    "queues.md": "# Queues\n\nasyncio.Queue is a FIFO queue for producer and consumer coroutines. "
+                 "put() waits when the queue is full and get() waits when it is empty.",
+    "locks.md": "# Locks\n\nasyncio.Lock guarantees exclusive access to a shared resource. "
+                "Use it with async with lock: to acquire and release it.",
+}
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers.
+
+    Args:
+        a: first addend.
+        b: second addend.
+    """
+    return a + b
+
+
+@tool
+def explode(text: str) -> str:
+    """Always fails.
+
+    Args:
+        text: ignored.
+    """
+    raise RuntimeError("kaboom")
+
+
+@tool(timeout_s=0.2)
+async def hang(text: str) -> str:
+    """Never answers in time.
+
+    Args:
+        text: ignored.
+    """
+    import asyncio
+
+    await asyncio.sleep(30)
+    return text
+
+
+@pytest.fixture(scope="module")
+def llm():
+    from runtime import AsyncLLM
+    from runtime.checkpoint import ensure_checkpoint
+
+    engine = AsyncLLM(str(ensure_checkpoint("qwen3", "tiny")), max_model_len=4096, block_size=16)
+    yield engine
+    engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def retriever(tmp_path_factory):
+    from retrieval import Retriever
+
+    root = tmp_path_factory.mktemp("docs")
+    for name, text in DOCS.items():
+        (root / name).write_text(text)
+    r = Retriever.open(tmp_path_factory.mktemp("index"))
+    r.ingest([root])
+    return r
+
+
+async def test_ten_turn_session_serves_history_from_prefix_cache(llm, retriever, tmp_path) -> None:
+    agent = Agent(llm, tools=[add], retriever=retriever, system_prompt="You answer questions about asyncio.",
+                  budget=ContextBudget(reserved_output=24, max_retrieval_tokens=200), retrieval_k=2)
+    session = SQLSession("ten-turns", url=f"sqlite:///{tmp_path}/s.db")
+    questions = ["How do tasks run?", "What does cancel do?", "How do queues work?", "What is a lock?",
+                 "When does put wait?", "How to acquire a lock?", "What is create_task?", "What wraps a coroutine?",
+                 "Is the queue FIFO?", "What raises CancelledError?"]
+    for turn, q in enumerate(questions, start=1):
+        result = await agent.arun(q, session=session, tool_choice="required" if turn % 3 == 1 else None)
+        assert result.final_state in ("done", "max_steps")
+        first = result.usage.calls[0]
+        for call in result.usage.calls:  # classes add up to the totals for every call
+            assert sum(u.tokens for u in call.prompt.values()) == call.prompt_tokens
+            assert sum(o.tokens for o in call.output.values()) == call.completion_tokens
+        if turn >= 2:
+            hist = first.prompt["history"]
+            assert hist.tokens > 0 and hist.cached_tokens >= 0.9 * hist.tokens, (turn, hist)
+            assert first.prompt["system"].computed_tokens == 0 and first.prompt["tools"].computed_tokens == 0
+        if turn % 3 == 1:
+            assert result.tool_calls[0].name == "add" and not result.tool_results[0].is_error
+    items = session.get_items()
+    assert sum(it["kind"] == "retrieval" for it in items) == 10
+    assert sum(it["kind"] == "tool_result" for it in items) >= 4
+
+
+async def test_budget_never_exceeded_and_compaction_is_rare(llm) -> None:
+    budget = ContextBudget(max_model_len=768, reserved_output=24, max_history_tokens=480, low_water=0.4)
+    agent = Agent(llm, tools=[add], budget=budget)
+    session = InMemorySession()
+    for turn in range(1, 25):
+        result = await agent.arun(f"please add {turn} and {turn + 1}", session=session,
+                                  tool_choice="required" if turn % 2 else None)
+        assert all(c.prompt_tokens <= budget.prompt_limit for c in result.usage.calls)
+    assert 1 <= agent.num_compactions <= 8, agent.num_compactions
+    items = session.get_items()
+    hidden: set[int] = set()
+    for it in items:
+        if it["kind"] == "compaction":
+            for s, e in it["hide"]:
+                hidden.update(range(s, e))
+    for i, it in enumerate(items):
+        if it["kind"] == "tool_result":
+            j = i - 1
+            while items[j]["kind"] == "tool_result":
+                j -= 1
+            assert items[j]["kind"] == "assistant" and (i in hidden) == (j in hidden)
+    assert sum(it["kind"] == "user" for it in items) == 24
+
+
+async def test_required_tool_choice_with_random_model_calls_tool_and_finishes(llm) -> None:
+    agent = Agent(llm, tools=[add, explode, hang], budget=ContextBudget(reserved_output=32), max_steps=4)
+    result = await agent.arun("add two numbers", tool_choice="required")
+    assert result.steps <= 4 and result.final_state in ("done", "max_steps")
+    call, res = result.tool_calls[0], result.tool_results[0]
+    assert call.error is None and call.name in ("add", "explode", "hang")
+    if call.name == "add":
+        assert res.content == str(call.arguments["a"] + call.arguments["b"]) and not res.is_error
+
+
+@pytest.mark.parametrize("name,needle", [("explode", "kaboom"), ("hang", "timed out")])
+async def test_failing_and_hanging_tools_give_error_results_and_run_completes(llm, name, needle) -> None:
+    agent = Agent(llm, tools=[add, explode, hang], budget=ContextBudget(reserved_output=32), max_steps=3)
+    result = await agent.arun("do it", tool_choice=name)
+    assert result.final_state in ("done", "max_steps")
+    assert result.tool_calls[0].name == name
+    assert result.tool_results[0].is_error and needle in result.tool_results[0].content
+
+
+def test_sync_llm_is_wrapped(tmp_path) -> None:
+    from runtime import LLM
+    from runtime.checkpoint import ensure_checkpoint
+
+    llm = LLM(str(ensure_checkpoint("qwen3", "tiny")), max_model_len=2048)
+    agent = Agent(llm, budget=ContextBudget(reserved_output=16))
+    session = InMemorySession()
+    first = agent.run("hello there", session=session)
+    second = agent.run("and again", session=session)
+    assert first.final_state == second.final_state == "done"
+    assert second.usage.prompt["history"].cached_tokens > 0
+    assert second.usage.completion_tokens == 16 or second.usage.calls[0].completion_tokens <= 16
+
+
+def test_langchain_model_over_real_engine(llm) -> None:
+    from langchain_core.messages import HumanMessage
+
+    from orchestrator.langchain import LoomChatModel
+
+    model = LoomChatModel(llm=llm, max_tokens=32).bind_tools([add], tool_choice="add")
+    ai = model.invoke([HumanMessage("add 1 and 2")])
+    (tc,) = ai.tool_calls
+    assert tc["name"] == "add" and set(tc["args"]) == {"a", "b"}
+    assert ai.usage_metadata["input_tokens"] > 0
+    chunks = list(LoomChatModel(llm=llm, max_tokens=8).stream([HumanMessage("hi")]))
+    assert chunks[-1].usage_metadata["output_tokens"] == 8
