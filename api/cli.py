@@ -52,7 +52,14 @@ _COMMANDS = [
 ]
 
 
+_mounted = False
+
+
 def _mount() -> None:
+    global _mounted
+    if _mounted:
+        return
+    _mounted = True
     for module, attr, name in _SUBAPPS:
         try:
             sub = getattr(importlib.import_module(module), attr)
