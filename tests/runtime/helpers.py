@@ -1,0 +1,91 @@
+"""Helpers for runtime tests: engines over tiny random checkpoints, the
+transformers greedy reference (float32, ``model.generate(do_sample=False)``)
+and a stepping loop that checks block accounting after every step."""
+
+from __future__ import annotations
+
+import copy
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from runtime import EngineConfig, SamplingParams
+from runtime.engine import LLMEngine
+from runtime.outputs import RequestOutput
+
+ARCHES = ("llama", "qwen2", "qwen3", "mistral")
+# Mistral with a window shorter than the prompts, so sliding-window attention is exercised.
+ARCH_OVERRIDES = {"mistral": {"sliding_window": 32}}
+
+_HF_MODELS: dict[Path, object] = {}
+_HF_CACHE: dict[tuple, list[int]] = {}
+
+
+def make_engine(path: Path, **kw) -> LLMEngine:
+    kw.setdefault("num_kv_blocks", 512)
+    kw.setdefault("max_model_len", 1024)
+    return LLMEngine(EngineConfig(model=str(path), **kw))
+
+
+def random_prompts(vocab: int, lengths: Sequence[int], seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(vocab) for _ in range(n)] for n in lengths]
+
+
+def greedy(max_tokens: int) -> SamplingParams:
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+
+
+def hf_greedy(path: Path, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
+    """Tokens transformers generates greedily for ``prompt`` (EOS ignored, exact length)."""
+    key = (path, tuple(prompt), max_new_tokens)
+    if key not in _HF_CACHE:
+        from transformers import AutoModelForCausalLM
+
+        if path not in _HF_MODELS:
+            _HF_MODELS[path] = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+        model = _HF_MODELS[path]
+        cfg = copy.deepcopy(model.generation_config)
+        cfg.eos_token_id = None
+        cfg.do_sample = False
+        cfg.max_new_tokens = max_new_tokens
+        cfg.pad_token_id = 0
+        with torch.inference_mode():
+            ids = torch.tensor([list(prompt)])
+            # An explicit mask: without it transformers masks prompt tokens equal to pad_token_id.
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=cfg)
+        _HF_CACHE[key] = out[0, len(prompt):].tolist()
+    return _HF_CACHE[key]
+
+
+def run_to_completion(
+    engine: LLMEngine,
+    submissions: Sequence[tuple[str, Sequence[int], SamplingParams]] = (),
+    *,
+    check_invariants: bool = True,
+    max_steps: int = 100_000,
+) -> dict[str, RequestOutput]:
+    """Submit, step until idle, checking block accounting after every step."""
+    for request_id, prompt, params in submissions:
+        engine.add_request(prompt, params, request_id=request_id)
+    final: dict[str, RequestOutput] = {}
+    for _ in range(max_steps):
+        if not engine.has_unfinished_requests():
+            break
+        for out in engine.step():
+            if out.finished:
+                final[out.request_id] = out
+        if check_invariants:
+            engine.kv.check_invariants(engine.requests.values())
+    assert not engine.has_unfinished_requests()
+    return final
+
+
+def assert_pool_idle(engine: LLMEngine) -> None:
+    """Every block is free once no request is in flight."""
+    stats = engine.stats()
+    assert stats["kv_blocks_free"] == stats["kv_blocks_total"]
+    assert all(b.ref_cnt == 0 for b in engine.kv.blocks)
+    engine.kv.check_invariants([])

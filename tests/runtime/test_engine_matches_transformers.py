@@ -1,0 +1,162 @@
+"""Greedy float32 output equals transformers ``model.generate`` token for token,
+for all four families, under every scheduling situation the engine has:
+continuous batching, chunked prefill, prefix-cache hits, preemption, aborts.
+Block accounting is checked after every step (``run_to_completion``)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.runtime.helpers import (
+    ARCHES,
+    assert_pool_idle,
+    greedy,
+    hf_greedy,
+    make_engine,
+    random_prompts,
+    run_to_completion,
+)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_single_request_matches_transformers(arch_checkpoint, arch):
+    path = arch_checkpoint(arch)
+    engine = make_engine(path)
+    (prompt,) = random_prompts(engine.vocab_size, [45], seed=1)
+    out = run_to_completion(engine, [("r", prompt, greedy(24))])["r"]
+    assert out.token_ids == hf_greedy(path, prompt, 24)
+    assert out.finish_reason == "length"
+    assert out.text == engine.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+    assert_pool_idle(engine)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_32_concurrent_requests_of_mixed_lengths_match_transformers(arch_checkpoint, arch):
+    path = arch_checkpoint(arch)
+    engine = make_engine(path)
+    rng = random.Random(2)
+    lengths = [rng.randint(1, 90) for _ in range(32)]
+    max_tokens = [rng.randint(1, 20) for _ in range(32)]
+    prompts = random_prompts(engine.vocab_size, lengths, seed=3)
+    subs = [(f"r{i}", p, greedy(n)) for i, (p, n) in enumerate(zip(prompts, max_tokens))]
+    outs = run_to_completion(engine, subs)
+    for i, (prompt, n) in enumerate(zip(prompts, max_tokens)):
+        assert outs[f"r{i}"].token_ids == hf_greedy(path, prompt, n), f"request r{i} (prompt {len(prompt)} tokens)"
+    assert_pool_idle(engine)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_budget_smaller_than_every_prompt_chunks_prefill_and_matches(arch_checkpoint, arch):
+    path = arch_checkpoint(arch)
+    engine = make_engine(path, max_num_batched_tokens=13)
+    prompts = random_prompts(engine.vocab_size, [40, 77, 20, 64], seed=4)
+    subs = [(f"r{i}", p, greedy(12)) for i, p in enumerate(prompts)]
+    steps_with_chunks = 0
+    for rid, p, sp in subs:
+        engine.add_request(p, sp, request_id=rid)
+    outs = {}
+    while engine.has_unfinished_requests():
+        sched_budget = engine.scheduler.max_num_batched_tokens
+        for out in engine.step():
+            if out.finished:
+                outs[out.request_id] = out
+        engine.kv.check_invariants(engine.requests.values())
+        steps_with_chunks += 1
+        assert sched_budget == 13
+    for i, p in enumerate(prompts):
+        assert outs[f"r{i}"].token_ids == hf_greedy(path, p, 12)
+    # 201 prompt tokens at 13 per step cannot take fewer than 16 steps.
+    assert engine.num_steps >= (40 + 77 + 20 + 64) // 13
+    assert_pool_idle(engine)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_shared_prefix_hits_cache_and_output_is_unchanged(arch_checkpoint, arch):
+    path = arch_checkpoint(arch)
+    engine = make_engine(path)
+    prefix = random_prompts(engine.vocab_size, [70], seed=5)[0]
+    suffixes = random_prompts(engine.vocab_size, [3, 9, 17, 1], seed=6)
+    first = run_to_completion(engine, [("first", prefix + suffixes[0], greedy(10))])["first"]
+    assert first.num_cached_tokens == 0
+    subs = [(f"r{i}", prefix + s, greedy(10)) for i, s in enumerate(suffixes[1:])]
+    outs = run_to_completion(engine, subs)
+    assert first.token_ids == hf_greedy(path, prefix + suffixes[0], 10)
+    for i, s in enumerate(suffixes[1:]):
+        out = outs[f"r{i}"]
+        assert out.num_cached_tokens == 64  # 4 full blocks of 16 of the 70-token prefix
+        assert out.token_ids == hf_greedy(path, prefix + s, 10)
+    assert engine.stats()["prefix_cache_hits"] == 3 * 64
+    assert_pool_idle(engine)
+
+
+def test_prefix_cache_hit_within_one_step_computes_prefix_once(arch_checkpoint):
+    path = arch_checkpoint("qwen3")
+    engine = make_engine(path, max_num_batched_tokens=64)
+    prefix = random_prompts(engine.vocab_size, [48], seed=7)[0]
+    a, b = prefix + [1, 2, 3], prefix + [4, 5, 6]
+    engine.add_request(a, greedy(6), request_id="a")
+    engine.add_request(b, greedy(6), request_id="b")
+    engine.step()  # a's 51 tokens, then b admitted in the same step with 13 left
+    assert engine.requests["b"].num_cached_tokens == 48
+    outs = run_to_completion(engine)
+    assert outs["a"].token_ids == hf_greedy(path, a, 6)
+    assert outs["b"].token_ids == hf_greedy(path, b, 6)
+    assert_pool_idle(engine)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_small_pool_forces_preemption_and_output_is_unchanged(arch_checkpoint, arch):
+    path = arch_checkpoint(arch)
+    engine = make_engine(path, num_kv_blocks=14)
+    prompts = random_prompts(engine.vocab_size, [40, 33, 47, 36, 29, 44], seed=8)
+    subs = [(f"r{i}", p, greedy(24)) for i, p in enumerate(prompts)]
+    outs = run_to_completion(engine, subs)
+    assert engine.stats()["num_preemptions"] > 0
+    for i, p in enumerate(prompts):
+        assert outs[f"r{i}"].token_ids == hf_greedy(path, p, 24)
+    assert_pool_idle(engine)
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "mistral"])
+def test_requests_aborted_midway_leave_the_others_unchanged(arch_checkpoint, arch):
+    path = arch_checkpoint(arch)
+    engine = make_engine(path, max_num_batched_tokens=32)
+    prompts = random_prompts(engine.vocab_size, [30, 50, 12, 41, 25, 60], seed=9)
+    for i, p in enumerate(prompts):
+        engine.add_request(p, greedy(16), request_id=f"r{i}")
+    outs = {}
+    for step in range(200):
+        if step == 3:
+            assert engine.abort_request("r1")  # mid-prefill or early decode
+            assert engine.abort_request("r4")
+        if step == 8:
+            assert engine.abort_request("r5")
+        if not engine.has_unfinished_requests():
+            break
+        for out in engine.step():
+            if out.finished:
+                outs[out.request_id] = out
+        engine.kv.check_invariants(engine.requests.values())
+    assert {rid for rid, o in outs.items() if o.finish_reason == "abort"} == {"r1", "r4", "r5"}
+    for i in (0, 2, 3):
+        assert outs[f"r{i}"].token_ids == hf_greedy(path, prompts[i], 16)
+    assert not engine.abort_request("r0")  # already finished
+    assert_pool_idle(engine)
+
+
+def test_llama3_rope_scaling_matches_transformers(tiny_checkpoint):
+    rope = {
+        "rope_type": "llama3",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 64,
+    }
+    path = tiny_checkpoint("llama", rope_parameters=rope)
+    engine = make_engine(path)
+    (prompt,) = random_prompts(engine.vocab_size, [90], seed=10)
+    out = run_to_completion(engine, [("r", prompt, greedy(16))])["r"]
+    assert out.token_ids == hf_greedy(path, prompt, 16)
