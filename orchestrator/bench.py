@@ -1,0 +1,151 @@
+"""``loom bench sessions``: multi-turn agent sessions with retrieval, with and without prefix caching.
+
+Runs the same workload twice in one process, on two engines that differ only
+in ``enable_prefix_caching``: ``--sessions`` concurrent sessions of
+``--turns`` turns each, every turn retrieving ``--k`` chunks from a FAISS
+index of stdlib docs and answering with ``--max-tokens`` greedy tokens.  It
+prints the median TTFT of each turn number for both engines (TTFT as vLLM's
+benchmark defines it: first token time - arrival time, queueing included),
+their ratio and the prefix-cache hit rate from the token-class ledger.
+
+``--reasoning`` instead measures ``keep_reasoning`` True vs False (both with
+caching): replies are forced by a grammar to open with a ``<think>`` block,
+and the table gives prefix-cache hit rate, prompt tokens and computed
+(uncached) prompt tokens per turn for each setting.
+
+Example::
+
+    loom bench sessions --preset small --sessions 16 --turns 10
+    loom bench sessions --preset tiny --sessions 4 --turns 6 --reasoning
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+QUESTIONS = [
+    "How do I run coroutines concurrently?", "How does json.dumps sort keys?", "What does OrderedDict.move_to_end do?",
+    "How can I cancel a task?", "How do I read a file line by line?", "What is a deque good for?",
+    "How do I parse command line options?", "How does a Counter count items?", "How to wait for the first task?",
+    "How do I pretty-print JSON?", "What does functools.lru_cache do?", "How do I join paths?",
+]
+MODULES = ["asyncio", "json", "collections", "functools", "os.path", "argparse"]
+REASONING_GRAMMAR = 'start: <think> "\\n" /[a-z]+( [a-z]+){12,16}/ "\\n" </think> "\\n\\n" /[a-z]+( [a-z]+){3,6}/'
+
+
+def _index(index: Path | None) -> Any:
+    from retrieval import Retriever
+
+    if index is not None and (index / "chunks.sqlite").exists():
+        return Retriever.open(index)
+    folder = index or Path(tempfile.mkdtemp(prefix="loom-bench-index-"))
+    r = Retriever.open(folder)
+    r.ingest([f"stdlib:module/{m}" for m in MODULES], show_progress=False)
+    return r
+
+
+async def _workload(llm: Any, retriever: Any, n: int, turns: int, max_tokens: int, k: int,
+                    keep_reasoning: bool, reasoning: bool) -> list[list[Any]]:
+    from orchestrator import Agent, ContextBudget, InMemorySession
+    from runtime.sampling_params import SamplingParams
+    from runtime.structured_output import StructuredOutputParams
+
+    so = StructuredOutputParams(grammar=REASONING_GRAMMAR) if reasoning else None
+    agent = Agent(llm, retriever=retriever, system_prompt="You are a concise assistant for Python questions.",
+                  budget=ContextBudget(reserved_output=max_tokens, max_retrieval_tokens=320), retrieval_k=k,
+                  sampling=SamplingParams(temperature=0.0, ignore_eos=not reasoning, structured_output=so),
+                  keep_reasoning=keep_reasoning, max_steps=1)
+    results: list[list[Any]] = [[] for _ in range(n)]
+
+    async def one(s: int) -> None:
+        session = InMemorySession()
+        for t in range(turns):
+            r = await agent.arun(QUESTIONS[(s + t) % len(QUESTIONS)] + f" (session {s})", session=session)
+            results[s].append(r.usage.calls[0])
+
+    await asyncio.gather(*(one(s) for s in range(n)))
+    return results
+
+
+def _engine(ckpt: Path, caching: bool, device: str) -> Any:
+    from runtime import AsyncLLM
+
+    return AsyncLLM(str(ckpt), enable_prefix_caching=caching, device=device, max_model_len=4096)
+
+
+def _per_turn(results: list[list[Any]], fn: Any) -> list[float]:
+    turns = len(results[0])
+    return [statistics.median(fn(results[s][t]) for s in range(len(results))) for t in range(turns)]
+
+
+def sessions(
+    preset: str = typer.Option("small", help="Checkpoint preset: tiny | small."),
+    arch: str = typer.Option("qwen3", help="Checkpoint architecture."),
+    num_sessions: int = typer.Option(16, "--sessions", help="Concurrent sessions."),
+    turns: int = typer.Option(10, help="Turns per session."),
+    max_tokens: int = typer.Option(16, help="Output tokens per reply."),
+    k: int = typer.Option(2, help="Retrieved chunks per turn."),
+    index: Path = typer.Option(None, help="Index folder (built from stdlib docs when missing)."),
+    device: str = typer.Option("auto", help="auto | cpu | cuda."),
+    reasoning: bool = typer.Option(False, "--reasoning", help="Measure keep_reasoning True vs False instead."),
+    json_out: Path = typer.Option(None, help="Write the figures as JSON here."),
+) -> None:
+    """TTFT per turn number with and without prefix caching (or keep vs strip reasoning)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from runtime.checkpoint import ensure_checkpoint
+
+    console = Console()
+    ckpt = ensure_checkpoint(arch, preset)
+    retriever = _index(index)
+    runs = [("keep", True, True), ("strip", True, False)] if reasoning else [("cache", True, True),
+                                                                            ("no-cache", False, True)]
+    figures: dict[str, Any] = {"config": dict(preset=preset, arch=arch, sessions=num_sessions, turns=turns,
+                                               max_tokens=max_tokens, k=k, reasoning=reasoning)}
+    for name, caching, keep in runs:
+        llm = _engine(ckpt, caching, device)
+        t0 = time.perf_counter()
+        res = asyncio.run(_workload(llm, retriever, num_sessions, turns, max_tokens, k, keep, reasoning))
+        wall = time.perf_counter() - t0
+        llm.shutdown()
+        calls = [c for s in res for c in s]
+        figures[name] = {
+            "wall_s": wall,
+            "ttft_ms": _per_turn(res, lambda c: c.ttft_ms),
+            "prompt_tokens": _per_turn(res, lambda c: c.prompt_tokens),
+            "computed_tokens": _per_turn(res, lambda c: c.prompt_tokens - c.cached_tokens),
+            "hit_rate": sum(c.cached_tokens for c in calls) / max(1, sum(c.prompt_tokens for c in calls)),
+            "history_hit_rate": sum(c.prompt["history"].cached_tokens for c in calls)
+            / max(1, sum(c.prompt["history"].tokens for c in calls)),
+            "reasoning_tokens": sum(c.output["reasoning"].tokens for c in calls),
+        }
+        console.print(f"{name}: {wall:.1f} s wall, hit rate {figures[name]['hit_rate']:.3f}")
+    a, b = (runs[0][0], runs[1][0])
+    table = Table(title=f"loom bench sessions ({arch}/{preset}, {num_sessions} sessions x {turns} turns)")
+    for col in ["turn", f"TTFT {a} (ms)", f"TTFT {b} (ms)", "ratio", f"prompt {a}", f"prompt {b}",
+                f"computed {a}", f"computed {b}"]:
+        table.add_column(col, justify="right")
+    for t in range(turns):
+        fa, fb = figures[a], figures[b]
+        table.add_row(str(t + 1), f"{fa['ttft_ms'][t]:.1f}", f"{fb['ttft_ms'][t]:.1f}",
+                      f"{fa['ttft_ms'][t] / max(fb['ttft_ms'][t], 1e-9):.3f}",
+                      f"{fa['prompt_tokens'][t]:.0f}", f"{fb['prompt_tokens'][t]:.0f}",
+                      f"{fa['computed_tokens'][t]:.0f}", f"{fb['computed_tokens'][t]:.0f}")
+    console.print(table)
+    late = [figures[a]["ttft_ms"][t] / figures[b]["ttft_ms"][t] for t in range(4, turns)]
+    if late:
+        figures["median_ratio_from_turn_5"] = statistics.median(late)
+        console.print(f"median TTFT ratio {a}/{b} from turn 5 on: {figures['median_ratio_from_turn_5']:.3f}")
+    console.print(f"hit rate {a} {figures[a]['hit_rate']:.3f} vs {b} {figures[b]['hit_rate']:.3f}; "
+                  f"history hit rate {figures[a]['history_hit_rate']:.3f} vs {figures[b]['history_hit_rate']:.3f}")
+    if json_out is not None:
+        json_out.write_text(json.dumps(figures, indent=2))
