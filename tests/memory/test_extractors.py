@@ -1,0 +1,104 @@
+"""Fact extraction: the rule-based extractor, and LLMExtractor driven by a scripted stand-in model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from memory import EventType, LLMExtractor, RuleBasedExtractor, facts_schema, parse_facts
+
+
+def user(text: str) -> dict:
+    return {"role": "user", "content": text}
+
+
+@pytest.mark.parametrize(
+    ("said", "facts"),
+    [
+        ("Hi! My name is Ada and I live in Paris.", ["User's name is Ada", "User lives in Paris"]),
+        ("remember that my dog's name is Rex", ["User's dog's name is Rex"]),
+        ("Please remember: I hate olives", ["User hates olives"]),
+        ("Remember that the release is on Friday.", ["The release is on Friday"]),
+        ("My favourite color is blue, what's yours?", ["User's favourite color is blue"]),
+        ("I prefer tabs over spaces.", ["User prefers tabs over spaces"]),
+        ("I'm 31 years old", ["User is 31 years old"]),
+        ("I work at CERN. I am allergic to penicillin", ["User works at CERN", "User is allergic to penicillin"]),
+        ("What is my name?", []),
+        ("I like that idea, thanks", []),
+    ],
+)
+def test_rule_based_extractor_reads_explicit_statements(said, facts):
+    assert RuleBasedExtractor().extract([user(said)]) == facts
+
+
+def test_rule_based_extractor_ignores_assistant_and_reads_content_parts():
+    messages = [
+        {"role": "system", "content": "My name is System."},
+        {"role": "assistant", "content": "My name is Loom."},
+        {"role": "user", "content": [{"type": "text", "text": "My name is Ada."}]},
+    ]
+    assert RuleBasedExtractor().extract(messages) == ["User's name is Ada"]
+
+
+def test_rule_based_extractor_rejects_messages_without_role():
+    with pytest.raises(ValueError, match="messages"):
+        RuleBasedExtractor().extract([{"content": "My name is Ada"}])
+
+
+class ScriptedModel:
+    """Stand-in for the engine in these unit tests: returns scripted answers and records prompts."""
+
+    def __init__(self, *answers: str) -> None:
+        self.answers = list(answers)
+        self.calls: list[tuple[str, dict]] = []
+
+    def __call__(self, prompt: str, json_schema: dict) -> str:
+        self.calls.append((prompt, json_schema))
+        return self.answers.pop(0)
+
+
+def test_llm_extractor_sends_conversation_and_schema_and_parses_facts():
+    model = ScriptedModel(json.dumps({"facts": ["User's name is Ada", " User lives in Paris ", "User's name is Ada"]}))
+    turn = [user("hey, I'm Ada, living in Paris these days"), {"role": "assistant", "content": "Nice to meet you!"}]
+    facts = LLMExtractor(model).extract(turn)
+    assert facts == ["User's name is Ada", "User lives in Paris"]
+    prompt, schema = model.calls[0]
+    assert "user: hey, I'm Ada, living in Paris these days" in prompt
+    assert "assistant: Nice to meet you!" in prompt
+    assert schema == facts_schema(20)
+
+
+def test_llm_extractor_falls_back_to_rules_on_invalid_output():
+    model = ScriptedModel("Sure! The user is Ada.")
+    assert LLMExtractor(model).extract([user("My name is Ada")]) == ["User's name is Ada"]
+
+
+def test_llm_extractor_strict_raises_on_invalid_output():
+    with pytest.raises(ValueError, match="extractor"):
+        LLMExtractor(ScriptedModel('{"facts": "Ada"}'), strict=True).extract([user("hi")])
+
+
+def test_llm_extractor_caps_the_number_of_facts():
+    model = ScriptedModel(json.dumps([f"User fact {i}" for i in range(5)]))
+    assert LLMExtractor(model, max_facts=2).extract([user("hi")]) == ["User fact 0", "User fact 1"]
+
+
+def test_parse_facts_accepts_list_and_objects():
+    assert parse_facts('[{"text": "a"}, {"fact": "b"}, "c"]') == ["a", "b", "c"]
+    with pytest.raises(ValueError, match="extractor"):
+        parse_facts("[1, 2]")
+
+
+def test_memory_add_with_llm_extractor_writes_its_facts(make_memory):
+    model = ScriptedModel(
+        json.dumps({"facts": ["User's name is Ada", "User lives in Paris"]}),
+        json.dumps({"facts": ["User lives in Lyon"]}),
+    )
+    mem = make_memory(extractor=LLMExtractor(model))
+    first = mem.add([user("I'm Ada, from Paris")], "u1", source=("s1", 0))
+    assert [(e.event, e.text) for e in first] == [
+        (EventType.ADD, "User's name is Ada"), (EventType.ADD, "User lives in Paris")]
+    moved = mem.add([user("I moved to Lyon last week")], "u1", source=("s1", 1))
+    assert [(e.event, e.reason, e.previous_id) for e in moved] == [(EventType.UPDATE, "slot:location", first[1].id)]
+    assert mem.get(moved[0].id, "u1").source.turn == 1
