@@ -125,6 +125,8 @@ def load_rst(text: str, doc_id: str, title: str | None = None) -> Document:
             elif isinstance(child, (nodes.Element, nodes.Text)):
                 sb.block(child.astext())
 
+    if doc_title:  # the promoted title heads every section, as an h1 does in Markdown
+        sb.heading(0, doc_title)
     walk(tree, 1)
     return Document(doc_id, title or doc_title or sb.first_heading or Path(doc_id).stem,
                     sb.finish(), source=doc_id)

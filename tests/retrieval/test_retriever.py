@@ -1,0 +1,154 @@
+"""Retriever end to end: real MiniLM, real FAISS, real SQLite index folders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from retrieval import Document, Retriever, Section
+from runtime.errors import NotFoundError
+
+
+def _open(path: Path, embedder, **kw) -> Retriever:
+    return Retriever.open(path, embedder=embedder, **kw)
+
+
+@pytest.fixture()
+def index(tmp_path: Path, corpus: Path, embedder) -> Retriever:
+    r = _open(tmp_path / "idx", embedder)
+    r.ingest([corpus], show_progress=False)
+    return r
+
+
+def test_ingest_then_search_finds_the_right_section(index: Retriever) -> None:
+    hits = index.search("run awaitables concurrently", k=2)
+    assert hits[0].section == "Asyncio guide > Gathering"
+    assert hits[0].title == "Asyncio guide"
+    assert hits[0].document.endswith("asyncio.md")
+    assert index.stats()["chunks"] == 6 and index.stats()["index"] == "flat"
+
+
+def test_reingesting_the_same_files_adds_nothing(index: Retriever, corpus: Path) -> None:
+    before = sorted(h.chunk_id for h in index.search("water", k=10, mode="bm25"))
+    stats = index.ingest([corpus], show_progress=False)
+    assert (stats.documents, stats.documents_unchanged, stats.chunks_added) == (4, 4, 0)
+    assert len(index) == 6 and index.vector_index.ntotal == 6
+    assert sorted(h.chunk_id for h in index.search("water", k=10, mode="bm25")) == before
+
+
+def test_changed_document_replaces_only_its_changed_chunks(index: Retriever, corpus: Path) -> None:
+    md = corpus / "asyncio.md"
+    md.write_text(md.read_text().replace("number of seconds", "number of minutes"))
+    stats = index.ingest([corpus], show_progress=False)
+    assert (stats.documents_changed, stats.chunks_added, stats.chunks_removed) == (1, 1, 1)
+    assert len(index) == 6 and index.vector_index.ntotal == 6
+    assert "minutes" in index.search("suspend the current task", k=1)[0].text
+
+
+def test_index_reloads_lazily_with_identical_results(index: Retriever, embedder) -> None:
+    want = index.search("sourdough starter", k=3)
+    again = _open(index.index_dir, embedder)
+    assert again._index is None and again._bm25 is None
+    assert again.search("sourdough starter", k=3) == want
+    assert again.settings == {"model": "all-MiniLM-L6-v2", "chunk_tokens": 192, "overlap_tokens": 32}
+
+
+def test_delete_document_removes_its_chunks_from_flat_index(index: Retriever, corpus: Path) -> None:
+    doc = str((corpus / "paths.rst").resolve())
+    assert index.delete_document(doc) == 2
+    assert len(index) == 4 and index.vector_index.ntotal == 4
+    assert all(h.document != doc for h in index.search("os.path.join", k=10))
+    assert doc not in index.documents()
+    with pytest.raises(NotFoundError):
+        index.delete_document(doc)
+
+
+def test_hnsw_above_threshold_tombstones_deletes_then_compacts(tmp_path: Path, corpus: Path,
+                                                             embedder) -> None:
+    r = _open(tmp_path / "h", embedder, hnsw_threshold=4, rebuild_ratio=0.5)
+    r.ingest([corpus], show_progress=False)
+    assert r.vector_index.kind == "hnsw" and r.vector_index.ntotal == 6
+    paths = str((corpus / "paths.rst").resolve())
+    r.delete_document(paths)  # 2 of 6 tombstoned: below the 0.5 ratio
+    assert r.tombstones and r.vector_index.ntotal == 6 and len(r) == 4
+    for mode in ("dense", "bm25", "hybrid"):
+        assert all(h.document != paths for h in r.search("os.path.join", k=10, mode=mode))
+    reopened = _open(r.index_dir, embedder, hnsw_threshold=4, rebuild_ratio=0.5)
+    assert reopened.tombstones == r.tombstones
+    reopened.delete_document(str((corpus / "asyncio.md").resolve()))  # 4 of 6: compact
+    assert reopened.tombstones == set() and reopened.vector_index.ntotal == 2
+    assert reopened.vector_index.kind == "flat"  # 2 vectors is below the threshold
+
+
+def test_reingesting_a_tombstoned_document_revives_it_without_duplicates(
+        tmp_path: Path, corpus: Path, embedder) -> None:
+    r = _open(tmp_path / "h", embedder, hnsw_threshold=4)
+    r.ingest([corpus], show_progress=False)
+    r.delete_document(str((corpus / "notes.txt").resolve()))
+    r.ingest([corpus], show_progress=False)
+    assert not r.tombstones and r.vector_index.ntotal == 6 and len(r) == 6
+    assert r.search("tomatoes full sun", k=1)[0].title == "Garden notes"
+
+
+def test_filters_on_document_section_and_metadata(index: Retriever, corpus: Path) -> None:
+    doc = str((corpus / "asyncio.md").resolve())
+    hits = index.search("path", k=10, filters={"document": doc})
+    assert hits and {h.document for h in hits} == {doc}
+    hits = index.search("path", k=10, filters={"section": "Path handling > Splitting"})
+    assert [h.section for h in hits] == ["Path handling > Splitting"]
+    hits = index.search("bread", k=10, filters={"format": ["html", "txt"]})
+    assert {h.metadata["format"] for h in hits} == {"html", "txt"}
+    assert index.search("bread", k=10, filters={"format": "pdf"}) == []
+
+
+def test_ties_are_ordered_by_chunk_id_in_every_mode(tmp_path: Path, embedder) -> None:
+    r = _open(tmp_path / "t", embedder)
+    same = (Section("", "The quick brown fox jumps over the lazy dog."),)
+    r.add_documents([Document(f"doc{i}", "Fox", same) for i in range(4)], show_progress=False)
+    for mode in ("dense", "bm25", "hybrid"):
+        hits = r.search("quick brown fox", k=4, mode=mode)
+        assert [h.chunk_id for h in hits] == sorted(h.chunk_id for h in hits)
+        if mode != "hybrid":  # RRF turns equal scores into consecutive ranks
+            assert len({h.score for h in hits}) == 1
+        assert r.search("quick brown fox", k=4, mode=mode) == hits
+
+
+def test_hybrid_beats_or_equals_dense_on_identifier_queries(tmp_path: Path, embedder) -> None:
+    r = _open(tmp_path / "os", embedder)
+    r.ingest(["stdlib:module/os.path"], show_progress=False)
+    names = ["os.path.join", "os.path.splitext", "os.path.realpath", "os.path.commonpath",
+             "os.path.getmtime", "os.path.expandvars", "os.path.isabs", "os.path.relpath"]
+
+    def mrr(mode: str) -> float:
+        total = 0.0
+        for name in names:
+            sections = [h.section for h in r.search(name, k=10, mode=mode)]
+            total += 1 / (sections.index(name) + 1) if name in sections else 0.0
+        return total / len(names)
+
+    dense, hybrid = mrr("dense"), mrr("hybrid")
+    assert hybrid >= dense
+    assert hybrid >= 0.9
+
+
+def test_bad_search_arguments_raise_value_error_naming_the_field(index: Retriever) -> None:
+    for kwargs, field in (({"query": ""}, "query"), ({"query": "x", "k": 0}, "k"),
+                          ({"query": "x", "mode": "fuzzy"}, "mode")):
+        with pytest.raises(ValueError, match=field):
+            index.search(**kwargs)
+
+
+def test_index_settings_are_fixed_at_creation(index: Retriever, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="chunk_tokens"):
+        Retriever.open(index.index_dir, chunk_tokens=64)
+    with pytest.raises(ValueError, match="embedder"):
+        Retriever.open(index.index_dir, embedder="some/other-model")
+    with pytest.raises(NotFoundError):
+        Retriever.open(tmp_path / "missing", create=False)
+
+
+def test_missing_path_ingests_nothing(index: Retriever, corpus: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        index.ingest([corpus / "notes.txt", corpus / "nope.md"], show_progress=False)
+    assert len(index) == 6
