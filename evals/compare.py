@@ -1,0 +1,69 @@
+"""Side-by-side comparison of the variants of one run: key metrics and ratios to the first.
+
+``ratio = variant / reference`` for every metric, so for throughputs above 1
+is better and for latencies and cost below 1 is better (the ``better`` column
+says which way each metric points).  :func:`comparison_table` renders the same
+as a rich table for the CLI.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# (label, path in the summary, "higher" | "lower" is better)
+METRICS: list[tuple[str, tuple[str, ...], str]] = [
+    ("requests/s", ("benchmark", "request_throughput"), "higher"),
+    ("output tok/s", ("benchmark", "output_throughput"), "higher"),
+    ("TTFT median ms", ("benchmark", "ttft_ms", "median"), "lower"),
+    ("TTFT p99 ms", ("benchmark", "ttft_ms", "p99"), "lower"),
+    ("TPOT median ms", ("benchmark", "tpot_ms", "median"), "lower"),
+    ("ITL median ms", ("benchmark", "itl_ms", "median"), "lower"),
+    ("E2EL median ms", ("benchmark", "e2el_ms", "median"), "lower"),
+    ("goodput req/s", ("benchmark", "goodput", "requests_per_s"), "higher"),
+    ("prefix hit rate", ("prefix_cache", "hit_rate"), "higher"),
+    ("spec acceptance", ("spec", "acceptance_rate"), "higher"),
+    ("token $ / request", ("cost", "token_cost_per_request_usd"), "lower"),
+    ("GPU $ / request", ("cost", "gpu_cost_per_request_usd"), "lower"),
+]
+
+
+def _get(summary: dict[str, Any], path: tuple[str, ...]) -> float | None:
+    cur: Any = summary
+    for key in path:
+        if not isinstance(cur, dict) or key not in cur:
+            return None
+        cur = cur[key]
+    return float(cur) if isinstance(cur, (int, float)) else None
+
+
+def compare_summaries(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Metric values per variant and ratios to the first variant (``None`` where undefined)."""
+    if not summaries:
+        return {}
+    ref = summaries[0]
+    rows = []
+    for label, path, better in METRICS:
+        base = _get(ref, path)
+        values = {s["variant"]: _get(s, path) for s in summaries}
+        ratios = {name: (v / base if v is not None and base else None) for name, v in values.items()}
+        rows.append({"metric": label, "better": better, "values": values, "ratio_to_reference": ratios})
+    return {"reference": ref["variant"], "rows": rows}
+
+
+def comparison_table(comparison: dict[str, Any]) -> Any:
+    """A ``rich.table.Table``: one row per metric, value and ratio per variant."""
+    from rich.table import Table
+
+    table = Table(title=f"comparison (ratio to {comparison.get('reference')})")
+    table.add_column("metric")
+    names = list(comparison["rows"][0]["values"]) if comparison.get("rows") else []
+    for name in names:
+        table.add_column(name, justify="right")
+    for row in comparison.get("rows", []):
+        cells = []
+        for name in names:
+            v, r = row["values"][name], row["ratio_to_reference"][name]
+            cells.append("-" if v is None else f"{v:.4g}" + ("" if r is None or name == comparison["reference"]
+                                                            else f" ({r:.2f}x)"))
+        table.add_row(f"{row['metric']} ({row['better']} better)", *cells)
+    return table

@@ -1,0 +1,234 @@
+"""``evals.run``: one eval run = a suite, its variants, an optional HF baseline, a report.
+
+Flow: resolve the model (default: the random-weight ``tiny`` checkpoint from
+``runtime.checkpoint.ensure_checkpoint`` — its answers are noise, the timings
+and token accounting are real), build the workload from the seed, then for
+every variant (the base settings, the suite's own variants such as spec on/off,
+and each ``compare``) start a fresh target, run the same workload, and write
+``<out>/<variant>/records.jsonl`` + ``summary.json``.  The top-level
+``summary.json`` holds every variant and the ratios against the first; the
+report (``report.html`` + ``plots/``) is drawn from it.  Ctrl-C stops the
+current variant, skips the rest and still writes everything measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from evals.compare import compare_summaries
+from evals.prices import Prices, load_prices
+from evals.runner import VariantResult, run_variant
+from evals.settings import parse_variant, split_settings, variant_name
+from evals.summary import summarize
+from evals.workloads import Workload, build
+
+logger = logging.getLogger(__name__)
+
+NOISE_NOTE = "random-weight checkpoint: generated text is noise; timings and token accounting are real"
+
+
+@dataclass
+class EvalResult:
+    """What ``evals.run`` returns: summaries per variant, ratios, where the files are."""
+
+    out_dir: Path
+    summary: dict[str, Any]
+    results: list[VariantResult] = field(default_factory=list)
+    report_path: Path | None = None
+    interrupted: bool = False
+
+    @property
+    def variants(self) -> dict[str, dict[str, Any]]:
+        return self.summary["variants"]
+
+
+def default_model() -> str:
+    """The random-weight ``qwen3``/``tiny`` checkpoint (created once, cached)."""
+    from runtime.checkpoint import ensure_checkpoint
+
+    return str(ensure_checkpoint("qwen3", "tiny"))
+
+
+def run(suite: str, model: str | None = None, target: str = "inproc", out: str | Path | None = None,
+        compare: list[str] | tuple[str, ...] = (), baseline: str | None = None, concurrency: int | None = None,
+        rate: float | None = None, num_requests: int | None = None, seed: int = 0,
+        prices: str | Path | Prices | None = None, warmup: int = 2, options: dict[str, Any] | None = None,
+        engine: dict[str, Any] | None = None, slos_ms: dict[str, float] | None = None, report: bool = True,
+        progress: bool | Callable[[str, int, int], None] = False, api_key: str | None = None,
+        small: bool = False) -> EvalResult:
+    """Run suite ``suite`` and write records, summaries and the report under ``out``.
+
+    Args:
+        suite: ``throughput | prefix | sessions | rag | spec``.
+        model: checkpoint folder (default: the random-weight tiny checkpoint).
+        target: ``"inproc"`` or ``"http://HOST:PORT"`` (an OpenAI-compatible server;
+            ``model`` then only supplies the tokenizer).
+        out: output folder (default ``evals-out/<suite>-<time>``).
+        compare: variants, each ``"KEY=VALUE[,KEY=VALUE]"`` (see :mod:`evals.settings`).
+        baseline: ``"hf"``: the same requests through transformers ``generate`` (concurrency 1).
+        concurrency / rate: conversations in flight / Poisson arrivals per second.
+        num_requests: requests (single-turn suites) or conversations (``sessions``, ``rag``).
+        seed: workload and sampling seed (same seed, same requests).
+        prices: TOML file or :class:`Prices`.
+        warmup: warm-up conversations per variant (not recorded).
+        options: suite size overrides (``evals.workloads.DEFAULTS``).
+        engine: base ``EngineConfig`` settings for every variant.
+        slos_ms: goodput SLOs (``ttft``, ``tpot``, ``e2el``, ``itl`` in ms).
+        progress: True for a rich progress bar, or a callable ``(variant, done, total)``.
+        small: halve the suite's default number of requests (quick demos).
+
+    Raises:
+        ValueError: bad arguments (naming the field). TargetUnreachableError: HTTP target down.
+    """
+    if rate is not None and rate <= 0:
+        raise ValueError(f"rate: must be > 0, got {rate}")
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(f"concurrency: must be >= 1, got {concurrency}")
+    if baseline not in (None, "hf"):
+        raise ValueError(f"baseline: only 'hf' is supported, got {baseline!r}")
+    is_http = target != "inproc"
+    if is_http and not target.startswith(("http://", "https://")):
+        raise ValueError(f"target: must be 'inproc' or http://HOST:PORT, got {target!r}")
+    variants = [parse_variant(c) for c in compare]
+    if is_http and variants:
+        raise ValueError("compare: engine settings cannot be changed on an HTTP target; run `loom serve` per variant")
+    if is_http and suite == "rag":
+        raise ValueError("suite: 'rag' runs the agent in process; use --target inproc")
+    for v in variants:
+        split_settings(v)  # fail fast on a bad key
+    price_table = prices if isinstance(prices, Prices) else load_prices(prices)
+    if model is None:
+        model = default_model()
+        logger.warning("no --model given: using %s (%s)", model, NOISE_NOTE)
+    out_dir = Path(out) if out is not None else Path("evals-out") / f"{suite}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    if small and num_requests is None:
+        from evals.workloads import DEFAULTS
+
+        num_requests = max(2, DEFAULTS[suite]["num_requests"] // 2)
+    workload = build(suite, tokenizer, seed=seed, num_requests=num_requests, warmup=warmup, options=options)
+    plan = [{**(engine or {}), **v} for v in (workload.variants or [{}])]
+    plan += [{**plan[0], **v} for v in variants]
+    meta = {"suite": suite, "model": model, "target": target, "seed": seed, "concurrency": concurrency,
+            "rate": rate, "num_requests": workload.num_requests, "warmup": warmup, "options": options or {},
+            "engine": engine or {}, "compare": list(compare), "baseline": baseline, "variants": plan,
+            "noise_note": NOISE_NOTE if "loom/checkpoints" in model or "checkpoint" in model else None}
+    (out_dir / "workload.json").write_text(json.dumps(workload.to_dict(), indent=1))
+    (out_dir / "run.json").write_text(json.dumps(meta, indent=1, default=str))
+
+    res = asyncio.run(_run_all(workload, model, target, plan, baseline, price_table, out_dir, concurrency, rate,
+                               slos_ms, progress, api_key))
+    res.summary = {**meta, "variants": {r.name: s for r, s in zip(res.results, res.summary["list"])},
+                   "comparison": compare_summaries(res.summary["list"]), "interrupted": res.interrupted}
+    (out_dir / "summary.json").write_text(json.dumps(res.summary, indent=1, default=str))
+    if report and res.results:
+        from evals.report import write_report
+
+        res.report_path = write_report(out_dir, res.summary, {r.name: r.records for r in res.results})
+    return res
+
+
+async def _run_all(workload: Workload, model: str, target: str, plan: list[dict[str, Any]], baseline: str | None,
+                   prices: Prices, out_dir: Path, concurrency: int | None, rate: float | None,
+                   slos_ms: dict[str, float] | None, progress: Any, api_key: str | None) -> EvalResult:
+    res = EvalResult(out_dir, {"list": []})
+    bar = _Progress(progress)
+    jobs: list[tuple[str, dict[str, Any], str]] = [(variant_name(s), s, "main") for s in plan]
+    if baseline == "hf":
+        jobs.append(("baseline=hf", {}, "hf"))
+    try:
+        for name, settings, kind in jobs:
+            tgt = await _make_target(kind, workload, model, target, settings, out_dir / name, api_key)
+            try:
+                conc = 1 if kind == "hf" else concurrency
+                vr = await run_variant(tgt, workload, name, settings, prices, out_dir / name, conc, rate,
+                                       progress=bar.callback(name, workload.num_requests))
+            finally:
+                await tgt.close()
+            summary = summarize(vr, prices, slos_ms)
+            summary["target"] = "hf" if kind == "hf" else tgt.name
+            (out_dir / name / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+            res.results.append(vr)
+            res.summary["list"].append(summary)
+            if vr.interrupted:
+                res.interrupted = True
+                break
+    except asyncio.CancelledError:  # Ctrl-C between variants (e.g. while an engine loads)
+        res.interrupted = True
+    finally:
+        bar.close()
+    return res
+
+
+async def _make_target(kind: str, workload: Workload, model: str, target: str, settings: dict[str, Any],
+                       out_dir: Path, api_key: str | None) -> Any:
+    if kind == "hf":
+        from evals.targets.hf import HFTarget
+
+        return HFTarget(model)
+    if target != "inproc":
+        from evals.targets.http import HttpTarget
+        from transformers import AutoTokenizer
+
+        key = api_key or os.environ.get("LOOM_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        tgt = HttpTarget(target, AutoTokenizer.from_pretrained(model), api_key=key)
+        try:
+            await tgt.start()
+        except BaseException:
+            await tgt.close()
+            raise
+        return tgt
+    engine, budget = split_settings(dict(settings))
+    engine.setdefault("seed", workload.seed)
+    if workload.suite == "rag":
+        from evals.targets.rag import RagTarget, corpus_index
+        from runtime import AsyncLLM, EngineConfig
+
+        retriever = await asyncio.to_thread(corpus_index)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        db = out_dir / "memory.db"
+        db.unlink(missing_ok=True)
+        llm = await asyncio.to_thread(AsyncLLM.from_config, EngineConfig(model=model, **engine))
+        return RagTarget(llm, retriever, f"sqlite:///{db}", budget=budget)
+    from evals.targets.inproc import InprocTarget
+
+    if budget:
+        raise ValueError(f"compare: budget.* settings apply to the rag suite only, got {sorted(budget)}")
+    return await asyncio.to_thread(InprocTarget.from_settings, model, engine)
+
+
+class _Progress:
+    """A rich progress bar per variant (or a user callback, or nothing)."""
+
+    def __init__(self, progress: Any) -> None:
+        self.user = progress if callable(progress) else None
+        self.rich = None
+        if progress is True:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.rich = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), transient=False)
+            self.rich.start()
+
+    def callback(self, name: str, total: int) -> Callable[[int, int], None] | None:
+        if self.user is not None:
+            return lambda done, tot: self.user(name, done, tot)
+        if self.rich is None:
+            return None
+        task = self.rich.add_task(name, total=total)
+        return lambda done, tot: self.rich.update(task, completed=done)
+
+    def close(self) -> None:
+        if self.rich is not None:
+            self.rich.stop()

@@ -1,0 +1,120 @@
+"""Per-request records: latency metrics plus the token-class ledger of one request.
+
+A target returns a :class:`Outcome` (what it observed: chunks with their
+client-side arrival times, output ids and classes, the engine's timestamps
+and counters); :func:`make_record` turns it into the JSON-ready dict written
+to ``records.jsonl``.  Class splits come from ``orchestrator.ledger.Ledger.for_call``
+(cached share exact from the prompt spans and ``num_cached_tokens``; prefill
+time attributed to computed prompt tokens, decode time to each output class
+from per-token timestamps), costs from :class:`evals.prices.Prices`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from evals.metrics import Chunk, request_latency
+from evals.prices import Prices
+
+PROMPT_CLASSES = ("system", "tools", "memory", "history", "retrieval", "tool_result", "user")
+OUTPUT_CLASSES = ("reasoning", "tool_call", "output")
+
+
+@dataclass
+class Outcome:
+    """What one request produced, as observed by a target. Times: monotonic seconds."""
+
+    send_time: float
+    chunks: list[Chunk] = field(default_factory=list)
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_ids: list[int] = field(default_factory=list)
+    output_classes: list[str] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None
+    arrival_time: float | None = None
+    first_token_time: float | None = None
+    token_times: list[float] = field(default_factory=list)
+    finish_time: float | None = None
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    error: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def class_table(ledger: Any, prices: Prices) -> dict[str, dict[str, float]]:
+    """Per-class tokens, ms and cost (USD) of an ``orchestrator.ledger.Ledger``."""
+    out: dict[str, dict[str, float]] = {}
+    for name in PROMPT_CLASSES:
+        u = ledger.prompt[name]
+        out[name] = {"cached_tokens": u.cached_tokens, "computed_tokens": u.computed_tokens,
+                     "tokens": u.tokens, "ms": u.prefill_ms,
+                     "cost": prices.prompt_cost(u.cached_tokens, u.computed_tokens)}
+    for name in OUTPUT_CLASSES:
+        o = ledger.output[name]
+        out[name] = {"cached_tokens": 0, "computed_tokens": o.tokens, "tokens": o.tokens,
+                     "ms": o.decode_ms, "cost": prices.output_cost(name, o.tokens)}
+    out["spec_rejected"] = {"cached_tokens": 0, "computed_tokens": ledger.spec_rejected,
+                            "tokens": ledger.spec_rejected, "ms": 0.0, "cost": 0.0}
+    return out
+
+
+def ledger_for(outcome: Outcome, spans: list[tuple[str, int, int]]) -> Any:
+    """``Ledger.for_call`` of one request; engine timestamps when known, else client ones."""
+    from orchestrator.ledger import Ledger
+
+    classes = outcome.output_classes or ["output"] * len(outcome.output_ids)
+    if outcome.arrival_time is not None and outcome.first_token_time is not None:
+        times = dict(arrival_time=outcome.arrival_time, first_token_time=outcome.first_token_time,
+                     token_times=outcome.token_times, finish_time=outcome.finish_time)
+    elif outcome.chunks:
+        token_times = [c.time for c in outcome.chunks for _ in range(c.num_tokens)]
+        times = dict(arrival_time=outcome.send_time, first_token_time=outcome.chunks[0].time,
+                     token_times=token_times, finish_time=outcome.chunks[-1].time)
+    else:
+        times = {}
+    rejected = max(0, outcome.num_draft_tokens - outcome.num_accepted_tokens)
+    return Ledger.for_call(spans, outcome.cached_tokens, classes, spec_rejected=rejected, **times)
+
+
+def make_record(outcome: Outcome, spans: list[tuple[str, int, int]], prices: Prices, t0: float,
+                ledger: Any = None, **meta: Any) -> dict[str, Any]:
+    """The JSONL record of one request (latencies in ms, ``send_s`` relative to the run start).
+
+    ``ledger``: an already-built ``Ledger`` (the agent's, for ``rag``); else one is
+    built from ``spans`` and the outcome.
+    """
+    lat = request_latency(outcome.send_time, outcome.chunks)
+    ok = outcome.error is None and bool(outcome.chunks)
+    rec: dict[str, Any] = {
+        **meta,
+        "ok": ok,
+        "error": outcome.error if outcome.error is not None else (None if ok else "no output"),
+        "send_s": outcome.send_time - t0,
+        "prompt_tokens": outcome.prompt_tokens,
+        "cached_tokens": outcome.cached_tokens,
+        "output_tokens": len(outcome.output_ids) or lat.output_tokens,
+        "finish_reason": outcome.finish_reason,
+        "ttft_ms": lat.ttft_ms,
+        "ttft_content_ms": lat.ttft_content_ms,
+        "tpot_ms": lat.tpot_ms,
+        "itl_ms": lat.itl_ms,
+        "e2el_ms": lat.e2el_ms,
+        "chunk_tokens": [c.num_tokens for c in outcome.chunks if c.num_tokens > 0],
+        "num_drafts": outcome.num_drafts,
+        "num_draft_tokens": outcome.num_draft_tokens,
+        "num_accepted_tokens": outcome.num_accepted_tokens,
+        **outcome.extra,
+    }
+    if rec["output_tokens"] and lat.output_tokens and rec["output_tokens"] != lat.output_tokens and lat.ttft_ms:
+        # HTTP: chunks are counted, tokens come from usage; TPOT uses the token count.
+        rec["tpot_ms"] = ((lat.e2el_ms or 0) - lat.ttft_ms) / (rec["output_tokens"] - 1) \
+            if rec["output_tokens"] > 1 else None
+    if ok:
+        rec["classes"] = class_table(ledger if ledger is not None else ledger_for(outcome, spans), prices)
+    else:
+        rec["classes"] = {}
+    rec["cost"] = sum(c["cost"] for c in rec["classes"].values())
+    return rec

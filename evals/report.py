@@ -1,0 +1,109 @@
+"""The HTML report: one self-contained page (plots embedded as PNG data URIs, also in ``plots/``).
+
+Sections: run settings, the comparison table (ratios to the first variant),
+the vLLM-style benchmark block per variant, the per-class table (tokens,
+share, ms, ms per 1k tokens, cost per 1M tokens), cache / speculation /
+engine figures, then the plots of :mod:`evals.plots`.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Any
+
+from evals.plots import draw_all
+from evals.summary import CLASSES
+
+CSS = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:.6em 0 1.4em;font-size:13px}th,td{border:1px solid #ccc;padding:3px 8px;
+text-align:right}th:first-child,td:first-child{text-align:left}h2{margin-top:1.6em}img{max-width:100%}
+.note{color:#666;font-size:13px}"""
+
+PLOT_TITLES = {"latency_cdf": "Latency CDFs", "class_tokens": "Tokens per class", "class_time": "Time per class",
+               "class_cost": "Cost per class", "turns": "Cache hit rate and TTFT vs turn",
+               "spec_acceptance": "Speculative acceptance per draft position"}
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return html.escape(str(v))
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{_fmt(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _benchmark(variants: dict[str, dict[str, Any]]) -> str:
+    names = list(variants)
+    rows: list[list[Any]] = []
+    for key in ("completed", "failed", "duration_s", "request_throughput", "output_throughput",
+                "total_token_throughput"):
+        rows.append([key] + [variants[n]["benchmark"][key] for n in names])
+    for key in ("ttft_ms", "ttft_content_ms", "tpot_ms", "itl_ms", "e2el_ms"):
+        for stat in ("mean", "median", "p90", "p99"):
+            rows.append([f"{key} {stat}"] + [variants[n]["benchmark"][key].get(stat) for n in names])
+    rows.append(["goodput req/s"] + [variants[n]["benchmark"]["goodput"]["requests_per_s"] for n in names])
+    rows.append(["prefix hit rate"] + [variants[n]["prefix_cache"]["hit_rate"] for n in names])
+    rows.append(["spec acceptance rate"] + [variants[n]["spec"]["acceptance_rate"] for n in names])
+    rows.append(["spec mean acceptance length"] + [variants[n]["spec"]["mean_acceptance_length"] for n in names])
+    rows.append(["preemptions"] + [variants[n]["engine"]["num_preemptions"] for n in names])
+    rows.append(["KV usage peak"] + [variants[n]["engine"]["kv_usage_peak"] for n in names])
+    rows.append(["token cost USD"] + [variants[n]["cost"]["token_cost_usd"] for n in names])
+    rows.append(["GPU cost USD"] + [variants[n]["cost"]["gpu_cost_usd"] for n in names])
+    return _table(["metric"] + names, rows)
+
+
+def _classes(name: str, s: dict[str, Any]) -> str:
+    rows = []
+    for cls in CLASSES:
+        c = s["classes"].get(cls)
+        if c and c["tokens"]:
+            rows.append([cls, c["tokens"], c["cached_tokens"], c["computed_tokens"], c["share"], c["ms"],
+                         c["ms_per_1k_tokens"], c["token_cost_usd"], c["gpu_cost_usd"], c["cost_per_1m_tokens"]])
+    return f"<h3>{html.escape(name)}</h3>" + _table(
+        ["class", "tokens", "cached", "computed", "share", "ms", "ms / 1k tok", "token $", "GPU $", "$ / 1M tok"],
+        rows)
+
+
+def _comparison(comp: dict[str, Any]) -> str:
+    if not comp.get("rows") or len(comp["rows"][0]["values"]) < 2:
+        return "<p class=note>one variant: nothing to compare</p>"
+    names = list(comp["rows"][0]["values"])
+    rows = [[f"{r['metric']} ({r['better']} better)"]
+            + [f"{_fmt(r['values'][n])} ({_fmt(r['ratio_to_reference'][n])}x)" for n in names]
+            for r in comp["rows"]]
+    return _table(["metric"] + names, rows)
+
+
+def write_report(out_dir: Path, summary: dict[str, Any], records: dict[str, list[dict[str, Any]]]) -> Path:
+    """Draw the plots and write ``out_dir/report.html``; returns its path."""
+    plots = draw_all(out_dir, summary, records)
+    variants = summary["variants"]
+    parts = [f"<!doctype html><html><head><meta charset=utf-8><title>Loom eval: {html.escape(summary['suite'])}"
+             f"</title><style>{CSS}</style></head><body>",
+             f"<h1>Loom eval: {html.escape(summary['suite'])}</h1>",
+             _table(["setting", "value"], [[k, summary.get(k)] for k in
+                                           ("model", "target", "seed", "num_requests", "concurrency", "rate",
+                                            "warmup", "compare", "baseline", "interrupted")])]
+    if summary.get("noise_note"):
+        parts.append(f"<p class=note>{html.escape(summary['noise_note'])}</p>")
+    parts += ["<h2>Comparison</h2>", _comparison(summary.get("comparison") or {}),
+              "<h2>Benchmark (vLLM definitions)</h2>", _benchmark(variants),
+              "<h2>Tokens, time and cost per class</h2>"]
+    parts += [_classes(n, s) for n, s in variants.items()]
+    parts.append("<h2>Plots</h2>")
+    for key, path in plots.items():
+        data = base64.b64encode(path.read_bytes()).decode()
+        parts.append(f"<h3>{PLOT_TITLES[key]}</h3><img id='{key}' alt='{key}' "
+                     f"src='data:image/png;base64,{data}'>")
+    parts.append("</body></html>")
+    path = out_dir / "report.html"
+    path.write_text("\n".join(parts))
+    return path

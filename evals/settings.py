@@ -1,0 +1,93 @@
+"""Variant settings: ``KEY=VALUE`` strings to engine, speculation and budget settings.
+
+A variant is a dict of settings applied on top of the run's engine settings:
+
+* any ``runtime.EngineConfig`` field (``enable_prefix_caching=false``,
+  ``max_num_seqs=4``, ``max_num_batched_tokens=512``, ``block_size=32`` ...);
+* ``speculative=off|ngram|draft_model``, ``num_speculative_tokens=K``,
+  ``draft_model=PATH``, ``prompt_lookup_max=N`` (``runtime.spec.SpeculativeConfig``);
+* ``budget.FIELD=VALUE`` for the agent's ``orchestrator.ContextBudget`` (``rag``),
+  e.g. ``budget.max_retrieval_tokens=256``.
+
+Values parse as JSON where they can (``false``, ``4``, ``0.5``, ``null``),
+else stay strings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+SPEC_KEYS = {"speculative", "num_speculative_tokens", "draft_model", "prompt_lookup_min", "prompt_lookup_max",
+             "disable_by_batch_size"}
+
+
+def parse_value(text: str) -> Any:
+    """``"false"`` -> False, ``"4"`` -> 4, ``"null"`` -> None, anything else stays a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        low = text.lower()
+        if low in ("true", "false"):
+            return low == "true"
+        return text
+
+
+def parse_variant(spec: str) -> dict[str, Any]:
+    """``"a=1,b=false"`` -> ``{"a": 1, "b": False}``.
+
+    Raises:
+        ValueError: a part without ``=`` (naming it).
+    """
+    out: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        if "=" not in part:
+            raise ValueError(f"compare: expected KEY=VALUE, got {part!r}")
+        key, value = part.split("=", 1)
+        out[key.strip()] = parse_value(value.strip())
+    return out
+
+
+def variant_name(settings: dict[str, Any]) -> str:
+    """Readable, file-safe variant name (``base`` for no settings)."""
+    if not settings:
+        return "base"
+    return ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in settings.items())
+
+
+def split_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(``EngineConfig`` keyword arguments, ``ContextBudget`` fields) of a variant.
+
+    Raises:
+        ValueError: an unknown key, naming it and the known ones.
+    """
+    from runtime import EngineConfig
+
+    engine_fields = {f.name for f in dataclasses.fields(EngineConfig)} - {"model"}
+    engine: dict[str, Any] = {}
+    budget: dict[str, Any] = {}
+    spec: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key.startswith("budget."):
+            budget[key[len("budget."):]] = value
+        elif key in SPEC_KEYS:
+            spec[key] = value
+        elif key in engine_fields:
+            engine[key] = value
+        else:
+            raise ValueError(f"compare: unknown setting {key!r}; use an EngineConfig field "
+                             f"({', '.join(sorted(engine_fields))}), one of {sorted(SPEC_KEYS)} or budget.FIELD")
+    if spec:
+        engine["speculative_config"] = speculative_config(spec)
+    return engine, budget
+
+
+def speculative_config(spec: dict[str, Any]) -> Any:
+    """``runtime.spec.SpeculativeConfig`` from ``speculative=...`` keys (``None`` for ``off``)."""
+    method = spec.pop("speculative", "ngram")
+    if method in (None, False, "off", "none"):
+        return None
+    from runtime.spec import SpeculativeConfig
+
+    return SpeculativeConfig(method=method, **spec)

@@ -1,0 +1,107 @@
+"""In-process target: requests stream straight from a ``runtime.AsyncLLM``.
+
+Times are taken client-side as each ``RequestOutput`` reaches the consumer
+(what a caller observes, as vLLM's benchmark measures over HTTP); the
+engine's own timestamps (arrival, first token, per-token) feed the ledger.
+Every output token gets a class (``reasoning``, ``tool_call``, ``output``)
+from ``orchestrator.parsers.StreamingParser`` run over its text, as the agent
+classifies its own tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from evals.metrics import Chunk
+from evals.records import Outcome
+from evals.targets.base import EngineTarget, Request
+
+logger = logging.getLogger(__name__)
+
+
+class OutputClassifier:
+    """Classifies output tokens one at a time by the parser state around each."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        from orchestrator.detok import IncrementalDetokenizer
+        from orchestrator.parsers import StreamingParser
+
+        eos = tokenizer.convert_tokens_to_ids(tokenizer.eos_token) if tokenizer.eos_token else None
+        self.detok = IncrementalDetokenizer(tokenizer, skip_ids={eos} if eos is not None else set())
+        self.parser = StreamingParser()
+
+    def add(self, token_id: int) -> str:
+        before = self.parser.state
+        events = self.parser.feed(self.detok.add(token_id))
+        if "reasoning" in (before, self.parser.state):
+            return "reasoning"
+        if "tool_call" in (before, self.parser.state) or any(e.kind.startswith("tool_call") for e in events):
+            return "tool_call"
+        return "output"
+
+
+class InprocTarget(EngineTarget):
+    """Sends token-id prompts to an in-process ``AsyncLLM``.
+
+    Args:
+        llm: a started ``runtime.AsyncLLM`` (the target shuts it down on ``close``).
+    """
+
+    name = "inproc"
+
+    def __init__(self, llm: Any) -> None:
+        super().__init__(llm.tokenizer)
+        self.llm = llm
+
+    @classmethod
+    def from_settings(cls, model: str, settings: dict[str, Any]) -> InprocTarget:
+        """Start an ``AsyncLLM`` for ``model`` with engine settings (``EngineConfig`` fields)."""
+        from runtime import AsyncLLM, EngineConfig
+
+        return cls(AsyncLLM.from_config(EngineConfig(model=model, **settings)))
+
+    async def send(self, req: Request) -> Outcome:
+        from runtime import SamplingParams
+
+        params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, ignore_eos=req.ignore_eos,
+                                seed=req.seed)
+        classify = OutputClassifier(self.tokenizer)
+        res = Outcome(send_time=time.monotonic(), prompt_tokens=len(req.prompt_ids))
+        last = None
+        try:
+            async for out in self.llm.generate(prompt_token_ids=req.prompt_ids, sampling_params=params,
+                                               request_id=req.request_id):
+                now = time.monotonic()
+                last = out
+                if out.new_token_ids:
+                    classes = [classify.add(t) for t in out.new_token_ids]
+                    res.output_classes.extend(classes)
+                    res.chunks.append(Chunk(now, len(out.new_token_ids), any(c != "reasoning" for c in classes)))
+        except Exception as exc:  # noqa: BLE001 - one failed request is recorded, the run goes on
+            logger.warning("request %s failed: %s", req.request_id, exc)
+            res.error = f"{type(exc).__name__}: {exc}"
+        if last is not None:
+            self._fill(res, last)
+        return res
+
+    @staticmethod
+    def _fill(res: Outcome, out: Any) -> None:
+        res.output_ids = list(out.token_ids)
+        res.output_classes = (res.output_classes + ["output"] * len(res.output_ids))[: len(res.output_ids)]
+        res.text = out.text
+        res.finish_reason = out.finish_reason
+        res.cached_tokens = out.num_cached_tokens
+        res.arrival_time, res.first_token_time = out.arrival_time, out.first_token_time
+        res.token_times, res.finish_time = list(out.token_times), out.finish_time
+        res.num_drafts, res.num_draft_tokens = out.num_drafts, out.num_draft_tokens
+        res.num_accepted_tokens = out.num_accepted_tokens
+        if out.finish_reason == "abort" and res.error is None:
+            res.error = "aborted"
+
+    def stats(self) -> dict[str, Any] | None:
+        return self.llm.stats()
+
+    async def close(self) -> None:
+        self.llm.shutdown()
