@@ -136,3 +136,30 @@ async def test_budget_compaction_is_rare_and_keeps_tool_pairs(tokenizer, tool_se
                 j -= 1
             assert items[j]["kind"] == "assistant" and j not in hidden
     assert len([it for it in items if it["kind"] == "user"]) == 40  # stored log never rewritten
+
+
+async def test_summarize_compaction_shows_a_summary_and_keeps_the_log(tokenizer) -> None:
+    llm = ScriptedLLM(tokenizer, [], max_model_len=1024)
+    budget = ContextBudget(reserved_output=32, max_history_tokens=300, compaction="summarize", summary_tokens=16)
+    agent = Agent(llm, budget=budget)
+    session = InMemorySession()
+    for i in range(12):
+        llm.replies = [f"Reply number {i} with a few words of padding to grow the history quickly."]
+        before = len(llm.prompts)
+        if _needs_summary(agent, session):  # the summarisation call comes first
+            llm.replies.insert(0, "the user asked questions")
+        result = await agent.arun(f"message {i}", session=session)
+        assert result.final_state == "done" and len(llm.prompts) - before == 1 + result.compactions
+    markers = [it for it in session.get_items() if it["kind"] == "compaction"]
+    assert markers and all(m["summary"]["content"].endswith("the user asked questions") for m in markers)
+    last_prompt = tokenizer.decode(llm.prompts[-1], skip_special_tokens=False)
+    assert "Summary of the earlier conversation:\nthe user asked questions" in last_prompt
+    assert "message 0" not in last_prompt
+    assert sum(it["kind"] == "user" for it in session.get_items()) == 12
+
+
+def _needs_summary(agent, session) -> bool:
+    items = session.get_items()
+    turn = 1 + max((it.get("turn", 0) for it in items), default=0)
+    probe = items + agent.builder.turn_items(items, turn, "message xx")
+    return agent.builder.plan_compaction(probe, turn) is not None
