@@ -79,6 +79,8 @@ def main() -> None:
     from runtime.errors import LoomError
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    # bm25s sets its own logger to DEBUG at import; keep the CLI quiet.
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
     _mount()
     try:
         app()
