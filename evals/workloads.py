@@ -106,7 +106,7 @@ class TextSource:
 
         text = "\n\n".join(topics.topics[k] for k in sorted(topics.topics))[:max_chars]
         self.tokenizer = tokenizer
-        self.ids: list[int] = tokenizer.encode(text, add_special_tokens=False)
+        self.ids: list[int] = tokenizer.encode(text, add_special_tokens=False, verbose=False)
 
     def text(self, rng: random.Random, num_tokens: int) -> str:
         """Text of about ``num_tokens`` tokens from a random corpus offset."""

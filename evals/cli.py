@@ -1,0 +1,118 @@
+"""``loom eval run``: run a suite, print the figures, write records, summaries and the report.
+
+Example::
+
+    loom eval run --suite sessions --compare enable_prefix_caching=false --out evals-out/sessions
+    loom eval run --suite throughput --target http://127.0.0.1:8000 --rate 4 --num-requests 64
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+eval_app = typer.Typer(name="eval", help="Evals: latency, tokens and cost per token class, with reports.",
+                       no_args_is_help=True)
+
+
+def _pairs(items: list[str] | None, what: str) -> dict[str, object]:
+    from evals.settings import parse_value
+
+    out: dict[str, object] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise typer.BadParameter(f"{what}: expected KEY=VALUE, got {item!r}")
+        key, value = item.split("=", 1)
+        out[key.strip()] = parse_value(value.strip())
+    return out
+
+
+@eval_app.command("run")
+def run_cmd(
+    suite: str = typer.Option(..., "--suite", help="throughput | prefix | sessions | rag | spec"),
+    model: Optional[str] = typer.Option(None, "--model", help="Checkpoint folder (default: the random-weight "
+                                        "tiny checkpoint; its answers are noise). For HTTP: the tokenizer."),
+    target: str = typer.Option("inproc", "--target", help="inproc, or http://HOST:PORT of an OpenAI-compatible "
+                               "server."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default evals-out/<suite>-<time>)."),
+    compare: Optional[list[str]] = typer.Option(None, "--compare", help="A variant KEY=VALUE[,KEY=VALUE] "
+                                                "(engine, speculative or budget.* setting); repeatable."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="'hf': same requests through transformers."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Conversations in flight."),
+    rate: Optional[float] = typer.Option(None, "--rate", help="Poisson arrivals (conversations per second)."),
+    num_requests: Optional[int] = typer.Option(None, "--num-requests", help="Requests (or conversations for "
+                                               "sessions/rag)."),
+    seed: int = typer.Option(0, "--seed", help="Workload and sampling seed."),
+    prices: Optional[Path] = typer.Option(None, "--prices", help="Price table (TOML)."),
+    warmup: int = typer.Option(2, "--warmup", help="Warm-up conversations per variant (not recorded)."),
+    option: Optional[list[str]] = typer.Option(None, "--option", help="Suite size KEY=VALUE (e.g. turns=8)."),
+    engine: Optional[list[str]] = typer.Option(None, "--engine", help="Base engine setting KEY=VALUE."),
+    slo: Optional[list[str]] = typer.Option(None, "--slo", help="Goodput SLO in ms, e.g. ttft=500 tpot=30."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="LOOM_API_KEY", help="Bearer key (HTTP)."),
+) -> None:
+    """Run an eval suite and write records.jsonl, summary.json and report.html."""
+    from rich.console import Console
+
+    from evals.compare import comparison_table
+    from evals.harness import run
+    from evals.targets.http import TargetUnreachableError
+
+    console = Console(stderr=True)
+    try:
+        res = run(suite, model=model, target=target, out=out, compare=compare or [], baseline=baseline,
+                  concurrency=concurrency, rate=rate, num_requests=num_requests, seed=seed, prices=prices,
+                  warmup=warmup, options=_pairs(option, "option"), engine=_pairs(engine, "engine"),
+                  slos_ms=_pairs(slo, "slo") or None, progress=True, api_key=api_key)
+    except TargetUnreachableError as exc:
+        console.print(f"[red]error:[/] {exc.message}")
+        raise typer.Exit(2) from None
+    except (ValueError, FileNotFoundError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    out_console = Console()
+    out_console.print(summary_table(res.summary))
+    if len(res.variants) > 1:
+        out_console.print(comparison_table(res.summary["comparison"]))
+    out_console.print(f"records, summaries and report in [bold]{res.out_dir}[/]"
+                      + (f" (report: {res.report_path})" if res.report_path else ""))
+    if res.interrupted:
+        console.print("[yellow]interrupted: wrote what was measured[/]")
+        sys.exit(130)
+
+
+def summary_table(summary: dict) -> object:
+    """Rich table of the headline figures: one row per metric, one column per variant."""
+    from rich.table import Table
+
+    variants = summary["variants"]
+    table = Table(title=f"eval {summary['suite']} ({summary['num_requests']} requests per variant)")
+    table.add_column("metric")
+    for name in variants:
+        table.add_column(name, justify="right")
+
+    def ms(s: dict, key: str, stat: str) -> str:
+        v = s["benchmark"][key].get(stat)
+        return "-" if v is None else f"{v:.1f}"
+
+    rows = [
+        ("ok / failed", lambda s: f"{s['benchmark']['completed']} / {s['benchmark']['failed']}"),
+        ("duration s", lambda s: f"{s['benchmark']['duration_s']:.2f}"),
+        ("requests/s", lambda s: f"{s['benchmark']['request_throughput']:.2f}"),
+        ("output tok/s", lambda s: f"{s['benchmark']['output_throughput']:.1f}"),
+        ("TTFT median / p99 ms", lambda s: f"{ms(s, 'ttft_ms', 'median')} / {ms(s, 'ttft_ms', 'p99')}"),
+        ("TPOT median / p99 ms", lambda s: f"{ms(s, 'tpot_ms', 'median')} / {ms(s, 'tpot_ms', 'p99')}"),
+        ("ITL median / p99 ms", lambda s: f"{ms(s, 'itl_ms', 'median')} / {ms(s, 'itl_ms', 'p99')}"),
+        ("E2EL median / p99 ms", lambda s: f"{ms(s, 'e2el_ms', 'median')} / {ms(s, 'e2el_ms', 'p99')}"),
+        ("goodput req/s", lambda s: f"{s['benchmark']['goodput']['requests_per_s']:.2f}"),
+        ("prefix hit rate", lambda s: f"{s['prefix_cache']['hit_rate']:.1%}"),
+        ("spec acceptance", lambda s: f"{s['spec']['acceptance_rate']:.2f}"),
+        ("preemptions", lambda s: str(s["engine"]["num_preemptions"])),
+        ("token cost $", lambda s: f"{s['cost']['token_cost_usd']:.6f}"),
+        ("GPU cost $", lambda s: f"{s['cost']['gpu_cost_usd']:.6f}"),
+    ]
+    for label, fn in rows:
+        table.add_row(label, *[fn(s) for s in variants.values()])
+    return table
