@@ -152,3 +152,29 @@ def test_missing_path_ingests_nothing(index: Retriever, corpus: Path) -> None:
     with pytest.raises(FileNotFoundError):
         index.ingest([corpus / "notes.txt", corpus / "nope.md"], show_progress=False)
     assert len(index) == 6
+
+
+def test_reopen_repairs_a_crash_between_faiss_write_and_sqlite_commit(index: Retriever,
+                                                                       embedder) -> None:
+    import sqlite3
+
+    import numpy as np
+
+    from retrieval.index import VectorIndex
+
+    path = index.index_dir / "vectors.faiss"
+    # 1) vectors written, rows never committed: an orphan vector appears in FAISS.
+    vi = VectorIndex.load(path)
+    vi.add(np.array([12345], np.int64), embedder.encode(["orphan"]))
+    vi.save(path)
+    # 2) rows committed, vectors lost: drop one chunk's vector from the file.
+    con = sqlite3.connect(index.index_dir / "chunks.sqlite")
+    (lost,) = con.execute("SELECT faiss_id FROM chunks ORDER BY faiss_id LIMIT 1").fetchone()
+    con.close()
+    vi.remove(np.array([lost], np.int64))
+    vi.save(path)
+
+    again = _open(index.index_dir, embedder)
+    ids = set(again.vector_index.ids().tolist())
+    assert 12345 not in ids and lost in ids and again.vector_index.ntotal == 6
+    assert set(VectorIndex.load(path).ids().tolist()) == ids  # repaired on disk too

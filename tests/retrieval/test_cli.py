@@ -1,0 +1,51 @@
+"""``loom ingest`` / ``loom search`` through typer's CliRunner (real index on disk)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from retrieval.cli import ingest, search
+
+app = typer.Typer()
+app.command("ingest")(ingest)
+app.command("search")(search)
+runner = CliRunner()
+
+
+def test_cli_ingest_prints_summary_and_search_prints_json(tmp_path: Path, corpus: Path,
+                                                         embedder) -> None:
+    idx = tmp_path / "idx"
+    res = runner.invoke(app, ["ingest", str(corpus), "--index", str(idx), "--no-progress"])
+    assert res.exit_code == 0, res.output
+    assert "4 documents (4 new/changed, 0 unchanged): +6 chunks" in res.output
+    res = runner.invoke(app, ["ingest", str(corpus), "--index", str(idx), "--no-progress"])
+    assert "+0 chunks, -0, 6 in index" in res.output
+
+    res = runner.invoke(app, ["search", "--index", str(idx), "os.path.splitext", "--k", "2",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    hits = [json.loads(line) for line in res.output.splitlines() if line.startswith("{")]
+    assert len(hits) == 2
+    assert hits[0]["section"] == "Path handling > Splitting"
+    assert set(hits[0]) == {"chunk_id", "score", "document", "title", "section", "text", "metadata"}
+
+    res = runner.invoke(app, ["search", "--index", str(idx), "sourdough", "--k", "1"])
+    assert res.exit_code == 0 and "Bread" in res.output
+
+
+def test_cli_glob_limits_the_files_ingested(tmp_path: Path, corpus: Path, embedder) -> None:
+    idx = tmp_path / "idx"
+    res = runner.invoke(app, ["ingest", str(corpus), "--index", str(idx), "--glob", "*.txt",
+                              "--no-progress"])
+    assert res.exit_code == 0 and "1 documents" in res.output
+
+
+def test_cli_errors_are_one_line_with_exit_code_2(tmp_path: Path) -> None:
+    res = runner.invoke(app, ["search", "--index", str(tmp_path / "none"), "x"])
+    assert res.exit_code == 2 and "no retrieval index" in res.output
+    res = runner.invoke(app, ["ingest", str(tmp_path / "missing"), "--index", str(tmp_path / "i")])
+    assert res.exit_code == 2 and "does not exist" in res.output
