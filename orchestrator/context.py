@@ -119,24 +119,35 @@ class ContextBuilder:
             item["token_ids"] = ids
         return new
 
-    def snapshot_item(self, items: Sequence[Item], texts: list[str]) -> Item | None:
-        """The session's memory snapshot (turn 0), capped to ``max_memory_tokens``."""
-        texts = self.fit(texts, lambda t: format_memory(t, snapshot=True), self.budget.max_memory_tokens)
-        if not texts:
+    def snapshot_item(self, items: Sequence[Item], memories: Sequence[Any]) -> Item | None:
+        """The session's memory snapshot (turn 0), capped to ``max_memory_tokens``.
+
+        ``memories``: strings or hits with ``.text`` (and ``.id``, stored as ``memory_ids``).
+        """
+        chosen = self.fit(list(memories), lambda ms: format_memory(_texts(ms), snapshot=True),
+                          self.budget.max_memory_tokens)
+        if not chosen:
             return None
-        item = message_item("memory_snapshot", 0, "user", format_memory(texts, snapshot=True), [])
+        item = message_item("memory_snapshot", 0, "user", format_memory(_texts(chosen), snapshot=True), [],
+                            memory_ids=_ids(chosen))
         return self.render_items(items, [item])[0]
 
     def turn_items(self, items: Sequence[Item], turn: int, user_text: str, hits: Sequence[Any] = (),
                    memories: Sequence[str] = ()) -> list[Item]:
-        """This turn's retrieval message, new-memory message and user message, rendered."""
+        """This turn's retrieval message, new-memory message and user message, rendered.
+
+        ``hits``: retrieval hits (``.text``, ``.document``, ``.section``), in rank
+        order; ``memories``: strings or memory hits (``.text``, ``.id``).
+        """
         new: list[Item] = []
         hits = self.fit(list(hits), format_retrieval, self.budget.max_retrieval_tokens)
         if hits:
             new.append(message_item("retrieval", turn, "user", format_retrieval(hits), []))
-        memories = self.fit(list(memories), lambda t: format_memory(t, snapshot=False), self.budget.max_memory_tokens)
+        memories = self.fit(list(memories), lambda ms: format_memory(_texts(ms), snapshot=False),
+                            self.budget.max_memory_tokens)
         if memories:
-            new.append(message_item("memory", turn, "user", format_memory(memories, snapshot=False), []))
+            new.append(message_item("memory", turn, "user", format_memory(_texts(memories), snapshot=False), [],
+                                    memory_ids=_ids(memories)))
         new.append(message_item("user", turn, "user", user_text, []))
         return self.render_items(items, new)
 
@@ -252,3 +263,12 @@ class ContextBuilder:
                 f"prompt of {len(ctx.token_ids)} tokens exceeds the limit of {ctx.prompt_limit} "
                 f"(window {self.budget.max_model_len} - {self.budget.max_tokens} reserved)", param="messages")
         return ctx
+
+
+def _texts(memories: Sequence[Any]) -> list[str]:
+    return [m if isinstance(m, str) else m.text for m in memories]
+
+
+def _ids(memories: Sequence[Any]) -> list[Any] | None:
+    ids = [getattr(m, "id", None) for m in memories]
+    return ids if any(i is not None for i in ids) else None

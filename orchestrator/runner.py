@@ -53,28 +53,20 @@ class TurnRunner:
 
     async def _prepare(self) -> None:
         a, b = self.agent, self.agent.builder
-        shown: set[Any] = set()
-        for it in self.items:
-            shown.update(it.get("memory_ids", []))
-        if a.memory is not None and not self.items:
-            hits = await self._timed("memory", a.memory.search, self.message, a.memory_namespace, a.memory_k)
-            snap = b.snapshot_item(self.items, [h.text for h in hits])
-            if snap is not None:
-                snap["memory_ids"] = [h.id for h in hits][: len(snap["content"].splitlines()) - 1]
-                shown.update(snap["memory_ids"])
-                self._store([snap])
+        shown: set[Any] = {i for it in self.items for i in it.get("memory_ids") or []}
         memories: list[Any] = []
-        if a.memory is not None and self.turn > 1:
+        if a.memory is not None:
             hits = await self._timed("memory", a.memory.search, self.message, a.memory_namespace, a.memory_k)
-            memories = [h for h in hits if h.id not in shown]
+            if not self.items:  # first turn: the snapshot, fixed for the whole session
+                snap = b.snapshot_item(self.items, hits)
+                if snap is not None:
+                    self._store([snap])
+            else:
+                memories = [h for h in hits if h.id not in shown]
         hits = []
         if a.retriever is not None and a.auto_retrieve:
             hits = await self._timed("retrieval", a.retriever.search, self.message, a.retrieval_k)
-        new = b.turn_items(self.items, self.turn, self.message, hits, [m.text for m in memories])
-        for it in new:
-            if it["kind"] == "memory":
-                it["memory_ids"] = [m.id for m in memories][: len(it["content"].splitlines()) - 1]
-        self._store(new)
+        self._store(b.turn_items(self.items, self.turn, self.message, hits, memories))
 
     async def _compact(self) -> None:
         a = self.agent
@@ -161,7 +153,8 @@ class TurnRunner:
                 yield ev
         if res.final_state == "done" and a.memory is not None and a.memory_write_back:
             try:
-                await self._timed("memory", a.memory.add, self.message, a.memory_namespace, "user")
+                await self._timed("memory", a.memory.add, [{"role": "user", "content": self.message}],
+                                  a.memory_namespace, "user")
             except Exception:  # noqa: BLE001 - write-back must not fail the turn
                 logger.warning("memory write-back failed", exc_info=True)
 

@@ -168,3 +168,24 @@ def test_langchain_model_over_real_engine(llm) -> None:
     assert ai.usage_metadata["input_tokens"] > 0
     chunks = list(LoomChatModel(llm=llm, max_tokens=8).stream([HumanMessage("hi")]))
     assert chunks[-1].usage_metadata["output_tokens"] == 8
+
+
+async def test_memory_snapshot_then_new_hits_at_the_tail(llm, tmp_path) -> None:
+    from memory import LongTermMemory
+
+    mem = LongTermMemory(url=f"sqlite:///{tmp_path}/m.db")
+    mem.add("The user's favourite language is Python.", "u1")
+    mem.add("The user lives in Lisbon.", "u1")
+    agent = Agent(llm, memory=mem, memory_namespace="u1", budget=ContextBudget(reserved_output=8),
+                  memory_write_back=False)
+    session = InMemorySession()
+    await agent.arun("Which programming language do I like?", session=session)
+    snap = session.get_items()[0]
+    assert snap["kind"] == "memory_snapshot" and "Python" in snap["content"] and len(snap["memory_ids"]) == 2
+    mem.add("The user has a cat named Tom.", "u1")
+    second = await agent.arun("What is the name of my cat?", session=session)
+    new = [it for it in session.get_items() if it["kind"] == "memory"]
+    assert len(new) == 1 and "Tom" in new[0]["content"] and "Python" not in new[0]["content"]
+    mem_class = second.usage.calls[0].prompt["memory"]
+    assert mem_class.cached_tokens >= len(snap["token_ids"]) - 16  # the snapshot stays in the cached prefix
+    assert mem_class.computed_tokens >= len(new[0]["token_ids"])  # this turn's new hits are at the tail
