@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -46,9 +46,10 @@ from .db import make_engine
 from .embedder import Embedder, default_embedder, encode_checked
 from .extractors import Extractor, RuleBasedExtractor
 from .models import MemoryRow, NamespaceRow
-from .policy import Candidate, decide
+from .policy import decide
 from .scoring import ScoringConfig, eviction_order
-from .search import NamespaceIndex
+from .search import rank
+from .snapshot import NamespaceIndex, Snapshot
 from .types import EventType, MemoryEvent, MemoryHit, MemoryItem, MemorySource
 
 logger = logging.getLogger(__name__)
@@ -159,53 +160,62 @@ class LongTermMemory:
         if not facts:
             return []
         vecs = encode_checked(self.embedder, facts)
-        with self._write(namespace) as session:
+        with self._write(namespace) as (session, revision):
             now = self.now()
-            deleted = self._purge(session, namespace, now)
-            events = self._apply(session, namespace, facts, vecs, src, now)
-            deleted += self._evict(session, namespace, now)
-        logger.debug("memory add ns=%s: %s", namespace, [(e.event.value, e.id) for e in events + deleted])
-        return events + deleted
+            snap = self._index.get(session, namespace, revision - 1, vecs.shape[1])
+            if len(snap) and snap.matrix.shape[1] != vecs.shape[1]:
+                raise ValueError(f"embedder: gives {vecs.shape[1]}-dim vectors, stored memories are "
+                                 f"{snap.matrix.shape[1]}-dim; use the embedder the database was written with")
+            deleted, snap = self._purge(session, namespace, now, snap)
+            events, snap = self._apply(session, namespace, facts, vecs, src, now, snap)
+            evicted, snap = self._evict(session, namespace, now, snap)
+        self._index.put(namespace, snap.at_revision(revision))
+        logger.debug("memory add ns=%s: %s", namespace, [(e.event.value, e.id) for e in events + deleted + evicted])
+        return events + deleted + evicted
 
     def _apply(self, session: Session, namespace: str, facts: list[str], vecs: np.ndarray,
-               src: MemorySource, now: float) -> list[MemoryEvent]:
-        rows = store.active_rows(session, namespace)
-        matrix = store.vectors(rows, vecs.shape[1])
+               src: MemorySource, now: float, snap: Snapshot) -> tuple[list[MemoryEvent], Snapshot]:
         events = []
         for fact, vec in zip(facts, vecs):
-            cands = [Candidate(r.id, r.text, r.slot) for r in rows]
-            d = decide(fact, vec, cands, matrix, duplicate_threshold=self.duplicate_threshold,
+            d = decide(fact, vec, snap, duplicate_threshold=self.duplicate_threshold,
                        conflict_threshold=self.conflict_threshold)
-            by_id = {r.id: r for r in rows}
+            in_ns = MemoryRow.namespace == namespace
             if d.event is EventType.NOOP:
-                target = by_id[d.targets[0]]
-                target.last_used_at, target.use_count = now, target.use_count + 1
-                events.append(MemoryEvent(EventType.NOOP, target.id, target.text, namespace, reason=d.reason))
+                target = d.targets[0]
+                session.execute(update(MemoryRow).where(in_ns, MemoryRow.id == target)
+                                .values(last_used_at=now, use_count=MemoryRow.use_count + 1)
+                                .execution_options(synchronize_session=False))
+                text = snap.texts[snap.position(target)]
+                events.append(MemoryEvent(EventType.NOOP, target, text, namespace, reason=d.reason))
                 continue
-            old = [by_id[i] for i in d.targets]
-            new = MemoryRow(
-                namespace=namespace, text=fact, slot=(T.slot_of(fact) or (None,))[0],
-                embedding=vec.astype(np.float32).tobytes(), active=True, created_at=now, updated_at=now,
-                last_used_at=now, use_count=max((o.use_count for o in old), default=0),
+            inherited = 0
+            if d.targets:  # a revised memory keeps its use so far (it is not a stranger to evict)
+                inherited = session.scalar(select(func.max(MemoryRow.use_count))
+                                           .where(in_ns, MemoryRow.id.in_(d.targets))) or 0
+            slot = (T.slot_of(fact) or (None,))[0]
+            row = MemoryRow(
+                namespace=namespace, text=fact, slot=slot, embedding=vec.astype(np.float32).tobytes(),
+                active=True, created_at=now, updated_at=now, last_used_at=now, use_count=inherited,
                 source_session_id=src.session_id, source_turn=src.turn,
-                supersedes_id=old[0].id if old else None,
+                supersedes_id=d.targets[0] if d.targets else None,
             )
-            session.add(new)
+            session.add(row)
             session.flush()
-            for o in old:
-                o.active, o.superseded_by_id, o.updated_at = False, new.id, now
-            keep = [i for i, r in enumerate(rows) if r.id not in d.targets]
-            rows = [new] + [rows[i] for i in keep]
-            matrix = np.vstack([vec[None, :], matrix[keep]]) if len(keep) else vec[None, :].copy()
-            events.append(MemoryEvent(d.event, new.id, fact, namespace,
-                                      previous_id=old[0].id if old else None,
-                                      previous_text=old[0].text if old else None, reason=d.reason))
-        session.flush()
-        return events
+            previous_text = None
+            if d.targets:
+                previous_text = snap.texts[snap.position(d.targets[0])]
+                session.execute(update(MemoryRow).where(in_ns, MemoryRow.id.in_(d.targets))
+                                .values(active=False, superseded_by_id=row.id, updated_at=now)
+                                .execution_options(synchronize_session=False))
+            snap = snap.without(set(d.targets)).with_memory(row.id, fact, slot, now, vec)
+            events.append(MemoryEvent(d.event, row.id, fact, namespace,
+                                      previous_id=d.targets[0] if d.targets else None,
+                                      previous_text=previous_text, reason=d.reason))
+        return events, snap
 
     @contextmanager
-    def _write(self, namespace: str) -> Iterator[Session]:
-        """Transaction that holds the namespace's write lock (see ``memory.models``)."""
+    def _write(self, namespace: str) -> Iterator[tuple[Session, int]]:
+        """Transaction holding the namespace's write lock (see ``memory.models``); yields (session, new revision)."""
         self._ensure_namespace(namespace)
         try:
             with Session(self.engine) as session, session.begin():
@@ -214,7 +224,7 @@ class LongTermMemory:
                     update(NamespaceRow).where(NamespaceRow.namespace == namespace)
                     .values(revision=NamespaceRow.revision + 1)
                 )
-                yield session
+                yield session, NamespaceIndex.revision(session, namespace)
         finally:
             self._index.invalidate(namespace)
 
@@ -233,38 +243,46 @@ class LongTermMemory:
 
     # --- forgetting ---------------------------------------------------------------
 
-    def _purge(self, session: Session, namespace: str, now: float) -> list[MemoryEvent]:
+    def _purge(self, session: Session, namespace: str, now: float,
+               snap: Snapshot) -> tuple[list[MemoryEvent], Snapshot]:
+        expired = self._expired_rows(session, namespace, now)
+        if not expired:
+            return [], snap
+        events = store.delete_with_history(session, namespace, expired, "ttl")
+        return events, snap.without({e.id for e in events})
+
+    def _expired_rows(self, session: Session, namespace: str, now: float) -> list[MemoryRow]:
         if self.ttl_s is None:
             return []
-        stmt = select(MemoryRow).where(
+        return list(session.scalars(select(MemoryRow).where(
             MemoryRow.namespace == namespace, MemoryRow.active.is_(True),
-            MemoryRow.last_used_at < now - self.ttl_s,
-        ).order_by(MemoryRow.id)
-        expired = list(session.scalars(stmt))
-        return store.delete_with_history(session, namespace, expired, "ttl") if expired else []
+            MemoryRow.last_used_at < now - self.ttl_s).order_by(MemoryRow.id)))
 
-    def _evict(self, session: Session, namespace: str, now: float) -> list[MemoryEvent]:
+    def _evict(self, session: Session, namespace: str, now: float,
+               snap: Snapshot) -> tuple[list[MemoryEvent], Snapshot]:
         cap = self.capacity_per_namespace
-        if cap is None:
-            return []
-        rows = store.active_rows(session, namespace)
-        if len(rows) <= cap:
-            return []
-        order = eviction_order(
-            np.array([r.id for r in rows]), np.array([r.last_used_at for r in rows]),
-            np.array([r.use_count for r in rows]), now, self.scoring,
-        )
-        by_id = {r.id: r for r in rows}
-        victims = [by_id[i] for i in order[: len(rows) - cap]]
-        return store.delete_with_history(session, namespace, victims, "capacity")
+        if cap is None or len(snap) <= cap:
+            return [], snap
+        stats = session.execute(select(MemoryRow.id, MemoryRow.last_used_at, MemoryRow.use_count).where(
+            MemoryRow.namespace == namespace, MemoryRow.active.is_(True))).all()
+        if len(stats) <= cap:
+            return [], snap
+        order = eviction_order(np.array([r[0] for r in stats]), np.array([r[1] for r in stats]),
+                               np.array([r[2] for r in stats]), now, self.scoring)
+        victims = list(session.scalars(select(MemoryRow).where(
+            MemoryRow.namespace == namespace, MemoryRow.id.in_(order[: len(stats) - cap]))))
+        victims.sort(key=lambda r: order.index(r.id))
+        events = store.delete_with_history(session, namespace, victims, "capacity")
+        return events, snap.without({e.id for e in events})
 
     def purge_expired(self, namespace: str) -> list[MemoryEvent]:
         """Delete the namespace's memories older than ``ttl_s`` now; DELETE events (``[]`` without TTL)."""
         check_namespace(namespace)
         if self.ttl_s is None:
             return []
-        with self._write(namespace) as session:
-            return self._purge(session, namespace, self.now())
+        with self._write(namespace) as (session, _):
+            expired = self._expired_rows(session, namespace, self.now())
+            return store.delete_with_history(session, namespace, expired, "ttl") if expired else []
 
     def delete(self, id: int, namespace: str) -> list[MemoryEvent]:
         """Delete one memory (an active one with the history it superseded).
@@ -273,7 +291,7 @@ class LongTermMemory:
             NotFoundError: no memory ``id`` in ``namespace`` (ids of other namespaces included).
         """
         check_namespace(namespace)
-        with self._write(namespace) as session:
+        with self._write(namespace) as (session, _):
             row = session.scalars(select(MemoryRow).where(
                 MemoryRow.id == int(id), MemoryRow.namespace == namespace)).first()
             if row is None:
@@ -283,7 +301,7 @@ class LongTermMemory:
     def forget(self, namespace: str) -> int:
         """Delete every memory (history included) of ``namespace``; returns the number of rows removed."""
         check_namespace(namespace)
-        with self._write(namespace) as session:
+        with self._write(namespace) as (session, _):
             rows = list(session.scalars(select(MemoryRow).where(MemoryRow.namespace == namespace)))
             return len(store.delete_with_history(session, namespace, rows, "request")) if rows else 0
 
@@ -306,13 +324,18 @@ class LongTermMemory:
         now = self.now()
         if self.ttl_s is not None and self._has_expired(namespace, now):
             self.purge_expired(namespace)
-        snap = self._index.snapshot(self.engine, namespace)
-        if snap is None:
-            return []
         qvec = encode_checked(self.embedder, [query])[0]
-        if qvec.shape[0] != snap.matrix.shape[1]:
-            raise ValueError(f"embedder: query is {qvec.shape[0]}-dim, stored memories {snap.matrix.shape[1]}-dim")
-        hits = snap.rank(qvec, k, min_score, now, self.scoring)
+        with Session(self.engine) as session:
+            revision = NamespaceIndex.revision(session, namespace)
+            if revision is None:
+                return []
+            snap = self._index.get(session, namespace, revision)
+            if len(snap) == 0:
+                return []
+            if snap.matrix.shape[1] != qvec.shape[0]:
+                raise ValueError(f"embedder: query is {qvec.shape[0]}-dim, stored memories "
+                                 f"{snap.matrix.shape[1]}-dim; use the embedder the database was written with")
+            hits = rank(session, namespace, snap, qvec, k, min_score, now, self.scoring)
         if hits:
             self._touch(namespace, [h.id for h in hits], now)
         return hits

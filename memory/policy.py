@@ -39,21 +39,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import text as T
+from .snapshot import Snapshot
 from .types import EventType
 
 
 @dataclass
-class Candidate:
-    """An active memory as the policy sees it."""
-
-    id: int
-    text: str
-    slot: str | None
-
-
-@dataclass
 class Decision:
-    """What to do with one fact: ``targets`` are refreshed (NOOP) or superseded (UPDATE)."""
+    """What to do with one fact: ``targets`` are refreshed (NOOP) or superseded (UPDATE), newest first."""
 
     event: EventType
     reason: str
@@ -63,57 +55,54 @@ class Decision:
 def decide(
     fact: str,
     vector: np.ndarray,
-    candidates: list[Candidate],
-    matrix: np.ndarray,
+    snap: Snapshot,
     *,
     duplicate_threshold: float,
     conflict_threshold: float,
 ) -> Decision:
-    """Apply the rules above.
+    """Apply the rules above to one fact against the namespace's active memories.
 
     Args:
         fact: the new fact's text.
         vector: its embedding, float32 ``[D]``, unit norm.
-        candidates: the namespace's active memories, most recent first on ties.
-        matrix: their embeddings, float32 ``[len(candidates), D]``, same order.
+        snap: the namespace's active memories (newest first) with their embeddings.
     """
-    if not candidates:
+    if len(snap) == 0:
         return Decision(EventType.ADD, "new")
-    norm = T.normalize(fact)
-    for c in candidates:
-        if T.normalize(c.text) == norm:
-            return Decision(EventType.NOOP, "exact", [c.id])
+    same = snap.by_text.get(T.normalize(fact))
+    if same is not None:
+        return Decision(EventType.NOOP, "exact", [same])
 
     slot = T.slot_of(fact)
     if slot is not None:
-        same_slot = [c for c in candidates if c.slot == slot[0]]
+        same_slot = [j for j, s in enumerate(snap.slots) if s == slot[0]]
         if same_slot:
-            for c in same_slot:
-                filled = T.slot_of(c.text)
+            for j in same_slot:
+                filled = T.slot_of(snap.texts[j])
                 if filled is not None and filled[1] == slot[1]:
-                    return Decision(EventType.NOOP, f"slot:{slot[0]}", [c.id])
-            return Decision(EventType.UPDATE, f"slot:{slot[0]}", [c.id for c in same_slot])
+                    return Decision(EventType.NOOP, f"slot:{slot[0]}", [int(snap.ids[j])])
+            return Decision(EventType.UPDATE, f"slot:{slot[0]}", [int(snap.ids[j]) for j in same_slot])
 
-    sims = matrix @ vector
+    sims = snap.matrix @ vector
     order = np.argsort(-sims, kind="stable")
     words, neg, nums = T.content_tokens(fact), T.is_negated(fact), T.numbers(fact)
-    for i in order:
-        sim = float(sims[i])
+    for j in order:
+        sim = float(sims[j])
         if sim < conflict_threshold:
             break
-        c = candidates[i]
-        old_words = T.content_tokens(c.text)
+        old_text = snap.texts[j]
+        old_words = T.content_tokens(old_text)
         overlap = T.jaccard(words, old_words)
         if overlap >= 0.5 or (sim >= duplicate_threshold and words & old_words):
-            if T.is_negated(c.text) != neg:
-                return Decision(EventType.UPDATE, "negation", [c.id])
-            if T.numbers(c.text) != nums:
-                return Decision(EventType.UPDATE, "number", [c.id])
+            if T.is_negated(old_text) != neg:
+                return Decision(EventType.UPDATE, "negation", [int(snap.ids[j])])
+            if T.numbers(old_text) != nums:
+                return Decision(EventType.UPDATE, "number", [int(snap.ids[j])])
 
     best = int(order[0])
     if float(sims[best]) >= duplicate_threshold:
-        c = candidates[best]
-        if words <= T.content_tokens(c.text):
-            return Decision(EventType.NOOP, "duplicate", [c.id])
-        return Decision(EventType.UPDATE, "revision", [c.id])
+        target = [int(snap.ids[best])]
+        if words <= T.content_tokens(snap.texts[best]):
+            return Decision(EventType.NOOP, "duplicate", target)
+        return Decision(EventType.UPDATE, "revision", target)
     return Decision(EventType.ADD, "new")

@@ -1,102 +1,72 @@
-"""Exact search over one namespace's vectors with numpy, cached per namespace revision.
+"""Exact ranking of one namespace's memories for a query (see ``memory.scoring`` for the score).
 
-A namespace holds one user's or agent's memories (hundreds to thousands), so a
-brute-force ``[N, D] @ [D]`` product is exact and takes microseconds; the cost
-is loading the vectors, which the cache avoids while the namespace's
-``revision`` (bumped by every write, see ``memory.models``) is unchanged.  Use
-statistics (last used, use count) change on every search, so they are read
-fresh each time (two small columns).
+The similarity term is computed for every memory of the snapshot (``[N, D] @
+[D]``).  The recency and use terms can add at most ``w_recency + w_use`` to a
+score, so only memories whose similarity is within ``(w_recency + w_use) /
+w_sim`` of the k-th best similarity can enter the top k; their use statistics
+are read fresh from the database (they change on every search, in any
+process), the rest never leave numpy.  The result is the same as scoring all.
 """
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
-
 import numpy as np
-from sqlalchemy import Engine, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from . import store
-from .models import MemoryRow, NamespaceRow
+from .models import MemoryRow
 from .scoring import ScoringConfig
+from .snapshot import Snapshot
 from .types import MemoryHit
 
-
-@dataclass
-class Snapshot:
-    """Active memories of one namespace: ids int64 ``[N]``, vectors float32 ``[N, D]``, stats ``[N]``."""
-
-    revision: int
-    ids: np.ndarray
-    texts: list[str]
-    created_at: np.ndarray
-    matrix: np.ndarray
-    last_used_at: np.ndarray
-    use_count: np.ndarray
-
-    def rank(self, qvec: np.ndarray, k: int, min_score: float, now: float, scoring: ScoringConfig) -> list[MemoryHit]:
-        """Top ``k`` by blended score (ties: lower id first) among memories with cosine >= ``min_score``."""
-        sims = self.matrix @ qvec
-        keep = np.flatnonzero(sims >= min_score)
-        if keep.size == 0:
-            return []
-        scores = scoring.score(sims[keep], self.last_used_at[keep], self.use_count[keep], now)
-        order = keep[np.lexsort((self.ids[keep], -scores))][:k]
-        pos = {int(i): j for j, i in enumerate(keep)}
-        return [
-            MemoryHit(
-                id=int(self.ids[i]), text=self.texts[i], score=float(scores[pos[int(i)]]),
-                similarity=float(sims[i]), created_at=float(self.created_at[i]),
-                last_used_at=float(self.last_used_at[i]), use_count=int(self.use_count[i]),
-            )
-            for i in order
-        ]
+_IN_CHUNK = 500  # ids per IN (...) list, well under every database's parameter limit
 
 
-class NamespaceIndex:
-    """Thread-safe cache ``namespace -> Snapshot`` keyed by the namespace revision."""
+def candidates(sims: np.ndarray, k: int, min_score: float, scoring: ScoringConfig) -> np.ndarray:
+    """Row indices that can reach the top ``k`` (all with ``sims >= min_score`` when ``w_sim`` is 0)."""
+    eligible = np.flatnonzero(sims >= min_score)
+    if eligible.size <= k or scoring.w_sim <= 0:
+        return eligible
+    kth = np.partition(sims[eligible], -k)[-k]
+    slack = (scoring.w_recency + scoring.w_use) / scoring.w_sim
+    return eligible[sims[eligible] >= kth - slack - 1e-9]
 
-    def __init__(self) -> None:
-        self._snapshots: dict[str, Snapshot] = {}
-        self._lock = threading.Lock()
 
-    def invalidate(self, namespace: str) -> None:
-        """Drop the cached snapshot of ``namespace``."""
-        with self._lock:
-            self._snapshots.pop(namespace, None)
+def use_stats(session: Session, namespace: str, ids: list[int]) -> dict[int, tuple[float, int]]:
+    """``id -> (last_used_at, use_count)`` for active memories among ``ids``."""
+    out: dict[int, tuple[float, int]] = {}
+    for start in range(0, len(ids), _IN_CHUNK):
+        chunk = ids[start:start + _IN_CHUNK]
+        for i, last, uses in session.execute(
+            select(MemoryRow.id, MemoryRow.last_used_at, MemoryRow.use_count)
+            .where(MemoryRow.namespace == namespace, MemoryRow.active.is_(True), MemoryRow.id.in_(chunk))
+        ):
+            out[i] = (last, uses)
+    return out
 
-    def snapshot(self, engine: Engine, namespace: str) -> Snapshot | None:
-        """Current active memories of ``namespace`` (``None`` when it has none)."""
-        with Session(engine) as session, session.begin():
-            revision = session.scalar(select(NamespaceRow.revision).where(NamespaceRow.namespace == namespace))
-            if revision is None:
-                return None
-            with self._lock:
-                cached = self._snapshots.get(namespace)
-            if cached is None or cached.revision != revision:
-                rows = store.active_rows(session, namespace)
-                if not rows:
-                    return None
-                cached = Snapshot(
-                    revision=revision,
-                    ids=np.array([r.id for r in rows], dtype=np.int64),
-                    texts=[r.text for r in rows],
-                    created_at=np.array([r.created_at for r in rows], dtype=np.float64),
-                    matrix=store.vectors(rows),
-                    last_used_at=np.array([r.last_used_at for r in rows], dtype=np.float64),
-                    use_count=np.array([r.use_count for r in rows], dtype=np.int64),
-                )
-                with self._lock:
-                    self._snapshots[namespace] = cached
-                return cached
-            stats = dict((i, (t, n)) for i, t, n in session.execute(
-                select(MemoryRow.id, MemoryRow.last_used_at, MemoryRow.use_count)
-                .where(MemoryRow.namespace == namespace, MemoryRow.active.is_(True))
-            ))
-        if set(stats) != set(cached.ids.tolist()):
-            self.invalidate(namespace)  # written by a writer that did not bump the revision
-            return self.snapshot(engine, namespace)
-        last = np.array([stats[int(i)][0] for i in cached.ids], dtype=np.float64)
-        uses = np.array([stats[int(i)][1] for i in cached.ids], dtype=np.int64)
-        return Snapshot(cached.revision, cached.ids, cached.texts, cached.created_at, cached.matrix, last, uses)
+
+def rank(session: Session, namespace: str, snap: Snapshot, qvec: np.ndarray, k: int, min_score: float,
+         now: float, scoring: ScoringConfig) -> list[MemoryHit]:
+    """Top ``k`` memories by blended score (ties: lower id first) among those with cosine >= ``min_score``.
+
+    Args:
+        qvec: query embedding, float32 ``[D]``, unit norm.
+    """
+    sims = snap.matrix @ qvec
+    cand = candidates(sims, k, min_score, scoring)
+    stats = use_stats(session, namespace, [int(snap.ids[j]) for j in cand])
+    cand = np.array([j for j in cand if int(snap.ids[j]) in stats], dtype=np.int64)
+    if cand.size == 0:
+        return []
+    last = np.array([stats[int(snap.ids[j])][0] for j in cand], dtype=np.float64)
+    uses = np.array([stats[int(snap.ids[j])][1] for j in cand], dtype=np.int64)
+    scores = scoring.score(sims[cand], last, uses, now)
+    order = np.lexsort((snap.ids[cand], -scores))[:k]
+    return [
+        MemoryHit(
+            id=int(snap.ids[cand[o]]), text=snap.texts[cand[o]], score=float(scores[o]),
+            similarity=float(sims[cand[o]]), created_at=float(snap.created_at[cand[o]]),
+            last_used_at=float(last[o]), use_count=int(uses[o]),
+        )
+        for o in order
+    ]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import numpy as np
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
@@ -32,35 +31,6 @@ def to_item(row: MemoryRow) -> MemoryItem:
         supersedes_id=row.supersedes_id,
         superseded_by_id=row.superseded_by_id,
     )
-
-
-def active_rows(session: Session, namespace: str) -> list[MemoryRow]:
-    """Active memories of ``namespace``, newest id first."""
-    stmt = (
-        select(MemoryRow)
-        .where(MemoryRow.namespace == namespace, MemoryRow.active.is_(True))
-        .order_by(MemoryRow.id.desc())
-    )
-    return list(session.scalars(stmt))
-
-
-def vectors(rows: Iterable[MemoryRow], dim: int | None = None) -> np.ndarray:
-    """Stack the rows' embeddings -> float32 ``[N, D]``.
-
-    Raises:
-        ValueError: (naming ``embedder``) when stored vectors have another dimension than ``dim``.
-    """
-    blobs = [r.embedding for r in rows]
-    if not blobs:
-        return np.zeros((0, dim or 0), dtype=np.float32)
-    matrix = np.frombuffer(b"".join(blobs), dtype=np.float32)
-    width = len(blobs[0]) // 4
-    if any(len(b) != width * 4 for b in blobs) or (dim is not None and width != dim):
-        raise ValueError(
-            f"embedder: stored memories have {width}-dim embeddings, the embedder gives {dim}; "
-            "use the embedder the database was written with"
-        )
-    return matrix.reshape(len(blobs), width)
 
 
 def history_ids(session: Session, namespace: str, head_id: int) -> list[int]:

@@ -101,8 +101,9 @@ def test_second_writer_waits_for_the_namespace_lock_and_sees_the_first_writers_f
     fact = "User lives in Paris"
     vec = embedder.encode([fact])
     results = []
-    with first._write("u1") as session:  # the first writer is between its decision and its commit
-        first._apply(session, "u1", [fact], vec, MemorySource(), first.now())
+    with first._write("u1") as (session, revision):  # the first writer: decided, not yet committed
+        snap = first._index.get(session, "u1", revision - 1)
+        first._apply(session, "u1", [fact], vec, MemorySource(), first.now(), snap)
         t = threading.Thread(target=lambda: results.append(second.add(fact, "u1")))
         t.start()
         t.join(1.0)

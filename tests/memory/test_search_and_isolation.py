@@ -141,3 +141,38 @@ def test_delete_on_request_removes_memory_and_its_history(make_memory):
         (EventType.DELETE, new.id, "request"), (EventType.DELETE, old.id, "request")]
     assert [m.id for m in mem.list("u1", include_inactive=True)] == [keep.id]
     assert mem.search("how many cats", "u1", k=5, min_score=0.5) == []
+
+
+def test_cached_vectors_never_hide_another_handles_writes(make_memory):
+    mine, theirs = make_memory(), make_memory()
+    paris = mine.add("User lives in Paris", "u1")[0]
+    assert mine.search("where does the user live", "u1", k=1)[0].id == paris.id  # snapshot cached
+    theirs.delete(paris.id, "u1")
+    assert mine.search("where does the user live", "u1", k=1) == []
+    lyon = theirs.add("User lives in Lyon", "u1")[0]
+    moved = mine.add("User lives in Berlin", "u1")[0]  # decided against Lyon, not the cached Paris
+    assert (moved.event, moved.previous_id) == (EventType.UPDATE, lyon.id)
+
+
+def test_ranking_equals_brute_force_scoring_of_every_memory(make_memory, embedder, clock):
+    import numpy as np
+
+    mem = make_memory()
+    facts = ["User plays jazz piano", "User listens to jazz radio", "User hates loud music",
+             "User sings in a choir", "User plays the cello", "User collects vinyl records",
+             "User lives in Paris", "User's favourite composer is Bach"]
+    for i, f in enumerate(facts):
+        mem.add(f, "u1")
+        clock.advance(20 * 86_400 * (i % 3))
+        if i % 2:
+            mem.search(f, "u1", k=1)  # some memories used, at different times
+    query = "music the user enjoys"
+    items = mem.list("u1")
+    q = embedder.encode([query])[0]
+    sims = embedder.encode([m.text for m in items]) @ q
+    scores = mem.scoring.score(sims, np.array([m.last_used_at for m in items]),
+                               np.array([m.use_count for m in items]), clock())
+    expected = [items[i].id for i in sorted(range(len(items)), key=lambda i: (-scores[i], items[i].id))][:3]
+    hits = mem.search(query, "u1", k=3)
+    assert [h.id for h in hits] == expected
+    np.testing.assert_allclose([h.score for h in hits], sorted(scores, reverse=True)[:3], rtol=1e-5)
