@@ -103,6 +103,8 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
         raise ValueError("suite: 'rag' runs the agent in process; use --target inproc")
     for v in variants:
         split_settings(v)  # fail fast on a bad key
+    if is_http:
+        asyncio.run(_probe(target, api_key))  # fail fast, before loading anything
     price_table = prices if isinstance(prices, Prices) else load_prices(prices)
     if model is None:
         model = default_model()
@@ -118,11 +120,12 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
 
         num_requests = max(2, DEFAULTS[suite]["num_requests"] // 2)
     workload = build(suite, tokenizer, seed=seed, num_requests=num_requests, warmup=warmup, options=options)
-    plan = [{**(engine or {}), **v} for v in (workload.variants or [{}])]
-    plan += [{**plan[0], **v} for v in variants]
+    suite_variants = workload.variants or [{}]
+    plan = [(variant_name(v), {**(engine or {}), **v}) for v in suite_variants]
+    plan += [(variant_name({**suite_variants[0], **v}), {**plan[0][1], **v}) for v in variants]
     meta = {"suite": suite, "model": model, "target": target, "seed": seed, "concurrency": concurrency,
             "rate": rate, "num_requests": workload.num_requests, "warmup": warmup, "options": options or {},
-            "engine": engine or {}, "compare": list(compare), "baseline": baseline, "variants": plan,
+            "engine": engine or {}, "compare": list(compare), "baseline": baseline, "variants": dict(plan),
             "noise_note": NOISE_NOTE if "loom/checkpoints" in model or "checkpoint" in model else None}
     (out_dir / "workload.json").write_text(json.dumps(workload.to_dict(), indent=1))
     (out_dir / "run.json").write_text(json.dumps(meta, indent=1, default=str))
@@ -139,12 +142,12 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
     return res
 
 
-async def _run_all(workload: Workload, model: str, target: str, plan: list[dict[str, Any]], baseline: str | None,
+async def _run_all(workload: Workload, model: str, target: str, plan: list[tuple[str, dict[str, Any]]], baseline: str | None,
                    prices: Prices, out_dir: Path, concurrency: int | None, rate: float | None,
                    slos_ms: dict[str, float] | None, progress: Any, api_key: str | None) -> EvalResult:
     res = EvalResult(out_dir, {"list": []})
     bar = _Progress(progress)
-    jobs: list[tuple[str, dict[str, Any], str]] = [(variant_name(s), s, "main") for s in plan]
+    jobs: list[tuple[str, dict[str, Any], str]] = [(name, s, "main") for name, s in plan]
     if baseline == "hf":
         jobs.append(("baseline=hf", {}, "hf"))
     try:
@@ -206,6 +209,16 @@ async def _make_target(kind: str, workload: Workload, model: str, target: str, s
     if budget:
         raise ValueError(f"compare: budget.* settings apply to the rag suite only, got {sorted(budget)}")
     return await asyncio.to_thread(InprocTarget.from_settings, model, engine)
+
+
+async def _probe(url: str, api_key: str | None) -> None:
+    from evals.targets.http import HttpTarget
+
+    tgt = HttpTarget(url, tokenizer=None, api_key=api_key or os.environ.get("LOOM_API_KEY"))
+    try:
+        await tgt.start()
+    finally:
+        await tgt.close()
 
 
 class _Progress:

@@ -45,7 +45,8 @@ def latency_cdf(records: dict[str, list[dict[str, Any]]], path: Path) -> Path:
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("fraction of requests")
-    axes[-1].legend(fontsize=7)
+    if axes[-1].get_legend_handles_labels()[0]:
+        axes[-1].legend(fontsize=7)
     return _save(fig, path)
 
 
@@ -60,7 +61,8 @@ def class_bars(variants: dict[str, dict[str, Any]], field: str, ylabel: str, pat
             bottom += vals
     ax.set_ylabel(ylabel)
     ax.set_title(f"{ylabel} by token class")
-    ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, bbox_to_anchor=(1.01, 1), loc="upper left")
     ax.tick_params(axis="x", labelrotation=15, labelsize=7)
     return _save(fig, path)
 
@@ -86,7 +88,8 @@ def turns(variants: dict[str, dict[str, Any]], path: Path) -> Path:
     a2.set_ylabel("ms")
     for ax in (a1, a2):
         ax.grid(alpha=0.3)
-    a2.legend(fontsize=7)
+    if a2.get_legend_handles_labels()[0]:
+        a2.legend(fontsize=7)
     return _save(fig, path)
 
 

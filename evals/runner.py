@@ -58,6 +58,18 @@ def arrival_offsets(n: int, rate: float | None, seed: int) -> list[float]:
     return out
 
 
+async def settled_stats(target: Any, timeout_s: float = 2.0) -> dict[str, Any] | None:
+    """Engine counters once nothing runs or waits (``AsyncLLM.stats`` is a per-step snapshot that
+    can trail the last delivered output by one step)."""
+    stats = target.stats()
+    deadline = time.monotonic() + timeout_s
+    while stats is not None and (stats.get("num_running") or stats.get("num_waiting")) \
+            and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+        stats = target.stats()
+    return stats
+
+
 async def _sample_kv(target: Any, sink: list[float]) -> None:
     while True:
         stats = target.stats()
@@ -94,7 +106,7 @@ async def run_variant(target: Any, workload: Workload, name: str, settings: dict
     tasks: list[asyncio.Task] = []
     try:
         await _gather(target, workload.warmup, warm_ctx, conc, [0.0] * len(workload.warmup))
-        result.stats_before = target.stats()
+        result.stats_before = await settled_stats(target)
         kv_task = asyncio.create_task(_sample_kv(target, result.kv_usage))
         t0 = time.monotonic()
         ctx = RunContext(name, prices, t0, emit, workload.ignore_eos, workload.seed)
@@ -110,8 +122,8 @@ async def run_variant(target: Any, workload: Workload, name: str, settings: dict
         result.duration_s = time.monotonic() - t0
         if kv_task is not None:
             kv_task.cancel()
-        result.stats_after = target.stats()
         sink.close()
+    result.stats_after = target.stats() if result.interrupted else await settled_stats(target)
     return result
 
 

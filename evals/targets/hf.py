@@ -93,4 +93,5 @@ class HFTarget(EngineTarget):
         res.first_token_time = times[0] if times else None
         res.finish_time = times[-1] if times else None
         res.finish_reason = "length" if len(ids) >= req.max_tokens else "stop"
+        res.extra = {"output_ids": ids}
         return res

@@ -97,6 +97,9 @@ class InprocTarget(EngineTarget):
         res.token_times, res.finish_time = list(out.token_times), out.finish_time
         res.num_drafts, res.num_draft_tokens = out.num_drafts, out.num_draft_tokens
         res.num_accepted_tokens = out.num_accepted_tokens
+        res.extra = {"output_ids": res.output_ids,
+                     "engine_ttft_ms": _ms(out.arrival_time, out.first_token_time),
+                     "engine_decode_ms": _ms(out.token_times[0], out.token_times[-1]) if out.token_times else 0.0}
         if out.finish_reason == "abort" and res.error is None:
             res.error = "aborted"
 
@@ -105,3 +108,7 @@ class InprocTarget(EngineTarget):
 
     async def close(self) -> None:
         self.llm.shutdown()
+
+
+def _ms(start: float | None, end: float | None) -> float | None:
+    return (end - start) * 1000.0 if start is not None and end is not None else None

@@ -1,0 +1,36 @@
+"""Price table: TOML loading, output-priced reasoning and tool calls, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from evals.prices import Prices, load_prices
+
+
+def test_reasoning_and_tool_calls_are_priced_as_output_by_default(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text("input = 2.0\ncached_input = 0.5\noutput = 8.0\ngpu_second = 0.001\n")
+    p = load_prices(path)
+    assert p.output_price("reasoning") == 8.0 and p.output_price("tool_call") == 8.0
+    assert p.prompt_cost(cached=1_000_000, computed=500_000) == pytest.approx(0.5 + 1.0)
+    assert p.output_cost("reasoning", 250_000) == pytest.approx(2.0)
+    assert p.gpu_second == 0.001
+
+
+def test_sections_and_explicit_reasoning_price(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text("[tokens]\ninput = 1.0\noutput = 3.0\nreasoning = 6.0\n[gpu]\nsecond = 0.002\n")
+    p = load_prices(path)
+    assert p.output_price("reasoning") == 6.0 and p.output_price("tool_call") == 3.0
+    assert p.gpu_second == 0.002
+
+
+def test_unknown_key_and_negative_price_are_named(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text("inputt = 1.0\n")
+    with pytest.raises(ValueError, match="inputt"):
+        load_prices(path)
+    with pytest.raises(ValueError, match="prices.output"):
+        Prices(output=-1.0)
+    with pytest.raises(FileNotFoundError):
+        load_prices(tmp_path / "missing.toml")

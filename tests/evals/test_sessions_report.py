@@ -1,0 +1,68 @@
+"""A real ``sessions`` run with prefix caching on and off (same run, same seeds) and its report."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import evals
+
+
+PLOTS = ("latency_cdf", "class_tokens", "class_time", "class_cost", "turns", "spec_acceptance")
+
+
+@pytest.fixture(scope="module")
+def sessions_run(tiny_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sessions")
+    # ~300-token system prompt + 96-token user turns: by turn 4 the history is ~700 tokens,
+    # so recomputing it (caching off) is clearly slower than serving it from the cache.
+    return evals.run("sessions", model=tiny_model, out=out, num_requests=4, warmup=1,
+                     options={"turns": 4, "system_tokens": 300, "user_tokens": 96, "output_tokens": 8},
+                     compare=["enable_prefix_caching=false"], engine={"device": "cpu", "num_kv_blocks": 1024})
+
+
+def test_prefix_caching_raises_hit_rate_and_lowers_ttft(sessions_run):
+    on, off = sessions_run.variants["base"], sessions_run.variants["enable_prefix_caching=false"]
+    assert on["benchmark"]["completed"] == off["benchmark"]["completed"] == 16
+    assert off["prefix_cache"]["hit_rate"] == 0.0
+    assert on["prefix_cache"]["hit_rate"] > 0.5
+    assert on["benchmark"]["ttft_ms"]["median"] < off["benchmark"]["ttft_ms"]["median"]
+    assert on["benchmark"]["ttft_ms"]["mean"] < off["benchmark"]["ttft_ms"]["mean"]
+    # the history is what gets cached: from turn 2 on, its tokens are (almost) all cached
+    hist = on["classes"]["history"]
+    assert hist["cached_tokens"] >= 0.9 * hist["tokens"] > 0
+    assert off["classes"]["history"]["cached_tokens"] == 0
+    # the same requests ran in both variants (same seeds, greedy): identical outputs
+    ids_on = {r["request_id"].split("-", 1)[1]: r["output_ids"] for r in sessions_run.results[0].records}
+    ids_off = {r["request_id"].split("-", 1)[1]: r["output_ids"] for r in sessions_run.results[1].records}
+    assert ids_on == ids_off
+
+
+def test_hit_rate_grows_with_turn_number(sessions_run):
+    turns = sessions_run.variants["base"]["by_turn"]
+    assert [t["turn"] for t in turns] == [0, 1, 2, 3]
+    assert turns[0]["hit_rate"] < turns[-1]["hit_rate"]
+    assert turns[-1]["hit_rate"] > 0.8
+
+
+def test_comparison_reports_ratios_to_the_first_variant(sessions_run):
+    comp = sessions_run.summary["comparison"]
+    assert comp["reference"] == "base"
+    ttft = next(r for r in comp["rows"] if r["metric"] == "TTFT median ms")
+    assert ttft["ratio_to_reference"]["base"] == pytest.approx(1.0)
+    assert ttft["ratio_to_reference"]["enable_prefix_caching=false"] > 1.0
+    saved = json.loads((sessions_run.out_dir / "summary.json").read_text())
+    assert set(saved["variants"]) == {"base", "enable_prefix_caching=false"}
+
+
+def test_report_renders_with_every_plot(sessions_run):
+    page = sessions_run.report_path.read_text()
+    for name in PLOTS:
+        assert re.search(rf"<img id='{name}' alt='{name}' src='data:image/png;base64,[A-Za-z0-9+/=]{{200,}}'>",
+                         page), name
+        png = sessions_run.out_dir / "plots" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for heading in ("Comparison", "Benchmark (vLLM definitions)", "Tokens, time and cost per class"):
+        assert heading in page
