@@ -98,6 +98,9 @@ class Agent:
         self.registry = _registry(tools, retriever, auto_retrieve, tool_timeout_s)
         self.retriever, self.memory = retriever, memory
         self.budget = (budget or ContextBudget()).with_window(self.engine.max_model_len)
+        if self.budget.max_model_len > self.engine.max_model_len:
+            raise InvalidRequestError(f"max_model_len: budget window {self.budget.max_model_len} exceeds the "
+                                      f"engine's {self.engine.max_model_len} tokens", param="max_model_len")
         self.max_steps, self.auto_retrieve, self.keep_reasoning = max_steps, auto_retrieve, keep_reasoning
         self.memory_namespace = memory_namespace or "default"
         self.prices = prices or PriceTable()

@@ -163,3 +163,25 @@ def _needs_summary(agent, session) -> bool:
     turn = 1 + max((it.get("turn", 0) for it in items), default=0)
     probe = items + agent.builder.turn_items(items, turn, "message xx")
     return agent.builder.plan_compaction(probe, turn) is not None
+
+
+def test_budget_window_larger_than_engine_is_rejected(tokenizer) -> None:
+    with pytest.raises(ValueError, match="max_model_len"):
+        Agent(ScriptedLLM(tokenizer, [], max_model_len=1024), budget=ContextBudget(max_model_len=2048))
+    with pytest.raises(ValueError, match="reserved_output"):
+        ContextBudget(max_model_len=100, reserved_output=100)
+
+
+async def test_consumer_stopping_early_leaves_a_consistent_session(tokenizer, tool_set) -> None:
+    llm = ScriptedLLM(tokenizer, [call("slow_echo", '{"text": "a"}'), "after"])
+    agent = Agent(llm, tools=tool_set)
+    session = InMemorySession()
+    stream = agent.stream("start", session=session)
+    async for ev in stream:
+        if isinstance(ev, ToolCallEvent) and ev.arguments is not None:
+            break  # stop while the tool call is pending
+    await stream.aclose()
+    assert [it["kind"] for it in session.get_items()] == ["user"]  # no call stored without its result
+    llm.replies = ["fresh answer"]
+    result = await agent.arun("again", session=session)
+    assert result.final_state == "done" and result.answer == "fresh answer"
