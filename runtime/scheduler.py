@@ -34,17 +34,18 @@ class ScheduledRequest:
         num_new_tokens: tokens computed this step, starting at
             ``request.num_computed_tokens`` (includes ``num_spec_tokens``).
         num_spec_tokens: drafted tokens appended after the real ones.
+        samples: the chunk reaches the request's last token, so a token is
+            sampled (fixed when scheduled, before ``num_computed_tokens`` moves).
     """
 
     request: Request
     num_new_tokens: int
     num_spec_tokens: int = 0
+    samples: bool = field(init=False)
 
-    @property
-    def samples(self) -> bool:
-        """True when this chunk reaches the request's last token (logits needed)."""
+    def __post_init__(self) -> None:
         req = self.request
-        return req.num_computed_tokens + self.num_new_tokens - self.num_spec_tokens >= req.num_tokens
+        self.samples = req.num_computed_tokens + self.num_new_tokens - self.num_spec_tokens >= req.num_tokens
 
 
 @dataclass

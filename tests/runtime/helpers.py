@@ -38,26 +38,44 @@ def greedy(max_tokens: int) -> SamplingParams:
     return SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
 
 
+def _hf_model(path: Path):
+    from transformers import AutoModelForCausalLM
+
+    if path not in _HF_MODELS:
+        _HF_MODELS[path] = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+    return _HF_MODELS[path]
+
+
+def _hf_generate(path: Path, prompts: Sequence[Sequence[int]], max_new_tokens: int) -> list[list[int]]:
+    """One left-padded ``model.generate`` call; EOS disabled so every row runs the full length."""
+    model = _hf_model(path)
+    cfg = copy.deepcopy(model.generation_config)
+    cfg.eos_token_id = None
+    cfg.do_sample = False
+    cfg.max_new_tokens = max_new_tokens
+    cfg.pad_token_id = 0
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + list(p) for p in prompts])
+    # An explicit mask: without it transformers also masks prompt tokens equal to pad_token_id.
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=mask, generation_config=cfg)
+    return out[:, width:].tolist()
+
+
 def hf_greedy(path: Path, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
     """Tokens transformers generates greedily for ``prompt`` (EOS ignored, exact length)."""
     key = (path, tuple(prompt), max_new_tokens)
     if key not in _HF_CACHE:
-        from transformers import AutoModelForCausalLM
-
-        if path not in _HF_MODELS:
-            _HF_MODELS[path] = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
-        model = _HF_MODELS[path]
-        cfg = copy.deepcopy(model.generation_config)
-        cfg.eos_token_id = None
-        cfg.do_sample = False
-        cfg.max_new_tokens = max_new_tokens
-        cfg.pad_token_id = 0
-        with torch.inference_mode():
-            ids = torch.tensor([list(prompt)])
-            # An explicit mask: without it transformers masks prompt tokens equal to pad_token_id.
-            out = model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=cfg)
-        _HF_CACHE[key] = out[0, len(prompt):].tolist()
+        _HF_CACHE[key] = _hf_generate(path, [prompt], max_new_tokens)[0]
     return _HF_CACHE[key]
+
+
+def hf_greedy_many(path: Path, prompts: Sequence[Sequence[int]], max_new_tokens: Sequence[int]) -> list[list[int]]:
+    """``hf_greedy`` for many prompts in one left-padded batch (greedy prefixes are
+    independent of the length asked for, so each row is cut to its own length)."""
+    rows = _hf_generate(path, prompts, max(max_new_tokens))
+    return [row[:n] for row, n in zip(rows, max_new_tokens)]
 
 
 def run_to_completion(

@@ -14,6 +14,7 @@ from tests.runtime.helpers import (
     assert_pool_idle,
     greedy,
     hf_greedy,
+    hf_greedy_many,
     make_engine,
     random_prompts,
     run_to_completion,
@@ -42,8 +43,9 @@ def test_32_concurrent_requests_of_mixed_lengths_match_transformers(arch_checkpo
     prompts = random_prompts(engine.vocab_size, lengths, seed=3)
     subs = [(f"r{i}", p, greedy(n)) for i, (p, n) in enumerate(zip(prompts, max_tokens))]
     outs = run_to_completion(engine, subs)
-    for i, (prompt, n) in enumerate(zip(prompts, max_tokens)):
-        assert outs[f"r{i}"].token_ids == hf_greedy(path, prompt, n), f"request r{i} (prompt {len(prompt)} tokens)"
+    refs = hf_greedy_many(path, prompts, max_tokens)
+    for i, (prompt, ref) in enumerate(zip(prompts, refs)):
+        assert outs[f"r{i}"].token_ids == ref, f"request r{i} (prompt {len(prompt)} tokens)"
     assert_pool_idle(engine)
 
 
@@ -65,8 +67,8 @@ def test_budget_smaller_than_every_prompt_chunks_prefill_and_matches(arch_checkp
         engine.kv.check_invariants(engine.requests.values())
         steps_with_chunks += 1
         assert sched_budget == 13
-    for i, p in enumerate(prompts):
-        assert outs[f"r{i}"].token_ids == hf_greedy(path, p, 12)
+    for i, ref in enumerate(hf_greedy_many(path, prompts, [12] * len(prompts))):
+        assert outs[f"r{i}"].token_ids == ref
     # 201 prompt tokens at 13 per step cannot take fewer than 16 steps.
     assert engine.num_steps >= (40 + 77 + 20 + 64) // 13
     assert_pool_idle(engine)
@@ -83,10 +85,11 @@ def test_shared_prefix_hits_cache_and_output_is_unchanged(arch_checkpoint, arch)
     subs = [(f"r{i}", prefix + s, greedy(10)) for i, s in enumerate(suffixes[1:])]
     outs = run_to_completion(engine, subs)
     assert first.token_ids == hf_greedy(path, prefix + suffixes[0], 10)
-    for i, s in enumerate(suffixes[1:]):
+    refs = hf_greedy_many(path, [prefix + s for s in suffixes[1:]], [10] * 3)
+    for i, ref in enumerate(refs):
         out = outs[f"r{i}"]
         assert out.num_cached_tokens == 64  # 4 full blocks of 16 of the 70-token prefix
-        assert out.token_ids == hf_greedy(path, prefix + s, 10)
+        assert out.token_ids == ref
     assert engine.stats()["prefix_cache_hits"] == 3 * 64
     assert_pool_idle(engine)
 
@@ -114,8 +117,8 @@ def test_small_pool_forces_preemption_and_output_is_unchanged(arch_checkpoint, a
     subs = [(f"r{i}", p, greedy(24)) for i, p in enumerate(prompts)]
     outs = run_to_completion(engine, subs)
     assert engine.stats()["num_preemptions"] > 0
-    for i, p in enumerate(prompts):
-        assert outs[f"r{i}"].token_ids == hf_greedy(path, p, 24)
+    for i, ref in enumerate(hf_greedy_many(path, prompts, [24] * len(prompts))):
+        assert outs[f"r{i}"].token_ids == ref
     assert_pool_idle(engine)
 
 
@@ -140,8 +143,9 @@ def test_requests_aborted_midway_leave_the_others_unchanged(arch_checkpoint, arc
                 outs[out.request_id] = out
         engine.kv.check_invariants(engine.requests.values())
     assert {rid for rid, o in outs.items() if o.finish_reason == "abort"} == {"r1", "r4", "r5"}
-    for i in (0, 2, 3):
-        assert outs[f"r{i}"].token_ids == hf_greedy(path, prompts[i], 16)
+    refs = hf_greedy_many(path, [prompts[i] for i in (0, 2, 3)], [16] * 3)
+    for i, ref in zip((0, 2, 3), refs):
+        assert outs[f"r{i}"].token_ids == ref
     assert not engine.abort_request("r0")  # already finished
     assert_pool_idle(engine)
 

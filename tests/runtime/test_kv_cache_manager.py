@@ -1,0 +1,130 @@
+"""Block pool bookkeeping: allocation, chained prefix hashes, ref counts, LRU
+eviction of freed cached blocks, and the free + used == pool invariant."""
+
+from __future__ import annotations
+
+import pytest
+
+from runtime.kv_cache_manager import KVCacheManager, hash_block
+from runtime.request import Request
+from runtime.sampling_params import SamplingParams
+
+
+def _req(rid: str, tokens: list[int]) -> Request:
+    return Request(rid, list(tokens), SamplingParams(max_tokens=4), arrival_time=0.0, max_tokens=4)
+
+
+def _admit(kv: KVCacheManager, req: Request) -> int:
+    """Prefix lookup + allocation of the whole prompt, as the scheduler does."""
+    hits, num_hit = kv.get_computed_blocks(req)
+    assert kv.allocate_slots(req, req.num_tokens - num_hit, hits)
+    req.num_computed_tokens = req.num_tokens
+    return num_hit
+
+
+def test_allocation_takes_ceil_tokens_over_block_size_and_free_returns_all():
+    kv = KVCacheManager(num_blocks=10, block_size=4)
+    req = _req("a", list(range(9)))
+    assert _admit(kv, req) == 0
+    assert len(req.block_ids) == 3
+    assert kv.num_free_blocks == 7
+    kv.check_invariants([req])
+    kv.free(req)
+    assert kv.num_free_blocks == 10 and req.block_ids == []
+    kv.check_invariants([])
+
+
+def test_allocation_fails_without_side_effects_when_pool_is_short():
+    kv = KVCacheManager(num_blocks=3, block_size=4)
+    req = _req("a", list(range(13)))
+    assert not kv.allocate_slots(req, 13)
+    assert req.block_ids == [] and kv.num_free_blocks == 3
+    kv.check_invariants([req])
+
+
+def test_block_hash_is_chained_from_parent():
+    h1 = hash_block(None, [1, 2, 3, 4])
+    assert hash_block(h1, [5, 6, 7, 8]) != hash_block(hash_block(None, [9, 9, 9, 9]), [5, 6, 7, 8])
+    assert hash_block(h1, [5, 6, 7, 8]) == hash_block(hash_block(None, [1, 2, 3, 4]), [5, 6, 7, 8])
+
+
+def test_prefix_hit_shares_full_blocks_and_counts_refs():
+    kv = KVCacheManager(num_blocks=10, block_size=4)
+    a = _req("a", [1, 2, 3, 4, 5, 6, 7, 8, 9])
+    b = _req("b", [1, 2, 3, 4, 5, 6, 7, 8, 42, 43])
+    _admit(kv, a)
+    assert _admit(kv, b) == 8
+    assert b.block_ids[:2] == a.block_ids[:2]
+    assert b.block_ids[2] != a.block_ids[2]
+    assert [kv.blocks[i].ref_cnt for i in a.block_ids[:2]] == [2, 2]
+    kv.check_invariants([a, b])
+    assert kv.stats()["prefix_cache_hits"] == 8
+    assert kv.stats()["prefix_cache_queries"] == 19
+
+
+def test_whole_prompt_cached_still_leaves_last_token_to_compute():
+    kv = KVCacheManager(num_blocks=10, block_size=4)
+    a = _req("a", list(range(8)))
+    _admit(kv, a)
+    b = _req("b", list(range(8)))
+    hits, num_hit = kv.get_computed_blocks(b)
+    assert num_hit == 4 and len(hits) == 1
+
+
+def test_diverging_block_breaks_the_chain():
+    kv = KVCacheManager(num_blocks=10, block_size=4)
+    _admit(kv, _req("a", [1, 2, 3, 4, 5, 6, 7, 8, 0]))
+    # Same second block, different first block: the chained hash must miss.
+    hits, num_hit = kv.get_computed_blocks(_req("b", [9, 2, 3, 4, 5, 6, 7, 8, 0]))
+    assert num_hit == 0 and hits == []
+
+
+def test_freed_blocks_keep_their_hash_until_evicted_lru():
+    kv = KVCacheManager(num_blocks=4, block_size=4)
+    a = _req("a", [1, 2, 3, 4, 5])
+    _admit(kv, a)
+    kv.free(a)
+    assert kv.stats()["kv_blocks_cached"] == 1
+    b = _req("b", [1, 2, 3, 4, 6])
+    assert _admit(kv, b) == 4  # reused from the free queue
+    kv.free(b)
+    # Fill the pool with unrelated tokens: the oldest freed blocks go first, the cached one last.
+    c = _req("c", list(range(100, 112)))
+    _admit(kv, c)
+    # The most recently freed block (the cached prefix) survived; older free blocks were taken.
+    assert kv.get_computed_blocks(_req("g", [1, 2, 3, 4, 9]))[1] == 4
+    d = _req("d", list(range(200, 205)))
+    assert kv.get_computed_blocks(d) == ([], 0)
+    kv.check_invariants([c])
+    kv.free(c)
+    e = _req("e", list(range(300, 316)))
+    _admit(kv, e)  # needs every block: the cached prefix block is evicted
+    f = _req("f", [1, 2, 3, 4, 7])
+    assert kv.get_computed_blocks(f) == ([], 0)
+    kv.check_invariants([e])
+
+
+def test_duplicate_blocks_computed_concurrently_are_not_registered_twice():
+    kv = KVCacheManager(num_blocks=10, block_size=4)
+    a, b = _req("a", [1, 2, 3, 4, 5]), _req("b", [1, 2, 3, 4, 6])
+    assert kv.allocate_slots(a, 5) and kv.allocate_slots(b, 5)  # both admitted before either hit
+    assert a.block_ids[0] != b.block_ids[0]
+    assert kv.stats()["kv_blocks_cached"] == 1
+    kv.check_invariants([a, b])
+
+
+def test_invariant_check_catches_a_block_shared_off_prefix():
+    kv = KVCacheManager(num_blocks=4, block_size=4)
+    a, b = _req("a", [1, 2, 3]), _req("b", [4, 5, 6])
+    _admit(kv, a)
+    b.block_ids = list(a.block_ids)
+    kv.blocks[a.block_ids[0]].ref_cnt += 1
+    with pytest.raises(AssertionError, match="not a cached prefix"):
+        kv.check_invariants([a, b])
+
+
+def test_lookahead_slots_are_allocated_for_drafted_tokens():
+    kv = KVCacheManager(num_blocks=10, block_size=4)
+    a = _req("a", [1, 2, 3])
+    assert kv.allocate_slots(a, 3, num_lookahead_tokens=3)
+    assert len(a.block_ids) == 2
