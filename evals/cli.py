@@ -18,6 +18,11 @@ eval_app = typer.Typer(name="eval", help="Evals: latency, tokens and cost per to
                        no_args_is_help=True)
 
 
+@eval_app.callback()
+def _group() -> None:
+    """Evals: latency, tokens and cost per token class, with reports."""
+
+
 def _pairs(items: list[str] | None, what: str) -> dict[str, object]:
     from evals.settings import parse_value
 
@@ -67,10 +72,10 @@ def run_cmd(
                   warmup=warmup, options=_pairs(option, "option"), engine=_pairs(engine, "engine"),
                   slos_ms=_pairs(slo, "slo") or None, progress=True, api_key=api_key)
     except TargetUnreachableError as exc:
-        console.print(f"[red]error:[/] {exc.message}")
+        typer.secho(f"error: {exc.message}", fg="red", err=True)
         raise typer.Exit(2) from None
     except (ValueError, FileNotFoundError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from None
     out_console = Console()
     out_console.print(summary_table(res.summary))
@@ -81,6 +86,19 @@ def run_cmd(
     if res.interrupted:
         console.print("[yellow]interrupted: wrote what was measured[/]")
         sys.exit(130)
+
+
+@eval_app.command("report")
+def report_cmd(out: Path = typer.Argument(..., help="Output folder of an earlier `loom eval run`.")) -> None:
+    """Re-draw report.html and the plots from a run's summary.json and records."""
+    import json
+
+    from evals.report import write_report
+
+    summary = json.loads((out / "summary.json").read_text())
+    records = {name: [json.loads(x) for x in (out / name / "records.jsonl").read_text().splitlines()]
+               for name in summary["variants"]}
+    typer.echo(str(write_report(out, summary, records)))
 
 
 def summary_table(summary: dict) -> object:

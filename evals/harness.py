@@ -27,7 +27,7 @@ from evals.prices import Prices, load_prices
 from evals.runner import VariantResult, run_variant
 from evals.settings import parse_variant, split_settings, variant_name
 from evals.summary import summarize
-from evals.workloads import Workload, build
+from evals.workloads import SUITES, Workload, build
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,8 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
     Raises:
         ValueError: bad arguments (naming the field). TargetUnreachableError: HTTP target down.
     """
+    if suite not in SUITES:
+        raise ValueError(f"suite: must be one of {SUITES}, got {suite!r}")
     if rate is not None and rate <= 0:
         raise ValueError(f"rate: must be > 0, got {rate}")
     if concurrency is not None and concurrency < 1:
