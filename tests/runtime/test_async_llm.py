@@ -1,0 +1,138 @@
+"""AsyncLLM: streamed deltas add up, concurrent streams equal transformers,
+aborts (explicit, consumer break, task cancel, shutdown) free every block and
+leave the other requests unchanged; submission errors raise in the caller."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from runtime import AsyncLLM, LLM, SamplingParams
+from runtime.errors import ContextLengthError
+from tests.runtime.helpers import greedy, hf_greedy, hf_greedy_many, random_prompts
+
+
+@pytest.fixture
+def allm(tiny_checkpoint):
+    engine = AsyncLLM(str(tiny_checkpoint("qwen3")), num_kv_blocks=256, max_model_len=512, max_num_batched_tokens=64)
+    yield engine
+    engine.shutdown()
+
+
+async def _wait_idle(allm: AsyncLLM, timeout: float = 30.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stats = allm.stats()
+        if stats["num_running"] == 0 and stats["num_waiting"] == 0 and stats["kv_blocks_free"] == stats["kv_blocks_total"]:
+            return stats
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"engine not idle: {allm.stats()}")
+
+
+async def _collect(allm: AsyncLLM, prompt, params, rid=None):
+    outs = [out async for out in allm.generate(prompt_token_ids=prompt, sampling_params=params, request_id=rid)]
+    return outs
+
+
+async def test_stream_deltas_add_up_to_the_final_output(allm, tiny_checkpoint):
+    (prompt,) = random_prompts(allm.engine.vocab_size, [25], seed=41)
+    outs = await _collect(allm, prompt, greedy(12))
+    final = outs[-1]
+    assert final.finished and not any(o.finished for o in outs[:-1])
+    assert sum((o.new_token_ids for o in outs), []) == final.token_ids
+    assert "".join(o.new_text for o in outs) == final.text
+    assert final.token_ids == hf_greedy(tiny_checkpoint("qwen3"), prompt, 12)
+    assert len(final.token_times) == 12 and final.first_token_time == final.token_times[0]
+    assert final.arrival_time <= final.first_token_time <= final.finish_time
+
+
+async def test_concurrent_streams_with_aborts_leave_others_equal_to_transformers(allm, tiny_checkpoint):
+    path = tiny_checkpoint("qwen3")
+    prompts = random_prompts(allm.engine.vocab_size, [20, 35, 50, 12, 28, 40], seed=42)
+
+    async def full(i):
+        return (await _collect(allm, prompts[i], greedy(14), f"r{i}"))[-1]
+
+    async def breaks_early(i):
+        async for out in allm.generate(prompt_token_ids=prompts[i], sampling_params=greedy(14), request_id=f"r{i}"):
+            if len(out.token_ids) >= 3:
+                break
+
+    async def aborted_by_id(i):
+        outs = []
+        async for out in allm.generate(prompt_token_ids=prompts[i], sampling_params=greedy(14), request_id=f"r{i}"):
+            outs.append(out)
+            if len(out.token_ids) == 2:
+                await allm.abort(f"r{i}")
+        return outs[-1]
+
+    async def cancelled(i):
+        await _collect(allm, prompts[i], greedy(14), f"r{i}")
+
+    cancel_task = asyncio.create_task(cancelled(5))
+    results = asyncio.gather(full(0), breaks_early(1), full(2), aborted_by_id(3), full(4))
+    await asyncio.sleep(0.05)
+    cancel_task.cancel()
+    r0, _, r2, r3, r4 = await results
+    with pytest.raises(asyncio.CancelledError):
+        await cancel_task
+    assert r3.finish_reason == "abort" and len(r3.token_ids) < 14
+    refs = hf_greedy_many(path, [prompts[0], prompts[2], prompts[4]], [14] * 3)
+    assert [r0.token_ids, r2.token_ids, r4.token_ids] == refs
+    await _wait_idle(allm)
+    allm.engine.kv.check_invariants([])
+
+
+async def test_submission_errors_raise_in_the_caller_and_engine_keeps_serving(allm):
+    with pytest.raises(ContextLengthError):
+        await _collect(allm, list(range(600)), greedy(4))
+    with pytest.raises(ValueError, match="temperature"):
+        await _collect(allm, [1, 2, 3], SamplingParams(temperature=-1))
+    outs = await _collect(allm, [1, 2, 3], greedy(3))
+    assert outs[-1].finish_reason == "length"
+
+
+async def test_event_loop_stays_responsive_while_the_engine_steps(allm):
+    (prompt,) = random_prompts(allm.engine.vocab_size, [200], seed=43)
+    gaps, stop = [], asyncio.Event()
+
+    async def ticker():
+        last = time.monotonic()
+        while not stop.is_set():
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    tick = asyncio.create_task(ticker())
+    await asyncio.gather(*(_collect(allm, prompt, greedy(20)) for _ in range(4)))
+    stop.set()
+    await tick
+    assert len(gaps) > 5
+
+
+async def test_shutdown_ends_in_flight_streams_with_abort(tiny_checkpoint):
+    allm = AsyncLLM(str(tiny_checkpoint("qwen3")), num_kv_blocks=64, max_model_len=256)
+    stream = allm.generate(prompt_token_ids=[1, 2, 3], sampling_params=greedy(200))
+    first = await stream.__anext__()
+    assert not first.finished
+    await asyncio.get_running_loop().run_in_executor(None, allm.shutdown)
+    rest = [out async for out in stream]
+    assert rest[-1].finish_reason == "abort"
+
+
+def test_llm_generate_returns_outputs_in_prompt_order(tiny_checkpoint):
+    path = tiny_checkpoint("qwen3")
+    llm = LLM(str(path), num_kv_blocks=128, max_model_len=256)
+    prompts = random_prompts(llm.engine.vocab_size, [9, 30, 4], seed=44)
+    outs = llm.generate(prompt_token_ids=prompts, sampling_params=[greedy(3), greedy(5), greedy(7)])
+    assert [len(o.token_ids) for o in outs] == [3, 5, 7]
+    assert [o.prompt_token_ids for o in outs] == prompts
+    text_outs = llm.generate(["def main():", "import os"], greedy(4), use_tqdm=False)
+    assert text_outs[0].prompt_token_ids == llm.tokenizer.encode("def main():", add_special_tokens=False)
+    assert set(llm.stats()) >= {
+        "kv_blocks_total", "kv_blocks_free", "kv_blocks_cached", "prefix_cache_queries",
+        "prefix_cache_hits", "num_preemptions", "num_running", "num_waiting",
+    }
