@@ -136,12 +136,22 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
                                slos_ms, progress, api_key))
     res.summary = {**meta, "variants": {r.name: s for r, s in zip(res.results, res.summary["list"])},
                    "comparison": compare_summaries(res.summary["list"]), "interrupted": res.interrupted}
+    if baseline and len(res.results) >= 2 and res.results[-1].name == "baseline=hf":
+        res.summary["baseline_token_match"] = token_match(res.results[0].records, res.results[-1].records)
     (out_dir / "summary.json").write_text(json.dumps(res.summary, indent=1, default=str))
     if report and res.results:
         from evals.report import write_report
 
         res.report_path = write_report(out_dir, res.summary, {r.name: r.records for r in res.results})
     return res
+
+
+def token_match(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> float | None:
+    """Fraction of requests (matched by conversation and turn) whose output ids are identical."""
+    ids_b = {(r["conversation"], r["turn"]): r.get("output_ids") for r in b}
+    pairs = [(r.get("output_ids"), ids_b.get((r["conversation"], r["turn"]))) for r in a]
+    pairs = [(x, y) for x, y in pairs if x is not None and y is not None]
+    return sum(x == y for x, y in pairs) / len(pairs) if pairs else None
 
 
 async def _run_all(workload: Workload, model: str, target: str, plan: list[tuple[str, dict[str, Any]]], baseline: str | None,
