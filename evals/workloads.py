@@ -54,6 +54,8 @@ RAG_QUESTIONS = [
     "What does functools.lru_cache store?",
 ]
 
+WARMUP_QUESTION = "Warm-up: say hello."
+
 
 @dataclass
 class Turn:
@@ -188,7 +190,8 @@ def _rag(src: TextSource, rng: random.Random, p: dict[str, Any], tag: str) -> li
     for i in range(p["num_requests"]):
         turns = []
         for t in range(p["turns"]):
-            q = rng.choice(RAG_QUESTIONS)
+            # warm-up asks its own question, so it never pre-caches a measured turn
+            q = WARMUP_QUESTION if tag == "w" else rng.choice(RAG_QUESTIONS)
             # A random-weight model never calls a tool on its own: force one call
             # on every other turn (constrained decoding makes it valid).
             turns.append(Turn(q, p["output_tokens"], "required" if t % 2 == 0 else "auto"))

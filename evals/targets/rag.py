@@ -85,13 +85,26 @@ class RagTarget(InprocTarget):
                      max_steps=self.max_steps, retrieval_k=2,
                      sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens))
 
+    @property
+    def can_force_tools(self) -> bool:
+        """Whether the engine has a structured-output backend (forced tool calls need one)."""
+        return bool(getattr(getattr(self.llm, "engine", None), "logits_processors", None))
+
     async def conversation(self, conv: Conversation, ctx: RunContext) -> None:
         from orchestrator import InMemorySession
 
         agent = self._agent(conv, conv.turns[0].max_tokens if conv.turns else 16)
         session = InMemorySession()
         for t, turn in enumerate(conv.turns):
-            out, result = await self._turn(agent, session, turn.user, turn.tool_choice)
+            choice = turn.tool_choice
+            if choice == "required" and not self.can_force_tools:
+                if not getattr(self, "_warned", False):
+                    logger.warning("engine has no structured-output backend: forced tool calls fall back to "
+                                   "tool_choice='auto' (a random-weight model then rarely calls tools)")
+                    self._warned = True
+                choice = "auto"
+            out, result = await self._turn(agent, session, turn.user, choice)
+            out.extra["tool_choice_sent"] = choice
             ledger = result.usage if result is not None else None
             ctx.emit(make_record(out, [], ctx.prices, ctx.t0, ledger=ledger, variant=ctx.variant,
                                  conversation=conv.id, turn=t, request_id=f"{ctx.variant}-{conv.id}-t{t}",
@@ -131,7 +144,7 @@ class RagTarget(InprocTarget):
         out.finish_reason = result.final_state
         if result.final_state == "error":
             out.error = result.error or "agent error"
-        out.extra = {"steps": result.steps, "final_state": result.final_state,
+        out.extra = {**out.extra, "steps": result.steps, "final_state": result.final_state,
                      "tool_calls": [c.name for c in result.tool_calls],
                      "tool_errors": sum(1 for r in result.tool_results if r.is_error),
                      "timings_ms": dict(result.timings), "spec_rejected": usage.spec_rejected}
