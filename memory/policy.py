@@ -12,7 +12,7 @@ all-MiniLM-L6-v2 embeddings; defaults measured in ``/work/notes/memory.md``):
    is a contradiction -> UPDATE superseding every active memory of that slot.
    ("My name is Ann" then "My name is Bea": cosine is only ~0.72, so similarity
    alone would keep both; the slot catches it.)
-3. **Polarity / number**: a memory with cosine >= ``conflict_threshold`` whose
+3. **Polarity / number**: one of the 20 most similar memories, with cosine >= ``conflict_threshold``, whose
    negation differs ("likes cats" / "does not like cats", cosine ~0.89) or whose
    numbers differ ("has 2 cats" / "has 3 cats", ~0.97), and whose remaining
    content words overlap (Jaccard >= 0.5, or any overlap at cosine >=
@@ -41,6 +41,9 @@ import numpy as np
 from . import text as T
 from .snapshot import Snapshot
 from .types import EventType
+
+
+CONFLICT_CANDIDATES = 20  # most similar memories checked for a negation/number contradiction
 
 
 @dataclass
@@ -83,10 +86,10 @@ def decide(
                     return Decision(EventType.NOOP, f"slot:{slot[0]}", [int(snap.ids[j])])
             return Decision(EventType.UPDATE, f"slot:{slot[0]}", [int(snap.ids[j]) for j in same_slot])
 
-    sims = snap.matrix @ vector
+    sims = snap.similarities(vector)
     order = np.argsort(-sims, kind="stable")
     words, neg, nums = T.content_tokens(fact), T.is_negated(fact), T.numbers(fact)
-    for j in order:
+    for j in order[:CONFLICT_CANDIDATES]:
         sim = float(sims[j])
         if sim < conflict_threshold:
             break

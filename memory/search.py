@@ -1,11 +1,12 @@
 """Exact ranking of one namespace's memories for a query (see ``memory.scoring`` for the score).
 
 The similarity term is computed for every memory of the snapshot (``[N, D] @
-[D]``).  The recency and use terms can add at most ``w_recency + w_use`` to a
-score, so only memories whose similarity is within ``(w_recency + w_use) /
-w_sim`` of the k-th best similarity can enter the top k; their use statistics
-are read fresh from the database (they change on every search, in any
-process), the rest never leave numpy.  The result is the same as scoring all.
+[D]``).  Use statistics (last used, use count) change on every search, in any
+process, so they are read fresh from the database, but only for memories that
+can still reach the top k: first for the k most similar, whose scores give a
+floor; then for every memory whose similarity plus the largest possible
+recency and use bonus (``w_recency + w_use``) reaches that floor.  The result
+equals scoring every memory.
 """
 
 from __future__ import annotations
@@ -20,21 +21,16 @@ from .snapshot import Snapshot
 from .types import MemoryHit
 
 _IN_CHUNK = 500  # ids per IN (...) list, well under every database's parameter limit
+_ALL_STATS_ABOVE = 1000  # beyond this many ids one plain namespace scan is cheaper than IN lists
 
 
-def candidates(sims: np.ndarray, k: int, min_score: float, scoring: ScoringConfig) -> np.ndarray:
-    """Row indices that can reach the top ``k`` (all with ``sims >= min_score`` when ``w_sim`` is 0)."""
-    eligible = np.flatnonzero(sims >= min_score)
-    if eligible.size <= k or scoring.w_sim <= 0:
-        return eligible
-    kth = np.partition(sims[eligible], -k)[-k]
-    slack = (scoring.w_recency + scoring.w_use) / scoring.w_sim
-    return eligible[sims[eligible] >= kth - slack - 1e-9]
-
-
-def use_stats(session: Session, namespace: str, ids: list[int]) -> dict[int, tuple[float, int]]:
-    """``id -> (last_used_at, use_count)`` for active memories among ``ids``."""
+def use_stats(session: Session, namespace: str, ids: list[int] | None) -> dict[int, tuple[float, int]]:
+    """``id -> (last_used_at, use_count)`` for active memories among ``ids`` (``None`` = all of them)."""
     out: dict[int, tuple[float, int]] = {}
+    if ids is None:
+        stmt = select(MemoryRow.id, MemoryRow.last_used_at, MemoryRow.use_count).where(
+            MemoryRow.namespace == namespace, MemoryRow.active.is_(True))
+        return {i: (last, uses) for i, last, uses in session.execute(stmt)}
     for start in range(0, len(ids), _IN_CHUNK):
         chunk = ids[start:start + _IN_CHUNK]
         for i, last, uses in session.execute(
@@ -52,10 +48,24 @@ def rank(session: Session, namespace: str, snap: Snapshot, qvec: np.ndarray, k: 
     Args:
         qvec: query embedding, float32 ``[D]``, unit norm.
     """
-    sims = snap.matrix @ qvec
-    cand = candidates(sims, k, min_score, scoring)
-    stats = use_stats(session, namespace, [int(snap.ids[j]) for j in cand])
-    cand = np.array([j for j in cand if int(snap.ids[j]) in stats], dtype=np.int64)
+    sims = snap.similarities(qvec)
+    eligible = np.flatnonzero(sims >= min_score)
+    if eligible.size == 0:
+        return []
+    ids = snap.ids
+    top = eligible[np.argsort(-sims[eligible], kind="stable")[:k]]
+    stats = use_stats(session, namespace, ids[top].tolist())
+    if eligible.size > k:
+        known = [j for j in top if int(ids[j]) in stats]
+        floor = -np.inf
+        if len(known) == k:
+            floor = float(np.min(scoring.score(
+                sims[known], np.array([stats[int(ids[j])][0] for j in known]),
+                np.array([stats[int(ids[j])][1] for j in known]), now)))
+        bound = scoring.w_sim * sims[eligible] + scoring.w_recency + scoring.w_use
+        more = [int(ids[j]) for j in eligible[bound >= floor - 1e-9] if int(ids[j]) not in stats]
+        stats.update(use_stats(session, namespace, more if len(more) <= _ALL_STATS_ABOVE else None))
+    cand = np.array([j for j in eligible if int(ids[j]) in stats], dtype=np.int64)
     if cand.size == 0:
         return []
     last = np.array([stats[int(snap.ids[j])][0] for j in cand], dtype=np.float64)
