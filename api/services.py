@@ -56,7 +56,7 @@ class Services:
     in_flight: int = 0
     _memory: Any = None
     _embedder: Any = None
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _lock: Any = field(default_factory=threading.RLock)  # re-entrant: index() loads the embedder
 
     # lifecycle --------------------------------------------------------------------
     def start(self) -> None:

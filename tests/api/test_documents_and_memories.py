@@ -1,0 +1,49 @@
+"""Documents (real FAISS index, real MiniLM) and long-term memories, owner-scoped."""
+
+from __future__ import annotations
+
+import httpx
+
+DOC = ("The Loom gateway listens on port 7447. Operators rotate the gateway keys every ninety days. "
+       "Backups of the session database run nightly at 02:00 UTC.")
+
+
+def _error(r: httpx.Response, status: int) -> dict:
+    assert r.status_code == status, r.text
+    return r.json()["error"]
+
+
+def test_documents_are_searchable_by_their_owner_only(alice, bob):
+    r = alice.post("/v1/documents", json={"id": "ops-guide", "title": "Ops guide", "text": DOC})
+    assert r.status_code == 200, r.text
+    assert r.json()["id"] == "ops-guide" and r.json()["num_chunks"] >= 1
+    hits = alice.get("/v1/search", params={"q": "which port does the gateway listen on", "k": 3}).json()["data"]
+    assert hits and hits[0]["document"] == "ops-guide" and "7447" in hits[0]["text"]
+    assert bob.get("/v1/search", params={"q": "gateway port"}).json()["data"] == []
+    _error(bob.delete("/v1/documents/ops-guide"), 404)
+    assert alice.get("/v1/search", params={"q": "gateway port"}).json()["data"]  # still there
+    assert _error(alice.get("/v1/search", params={"q": ""}), 400)["param"] == "q"
+
+
+def test_session_with_index_retrieves_the_owners_documents(alice):
+    alice.post("/v1/documents", json={"id": "backup-policy", "text": DOC})
+    sid = alice.post("/v1/sessions", json={"index": True, "sampling": {"temperature": 0, "max_tokens": 8}}).json()["id"]
+    turn = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "When do backups run?"}).json()
+    assert turn["state"] == "done"
+    assert turn["ledger"]["prompt"]["retrieval"]["tokens"] > 0
+
+
+def test_memories_add_list_search_delete_and_isolation(alice, bob):
+    r = alice.post("/v1/memories", json={"text": "My favourite colour is teal.", "namespace": "prefs"})
+    assert r.status_code == 200, r.text
+    (ev,) = r.json()["data"]
+    assert ev["event"] == "ADD" and ev["namespace"] == "prefs"
+    listed = alice.get("/v1/memories", params={"namespace": "prefs"}).json()["data"]
+    assert [m["id"] for m in listed] == [ev["id"]]
+    hits = alice.get("/v1/memories", params={"namespace": "prefs", "q": "favourite colour"}).json()["data"]
+    assert hits[0]["id"] == ev["id"] and hits[0]["score"] is not None
+    assert bob.get("/v1/memories", params={"namespace": "prefs"}).json()["data"] == []
+    _error(bob.delete(f"/v1/memories/{ev['id']}", params={"namespace": "prefs"}), 404)
+    assert alice.delete(f"/v1/memories/{ev['id']}", params={"namespace": "prefs"}).json()["deleted"] is True
+    assert alice.get("/v1/memories", params={"namespace": "prefs"}).json()["data"] == []
+    _error(alice.delete(f"/v1/memories/{ev['id']}", params={"namespace": "prefs"}), 404)
