@@ -17,7 +17,7 @@ One step of an engine with speculation (vLLM v1's flow):
    KV cache stays in step with the target's (see ``draft_model``).
 4. ``verify(logits, ...)``: grammar masks per drafted position, the sampling
    filters (temperature, top-k/p, min-p), then ``rejection_sample``.
-5. ``rollback(request, n_accepted)``: ``num_computed_tokens`` keeps the
+5. ``record`` + ``release(request, n_accepted)``: ``num_computed_tokens`` keeps the
    accepted drafts and the blocks past the kept length go back to the pool.
 """
 
@@ -97,7 +97,9 @@ class SpecDecoder:
             drafts = self.draft.propose(eligible, ks)
         for req, d in zip(eligible, drafts):
             if d and req.structured_state is not None:
-                d = d[:req.structured_state.validate_tokens(d)]
+                valid = req.structured_state.validate_tokens(d)
+                self.stats.num_grammar_rejected_tokens += len(d) - valid
+                d = d[:valid]
             req.spec_token_ids = list(d)
 
     def _eligible(self, req: Any) -> bool:
@@ -154,12 +156,19 @@ class SpecDecoder:
 
     # -- 5. rollback --------------------------------------------------------
 
-    def rollback(self, req: Any, num_drafted: int, num_accepted: int, kv: Any) -> None:
-        """Keep the accepted drafts' KV, release the rest, count the verification."""
-        req.num_computed_tokens += num_accepted
-        req.spec_token_ids = []
+    def record(self, req: Any, num_drafted: int, num_accepted: int) -> None:
+        """Count one verification in the request's and the engine's counters."""
         req.num_drafts += 1
         req.num_draft_tokens += num_drafted
         req.num_accepted_tokens += num_accepted
         self.stats.observe(num_drafted, num_accepted)
+
+    def release(self, req: Any, num_accepted: int, kv: Any) -> None:
+        """Keep the accepted drafts' KV; return blocks past the kept length to the pool.
+
+        The scheduler already counted the real token in ``num_computed_tokens``;
+        the accepted drafts' KV is valid too (computed in the verify pass).
+        """
+        req.num_computed_tokens += num_accepted
+        req.spec_token_ids = []
         kv.free_tail(req, req.num_tokens)

@@ -50,6 +50,10 @@ class _DraftView:
     block_ids: list[int]
     spec_token_ids: list[int] = field(default_factory=list)
 
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
 
 class DraftModelProposer:
     """Greedy k-token drafts from a small model with a block table shared with the target.

@@ -8,7 +8,9 @@
 * accepted per position: how often the j-th drafted token was accepted
   (acceptance decays with j; this is what picks k);
 * disabled steps: steps where speculation was switched off because the batch
-  reached ``disable_by_batch_size``.
+  reached ``disable_by_batch_size``;
+* grammar-rejected tokens: drafted tokens cut before verification because the
+  request's grammar does not allow them (not counted as drafted).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class SpecDecodeStats:
     num_accepted_tokens: int = 0
     num_disabled_steps: int = 0
     num_spec_steps: int = 0
+    num_grammar_rejected_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -80,4 +83,5 @@ class SpecDecodeStats:
             "spec_accepted_per_position": list(self.accepted_per_position),
             "spec_num_spec_steps": self.num_spec_steps,
             "spec_num_disabled_steps": self.num_disabled_steps,
+            "spec_num_grammar_rejected_tokens": self.num_grammar_rejected_tokens,
         }
