@@ -210,7 +210,8 @@ async def _make_target(kind: str, workload: Workload, model: str, target: str, s
         from evals.targets.rag import RagTarget, corpus_index
         from runtime import AsyncLLM, EngineConfig
 
-        retriever = await asyncio.to_thread(corpus_index)
+        retriever = await asyncio.to_thread(corpus_index, workload.params["corpus"],
+                                            workload.params["index_dir"] or None)
         out_dir.mkdir(parents=True, exist_ok=True)
         db = out_dir / "memory.db"
         db.unlink(missing_ok=True)

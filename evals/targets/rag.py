@@ -27,25 +27,30 @@ from evals.workloads import Conversation
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_CORPUS = ("stdlib:module/json", "stdlib:module/collections", "stdlib:module/functools",
-                  "stdlib:module/pathlib")
 NAMESPACE_PREFIX = "eval"
 
 
-def corpus_index(index_dir: Path | None = None, corpus: tuple[str, ...] = DEFAULT_CORPUS) -> Any:
-    """The retriever over ``corpus``, ingested once into ``index_dir``
-    (default ``$LOOM_CACHE/evals/rag-index`` or ``~/.cache/loom/evals/rag-index``)."""
+def corpus_index(corpus: str, index_dir: str | Path | None = None) -> Any:
+    """The retriever over ``corpus`` (comma-separated ``Retriever.ingest`` paths), ingested once.
+
+    ``index_dir`` defaults to ``$LOOM_CACHE/evals/rag-<hash of corpus>`` (else
+    ``~/.cache/loom/...``), so different corpora never share an index.
+    """
+    import hashlib
     import os
 
     from retrieval import Retriever
 
-    if index_dir is None:
+    paths = [p.strip() for p in corpus.split(",") if p.strip()]
+    if not paths:
+        raise ValueError("option corpus: give at least one path (e.g. stdlib:module/json)")
+    if not index_dir:
         root = Path(os.environ.get("LOOM_CACHE") or Path.home() / ".cache" / "loom")
-        index_dir = root / "evals" / "rag-index"
+        index_dir = root / "evals" / f"rag-{hashlib.sha256(','.join(paths).encode()).hexdigest()[:12]}"
     retriever = Retriever.open(index_dir)
     if len(retriever) == 0:
-        logger.info("ingesting %s into %s (once)", ", ".join(corpus), index_dir)
-        retriever.ingest(list(corpus), show_progress=False)
+        logger.info("ingesting %s into %s (once)", ", ".join(paths), index_dir)
+        retriever.ingest(paths, show_progress=False)
     return retriever
 
 

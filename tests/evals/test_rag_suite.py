@@ -1,0 +1,44 @@
+"""A real ``rag`` run: agent sessions over an ingested stdlib corpus (MiniLM + FAISS), SQLite memory, tools."""
+
+from __future__ import annotations
+
+import pytest
+
+import evals
+from evals.records import OUTPUT_CLASSES, PROMPT_CLASSES
+
+
+@pytest.fixture(scope="module")
+def rag_run(tiny_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("rag")
+    index = tmp_path_factory.mktemp("rag-index")
+    return evals.run("rag", model=tiny_model, out=out, num_requests=2, warmup=1, report=False,
+                     options={"turns": 3, "output_tokens": 12, "corpus": "stdlib:module/json",
+                              "index_dir": str(index)},
+                     engine={"device": "cpu", "num_kv_blocks": 1024})
+
+
+def test_rag_turns_split_tokens_into_agent_classes(rag_run):
+    s = rag_run.variants["base"]
+    assert s["benchmark"]["completed"] == 6 and s["benchmark"]["failed"] == 0
+    classes = s["classes"]
+    for name in ("system", "tools", "retrieval", "history", "user", "output"):
+        assert classes[name]["tokens"] > 0, name
+    for r in rag_run.results[0].records:
+        prompt = sum(r["classes"][c]["tokens"] for c in PROMPT_CLASSES)
+        assert prompt == r["prompt_tokens"]
+        assert sum(r["classes"][c]["cached_tokens"] for c in PROMPT_CLASSES) == r["cached_tokens"]
+        assert sum(r["classes"][c]["tokens"] for c in OUTPUT_CLASSES) == r["output_tokens"]
+        assert r["steps"] >= 1 and r["final_state"] in ("done", "max_steps")
+
+
+def test_rag_history_and_shared_header_come_from_the_prefix_cache(rag_run):
+    s = rag_run.variants["base"]
+    later = [r for r in rag_run.results[0].records if r["turn"] >= 1]
+    for r in later:
+        hist = r["classes"]["history"]
+        assert hist["cached_tokens"] >= 0.9 * hist["tokens"] > 0
+    # system prompt and tool schemas are identical for every agent: cached after the warm-up
+    assert s["classes"]["tools"]["cached_tokens"] == s["classes"]["tools"]["tokens"]
+    assert s["prefix_cache"]["hit_rate"] > 0.5
+    assert s["prefix_cache"]["engine_hit_rate"] == pytest.approx(s["prefix_cache"]["hit_rate"])
