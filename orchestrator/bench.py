@@ -75,10 +75,11 @@ async def _workload(llm: Any, retriever: Any, n: int, turns: int, max_tokens: in
     return results
 
 
-def _engine(ckpt: Path, caching: bool, device: str) -> Any:
+def _engine(ckpt: Path, caching: bool, device: str, num_kv_blocks: int) -> Any:
     from runtime import AsyncLLM
 
-    return AsyncLLM(str(ckpt), enable_prefix_caching=caching, device=device, max_model_len=4096)
+    return AsyncLLM(str(ckpt), enable_prefix_caching=caching, device=device, max_model_len=4096,
+                    num_kv_blocks=num_kv_blocks)
 
 
 def _per_turn(results: list[list[Any]], fn: Any) -> list[float]:
@@ -96,7 +97,8 @@ def sessions(
     index: Path = typer.Option(None, help="Index folder (built from stdlib docs when missing)."),
     device: str = typer.Option("auto", help="auto | cpu | cuda."),
     reasoning: bool = typer.Option(False, "--reasoning", help="Measure keep_reasoning True vs False instead."),
-    json_out: Path = typer.Option(None, help="Write the figures as JSON here."),
+    json_out: Path = typer.Option(None, help="Write the figures as JSON here (after each run)."),
+    num_kv_blocks: int = typer.Option(0, help="KV pool in 16-token blocks; 0 = every session's full window fits."),
 ) -> None:
     """TTFT per turn number with and without prefix caching (or keep vs strip reasoning)."""
     from rich.console import Console
@@ -111,8 +113,9 @@ def sessions(
                                                                             ("no-cache", False, True)]
     figures: dict[str, Any] = {"config": dict(preset=preset, arch=arch, sessions=num_sessions, turns=turns,
                                                max_tokens=max_tokens, k=k, reasoning=reasoning)}
+    blocks = num_kv_blocks or num_sessions * 4096 // 16 + 64  # no eviction: caching is measured, not capacity
     for name, caching, keep in runs:
-        llm = _engine(ckpt, caching, device)
+        llm = _engine(ckpt, caching, device, blocks)
         t0 = time.perf_counter()
         res = asyncio.run(_workload(llm, retriever, num_sessions, turns, max_tokens, k, keep, reasoning))
         wall = time.perf_counter() - t0
@@ -128,7 +131,10 @@ def sessions(
             / max(1, sum(c.prompt["history"].tokens for c in calls)),
             "reasoning_tokens": sum(c.output["reasoning"].tokens for c in calls),
         }
-        console.print(f"{name}: {wall:.1f} s wall, hit rate {figures[name]['hit_rate']:.3f}")
+        console.print(f"{name}: {wall:.1f} s wall, hit rate {figures[name]['hit_rate']:.3f}, "
+                      f"median TTFT per turn (ms) {[round(x, 1) for x in figures[name]['ttft_ms']]}")
+        if json_out is not None:
+            json_out.write_text(json.dumps(figures, indent=2))
     a, b = (runs[0][0], runs[1][0])
     table = Table(title=f"loom bench sessions ({arch}/{preset}, {num_sessions} sessions x {turns} turns)")
     for col in ["turn", f"TTFT {a} (ms)", f"TTFT {b} (ms)", "ratio", f"prompt {a}", f"prompt {b}",
