@@ -74,38 +74,11 @@ def _index(console: Console, workdir: Path) -> Any:
     return retriever
 
 
-async def _turn(console: Console, agent: Any, session: Any, message: str, choice: Any) -> Any:
-    from orchestrator.events import (ContentDelta, DoneEvent, ReasoningDelta, ToolCallEvent,
-                                     ToolResultEvent)
-
-    console.print(f"\n[bold cyan]user>[/] {message}"
-                  + (f"  [dim](tool_choice={choice})[/]" if choice else ""))
-    console.print("[bold green]assistant>[/] ", end="")
-    result = None
-    async for ev in agent.stream(message, session=session, tool_choice=choice):
-        if isinstance(ev, ReasoningDelta):
-            console.print(ev.text, style="dim", end="", markup=False)
-        elif isinstance(ev, ContentDelta):
-            console.print(ev.text, end="", markup=False)
-        elif isinstance(ev, ToolCallEvent) and ev.arguments is not None or \
-                isinstance(ev, ToolCallEvent) and ev.error:
-            console.print(f"\n  [yellow]tool call[/] {ev.name}({ev.arguments})"
-                          + (f" [red]{ev.error}[/]" if ev.error else ""), markup=True)
-        elif isinstance(ev, ToolResultEvent):
-            tag = "[red]tool error[/]" if ev.is_error else "[yellow]tool result[/]"
-            snippet = ev.content.replace("\n", " ")[:160]
-            console.print(f"  {tag} {ev.name}: ", end="")
-            console.print(snippet, markup=False)
-        elif isinstance(ev, DoneEvent):
-            result = ev.result
-    console.print()
-    return result
-
-
 async def _session(console: Console, model: str, workdir: Path, retriever: Any,
                    max_tokens: int) -> list[Any]:
     from memory import LongTermMemory
     from orchestrator import Agent, ContextBudget, InMemorySession
+    from orchestrator.console import stream_turn
     from orchestrator.ledger_table import ledger_table
     from runtime import AsyncLLM, SamplingParams
     from tools.builtin import calculator, memory_tools, search_documents_tool
@@ -121,7 +94,9 @@ async def _session(console: Console, model: str, workdir: Path, retriever: Any,
             sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens))
         session, results = InMemorySession(), []
         for i, (message, choice) in enumerate(SCRIPT, 1):
-            result = await _turn(console, agent, session, message, choice)
+            console.print(f"\n[bold cyan]user>[/] {message}"
+                          + (f"  [dim](tool_choice={choice})[/]" if choice else ""))
+            result = await stream_turn(console, agent, session, message, choice)
             results.append(result)
             console.print(ledger_table(result.usage, f"turn {i}: tokens, time and cost by class"))
         return results
