@@ -18,6 +18,8 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -58,6 +60,25 @@ def _load(model: str, device: str) -> Any:
         return _MODELS[key]
 
 
+SMALL_BATCH = 8
+_THREADS_LOCK = threading.Lock()
+
+
+@contextmanager
+def _few_threads(n: int) -> Iterator[None]:
+    import torch
+
+    with _THREADS_LOCK:
+        prev = torch.get_num_threads()
+        if prev > n:
+            torch.set_num_threads(n)
+        try:
+            yield
+        finally:
+            if prev > n:
+                torch.set_num_threads(prev)
+
+
 class Embedder:
     """A sentence-transformers model producing normalised float32 vectors.
 
@@ -67,17 +88,28 @@ class Embedder:
             offline) or a model folder.
         device: ``"auto"`` (CUDA when present), ``"cpu"``, ``"cuda"``, ...
         batch_size: texts per forward pass.
+        small_batch_threads: torch intra-op threads for CPU calls of at most
+            ``SMALL_BATCH`` texts (search queries); ``None`` leaves torch's
+            setting alone.  A one-query forward pass is a few ms of work, and
+            on a loaded CPU the multi-threaded path waits at every op's barrier
+            for a descheduled sibling thread: measured here under load 10 on 2
+            cores, p50 1,779 ms with 2 threads vs 98 ms with 1.  The setting is
+            process-wide in torch, so it is switched under a lock for the call
+            and restored after it.
 
     The model loads on first use (``encode``, ``dim``, ``tokenizer``).
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, device: str = "auto",
-                 batch_size: int = 64) -> None:
+                 batch_size: int = 64, small_batch_threads: int | None = 1) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
+        if small_batch_threads is not None and small_batch_threads < 1:
+            raise ValueError(f"small_batch_threads: must be >= 1 or None, got {small_batch_threads}")
         self.model_name = model
         self.device = resolve_device(device)
         self.batch_size = batch_size
+        self.small_batch_threads = small_batch_threads
 
     @property
     def model(self) -> Any:
@@ -119,11 +151,18 @@ class Embedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         if show_progress is None:
             show_progress = sys.stderr.isatty() and len(texts) > self.batch_size
-        vecs = self.model.encode(
-            list(texts), batch_size=self.batch_size, show_progress_bar=show_progress,
-            convert_to_numpy=True, normalize_embeddings=True,
-        )
+        if (self.small_batch_threads is not None and self.device == "cpu"
+                and len(texts) <= SMALL_BATCH):
+            with _few_threads(self.small_batch_threads):
+                vecs = self._encode(list(texts), False)
+        else:
+            vecs = self._encode(list(texts), show_progress)
         return np.ascontiguousarray(vecs, dtype=np.float32)
+
+    def _encode(self, texts: list[str], show_progress: bool) -> np.ndarray:
+        return self.model.encode(texts, batch_size=self.batch_size,
+                                 show_progress_bar=show_progress, convert_to_numpy=True,
+                                 normalize_embeddings=True)
 
     def __repr__(self) -> str:
         return f"Embedder(model={self.model_name!r}, device={self.device!r})"

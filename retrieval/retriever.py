@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from runtime.errors import NotFoundError
 from retrieval.bm25 import BM25Index
 from retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, Chunker
@@ -189,7 +191,7 @@ class Retriever:
 
     # -- search -------------------------------------------------------------
     def search(self, query: str, k: int = 5, filters: dict[str, Any] | None = None,
-               mode: str = "hybrid") -> list[Hit]:
+               mode: str = "hybrid", query_vector: np.ndarray | None = None) -> list[Hit]:
         """The ``k`` best chunks for ``query``.
 
         Args:
@@ -198,6 +200,8 @@ class Retriever:
             filters: ``document``, ``document_prefix``, ``section``, ``title``
                 or any metadata key; a list value means any of.
             mode: ``"hybrid"`` (RRF of dense and BM25), ``"dense"`` or ``"bm25"``.
+            query_vector: the query's embedding (float32[dim], normalised) when
+                the caller already has it (e.g. shared with memory search).
 
         Returns:
             Hits, best first (score descending, then chunk id); fewer than
@@ -216,14 +220,16 @@ class Retriever:
         if allowed is not None and not allowed:
             return []
         depth = max(self.candidates, 4 * k)
-        ranked = self._ranked(query, k if mode != "hybrid" else depth, allowed, mode)
+        ranked = self._ranked(query, k if mode != "hybrid" else depth, allowed, mode,
+                              query_vector)
         return self._hits(ranked[:k])
 
-    def _ranked(self, query: str, depth: int, allowed: set[int] | None,
-                mode: str) -> list[tuple[int, float]]:
+    def _ranked(self, query: str, depth: int, allowed: set[int] | None, mode: str,
+                q: np.ndarray | None) -> list[tuple[int, float]]:
         dense = bm25 = None
         if mode in ("dense", "hybrid"):
-            q = self.embedder.encode([query], show_progress=False)[0]
+            if q is None:
+                q = self.embedder.encode([query], show_progress=False)[0]
             scores, ids = self.vector_index.search(q, depth, allowed, self.tombstones)
             dense = order_by_score(scores, ids)
         if mode in ("bm25", "hybrid"):
