@@ -27,8 +27,9 @@ _TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 6
 class _EngineCollector(Collector):
     """Gauges computed from ``engine.stats()`` when Prometheus scrapes."""
 
-    def __init__(self, stats: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, stats: Callable[[], dict[str, Any]], own: Metrics) -> None:
         self._stats = stats
+        self._own = own
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         try:
@@ -39,8 +40,9 @@ class _EngineCollector(Collector):
         free = s.get("kv_blocks_free") or 0
         queries = s.get("prefix_cache_queries") or 0
         hits = s.get("prefix_cache_hits") or 0
-        drafted = s.get("num_draft_tokens") or 0
-        accepted = s.get("num_accepted_tokens") or 0
+        # engine-wide counters when the engine reports them, else what this server's requests saw
+        drafted = s.get("num_draft_tokens") or self._own.drafted
+        accepted = s.get("num_accepted_tokens") or self._own.accepted
         yield GaugeMetricFamily("loom_kv_blocks_total", "KV cache blocks in the pool.", total)
         yield GaugeMetricFamily("loom_kv_blocks_free", "KV cache blocks not held by a request.", free)
         yield GaugeMetricFamily(
@@ -81,10 +83,12 @@ class Metrics:
         self.in_flight = Gauge("loom_in_flight_requests", "HTTP requests being served.", registry=r)
         self.spec_drafted = Counter("loom_spec_decode_draft_tokens", "Drafted tokens.", registry=r)
         self.spec_accepted = Counter("loom_spec_decode_accepted_tokens", "Accepted drafted tokens.", registry=r)
+        self.drafted = 0
+        self.accepted = 0
 
     def watch_engine(self, stats: Callable[[], dict[str, Any]]) -> None:
         """Expose ``stats()`` gauges (KV usage, prefix-cache hit rate, acceptance rate)."""
-        self.registry.register(_EngineCollector(stats))
+        self.registry.register(_EngineCollector(stats, self))
 
     def observe_output(self, out: Any) -> None:
         """Latency histograms from a finished ``RequestOutput`` (engine timestamps)."""
@@ -101,8 +105,11 @@ class Metrics:
             self.e2el.observe(max(0.0, finish - arrival))
         drafted = getattr(out, "num_draft_tokens", 0) or 0
         if drafted:
+            accepted = getattr(out, "num_accepted_tokens", 0) or 0
+            self.drafted += drafted
+            self.accepted += accepted
             self.spec_drafted.inc(drafted)
-            self.spec_accepted.inc(getattr(out, "num_accepted_tokens", 0) or 0)
+            self.spec_accepted.inc(accepted)
 
     def count_tokens(self, by_class: dict[str, int]) -> None:
         """Add token counts keyed by class (``user.cached``, ``reasoning``, ...)."""

@@ -28,6 +28,9 @@ def serve(
     max_waiting: int | None = typer.Option(None, "--max-waiting", help="Waiting queue cap (then 429)."),
     dtype: str | None = typer.Option(None, "--dtype", help="float32 | bfloat16 | float16 | auto."),
     device: str | None = typer.Option(None, "--device", help="auto | cpu | cuda[:N]."),
+    speculative_method: str | None = typer.Option(None, "--speculative-method", help="ngram | draft_model."),
+    num_speculative_tokens: int | None = typer.Option(None, "--num-speculative-tokens", help="k drafted."),
+    draft_model: str | None = typer.Option(None, "--draft-model", help="Draft checkpoint (draft_model)."),
     drain_timeout_s: float | None = typer.Option(None, "--drain-timeout", help="Shutdown drain limit (s)."),
     log_level: str | None = typer.Option(None, "--log-level", help="uvicorn log level."),
 ) -> None:
@@ -46,6 +49,8 @@ def serve(
             served_model_name=served_model_name, max_model_len=max_model_len,
             num_kv_blocks=num_kv_blocks, max_num_seqs=max_num_seqs, max_waiting=max_waiting,
             dtype=dtype, device=device, drain_timeout_s=drain_timeout_s, log_level=log_level,
+            speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,
+            draft_model=draft_model,
         )
     except (ValidationError, FileNotFoundError) as exc:
         typer.secho(f"error: invalid settings: {exc}", fg="red", err=True)

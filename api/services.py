@@ -40,6 +40,14 @@ def engine_args(settings: Settings) -> dict[str, Any]:
         value = getattr(settings, name)
         if value is not None:
             args[name] = value
+    if settings.speculative_method is not None:
+        from runtime.spec import SpeculativeConfig
+
+        args["speculative_config"] = SpeculativeConfig(
+            method=settings.speculative_method,
+            num_speculative_tokens=settings.num_speculative_tokens,
+            draft_model=settings.draft_model,
+        )
     return args
 
 

@@ -44,6 +44,11 @@ class Settings(BaseSettings):
     )
     enable_prefix_caching: bool = True
     seed: int = 0
+    speculative_method: str | None = Field(
+        default=None, description="Speculative decoding: 'ngram' or 'draft_model' (off when unset)."
+    )
+    num_speculative_tokens: int = Field(default=4, gt=0, description="Tokens drafted per step (k).")
+    draft_model: str | None = Field(default=None, description="Draft checkpoint for 'draft_model'.")
 
     # data
     index: Path | None = Field(default=None, description="FAISS index folder (retrieval).")

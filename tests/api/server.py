@@ -84,14 +84,16 @@ class Server:
         try:
             return self.proc.wait(timeout)
         finally:
-            self._log.close()
+            if not self._log.closed:
+                self._log.close()
 
     def kill(self) -> None:
-        """SIGKILL: the process dies at once, as in a crash."""
+        """SIGKILL: the process dies at once, as in a crash (no-op once it has exited)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(30)
-        self._log.close()
+        if not self._log.closed:
+            self._log.close()
 
     def health(self) -> dict:
         """``GET /health`` as a dict."""

@@ -72,3 +72,19 @@ def test_concurrent_streams_with_disconnects_complete_and_free_every_block(serve
     # the server still serves normally afterwards
     again = alice.post(f"/v1/sessions/{sids[0]}/messages", json={"content": "Still there?"})
     assert again.status_code == 200 and again.json()["state"] == "done"
+
+
+def test_chat_stream_disconnect_aborts_the_request_and_frees_its_blocks(server, keys, model_name):
+    body = {"model": model_name, "messages": [{"role": "user", "content": "Write at length."}],
+            "max_tokens": 400, "temperature": 0, "stream": True}
+    headers = {"Authorization": f"Bearer {keys['alice']}"}
+    before = server.wait_idle()["engine"]["num_generated_tokens"]
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, headers=headers, timeout=60) as r:
+        assert r.status_code == 200
+        lines = [line for _, line in zip(range(6), r.iter_lines())]
+        assert any(line.startswith("data:") for line in lines)
+    health = server.wait_idle()
+    assert health["engine"]["kv_blocks_free"] == health["engine"]["kv_blocks_total"]
+    generated = health["engine"]["num_generated_tokens"] - before
+    assert 0 < generated < 400  # aborted, not run to max_tokens
+    assert "loom_kv_cache_usage 0.0" in httpx.get(server.url + "/metrics").text

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -25,8 +27,19 @@ def test_sessions_survive_restart_and_kill(checkpoint: Path, tmp_path: Path):
                                                "sampling": {"temperature": 0.0, "max_tokens": 12}}).json()["id"]
             t0 = c.post(f"/v1/sessions/{sid}/messages", json={"content": "My name is Carol."}).json()
             assert t0["state"] == "done"
+            # a request in flight when SIGTERM arrives is drained, not dropped
+            model = c.get("/v1/models").json()["data"][0]["id"]
+            with ThreadPoolExecutor(1) as pool:
+                pending = pool.submit(c.post, "/v1/chat/completions", json={
+                    "model": model, "messages": [{"role": "user", "content": "go"}], "max_tokens": 160})
+                deadline = time.monotonic() + 60
+                while first.health()["engine"]["num_running"] == 0 and time.monotonic() < deadline:
+                    time.sleep(0.02)
+                code = first.stop()
+                drained = pending.result()
     finally:
-        code = first.stop()
+        first.kill()
+    assert drained.status_code == 200 and drained.json()["usage"]["completion_tokens"] > 0
     # graceful: uvicorn drains, the lifespan stops the engine, then re-raises SIGTERM
     assert code in (0, -15) and "Application shutdown complete" in first.log()
 
