@@ -80,6 +80,10 @@ def turns(variants: dict[str, dict[str, Any]], path: Path) -> Path:
         t = [r["turn"] + 1 for r in rows]
         a1.plot(t, [r["hit_rate"] for r in rows], marker="o", label=name)
         a2.plot(t, [r["ttft_median_ms"] or np.nan for r in rows], marker="o", label=name)
+    from matplotlib.ticker import MaxNLocator
+
+    for ax in (a1, a2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     a1.set_title("prefix-cache hit rate vs turn")
     a1.set_xlabel("turn")
     a1.set_ylim(-0.02, 1.02)

@@ -125,6 +125,17 @@ class TextSource:
         return "\n".join([unit] * reps)
 
 
+_SOURCES: dict[tuple[str, int], TextSource] = {}
+
+
+def _text_source(tokenizer: Any) -> TextSource:
+    """One tokenized corpus per tokenizer (tokenizing it takes about a second)."""
+    key = (str(getattr(tokenizer, "name_or_path", "")), len(tokenizer))
+    if key not in _SOURCES or _SOURCES[key].tokenizer is not tokenizer and not key[0]:
+        _SOURCES[key] = TextSource(tokenizer)
+    return _SOURCES[key]
+
+
 def build(suite: str, tokenizer: Any, seed: int = 0, num_requests: int | None = None,
           warmup: int = 2, options: dict[str, Any] | None = None) -> Workload:
     """Build suite ``suite`` deterministically from ``seed``.
@@ -148,7 +159,7 @@ def build(suite: str, tokenizer: Any, seed: int = 0, num_requests: int | None = 
         if num_requests < 1:
             raise ValueError(f"num_requests: must be >= 1, got {num_requests}")
         params["num_requests"] = num_requests
-    src = TextSource(tokenizer)
+    src = _text_source(tokenizer)
     make = _BUILDERS[suite]
     convs = make(src, random.Random(seed), params, "r")
     warm = make(src, random.Random(seed + 10_007), {**params, "num_requests": warmup}, "w") if warmup else []
