@@ -44,7 +44,8 @@ class EngineConfig:
         load_format: ``"auto"``/``"safetensors"`` read the checkpoint's weights,
             ``"dummy"`` builds random weights from its config alone.
         seed: seed of the engine's sampling generator and of dummy weights.
-        speculative_config: a ``runtime.spec`` config, or ``None``.
+        speculative_config: a ``runtime.spec.SpeculativeConfig`` (or a dict of
+            its fields), or ``None`` (no speculative decoding).
         max_waiting: most requests waiting to be scheduled before
             ``QueueFullError``.
         enforce_eager: never capture CUDA graphs (no effect on CPU).
@@ -93,6 +94,13 @@ class EngineConfig:
         if self.load_format not in _LOAD_FORMATS:
             raise ValueError(f"load_format: must be one of {_LOAD_FORMATS}, got {self.load_format!r}")
         _positive("max_waiting", self.max_waiting)
+        if self.speculative_config is not None:
+            from runtime.spec.config import SpeculativeConfig
+
+            if isinstance(self.speculative_config, dict):
+                self.speculative_config = SpeculativeConfig(**self.speculative_config)
+            if not isinstance(self.speculative_config, SpeculativeConfig):
+                raise ValueError("speculative_config: must be a SpeculativeConfig, a dict of its fields, or None")
 
     def replace(self, **changes: Any) -> EngineConfig:
         """A copy with ``changes`` applied (validated again)."""

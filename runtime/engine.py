@@ -29,6 +29,8 @@ from runtime.request import Request, RequestStatus
 from runtime.sampler import LogitsProcessor, Sampler
 from runtime.sampling_params import SamplingParams
 from runtime.scheduler import Scheduler
+from runtime.spec.decoder import SpecDecoder
+from runtime.structured_output.manager import StructuredOutputManager
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +65,16 @@ class LLMEngine:
         self._pending: list[RequestOutput] = []
         self.eos_token_ids = _eos_ids(self.model_path, self.hf_config, self.tokenizer)
         self.vocab_size = int(self.hf_config.vocab_size)
+        # grammar masks run as a logits processor; speculation wraps sampling (runtime.spec)
+        self.structured = StructuredOutputManager(self.tokenizer, self.vocab_size, self.eos_token_ids)
+        self.logits_processors.append(self.structured)
+        self.spec = None
+        if config.speculative_config is not None:
+            self.spec = SpecDecoder(
+                config.speculative_config, vocab_size=self.vocab_size, num_blocks=num_blocks,
+                block_size=config.block_size, device=self.device, dtype=self.dtype,
+                max_model_len=config.max_model_len, seed=config.seed,
+            )
         self.num_steps = 0
         self.num_generated_tokens = 0
 
@@ -81,6 +93,7 @@ class LLMEngine:
             InvalidRequestError: empty prompt or token ids outside the vocabulary.
             ContextLengthError: prompt longer than ``max_model_len`` tokens.
             KVCapacityError: the request could never fit the KV block pool.
+            InvalidRequestError: ``structured_output`` that cannot compile (a ValueError).
             ValueError: ``sampling_params`` is not a ``SamplingParams``.
         """
         params = sampling_params if sampling_params is not None else SamplingParams()
@@ -105,10 +118,8 @@ class LLMEngine:
                 f"but the pool has {self.kv.num_blocks} blocks of {self.kv.block_size} tokens",
                 param="max_tokens",
             )
-        if params.structured_output is not None and not self.logits_processors:
-            raise InvalidRequestError(
-                "structured_output: this engine has no structured-output backend", param="structured_output"
-            )
+        # compiled here so an uncompilable schema is a ValueError before it joins the batch
+        matcher = None if params.structured_output is None else self.structured.init_request(params.structured_output)
         req = Request(
             request_id=request_id or uuid.uuid4().hex,
             prompt_token_ids=ids,
@@ -117,6 +128,7 @@ class LLMEngine:
             max_tokens=min(params.max_tokens, max(1, max_len - len(ids))),
             eos_token_ids=frozenset() if params.ignore_eos else self.eos_token_ids,
         )
+        req.structured_state = matcher
         if params.seed is not None:
             req.generator = torch.Generator(device=self.device).manual_seed(params.seed)
         req.detokenizer = IncrementalDetokenizer(self.tokenizer.backend_tokenizer, ids, params)
@@ -170,27 +182,46 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Run one scheduled step; return outputs of requests that changed."""
         outputs, self._pending = self._pending, []
+        if self.spec is not None:
+            self.spec.propose(self.scheduler.running, self.kv)
         sched = self.scheduler.schedule()
         if sched.is_empty:
             return outputs
         num_logits = [1 + s.num_spec_tokens if s.samples else 0 for s in sched.scheduled]
         logits = self.runner.execute_model(sched.scheduled, num_logits)
+        if self.spec is not None:
+            self.spec.shadow(sched.scheduled)
         self.scheduler.update_after_step(sched)
         self.num_steps += 1
-        rows = [s.request for s in sched.scheduled if s.samples]
-        if rows:
-            sampled = self.sampler(logits, rows, self.logits_processors)
-            now = time.monotonic()
-            for req, token, logprobs in zip(rows, sampled.token_ids, sampled.logprobs):
-                self._append_token(req, token, logprobs, now)
-                outputs.append(self._output(req))
+        rows = [s for s in sched.scheduled if s.samples]
+        if not rows:
+            return outputs
+        if self.spec is not None:
+            results = self.spec.sample(logits, rows, self.sampler, self.logits_processors, self.structured)
+        else:
+            sampled = self.sampler(logits, [s.request for s in rows], self.logits_processors)
+            results = [([t], [lp], 0) for t, lp in zip(sampled.token_ids, sampled.logprobs)]
+        now = time.monotonic()
+        for s, (tokens, logprobs, num_accepted) in zip(rows, results):
+            req = s.request
+            for token, lp in zip(tokens, logprobs):
+                self._append_token(req, token, lp, now)
                 if req.is_finished:
-                    self.requests.pop(req.request_id, None)
+                    break
+            if s.num_spec_tokens:
+                self.spec.record(req, s.num_spec_tokens, num_accepted)
+                if not req.is_finished:
+                    self.spec.release(req, num_accepted, self.kv)
+            outputs.append(self._output(req))
+            if req.is_finished:
+                self.requests.pop(req.request_id, None)
         return outputs
 
     def _append_token(self, req: Request, token: int, logprobs: dict[int, float] | None, now: float) -> None:
         req.append_output_token(token, now)
         self.num_generated_tokens += 1
+        if req.structured_state is not None:
+            self.structured.accept(req, [token])
         if req.logprobs is not None:
             req.logprobs.append(logprobs or {})
         params = req.sampling_params
@@ -244,6 +275,7 @@ class LLMEngine:
             "num_waiting": len(self.scheduler.waiting),
             "num_steps": self.num_steps,
             "num_generated_tokens": self.num_generated_tokens,
+            **(self.spec.stats.as_dict() if self.spec is not None else {}),
         }
 
 

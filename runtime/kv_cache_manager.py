@@ -149,6 +149,24 @@ class KVCacheManager:
         request.block_ids = []
         self._num_registered.pop(request.request_id, None)
 
+    def free_tail(self, request: Request, num_tokens: int) -> None:
+        """Release the blocks past the first ``num_tokens`` tokens of ``request``.
+
+        Speculative decoding reserves slots for drafted tokens; after
+        verification the rejected drafts' blocks come back here.  Those blocks
+        never hold a registered (hashed) prefix, so they go to the head of the
+        free queue, to be reused before any cached block is evicted.
+        """
+        keep = self.blocks_needed(num_tokens)
+        tail = request.block_ids[keep:]
+        del request.block_ids[keep:]
+        for block_id in tail:
+            block = self.blocks[block_id]
+            block.ref_cnt -= 1
+            if block.ref_cnt == 0:
+                self.free_queue[block_id] = None
+                self.free_queue.move_to_end(block_id, last=False)
+
     def stats(self) -> dict[str, int]:
         """Pool counters: total, free, cached (hashed) blocks; prefix-cache tokens."""
         return {

@@ -154,6 +154,41 @@ class SpecDecoder:
                                 target_argmax=logits.argmax(-1), generators=gens,
                                 default_generator=generator)
 
+    def sample(self, logits: torch.Tensor, rows: Sequence[ScheduledRequest], sampler: Any,
+               processors: Sequence[Any], grammar: Any
+               ) -> list[tuple[list[int], list[Any], int]]:
+        """Tokens of a step's sampling rows: plain rows by the engine's sampler,
+        speculating rows by ``verify``.
+
+        Args:
+            logits: float ``[sum_i (1 + num_spec_tokens_i), V]`` in ``rows`` order.
+            rows: the step's requests that sample.
+            sampler / processors: the engine's ``Sampler`` and logits processors.
+            grammar: the ``StructuredOutputManager``.
+
+        Returns:
+            Per row: (tokens to append, their logprobs entries, drafts accepted).
+        """
+        starts, pos = [], 0
+        for s in rows:
+            starts.append(pos)
+            pos += 1 + s.num_spec_tokens
+        out: list[Any] = [None] * len(rows)
+        plain = [i for i, s in enumerate(rows) if not s.num_spec_tokens]
+        spec = [i for i, s in enumerate(rows) if s.num_spec_tokens]
+        if plain:
+            idx = torch.tensor([starts[i] for i in plain], device=logits.device)
+            res = sampler(logits[idx], [rows[i].request for i in plain], processors)
+            for i, tok, lp in zip(plain, res.token_ids, res.logprobs):
+                out[i] = ([tok], [lp], 0)
+        if spec:
+            idx = torch.tensor([starts[i] + j for i in spec for j in range(1 + rows[i].num_spec_tokens)],
+                               device=logits.device)
+            res = self.verify(logits[idx], [rows[i] for i in spec], sampler.generator, grammar)
+            for i, toks, n in zip(spec, res.token_ids, res.num_accepted):
+                out[i] = (toks, [None] * len(toks), n)
+        return out
+
     # -- 5. rollback --------------------------------------------------------
 
     def record(self, req: Any, num_drafted: int, num_accepted: int) -> None:

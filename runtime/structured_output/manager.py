@@ -58,11 +58,18 @@ class StructuredOutputManager:
         """Compile ``params`` and return a fresh ``GrammarMatcher``.
 
         Raises:
-            ValueError: not a ``StructuredOutputParams``, or it cannot compile.
+            InvalidRequestError (a ``ValueError``, ``param="structured_output"``):
+                not a ``StructuredOutputParams``, or it cannot compile.
         """
+        from runtime.errors import InvalidRequestError
+
         if not isinstance(params, StructuredOutputParams):
-            raise ValueError("structured_output: must be a StructuredOutputParams")
-        return self.backend.matcher(self.backend.compile(params))
+            raise InvalidRequestError("structured_output: must be a StructuredOutputParams",
+                                      param="structured_output")
+        try:
+            return self.backend.matcher(self.backend.compile(params))
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), param="structured_output") from exc
 
     def __call__(self, logits: torch.Tensor, rows: Sequence[Any]) -> None:
         """Logits processor: mask row ``i`` by ``rows[i].structured_state`` when set.
