@@ -14,6 +14,20 @@ from typing import Optional
 import typer
 
 
+def _quiet() -> None:
+    """Keep library chatter (faiss CPU-feature probing, weight-loading bars) off the CLI."""
+    import logging
+
+    for name in ("faiss.loader", "sentence_transformers", "bm25s"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:  # pragma: no cover - transformers is a dependency
+        pass
+
+
 def ingest(
     paths: list[str] = typer.Argument(None, help="Files, folders or stdlib: pseudo-paths "
                                       "(stdlib:, stdlib:topics, stdlib:modules, stdlib:module/os)."),
@@ -31,6 +45,8 @@ def ingest(
     """Ingest documents into a retrieval index (re-ingesting unchanged files adds nothing)."""
     from retrieval.loaders import DEFAULT_PATTERNS
     from retrieval.retriever import Retriever
+
+    _quiet()
 
     paths = list(paths or []) + (["stdlib:"] if stdlib else [])
     if not paths:
@@ -57,6 +73,8 @@ def search(
     """Search a retrieval index (hybrid dense + BM25 by default)."""
     from runtime.errors import NotFoundError
     from retrieval.retriever import Retriever
+
+    _quiet()
 
     try:
         r = Retriever.open(index, create=False)

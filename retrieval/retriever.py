@@ -18,7 +18,7 @@ import logging
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from retrieval.index import VectorIndex
 from retrieval.loaders import DEFAULT_PATTERNS
 from retrieval.store import ChunkStore
 from retrieval.types import Document, Hit
+
+if TYPE_CHECKING:
+    from retrieval.ingest import IngestStats
 
 logger = logging.getLogger(__name__)
 
@@ -161,14 +164,15 @@ class Retriever:
         self._index = self._bm25 = self._tombstones = None
 
     # -- ingestion (see retrieval.ingest) -----------------------------------
-    def add_documents(self, documents: Iterable[Document], show_progress: bool | None = None):
+    def add_documents(self, documents: Iterable[Document],
+                      show_progress: bool | None = None) -> "IngestStats":
         """Add or replace documents; unchanged ones are skipped. Returns ``IngestStats``."""
         from retrieval.ingest import add_documents
 
         return add_documents(self, documents, show_progress=show_progress)
 
     def ingest(self, paths: Iterable[str | Path], patterns: Iterable[str] = DEFAULT_PATTERNS,
-               show_progress: bool | None = None):
+               show_progress: bool | None = None) -> "IngestStats":
         """Load files/folders/``stdlib:`` paths and add them. Returns ``IngestStats``.
 
         Raises:
