@@ -7,7 +7,7 @@ for ranking and eviction):
   default, any SQLAlchemy URL (Postgres) otherwise.  History is never lost: an
   UPDATE inserts a new row and marks the old one inactive, linked both ways.
 * Writes of one namespace are serialised by locking its ``memory_namespaces``
-  row first in the transaction (portable; see ``memory.models``), so decide-then-
+  row first in the transaction (portable; ``memory.writes``), so decide-then-
   write is atomic across threads and processes.  Embeddings are computed before
   the transaction, never while holding the lock.
 * Isolation: every statement filters on ``namespace``; ids from another
@@ -26,31 +26,27 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from sqlalchemy import func, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from runtime.errors import NotFoundError
 
 from . import store
-from . import text as T
+from . import writes as W
 from .db import make_engine
 from .embedder import Embedder, default_embedder, encode_checked
 from .extractors import Extractor, RuleBasedExtractor
-from .models import MemoryRow, NamespaceRow
-from .policy import decide
-from .scoring import ScoringConfig, eviction_order
+from .models import MemoryRow
+from .scoring import ScoringConfig
 from .search import rank
-from .snapshot import NamespaceIndex, Snapshot
-from .types import EventType, MemoryEvent, MemoryHit, MemoryItem, MemorySource
+from .snapshot import NamespaceIndex
+from .types import MemoryEvent, MemoryHit, MemoryItem, MemorySource
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +117,6 @@ class LongTermMemory:
         self.now: Callable[[], float] = now or time.time
         self._index = NamespaceIndex()
         self._known_namespaces: set[str] = set()
-        self._lock = threading.Lock()
 
     @property
     def embedder(self) -> Embedder:
@@ -166,114 +161,28 @@ class LongTermMemory:
             if len(snap) and snap.matrix.shape[1] != vecs.shape[1]:
                 raise ValueError(f"embedder: gives {vecs.shape[1]}-dim vectors, stored memories are "
                                  f"{snap.matrix.shape[1]}-dim; use the embedder the database was written with")
-            deleted, snap = self._purge(session, namespace, now, snap)
-            events, snap = self._apply(session, namespace, facts, vecs, src, now, snap)
-            evicted, snap = self._evict(session, namespace, now, snap)
+            deleted, snap = W.purge(session, namespace, now, self.ttl_s, snap)
+            events, snap = W.apply_facts(session, namespace, facts, vecs, src, now, snap,
+                                         duplicate_threshold=self.duplicate_threshold,
+                                         conflict_threshold=self.conflict_threshold)
+            evicted, snap = W.evict(session, namespace, now, self.capacity_per_namespace, self.scoring, snap)
         self._index.put(namespace, snap.at_revision(revision))
         logger.debug("memory add ns=%s: %s", namespace, [(e.event.value, e.id) for e in events + deleted + evicted])
         return events + deleted + evicted
 
-    def _apply(self, session: Session, namespace: str, facts: list[str], vecs: np.ndarray,
-               src: MemorySource, now: float, snap: Snapshot) -> tuple[list[MemoryEvent], Snapshot]:
-        events = []
-        for fact, vec in zip(facts, vecs):
-            d = decide(fact, vec, snap, duplicate_threshold=self.duplicate_threshold,
-                       conflict_threshold=self.conflict_threshold)
-            in_ns = MemoryRow.namespace == namespace
-            if d.event is EventType.NOOP:
-                target = d.targets[0]
-                session.execute(update(MemoryRow).where(in_ns, MemoryRow.id == target)
-                                .values(last_used_at=now, use_count=MemoryRow.use_count + 1)
-                                .execution_options(synchronize_session=False))
-                text = snap.texts[snap.position(target)]
-                events.append(MemoryEvent(EventType.NOOP, target, text, namespace, reason=d.reason))
-                continue
-            inherited = 0
-            if d.targets:  # a revised memory keeps its use so far (it is not a stranger to evict)
-                inherited = session.scalar(select(func.max(MemoryRow.use_count))
-                                           .where(in_ns, MemoryRow.id.in_(d.targets))) or 0
-            slot = (T.slot_of(fact) or (None,))[0]
-            row = MemoryRow(
-                namespace=namespace, text=fact, slot=slot, embedding=vec.astype(np.float32).tobytes(),
-                active=True, created_at=now, updated_at=now, last_used_at=now, use_count=inherited,
-                source_session_id=src.session_id, source_turn=src.turn,
-                supersedes_id=d.targets[0] if d.targets else None,
-            )
-            session.add(row)
-            session.flush()
-            previous_text = None
-            if d.targets:
-                previous_text = snap.texts[snap.position(d.targets[0])]
-                session.execute(update(MemoryRow).where(in_ns, MemoryRow.id.in_(d.targets))
-                                .values(active=False, superseded_by_id=row.id, updated_at=now)
-                                .execution_options(synchronize_session=False))
-            snap = snap.without(set(d.targets)).with_memory(row.id, fact, slot, now, vec)
-            events.append(MemoryEvent(d.event, row.id, fact, namespace,
-                                      previous_id=d.targets[0] if d.targets else None,
-                                      previous_text=previous_text, reason=d.reason))
-        return events, snap
-
     @contextmanager
     def _write(self, namespace: str) -> Iterator[tuple[Session, int]]:
-        """Transaction holding the namespace's write lock (see ``memory.models``); yields (session, new revision)."""
-        self._ensure_namespace(namespace)
+        """:func:`memory.writes.locked_transaction`, dropping the cached snapshot afterwards."""
+        if namespace not in self._known_namespaces:
+            W.ensure_namespace(self.engine, namespace)
+            self._known_namespaces.add(namespace)
         try:
-            with Session(self.engine) as session, session.begin():
-                # The lock is the first statement, so SQLite never has to upgrade a read snapshot.
-                session.execute(
-                    update(NamespaceRow).where(NamespaceRow.namespace == namespace)
-                    .values(revision=NamespaceRow.revision + 1)
-                )
-                yield session, NamespaceIndex.revision(session, namespace)
+            with W.locked_transaction(self.engine, namespace) as (session, revision):
+                yield session, revision
         finally:
             self._index.invalidate(namespace)
 
-    def _ensure_namespace(self, namespace: str) -> None:
-        if namespace in self._known_namespaces:
-            return
-        with Session(self.engine) as session:
-            exists = session.get(NamespaceRow, namespace) is not None
-        if not exists:
-            try:
-                with Session(self.engine) as session, session.begin():
-                    session.add(NamespaceRow(namespace=namespace, revision=0))
-            except IntegrityError:
-                pass  # another writer created it first
-        self._known_namespaces.add(namespace)
-
     # --- forgetting ---------------------------------------------------------------
-
-    def _purge(self, session: Session, namespace: str, now: float,
-               snap: Snapshot) -> tuple[list[MemoryEvent], Snapshot]:
-        expired = self._expired_rows(session, namespace, now)
-        if not expired:
-            return [], snap
-        events = store.delete_with_history(session, namespace, expired, "ttl")
-        return events, snap.without({e.id for e in events})
-
-    def _expired_rows(self, session: Session, namespace: str, now: float) -> list[MemoryRow]:
-        if self.ttl_s is None:
-            return []
-        return list(session.scalars(select(MemoryRow).where(
-            MemoryRow.namespace == namespace, MemoryRow.active.is_(True),
-            MemoryRow.last_used_at < now - self.ttl_s).order_by(MemoryRow.id)))
-
-    def _evict(self, session: Session, namespace: str, now: float,
-               snap: Snapshot) -> tuple[list[MemoryEvent], Snapshot]:
-        cap = self.capacity_per_namespace
-        if cap is None or len(snap) <= cap:
-            return [], snap
-        stats = session.execute(select(MemoryRow.id, MemoryRow.last_used_at, MemoryRow.use_count).where(
-            MemoryRow.namespace == namespace, MemoryRow.active.is_(True))).all()
-        if len(stats) <= cap:
-            return [], snap
-        order = eviction_order(np.array([r[0] for r in stats]), np.array([r[1] for r in stats]),
-                               np.array([r[2] for r in stats]), now, self.scoring)
-        victims = list(session.scalars(select(MemoryRow).where(
-            MemoryRow.namespace == namespace, MemoryRow.id.in_(order[: len(stats) - cap]))))
-        victims.sort(key=lambda r: order.index(r.id))
-        events = store.delete_with_history(session, namespace, victims, "capacity")
-        return events, snap.without({e.id for e in events})
 
     def purge_expired(self, namespace: str) -> list[MemoryEvent]:
         """Delete the namespace's memories older than ``ttl_s`` now; DELETE events (``[]`` without TTL)."""
@@ -281,7 +190,7 @@ class LongTermMemory:
         if self.ttl_s is None:
             return []
         with self._write(namespace) as (session, _):
-            expired = self._expired_rows(session, namespace, self.now())
+            expired = W.expired_rows(session, namespace, self.now(), self.ttl_s)
             return store.delete_with_history(session, namespace, expired, "ttl") if expired else []
 
     def delete(self, id: int, namespace: str) -> list[MemoryEvent]:

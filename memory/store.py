@@ -6,8 +6,6 @@ is invisible, so no read, update or delete crosses namespaces.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 

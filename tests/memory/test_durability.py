@@ -13,6 +13,7 @@ import time
 import pytest
 
 from memory import EventType, MemorySource
+from memory.writes import apply_facts
 
 from ._workers import open_store, write_all, write_forever
 
@@ -103,7 +104,8 @@ def test_second_writer_waits_for_the_namespace_lock_and_sees_the_first_writers_f
     results = []
     with first._write("u1") as (session, revision):  # the first writer: decided, not yet committed
         snap = first._index.get(session, "u1", revision - 1)
-        first._apply(session, "u1", [fact], vec, MemorySource(), first.now(), snap)
+        apply_facts(session, "u1", [fact], vec, MemorySource(), first.now(), snap,
+                    duplicate_threshold=first.duplicate_threshold, conflict_threshold=first.conflict_threshold)
         t = threading.Thread(target=lambda: results.append(second.add(fact, "u1")))
         t.start()
         t.join(1.0)

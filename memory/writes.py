@@ -1,0 +1,140 @@
+"""The write path under the namespace lock: apply facts, forget by TTL and by capacity.
+
+Every function runs inside :func:`locked_transaction`, whose first statement
+locks the namespace's ``memory_namespaces`` row (a row lock on Postgres, the
+write lock on SQLite), so the decision of ``memory.policy`` and the rows it
+writes are atomic with respect to every other writer of that namespace.  Each
+function takes and returns the namespace :class:`~memory.snapshot.Snapshot`,
+so a sequence of writes never reloads the vectors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from . import store
+from . import text as T
+from .models import MemoryRow, NamespaceRow
+from .policy import decide
+from .scoring import ScoringConfig, eviction_order
+from .snapshot import NamespaceIndex, Snapshot
+from .types import EventType, MemoryEvent, MemorySource
+
+
+def ensure_namespace(engine: Engine, namespace: str) -> None:
+    """Create the namespace's lock row unless it exists (a concurrent creator is fine)."""
+    with Session(engine) as session:
+        if session.get(NamespaceRow, namespace) is not None:
+            return
+    try:
+        with Session(engine) as session, session.begin():
+            session.add(NamespaceRow(namespace=namespace, revision=0))
+    except IntegrityError:
+        pass  # another writer created it first
+
+
+@contextmanager
+def locked_transaction(engine: Engine, namespace: str) -> Iterator[tuple[Session, int]]:
+    """A transaction holding the namespace's write lock; yields ``(session, new revision)``.
+
+    Commits on normal exit, rolls back on an exception.  The namespace row must exist
+    (:func:`ensure_namespace`).
+    """
+    with Session(engine) as session, session.begin():
+        # The lock is the first statement, so SQLite never has to upgrade a read snapshot.
+        session.execute(
+            update(NamespaceRow).where(NamespaceRow.namespace == namespace)
+            .values(revision=NamespaceRow.revision + 1)
+        )
+        yield session, NamespaceIndex.revision(session, namespace)
+
+
+def apply_facts(session: Session, namespace: str, facts: list[str], vecs: np.ndarray, src: MemorySource,
+                now: float, snap: Snapshot, *, duplicate_threshold: float,
+                conflict_threshold: float) -> tuple[list[MemoryEvent], Snapshot]:
+    """Decide and write each fact in order (later facts see earlier ones); one event per fact.
+
+    Args:
+        vecs: the facts' embeddings, float32 ``[len(facts), D]``, unit rows.
+        snap: the namespace's active memories before these writes.
+    """
+    events = []
+    in_ns = MemoryRow.namespace == namespace
+    for fact, vec in zip(facts, vecs):
+        d = decide(fact, vec, snap, duplicate_threshold=duplicate_threshold, conflict_threshold=conflict_threshold)
+        if d.event is EventType.NOOP:
+            target = d.targets[0]
+            session.execute(update(MemoryRow).where(in_ns, MemoryRow.id == target)
+                            .values(last_used_at=now, use_count=MemoryRow.use_count + 1)
+                            .execution_options(synchronize_session=False))
+            events.append(MemoryEvent(EventType.NOOP, target, snap.texts[snap.position(target)], namespace,
+                                      reason=d.reason))
+            continue
+        inherited = 0
+        if d.targets:  # a revised memory keeps its use so far (it is not a stranger to evict)
+            inherited = session.scalar(select(func.max(MemoryRow.use_count))
+                                       .where(in_ns, MemoryRow.id.in_(d.targets))) or 0
+        slot = (T.slot_of(fact) or (None,))[0]
+        row = MemoryRow(
+            namespace=namespace, text=fact, slot=slot, embedding=vec.astype(np.float32).tobytes(),
+            active=True, created_at=now, updated_at=now, last_used_at=now, use_count=inherited,
+            source_session_id=src.session_id, source_turn=src.turn,
+            supersedes_id=d.targets[0] if d.targets else None,
+        )
+        session.add(row)
+        session.flush()
+        previous_text = None
+        if d.targets:
+            previous_text = snap.texts[snap.position(d.targets[0])]
+            session.execute(update(MemoryRow).where(in_ns, MemoryRow.id.in_(d.targets))
+                            .values(active=False, superseded_by_id=row.id, updated_at=now)
+                            .execution_options(synchronize_session=False))
+        snap = snap.without(set(d.targets)).with_memory(row.id, fact, slot, now, vec)
+        events.append(MemoryEvent(d.event, row.id, fact, namespace,
+                                  previous_id=d.targets[0] if d.targets else None,
+                                  previous_text=previous_text, reason=d.reason))
+    return events, snap
+
+
+def expired_rows(session: Session, namespace: str, now: float, ttl_s: float | None) -> list[MemoryRow]:
+    """Active memories not used (or written) for more than ``ttl_s`` seconds, by id."""
+    if ttl_s is None:
+        return []
+    return list(session.scalars(select(MemoryRow).where(
+        MemoryRow.namespace == namespace, MemoryRow.active.is_(True),
+        MemoryRow.last_used_at < now - ttl_s).order_by(MemoryRow.id)))
+
+
+def purge(session: Session, namespace: str, now: float, ttl_s: float | None,
+          snap: Snapshot) -> tuple[list[MemoryEvent], Snapshot]:
+    """Delete expired memories with their history; DELETE events (reason ``ttl``)."""
+    expired = expired_rows(session, namespace, now, ttl_s)
+    if not expired:
+        return [], snap
+    events = store.delete_with_history(session, namespace, expired, "ttl")
+    return events, snap.without({e.id for e in events})
+
+
+def evict(session: Session, namespace: str, now: float, capacity: int | None, scoring: ScoringConfig,
+          snap: Snapshot) -> tuple[list[MemoryEvent], Snapshot]:
+    """Delete the lowest-value memories beyond ``capacity``; DELETE events (reason ``capacity``)."""
+    if capacity is None or len(snap) <= capacity:
+        return [], snap
+    stats = session.execute(select(MemoryRow.id, MemoryRow.last_used_at, MemoryRow.use_count).where(
+        MemoryRow.namespace == namespace, MemoryRow.active.is_(True))).all()
+    if len(stats) <= capacity:
+        return [], snap
+    order = eviction_order(np.array([r[0] for r in stats]), np.array([r[1] for r in stats]),
+                           np.array([r[2] for r in stats]), now, scoring)
+    doomed = order[: len(stats) - capacity]
+    victims = list(session.scalars(select(MemoryRow).where(
+        MemoryRow.namespace == namespace, MemoryRow.id.in_(doomed))))
+    victims.sort(key=lambda r: doomed.index(r.id))
+    events = store.delete_with_history(session, namespace, victims, "capacity")
+    return events, snap.without({e.id for e in events})
