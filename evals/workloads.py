@@ -37,7 +37,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                    repeat_fraction=0.25, concurrency=4),
     "sessions": dict(num_requests=4, turns=4, system_tokens=192, user_tokens=96, output_tokens=16,
                      concurrency=4),
-    "rag": dict(num_requests=2, turns=3, output_tokens=24, concurrency=2,
+    "rag": dict(num_requests=2, turns=3, output_tokens=64, concurrency=2,
                 corpus="stdlib:module/json,stdlib:module/collections,stdlib:module/functools,stdlib:module/pathlib",
                 index_dir=""),
     "spec": dict(num_requests=8, prompt_tokens=96, output_tokens=64, concurrency=2, num_speculative_tokens=4),

@@ -13,17 +13,22 @@ def rag_run(tiny_model, tmp_path_factory):
     out = tmp_path_factory.mktemp("rag")
     index = tmp_path_factory.mktemp("rag-index")
     return evals.run("rag", model=tiny_model, out=out, num_requests=2, warmup=1, report=False,
-                     options={"turns": 3, "output_tokens": 12, "corpus": "stdlib:module/json",
+                     options={"turns": 2, "output_tokens": 64, "corpus": "stdlib:module/json",
                               "index_dir": str(index)},
                      engine={"device": "cpu", "num_kv_blocks": 1024})
 
 
 def test_rag_turns_split_tokens_into_agent_classes(rag_run):
     s = rag_run.variants["base"]
-    assert s["benchmark"]["completed"] == 6 and s["benchmark"]["failed"] == 0
+    assert s["benchmark"]["completed"] == 4 and s["benchmark"]["failed"] == 0
     classes = s["classes"]
-    for name in ("system", "tools", "retrieval", "history", "user", "output"):
+    for name in ("system", "tools", "retrieval", "history", "user", "output", "tool_call", "tool_result"):
         assert classes[name]["tokens"] > 0, name
+    forced = [r for r in rag_run.results[0].records if r["tool_choice"] == "required"]
+    assert len(forced) == 2
+    for r in forced:  # the forced call ran a real tool and its result went back to the model
+        assert r["steps"] == 2 and len(r["tool_calls"]) == 1 and r["tool_calls"][0]
+        assert r["classes"]["tool_result"]["tokens"] > 0
     for r in rag_run.results[0].records:
         prompt = sum(r["classes"][c]["tokens"] for c in PROMPT_CLASSES)
         assert prompt == r["prompt_tokens"]
