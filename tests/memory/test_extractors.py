@@ -102,3 +102,28 @@ def test_memory_add_with_llm_extractor_writes_its_facts(make_memory):
     moved = mem.add([user("I moved to Lyon last week")], "u1", source=("s1", 1))
     assert [(e.event, e.reason, e.previous_id) for e in moved] == [(EventType.UPDATE, "slot:location", first[1].id)]
     assert mem.get(moved[0].id, "u1").source.turn == 1
+
+
+def test_llm_extractor_on_the_real_engine_with_constrained_decoding(checkpoint_factory, make_memory):
+    """A random-weight model writes nonsense, but the schema makes it parseable ``{"facts": [...]}``."""
+    from runtime import LLM, SamplingParams
+    from runtime.structured_output import StructuredOutputParams
+
+    llm = LLM(str(checkpoint_factory("qwen3", "tiny")))
+
+    def generate(prompt: str, json_schema: dict) -> str:
+        ids = llm.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
+                                                add_generation_prompt=True, return_dict=False)
+        # One fact of at most 300 characters: 400 tokens always reach the closing brace.
+        params = SamplingParams(temperature=0.0, max_tokens=400,
+                                structured_output=StructuredOutputParams(json=json_schema))
+        out = llm.generate(prompt_token_ids=[ids], sampling_params=params, use_tqdm=False)[0]
+        assert out.finish_reason == "stop"
+        return out.text
+
+    extractor = LLMExtractor(generate, max_facts=1, strict=True)
+    facts = extractor.extract([user("My name is Ada and I live in Paris.")])
+    assert len(facts) <= 1 and all(isinstance(f, str) and 0 < len(f) <= 300 for f in facts)
+    mem = make_memory(extractor=extractor)
+    events = mem.add([user("My name is Ada and I live in Paris.")], "u1")
+    assert [e.text for e in events] == facts  # greedy: the same answer again, stored as given

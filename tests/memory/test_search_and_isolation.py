@@ -176,3 +176,12 @@ def test_ranking_equals_brute_force_scoring_of_every_memory(make_memory, embedde
     hits = mem.search(query, "u1", k=3)
     assert [h.id for h in hits] == expected
     np.testing.assert_allclose([h.score for h in hits], sorted(scores, reverse=True)[:3], rtol=1e-5)
+
+
+async def test_async_wrappers_run_add_and_search_off_the_event_loop(make_memory):
+    mem = make_memory()
+    events = await mem.aadd("User lives in Paris", "u1", source="session-9")
+    assert events[0].event is EventType.ADD
+    hits = await mem.asearch("where does the user live?", "u1", k=1)
+    assert [h.id for h in hits] == [events[0].id]
+    assert mem.get(events[0].id, "u1").source.session_id == "session-9"
