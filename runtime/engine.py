@@ -189,8 +189,6 @@ class LLMEngine:
             return outputs
         num_logits = [1 + s.num_spec_tokens if s.samples else 0 for s in sched.scheduled]
         logits = self.runner.execute_model(sched.scheduled, num_logits)
-        if self.spec is not None:
-            self.spec.shadow(sched.scheduled)
         self.scheduler.update_after_step(sched)
         self.num_steps += 1
         rows = [s for s in sched.scheduled if s.samples]

@@ -1,4 +1,4 @@
-"""The engine's speculative-decoding step: propose, (shadow), verify, roll back.
+"""The engine's speculative-decoding step: propose, verify, roll back.
 
 One step of an engine with speculation (vLLM v1's flow):
 
@@ -13,11 +13,9 @@ One step of an engine with speculation (vLLM v1's flow):
 2. The scheduler reserves KV slots for the drafts (lookahead) and the model
    runner computes the real token plus the drafts in the same target forward
    pass as every other request, returning ``1 + n_i`` logits rows each.
-3. ``shadow(scheduled)``: the draft model (if any) runs the same batch so its
-   KV cache stays in step with the target's (see ``draft_model``).
-4. ``verify(logits, ...)``: grammar masks per drafted position, the sampling
+3. ``verify(logits, ...)``: grammar masks per drafted position, the sampling
    filters (temperature, top-k/p, min-p), then ``rejection_sample``.
-5. ``record`` + ``release(request, n_accepted)``: ``num_computed_tokens`` keeps the
+4. ``record`` + ``release(request, n_accepted)``: ``num_computed_tokens`` keeps the
    accepted drafts and the blocks past the kept length go back to the pool.
 """
 
@@ -114,13 +112,6 @@ class SpecDecoder:
         # the bonus token always comes: drafts past max_tokens / max_model_len are waste
         left = min(req.max_tokens - req.num_output_tokens - 1, self.max_model_len - req.num_tokens)
         return max(0, min(self.k, left))
-
-    # -- 3. shadow ----------------------------------------------------------
-
-    def shadow(self, scheduled: Sequence[ScheduledRequest]) -> None:
-        """Keep the draft model's KV cache in step with the target's (draft model only)."""
-        if self.draft is not None:
-            self.draft.shadow(scheduled)
 
     # -- 4. verify ----------------------------------------------------------
 

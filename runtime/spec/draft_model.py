@@ -1,33 +1,37 @@
 """Draft-model proposer: a smaller checkpoint sharing the target's tokenizer.
 
-Design (one paged KV cache per model, one block table per request): the draft
-model runs through the same engine model code (``ModelRunner``) with its own
-KV tensor of its own shape, but with exactly the target's ``num_blocks`` and
-``block_size``, so a request's block table and slot mapping address both
-caches.  Consequences:
+Design: the draft runs through the same engine model code (``ModelRunner``)
+with its own paged KV tensor, of its own shape but with exactly the target's
+``num_blocks`` and ``block_size``, so one block table and one slot mapping per
+request address both caches.  Consequences:
 
-* **in step with the target** (``shadow``): every step, after the target's
-  forward pass, the draft runs the very same scheduled batch (prefill chunks,
-  decodes and drafted tokens).  So whenever the target holds KV for a token,
-  the draft does too — including blocks served from the prefix cache, which
-  were computed (by both) when first registered.
-* **rollback for free**: rejected drafted tokens only wrote KV at positions
-  beyond the request's kept length; the scheduler's ``num_computed_tokens``
-  rollback and tail-block release cover both caches.  Preemption frees the
-  shared block table, i.e. both.
-* **proposing** (``propose``): from a request's last sampled token (position
-  ``L - 1``, not yet computed) the draft runs k single-token decode passes
-  batched over requests, drafting greedily (q = one-hot, which the verifier
-  treats losslessly), writing its KV at positions ``L - 1 .. L + k - 2``.  The
-  caller has allocated those slots (the lookahead the verify step needs).
+* **no second allocator**: the scheduler's allocation, lookahead slots for
+  drafts, tail-block release after rejection and preemption all act on both
+  caches at once.
+* **catch-up instead of lock-step**: the draft computes its KV lazily, when it
+  proposes.  Per request it remembers up to where its KV is valid; a proposal
+  first runs the tokens the draft has not seen (the whole prompt the first
+  time, then the one or two tokens accepted since) as one chunk, whose last
+  logits give the first draft, then k - 1 single-token decode passes batched
+  over requests (greedy: q = one-hot, which the verifier treats losslessly).
+  Steps where speculation is off cost the draft nothing.
+* **rollback by comparison**: a proposal writes draft KV at positions
+  ``L - 1 .. L + k - 2`` from inputs ``[t_{L-1}, d_1 .. d_{k-1}]``.  At the next
+  proposal, the request's real tokens are compared with those inputs: KV is
+  kept up to the first drafted token that was rejected, the rest is recomputed.
+  A preempted request (blocks freed) starts over from position 0.
+* **correctness never depends on the draft's cache**: every emitted token is
+  verified by the target, so a stale draft KV (e.g. a prefix-cache block
+  computed while speculation was off) can only lower the acceptance rate.
 
 The draft's KV pool costs ``num_blocks`` blocks of the draft's (smaller) shape
-on top of the target's pool.
+on top of the target's.
 """
 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,8 +59,18 @@ class _DraftView:
         return len(self.all_token_ids)
 
 
+@dataclass
+class _DraftKV:
+    """Where a request's draft KV stands: valid below ``base``; positions
+    ``base ..`` were computed from ``tail`` (last proposal's inputs)."""
+
+    num_preemptions: int
+    base: int
+    tail: list[int]
+
+
 class DraftModelProposer:
-    """Greedy k-token drafts from a small model with a block table shared with the target.
+    """Greedy k-token drafts from a small model sharing the target's block tables.
 
     Args:
         path: draft checkpoint folder or hub id.
@@ -82,13 +96,21 @@ class DraftModelProposer:
                            max_positions=max_model_len, seed=seed)
         self.runner = ModelRunner(model, hf_config, num_blocks, block_size, device, dtype)
         self.hf_config = hf_config
+        self._kv: weakref.WeakKeyDictionary[Any, _DraftKV] = weakref.WeakKeyDictionary()
+        self.num_catch_up_tokens = 0
         log.info("draft model %s: %d layers, hidden %d, KV pool %d blocks", model_path,
                  hf_config.num_hidden_layers, hf_config.hidden_size, num_blocks)
 
-    def shadow(self, scheduled: Sequence[ScheduledRequest]) -> None:
-        """Run the target's scheduled batch through the draft (KV only, no logits)."""
-        if scheduled:
-            self.runner.execute_model(scheduled, [0] * len(scheduled))
+    def _valid_upto(self, req: Any) -> int:
+        """Leading positions whose draft KV matches the request's real tokens."""
+        state = self._kv.get(req)
+        if state is None or state.num_preemptions != req.num_preemptions:
+            return 0
+        real = req.all_token_ids[state.base:state.base + len(state.tail)]
+        m = 0
+        while m < len(real) and real[m] == state.tail[m]:
+            m += 1
+        return min(state.base + m, req.num_tokens - 1)
 
     def propose(self, requests: Sequence[Any], ks: Sequence[int]) -> list[list[int]]:
         """Draft ``ks[i]`` tokens greedily for each request in decode state.
@@ -100,16 +122,34 @@ class DraftModelProposer:
             ``len(requests)`` lists of drafted token ids.
         """
         drafts: list[list[int]] = [[] for _ in requests]
-        for step in range(max(ks, default=0)):
-            active = [i for i, k in enumerate(ks) if k > step]
+        active = [i for i, k in enumerate(ks) if k > 0]
+        if not active:
+            return drafts
+        # pass 1: catch up on unseen tokens through the last one -> first draft
+        views = []
+        for i in active:
+            req = requests[i]
+            start = self._valid_upto(req)
+            self.num_catch_up_tokens += req.num_tokens - start
+            views.append(ScheduledRequest(_DraftView(start, req.all_token_ids, req.block_ids),
+                                          req.num_tokens - start))
+        logits = self.runner.execute_model(views, [1] * len(views))
+        for i, tok in zip(active, logits.argmax(-1).tolist()):
+            drafts[i].append(tok)
+        for step in range(1, max(ks)):
+            active = [i for i in active if ks[i] > step]
+            if not active:
+                break
             views = []
             for i in active:
                 req = requests[i]
                 views.append(ScheduledRequest(_DraftView(
-                    num_computed_tokens=req.num_tokens - 1 + step,
-                    all_token_ids=req.all_token_ids + drafts[i] if step else req.all_token_ids,
-                    block_ids=req.block_ids), 1))
+                    req.num_tokens - 1 + step, req.all_token_ids + drafts[i], req.block_ids), 1))
             logits = self.runner.execute_model(views, [1] * len(views))
             for i, tok in zip(active, logits.argmax(-1).tolist()):
                 drafts[i].append(tok)
+        for req, d, k in zip(requests, drafts, ks):
+            if k > 0:
+                base = req.num_tokens - 1
+                self._kv[req] = _DraftKV(req.num_preemptions, base, [req.all_token_ids[-1]] + d[:-1])
         return drafts
