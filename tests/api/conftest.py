@@ -10,8 +10,8 @@ import pytest
 
 from tests.api.server import Server, cli
 
-# Small engine so tests are fast; a 512-token window keeps an oversize prompt cheap to build.
-ENGINE_FLAGS = ("--max-model-len", "512", "--num-kv-blocks", "512", "--max-num-seqs", "64")
+# Small engine so tests are fast; a 1024-token window keeps an oversize prompt cheap to build.
+ENGINE_FLAGS = ("--max-model-len", "1024", "--num-kv-blocks", "512", "--max-num-seqs", "64")
 
 
 @pytest.fixture(scope="session")

@@ -87,7 +87,7 @@ def test_oversize_prompt_is_400_context_length_exceeded(alice, model_name):
 
 
 def test_prompt_plus_max_tokens_over_window_is_400(alice, model_name):
-    body = _chat(model_name, messages=[{"role": "user", "content": "word " * 200}], max_tokens=500)
+    body = _chat(model_name, messages=[{"role": "user", "content": "word " * 200}], max_tokens=1000)
     assert _error(alice.post("/v1/chat/completions", json=body), 400)["code"] == "context_length_exceeded"
 
 

@@ -100,7 +100,19 @@ def test_tool_choice_required_session_runs_the_calculator(alice):
     sess = _create(alice, tools=["calculator"], tool_choice="required", max_steps=2,
                    sampling={"temperature": 0.8, "max_tokens": 48, "seed": 7})
     turn = alice.post(f"/v1/sessions/{sess['id']}/messages", json={"content": "What is 2+3?"}).json()
-    assert turn["state"] in ("done", "max_steps")
+    assert turn["state"] in ("done", "max_steps"), turn
     assert turn["tool_calls"] and turn["tool_calls"][0]["name"] == "calculator"
     assert len(turn["tool_results"]) >= 1
     assert turn["ledger"]["output"]["tool_call"]["tokens"] > 0
+
+
+def test_oversize_message_is_400_and_the_message_is_kept(alice):
+    sid = _create(alice)["id"]
+    huge = "word " * 3000
+    for stream in (False, True):
+        err = _error(alice.post(f"/v1/sessions/{sid}/messages", json={"content": huge, "stream": stream}), 400)
+        assert err["code"] == "context_length_exceeded"
+    turns = alice.get(f"/v1/sessions/{sid}/messages").json()["data"]
+    assert [(t["state"], t["user_message"] == huge) for t in turns] == [("error", True), ("error", True)]
+    ok = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "Short one."}).json()
+    assert ok["state"] == "done"
