@@ -38,7 +38,7 @@ from orchestrator.engine import EngineClient
 from orchestrator.events import ContentDelta, ReasoningDelta, ToolCallEvent
 from orchestrator.items import Item, message_item
 from orchestrator.ledger import PriceTable
-from orchestrator.step import StepOutcome, forced_tool_grammar, model_call
+from orchestrator.step import FORCED_MIN_TOKENS, StepOutcome, forced_tool_grammar, model_call
 
 
 def _to_items(messages: Sequence[BaseMessage]) -> tuple[str | None, list[Item]]:
@@ -148,7 +148,8 @@ class LoomChatModel(BaseChatModel):
                 tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else tool_choice)
             extra["structured_output"] = StructuredOutputParams(
                 grammar=forced_tool_grammar(tool_call_schema(tools, name)))
-        return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens,
+        max_tokens = max(self.max_tokens, FORCED_MIN_TOKENS) if extra else self.max_tokens
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_tokens=max_tokens,
                               seed=self.seed, stop=list(stop or []), skip_special_tokens=False,
                               stop_token_ids=[tok.convert_tokens_to_ids(tok.eos_token)], **extra)
 

@@ -20,7 +20,7 @@ from orchestrator.events import AgentEvent, RunResult, ToolCallRecord, ToolResul
 from orchestrator.items import Item, tool_call_id
 from orchestrator.ledger import Ledger
 from orchestrator.session import Session
-from orchestrator.step import StepOutcome, forced_tool_grammar, model_call
+from orchestrator.step import FORCED_MIN_TOKENS, StepOutcome, forced_tool_grammar, model_call
 from orchestrator.summarize import summarize_items
 
 if TYPE_CHECKING:
@@ -94,7 +94,8 @@ class TurnRunner:
             name = self.choice["name"] if isinstance(self.choice, dict) else None
             grammar = forced_tool_grammar(tool_call_schema(a.registry.schemas(), name))
             extra["structured_output"] = StructuredOutputParams(grammar=grammar)
-        return a.sampling.clone(max_tokens=max(1, min(a.budget.max_tokens, room)), skip_special_tokens=False,
+        want = max(a.budget.max_tokens, FORCED_MIN_TOKENS) if forced else a.budget.max_tokens
+        return a.sampling.clone(max_tokens=max(1, min(want, room)), skip_special_tokens=False,
                                 stop_token_ids=sorted(set(a.sampling.stop_token_ids) | {eos}), **extra)
 
     async def _run_tools(self, outcome: StepOutcome, step: int) -> AsyncIterator[AgentEvent]:
