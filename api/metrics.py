@@ -98,7 +98,7 @@ class Metrics:
             self.ttft.observe(max(0.0, first - arrival))
         if len(times) > 1:
             self.tpot.observe(max(0.0, (times[-1] - times[0]) / (len(times) - 1)))
-            for a, b in zip(times, times[1:]):
+            for a, b in zip(times, times[1:], strict=False):
                 self.itl.observe(max(0.0, b - a))
         finish = getattr(out, "finish_time", None)
         if arrival is not None and finish is not None:

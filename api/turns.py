@@ -59,7 +59,8 @@ def _tools(services: Services, owner: str, cfg: SessionCreate) -> list[Any]:
     return chosen
 
 
-def _tool_choice(choice: Any) -> Any:
+def tool_choice_arg(choice: Any) -> Any:
+    """A session tool choice as ``Agent`` takes it (a named choice becomes the tool name)."""
     if isinstance(choice, str) or choice is None:
         return choice
     return choice.function.name  # named tool
@@ -85,7 +86,7 @@ def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Any:
         system_prompt=cfg.system_prompt,
         max_steps=cfg.max_steps or services.settings.max_steps,
         sampling=sampling,
-        tool_choice=_tool_choice(cfg.tool_choice),
+        tool_choice=tool_choice_arg(cfg.tool_choice),
         auto_retrieve=cfg.index,
     )
 

@@ -98,7 +98,7 @@ async def post_message(session_id: str, body: MessageCreate, request: Request,
     cfg = SessionCreate.model_validate(row.config)
     agent = T.build_agent(services, owner, cfg)
     history = T.agent_session(services, session_id)
-    choice = T._tool_choice(body.tool_choice) if body.tool_choice is not None else None
+    choice = T.tool_choice_arg(body.tool_choice) if body.tool_choice is not None else None
     turn = services.store.start_turn(session_id, body.content)
     events = T.agent_events(agent, body.content, history, choice)
     if body.stream:

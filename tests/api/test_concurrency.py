@@ -81,7 +81,7 @@ def test_chat_stream_disconnect_aborts_the_request_and_frees_its_blocks(server, 
     before = server.wait_idle()["engine"]["num_generated_tokens"]
     with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, headers=headers, timeout=60) as r:
         assert r.status_code == 200
-        lines = [line for _, line in zip(range(6), r.iter_lines())]
+        lines = [line for _, line in zip(range(6), r.iter_lines(), strict=False)]
         assert any(line.startswith("data:") for line in lines)
     health = server.wait_idle()
     assert health["engine"]["kv_blocks_free"] == health["engine"]["kv_blocks_total"]
