@@ -10,12 +10,15 @@ is writing (prefix caching relies on this).
 The batch is flattened into one token dimension, decodes first (vLLM's
 reordering).  Backends, chosen at start:
 
-* PyTorch (CPU, or CUDA without flash-attn): decodes are batched — K/V gathered
-  through precomputed slot indices into ``[B, Lmax, Hkv, D]`` with a padding
-  mask, and the query heads of one KV group folded into the query-length
-  dimension so GQA needs no K/V repetition; each prefill chunk (or any request
-  with several query tokens, e.g. drafted tokens under speculative decoding)
-  runs SDPA over its gathered context with a bottom-right-aligned causal mask.
+* PyTorch (CPU, or CUDA without flash-attn): decodes are batched — their K/V
+  blocks are gathered whole (one ``index_select`` of contiguous
+  ``block_size * Hkv * D`` rows into a workspace reused by every layer and
+  step, which on CPU avoids page-faulting a fresh buffer per layer) into
+  ``[B, nblk * block_size, Hkv, D]`` with a padding mask, and the query heads
+  of one KV group are folded into the query-length dimension so GQA needs no
+  K/V repetition; each prefill chunk (or any request with several query
+  tokens, e.g. drafted tokens under speculative decoding) runs SDPA over its
+  gathered context with a bottom-right-aligned causal mask.
 * flash-attn (CUDA, ``block_size % 256 == 0``): ``flash_attn_varlen_func`` with
   ``block_table`` over the whole batch.  Untested here (no GPU in the session
   that wrote it).
@@ -44,14 +47,15 @@ class PrefillSeq:
     Attributes:
         q_start / q_end: its rows in the flattened batch.
         ctx_len: tokens it attends to, including this step's (tokens).
-        slots: ``[ctx_len]`` int64 slot indices of its context, or ``None``
-            when the chunk is the whole context (attend to the fresh K/V).
+        block_ids: ``[ceil(ctx_len / block_size)]`` int64 blocks of its
+            context, or ``None`` when the chunk is the whole context (attend
+            to the fresh K/V).
     """
 
     q_start: int
     q_end: int
     ctx_len: int
-    slots: torch.Tensor | None
+    block_ids: torch.Tensor | None
 
 
 @dataclass
@@ -61,9 +65,11 @@ class AttentionMetadata:
     Attributes:
         slot_mapping: ``[T]`` int64, cache slot of each token of the batch.
         num_decodes: the first ``num_decodes`` tokens are single-token decodes.
-        decode_slots: ``[B, Lmax]`` int64 slots of each decode's context
-            (padding points at slot 0, masked out).
+        decode_block_ids: ``[B * nblk]`` int64, each decode's block table
+            padded to ``nblk`` blocks (padding is block 0, masked out).
         decode_lens: ``[B]`` int64 context lengths (tokens).
+        workspace: two ``[rows, block_size * Hkv * D]`` buffers (K, V) the
+            gathers write into, shared by all layers.
         prefills: the remaining requests, in batch order.
         block_tables / cu_seqlens_q / cu_seqlens_k / block_size: flash-attn
             inputs (CUDA only).
@@ -71,8 +77,10 @@ class AttentionMetadata:
 
     slot_mapping: torch.Tensor
     num_decodes: int = 0
-    decode_slots: torch.Tensor | None = None
+    decode_block_ids: torch.Tensor | None = None
+    decode_num_blocks: int = 0
     decode_lens: torch.Tensor | None = None
+    workspace: tuple[torch.Tensor, torch.Tensor] | None = None
     prefills: list[PrefillSeq] = field(default_factory=list)
     block_tables: torch.Tensor | None = None
     cu_seqlens_q: torch.Tensor | None = None
@@ -87,7 +95,7 @@ class AttentionMetadata:
         """``[B, 1, 1, Lmax]`` bool: True where a decode may attend."""
         key = ("decode", window)
         if key not in self._masks:
-            pos = torch.arange(self.decode_slots.shape[1], device=self.decode_lens.device)
+            pos = torch.arange(self.decode_num_blocks * self.block_size, device=self.decode_lens.device)
             lens = self.decode_lens[:, None]
             mask = pos[None, :] < lens
             if window is not None:
@@ -99,7 +107,7 @@ class AttentionMetadata:
         """``[q_len, ctx_len]`` bool causal (and window) mask, ``None`` = plain causal."""
         seq = self.prefills[index]
         q_len = seq.q_end - seq.q_start
-        if seq.slots is None and (window is None or window >= seq.ctx_len):
+        if seq.block_ids is None and (window is None or window >= seq.ctx_len):
             return None
         key = ("prefill", index, window)
         if key not in self._masks:
@@ -157,8 +165,10 @@ class PagedAttention(torch.nn.Module):
 
     def _decode(self, q: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         b, group = q.shape[0], self.num_heads // self.num_kv_heads
-        keys = self.k_cache[meta.decode_slots].transpose(1, 2)  # [B, Hkv, L, D]
-        values = self.v_cache[meta.decode_slots].transpose(1, 2)
+        keys = self._gather(self.k_cache, meta.decode_block_ids, meta.workspace[0], meta.block_size)
+        values = self._gather(self.v_cache, meta.decode_block_ids, meta.workspace[1], meta.block_size)
+        keys = keys.view(b, -1, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, L, D]
+        values = values.view(b, -1, self.num_kv_heads, self.head_dim).transpose(1, 2)
         # Fold the G query heads of a KV group into the query-length axis: one
         # [G, L] score matrix per (request, KV head), no K/V repetition.
         qg = q.view(b, self.num_kv_heads, group, self.head_dim)
@@ -171,10 +181,11 @@ class PagedAttention(torch.nn.Module):
     ) -> torch.Tensor:
         seq = meta.prefills[index]
         qs = q[seq.q_start:seq.q_end].transpose(0, 1).unsqueeze(0)  # [1, Hq, n, D]
-        if seq.slots is None:
+        if seq.block_ids is None:
             keys, values = k[seq.q_start:seq.q_end], v[seq.q_start:seq.q_end]
         else:
-            keys, values = self.k_cache[seq.slots], self.v_cache[seq.slots]
+            keys = self._gather(self.k_cache, seq.block_ids, meta.workspace[0], meta.block_size)[: seq.ctx_len]
+            values = self._gather(self.v_cache, seq.block_ids, meta.workspace[1], meta.block_size)[: seq.ctx_len]
         keys = keys.transpose(0, 1).unsqueeze(0)  # [1, Hkv, ctx, D]
         values = values.transpose(0, 1).unsqueeze(0)
         mask = meta.prefill_mask(index, self.sliding_window)
@@ -184,6 +195,12 @@ class PagedAttention(torch.nn.Module):
         else:
             out = F.scaled_dot_product_attention(qs, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=gqa)
         return out.squeeze(0).transpose(0, 1)
+
+    def _gather(self, cache: torch.Tensor, block_ids: torch.Tensor, buf: torch.Tensor, block_size: int) -> torch.Tensor:
+        """Copy whole blocks ``block_ids`` of ``cache`` into ``buf``; returns ``[n * block_size, Hkv, D]``."""
+        out = buf[: block_ids.numel()]
+        torch.index_select(cache.view(-1, buf.shape[1]), 0, block_ids, out=out)
+        return out.view(-1, self.num_kv_heads, self.head_dim)
 
     def _flash(self, q: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:  # pragma: no cover - CUDA only
         window = (-1, -1) if self.sliding_window is None else (self.sliding_window - 1, 0)

@@ -68,6 +68,7 @@ class ModelRunner:
         )
         for i, layer in enumerate(layers):
             layer.k_cache, layer.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
+        self._ws: tuple[torch.Tensor, torch.Tensor] = (torch.empty(0, 0), torch.empty(0, 0))
         self.use_flash = device.type == "cuda" and flash_attn_varlen_func is not None and block_size % 256 == 0
         logger.info("attention backend: %s", "flash-attn" if self.use_flash else "torch SDPA")
 
@@ -135,21 +136,33 @@ class ModelRunner:
             return self._flash_metadata(meta, block_tables, counts, ctx_lens)
         num_decodes = sum(1 for c in counts if c == 1)
         meta.num_decodes = num_decodes
+        rows = 0
         if num_decodes:
             lens = torch.tensor(ctx_lens[:num_decodes])
-            pos = torch.arange(int(lens.max()))
-            slots = block_tables[:num_decodes, pos // bs] * bs + pos % bs
-            meta.decode_slots = slots.to(dev)
+            nblk = -(-int(lens.max()) // bs)
+            meta.decode_block_ids = block_tables[:num_decodes, :nblk].reshape(-1).to(dev)
+            meta.decode_num_blocks = nblk
             meta.decode_lens = lens.to(dev)
+            rows = num_decodes * nblk
         q_start = num_decodes
         for j in range(num_decodes, len(counts)):
-            slots = None
+            block_ids = None
             if starts[j] > 0:
-                pos = torch.arange(ctx_lens[j])
-                slots = (block_tables[j, pos // bs] * bs + pos % bs).to(dev)
-            meta.prefills.append(PrefillSeq(q_start, q_start + counts[j], ctx_lens[j], slots))
+                nblk = -(-ctx_lens[j] // bs)
+                block_ids = block_tables[j, :nblk].to(dev)
+                rows = max(rows, nblk)
+            meta.prefills.append(PrefillSeq(q_start, q_start + counts[j], ctx_lens[j], block_ids))
             q_start += counts[j]
+        meta.workspace = self._workspace(rows)
         return meta
+
+    def _workspace(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V gather buffers of at least ``rows`` blocks, grown by doubling, reused."""
+        if self._ws[0].shape[0] < rows:
+            size = max(rows, 2 * self._ws[0].shape[0])
+            width = self.kv_cache.shape[-1] * self.kv_cache.shape[-2] * self.block_size
+            self._ws = tuple(torch.empty(size, width, dtype=self.kv_cache.dtype, device=self.device) for _ in range(2))
+        return self._ws
 
     def _flash_metadata(  # pragma: no cover - CUDA only
         self, meta: AttentionMetadata, block_tables: torch.Tensor, counts: list[int], ctx_lens: list[int]

@@ -1,0 +1,184 @@
+"""``loom bench throughput``: Loom against Hugging Face ``generate`` on the same model and prompts.
+
+Workloads (random token ids, seeded):
+
+* ``a`` — N requests, prompts of 32–512 tokens and outputs of 16–256 tokens
+  (uniform).  Loom gets every request at once (continuous batching); HF runs
+  them in order in left-padded batches of ``--hf-batch-size``, each batch
+  generating as many tokens as its longest request needs.
+* ``b`` — N requests sharing a 1,024-token prefix, each with a distinct
+  64-token suffix and ``--output-len-b`` output tokens (prefix caching).
+
+Both sides decode greedily with EOS ignored, so each request yields exactly its
+output length.  Throughput = requested output tokens / wall time (vLLM's
+definition), prefill included.  Each side runs in its own spawned process, one
+after the other, so its peak RSS (``ru_maxrss``) is its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import random
+import resource
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import typer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Workload:
+    """Prompts (token ids) and output lengths (tokens) of one benchmark workload."""
+
+    name: str
+    prompts: list[list[int]]
+    output_lens: list[int]
+
+
+def make_workload(name: str, num_requests: int, vocab_size: int, seed: int, output_len_b: int = 32) -> Workload:
+    """Build workload ``a`` or ``b`` (see module docstring); ids avoid the last 64 (special) ids."""
+    rng = random.Random(seed)
+    top = vocab_size - 64
+
+    def ids(n: int) -> list[int]:
+        return [rng.randrange(top) for _ in range(n)]
+
+    if name == "a":
+        prompts = [ids(rng.randint(32, 512)) for _ in range(num_requests)]
+        return Workload("a", prompts, [rng.randint(16, 256) for _ in range(num_requests)])
+    if name == "b":
+        prefix = ids(1024)
+        return Workload("b", [prefix + ids(64) for _ in range(num_requests)], [output_len_b] * num_requests)
+    raise ValueError(f"workload: must be 'a' or 'b', got {name!r}")
+
+
+def run_loom(model: str, wl: Workload, threads: int, engine_args: dict[str, Any]) -> dict[str, Any]:
+    """Run ``wl`` through ``runtime.LLM``; returns seconds, tokens and counters."""
+    import torch
+
+    from runtime import LLM, SamplingParams
+
+    torch.set_num_threads(threads)
+    llm = LLM(model, **engine_args)
+    params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in wl.output_lens]
+    llm.generate(prompt_token_ids=[[1, 2, 3]], sampling_params=SamplingParams(max_tokens=2), use_tqdm=False)
+    start = time.perf_counter()
+    outs = llm.generate(prompt_token_ids=wl.prompts, sampling_params=params, use_tqdm=False)
+    seconds = time.perf_counter() - start
+    assert [len(o.token_ids) for o in outs] == wl.output_lens
+    stats = llm.stats()
+    return {
+        "seconds": seconds,
+        "output_tokens": sum(len(o.token_ids) for o in outs),
+        "cached_tokens": sum(o.num_cached_tokens for o in outs),
+        "preemptions": stats["num_preemptions"],
+        "steps": stats["num_steps"],
+        "kv_blocks": stats["kv_blocks_total"],
+    }
+
+
+def run_hf(model: str, wl: Workload, threads: int, batch_size: int) -> dict[str, Any]:
+    """Run ``wl`` through transformers ``generate`` in left-padded batches."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(threads)
+    hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).eval()
+    cfg = hf.generation_config
+    cfg.eos_token_id, cfg.do_sample, cfg.pad_token_id = None, False, 0
+    generated = 0
+    start = time.perf_counter()
+    for i in range(0, len(wl.prompts), batch_size):
+        prompts, lens = wl.prompts[i:i + batch_size], wl.output_lens[i:i + batch_size]
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        with torch.inference_mode():
+            out = hf.generate(ids, attention_mask=mask, generation_config=cfg, max_new_tokens=max(lens))
+        generated += (out.shape[1] - width) * len(prompts)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "output_tokens": sum(wl.output_lens), "generated_incl_padding": generated}
+
+
+def _child(fn_name: str, args: tuple, conn: Any) -> None:
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        result = globals()[fn_name](*args)
+        result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        conn.send(result)
+    except BaseException as exc:  # noqa: BLE001 - report any failure to the parent
+        conn.send({"error": repr(exc)})
+    finally:
+        conn.close()
+
+
+def _in_process(fn_name: str, *args: Any) -> dict[str, Any]:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(fn_name, args, child))
+    proc.start()
+    result = parent.recv()
+    proc.join()
+    if "error" in result:
+        raise RuntimeError(f"{fn_name} failed: {result['error']}")
+    return result
+
+
+def throughput(
+    model: str = typer.Option(None, help="Checkpoint folder; default: the cached random-weight ARCH/PRESET one."),
+    arch: str = typer.Option("qwen3", help="Architecture of the default checkpoint."),
+    preset: str = typer.Option("small", help="Preset of the default checkpoint (tiny | small)."),
+    workload: str = typer.Option("ab", help="a, b or ab."),
+    num_requests: int = typer.Option(64, help="Requests per workload."),
+    hf_batch_size: int = typer.Option(16, help="HF generate batch size (left padding)."),
+    output_len_b: int = typer.Option(32, help="Output tokens per request in workload b."),
+    threads: int = typer.Option(0, help="torch threads per side (0 = all cores)."),
+    max_num_batched_tokens: int = typer.Option(2048, help="Loom per-step token budget."),
+    skip_hf: bool = typer.Option(False, help="Run Loom only."),
+    seed: int = typer.Option(0, help="Workload seed."),
+) -> None:
+    """Tokens/s of Loom and HF transformers on the same model and prompts, and their ratio.
+
+    Example: loom bench throughput --workload a --num-requests 16
+    """
+    import os
+
+    from rich.console import Console
+    from rich.table import Table
+    from transformers import AutoConfig
+
+    from runtime.checkpoint import ensure_checkpoint
+
+    path = model or str(ensure_checkpoint(arch, preset))
+    vocab = AutoConfig.from_pretrained(path).vocab_size
+    threads = threads or os.cpu_count() or 1
+    engine_args = {"max_num_batched_tokens": max_num_batched_tokens}
+    console = Console()
+    table = Table(title=f"loom bench throughput — {path} ({threads} threads)")
+    for col in ("workload", "system", "requests", "output tok", "seconds", "tok/s", "Loom/HF", "peak RSS MiB", "notes"):
+        table.add_column(col)
+    for name in workload:
+        wl = make_workload(name, num_requests, vocab, seed, output_len_b)
+        loom = _in_process("run_loom", path, wl, threads, engine_args)
+        loom_tps = loom["output_tokens"] / loom["seconds"]
+        note = f"cached {loom['cached_tokens']} tok, {loom['preemptions']} preemptions, {loom['steps']} steps"
+        console.print(f"workload {name}: Loom {loom_tps:.1f} tok/s ({loom['seconds']:.1f} s)")
+        row_hf = None
+        if not skip_hf:
+            hf = _in_process("run_hf", path, wl, threads, hf_batch_size)
+            hf_tps = hf["output_tokens"] / hf["seconds"]
+            console.print(f"workload {name}: HF {hf_tps:.1f} tok/s ({hf['seconds']:.1f} s)")
+            row_hf = (hf, hf_tps)
+        ratio = f"{loom_tps / row_hf[1]:.2f}x" if row_hf else "-"
+        table.add_row(name, "Loom", str(num_requests), str(loom["output_tokens"]), f"{loom['seconds']:.1f}",
+                      f"{loom_tps:.1f}", ratio, f"{loom['peak_rss_mib']:.0f}", note)
+        if row_hf:
+            hf, hf_tps = row_hf
+            table.add_row(name, f"HF generate (batch {hf_batch_size})", str(num_requests), str(hf["output_tokens"]),
+                          f"{hf['seconds']:.1f}", f"{hf_tps:.1f}", "1.00x", f"{hf['peak_rss_mib']:.0f}",
+                          f"{hf['generated_incl_padding']} tok generated incl. padding")
+    console.print(table)
