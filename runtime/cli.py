@@ -80,3 +80,4 @@ def register_bench(name: str, module: str, attr: str) -> None:
 #   register_bench("sessions", "orchestrator.bench_sessions", "sessions")
 register_bench("sessions", "orchestrator.bench", "sessions")
 register_bench("throughput", "runtime.bench.throughput", "throughput")
+register_bench("spec", "runtime.bench.spec", "spec")
