@@ -6,10 +6,9 @@ stop strings already cut; eos left out) are fed to
 ``<think>`` reasoning, content and ``<tool_call>`` blocks; each output token is
 classed ``reasoning`` / ``tool_call`` / ``output`` by the parser state around it
 (a closing marker belongs to the block it closes), which gives the exact
-``completion_tokens_details.reasoning_tokens``.  A forced tool call (prompt
-ends with ``<tool_call>\\n``, output constrained to the call schema) is parsed
-as if the opener had been generated.  Constrained JSON output (response_format)
-is all content.
+``completion_tokens_details.reasoning_tokens``.  A forced tool call is a
+grammar-constrained ``<tool_call>`` block, parsed like any other.  Constrained
+JSON output (response_format) is all content.
 """
 
 from __future__ import annotations
@@ -64,8 +63,6 @@ class CompletionRun:
         self.parser: StreamingParser | None = None
         if not p.json_output:
             self.parser = StreamingParser(parse_tools=p.parse_tools or p.forced_tool_call)
-            if p.forced_tool_call:
-                self.parser.feed(TOOL_OPEN)
         self.json_text = ""
 
     # feeding -------------------------------------------------------------------------
@@ -86,8 +83,6 @@ class CompletionRun:
         state = before if before != "content" and after == "content" else after
         self.output_classes += [_CLASS_OF_STATE[state]] * n
         if out.finished:
-            if self.prepared.forced_tool_call and self.parser.state == "tool_call":
-                events += self.parser.feed(TOOL_CLOSE)
             events += self.parser.finish()
         return events
 

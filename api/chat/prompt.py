@@ -3,10 +3,10 @@
 Messages are rendered once through the model's own chat template
 (``tokenizer.apply_chat_template`` with ``tools=``), then tokenized without
 adding special tokens, so the ids are exactly what the template spells.
-``tool_choice="required"`` or a named tool forces a call: the prompt ends with
-the template's ``<tool_call>\\n`` opener and the output is constrained to
-``runtime.structured_output.tool_call_schema`` (llguidance), so even a random
-model emits a valid call.  ``response_format`` ``json_object`` / ``json_schema``
+``tool_choice="required"`` or a named tool forces a call: the output is
+constrained (llguidance Lark grammar) to one ``<tool_call>`` block whose JSON
+follows ``runtime.structured_output.tool_call_schema``, so even a random model
+emits a valid call.  ``response_format`` ``json_object`` / ``json_schema``
 constrain the whole output the same way.
 """
 
@@ -18,8 +18,6 @@ from typing import Any
 
 from api.schemas.chat import AssistantMessage, ChatCompletionRequest, Content, NamedToolChoice, ToolMessage
 from runtime.errors import InvalidRequestError
-
-TOOL_CALL_OPEN = "<tool_call>\n"
 
 
 def _text(content: Content | None) -> str:
@@ -146,23 +144,46 @@ def check_schema(schema: dict[str, Any], param: str) -> None:
         raise InvalidRequestError(f"invalid JSON schema: {exc.message}", param=param) from exc
 
 
+# llguidance JSON options: no free whitespace (a weak model would otherwise pad its
+# whole budget with it) and the separators Jinja's ``tojson`` writes, so a call is
+# spelled exactly as the chat template renders it back in the next request.
+_COMPACT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def _compact(schema: dict[str, Any]) -> dict[str, Any]:
+    return schema if "x-guidance" in schema else {**schema, "x-guidance": _COMPACT}
+
+
+def forced_call_grammar(tools: list[dict[str, Any]], name: str | None) -> str:
+    """Lark grammar (llguidance) of exactly one ``<tool_call>`` block over ``tool_call_schema``.
+
+    The markers are added tokens, so they are token references (``<tool_call>``),
+    not strings; the JSON follows the tools' schemas unchanged (the orchestrator's
+    ``forced_tool_grammar`` also bounds unbounded scalars, which an API must not do).
+    """
+    from runtime.structured_output import tool_call_schema
+
+    schema = _compact(tool_call_schema(tools, name))
+    return 'start: <tool_call> "\\n" call "\\n" </tool_call>\ncall: %json ' + json.dumps(schema)
+
+
 def _structured(req: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
                 forced: bool, name: str | None) -> Any:
-    from runtime.structured_output import StructuredOutputParams, tool_call_schema
+    from runtime.structured_output import StructuredOutputParams
 
     if forced:
-        return StructuredOutputParams(json=tool_call_schema(tools or [], name))
+        return StructuredOutputParams(grammar=forced_call_grammar(tools or [], name))
     rf = req.response_format
     if rf is None or rf.type == "text":
         return None
     if rf.type == "json_object":
-        return StructuredOutputParams(json_object=True)
+        return StructuredOutputParams(json=_compact({"type": "object"}))
     if rf.json_schema is None:
         raise InvalidRequestError("response_format of type json_schema needs 'json_schema'",
                                   param="response_format.json_schema")
     schema = rf.json_schema.schema_ or {"type": "object"}
     check_schema(schema, "response_format.json_schema.schema")
-    return StructuredOutputParams(json=schema)
+    return StructuredOutputParams(json=_compact(schema))
 
 
 def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
@@ -186,7 +207,7 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
             check_schema(t.function.parameters, f"tools.{i}.function.parameters")
     forced, name = forced_tool(req)
     messages = template_messages(req)
-    ids = render(tokenizer, messages, tools, TOOL_CALL_OPEN if forced else "")
+    ids = render(tokenizer, messages, tools)
     if max_model_len is not None and len(ids) >= max_model_len:
         raise ContextLengthError(
             f"This model's maximum context length is {max_model_len} tokens, but the "

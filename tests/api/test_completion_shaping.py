@@ -54,7 +54,8 @@ def test_tool_call_block_becomes_tool_calls_with_finish_reason_tool_calls():
 
 def test_forced_call_streams_name_then_arguments_that_join_to_valid_json():
     run = CompletionRun(PreparedChat([1, 2], None, True, False, False), "m")
-    deltas = [run.to_delta(run.feed(o)) for o in _scripted(['{"name": "f", "arguments": ', '{"x": ', "1}", "}"])]
+    pieces = ["<tool_call>", '\n{"name": "f", "arguments": ', '{"x": ', "1}", "}\n", "</tool_call>"]
+    deltas = [run.to_delta(run.feed(o)) for o in _scripted(pieces)]
     calls = [tc for d in deltas if d is not None for tc in (d.tool_calls or [])]
     assert calls[0].function.name == "f" and calls[0].id.startswith("call_")
     assert json.loads("".join(c.function.arguments or "" for c in calls)) == {"x": 1}
