@@ -106,6 +106,7 @@ def spec(
     output_len: int = typer.Option(128, help="Output tokens per request (timed)."),
     history: int = typer.Option(192, help="Greedy tokens of the model's own text in each prompt."),
     disable_by_batch_size: int = typer.Option(8, help="Speculation off when this many requests run."),
+    unguarded_k: int = typer.Option(4, help="At batches >= the threshold, also run this k with the guard off (0: skip)."),
     threads: int = typer.Option(0, help="torch threads (0 = all cores)."),
     seed: int = typer.Option(0, help="Workload seed."),
 ) -> None:
@@ -137,19 +138,22 @@ def spec(
         prompts = _prompts(gen, batch, history, seed)
         base = _run(str(path), None, prompts, output_len, engine_args)
         console.print(f"batch {batch}: no speculation {base['tok_s']:.1f} tok/s")
-        for proposer in proposers.split(","):
-            for k in [int(x) for x in ks.split(",")]:
-                cfg = SpeculativeConfig(method=proposer, num_speculative_tokens=k, prompt_lookup_min=1,
-                                        prompt_lookup_max=4, draft_model=str(draft),
-                                        disable_by_batch_size=disable_by_batch_size)
-                run = _run(str(path), cfg, prompts, output_len, engine_args)
-                st = run["stats"]
-                ratio = run["tok_s"] / base["tok_s"]
-                console.print(f"batch {batch} {proposer} k={k}: {run['tok_s']:.1f} tok/s ({ratio:.2f}x), "
-                              f"acceptance {st['spec_acceptance_rate']:.2f}")
-                table.add_row(str(batch), proposer, str(k), f"{st['spec_acceptance_rate']:.2f}",
-                              f"{st['spec_mean_acceptance_length']:.2f}", f"{run['tok_s']:.1f}",
-                              f"{base['tok_s']:.1f}", f"{ratio:.2f}x",
-                              "yes" if run["tokens"] == base["tokens"] else "NO",
-                              str(st["spec_num_disabled_steps"]))
+        grid = [(p, int(k), disable_by_batch_size) for p in proposers.split(",") for k in ks.split(",")]
+        if unguarded_k and batch >= disable_by_batch_size:
+            grid += [(p, unguarded_k, None) for p in proposers.split(",")]
+        for proposer, k, guard in grid:
+            cfg = SpeculativeConfig(method=proposer, num_speculative_tokens=k, prompt_lookup_min=1,
+                                    prompt_lookup_max=4, draft_model=str(draft),
+                                    disable_by_batch_size=guard)
+            run = _run(str(path), cfg, prompts, output_len, engine_args)
+            st = run["stats"]
+            ratio = run["tok_s"] / base["tok_s"]
+            name = proposer if guard else f"{proposer} (guard off)"
+            console.print(f"batch {batch} {name} k={k}: {run['tok_s']:.1f} tok/s ({ratio:.2f}x), "
+                          f"acceptance {st['spec_acceptance_rate']:.2f}")
+            table.add_row(str(batch), name, str(k), f"{st['spec_acceptance_rate']:.2f}",
+                          f"{st['spec_mean_acceptance_length']:.2f}", f"{run['tok_s']:.1f}",
+                          f"{base['tok_s']:.1f}", f"{ratio:.2f}x",
+                          "yes" if run["tokens"] == base["tokens"] else "NO",
+                          str(st["spec_num_disabled_steps"]))
     console.print(table)
