@@ -60,12 +60,15 @@ def message_role_and_text(message: Message) -> tuple[str, str]:
 
 # --- rule-based -------------------------------------------------------------------
 
-_END = r"(?:[,;]\s*(?:but|what|how|can|could|please|do|does|and you|so)\b.*)?$"
+_WHEN = r"(?:\s+(?:last|this|next) (?:week|month|year)|\s+yesterday|\s+today|\s+recently|\s+(?:a few|\w+) (?:days|weeks|months|years) ago)?"
+_END = _WHEN + r"(?:[,;]\s*(?:but|what|how|can|could|please|do|does|and you|so)\b.*)?$"
 # (first-person pattern, third-person template); values keep the user's casing.
 _CANONICAL: list[tuple[re.Pattern[str], str]] = [
     (re.compile(rf"^my name is (?P<v>.+?){_END}", re.I), "User's name is {v}"),
     (re.compile(rf"^(?:you can )?call me (?P<v>.+?){_END}", re.I), "User's name is {v}"),
     (re.compile(rf"^i live in (?P<v>.+?){_END}", re.I), "User lives in {v}"),
+    (re.compile(rf"^i(?:'ve| have)? (?:just |recently )?(?:moved|relocated) to (?P<v>.+?){_END}", re.I),
+     "User lives in {v}"),
     (re.compile(rf"^i(?:'m| am) from (?P<v>.+?){_END}", re.I), "User is from {v}"),
     (re.compile(rf"^i(?:'m| am) (?P<v>\d+) years? old{_END}", re.I), "User is {v} years old"),
     (re.compile(rf"^i work (?:at|for) (?P<v>.+?){_END}", re.I), "User works at {v}"),

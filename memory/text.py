@@ -29,6 +29,8 @@ _SUBJECT = r"(?:my|user's|the user's|users'|the user’s|user’s)"
 _SLOT_PATTERNS: list[tuple[re.Pattern[str], str | None]] = [
     (re.compile(rf"^{_SUBJECT} (?P<slot>[a-z][a-z' ]{{0,40}}?) (?:is|are|was) (?:called |named )?(?P<value>.+)$"), None),
     (re.compile(r"^(?:i|user|the user) (?:live|lives|am living|is living) in (?P<value>.+)$"), "location"),
+    (re.compile(r"^(?:i|user|the user) (?:have |has )?(?:just |recently )?(?:moved|relocated) to (?P<value>.+)$"),
+     "location"),
     (re.compile(r"^(?:i|user|the user) (?:am|is|i'm) from (?P<value>.+)$"), "origin"),
     (re.compile(r"^(?:i'm|i am|user is|the user is) (?P<value>\d+) (?:years old|year old|yo)$"), "age"),
     (re.compile(r"^(?:i|user|the user) (?:work|works|am working|is working) (?:at|for) (?P<value>.+)$"), "employer"),

@@ -24,6 +24,7 @@ def user(text: str) -> dict:
         ("I prefer tabs over spaces.", ["User prefers tabs over spaces"]),
         ("I'm 31 years old", ["User is 31 years old"]),
         ("I work at CERN. I am allergic to penicillin", ["User works at CERN", "User is allergic to penicillin"]),
+        ("I just moved to Lyon last week", ["User lives in Lyon"]),
         ("What is my name?", []),
         ("I like that idea, thanks", []),
     ],
