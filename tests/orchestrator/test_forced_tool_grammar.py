@@ -1,0 +1,50 @@
+"""The grammar of a forced tool call: compiles with llguidance, accepts the template's own rendering only."""
+
+from __future__ import annotations
+
+from orchestrator.step import bound_schema, forced_tool_grammar
+from runtime.structured_output import GrammarBackend, StructuredOutputParams, tool_call_schema
+
+TOOLS = [{"type": "function", "function": {"name": "add", "description": "Add.", "parameters": {
+    "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}},
+    {"type": "function", "function": {"name": "echo", "description": "Echo.", "parameters": {
+        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}}]
+
+
+_BACKENDS: dict[int, GrammarBackend] = {}
+
+
+def _accepts(tokenizer, grammar: str, text: str) -> bool:
+    if id(tokenizer) not in _BACKENDS:
+        _BACKENDS[id(tokenizer)] = GrammarBackend(tokenizer)
+    backend = _BACKENDS[id(tokenizer)]
+    matcher = backend.matcher(backend.compile(StructuredOutputParams(grammar=grammar)))
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return matcher.accept_tokens(ids) and matcher.is_terminated
+
+
+def test_forced_grammar_accepts_the_template_rendering_of_a_call(tokenizer) -> None:
+    grammar = forced_tool_grammar(tool_call_schema(TOOLS))
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]}],
+        tokenize=False)
+    block = rendered[len("<|im_start|>assistant\n"):-len("<|im_end|>\n")]
+    assert _accepts(tokenizer, grammar, block)
+    assert not _accepts(tokenizer, grammar, '<tool_call>\n{"name":"add","arguments":{"a":1,"b":2}}\n</tool_call>')
+    assert not _accepts(tokenizer, grammar, '<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>')
+
+
+def test_named_choice_allows_only_that_tool(tokenizer) -> None:
+    grammar = forced_tool_grammar(tool_call_schema(TOOLS, "echo"))
+    assert _accepts(tokenizer, grammar, '<tool_call>\n{"name": "echo", "arguments": {"text": "hi"}}\n</tool_call>')
+    assert not _accepts(tokenizer, grammar, '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>')
+
+
+def test_unbounded_scalars_are_bounded_and_explicit_bounds_kept() -> None:
+    s = bound_schema({"type": "object", "properties": {
+        "n": {"type": "integer"}, "m": {"type": "integer", "maximum": 5}, "t": {"type": "string"},
+        "u": {"type": "string", "enum": ["x"]}}})
+    p = s["properties"]
+    assert (p["n"]["minimum"], p["n"]["maximum"]) == (-10**9, 10**9)
+    assert p["m"]["maximum"] == 5 and p["m"]["minimum"] == -10**9
+    assert p["t"]["maxLength"] == 128 and "maxLength" not in p["u"]
