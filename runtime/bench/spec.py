@@ -11,7 +11,9 @@ tokens followed by the target model's own greedy continuation of them
 model's greedy text falls into repeating cycles, so what it writes next
 repeats what the prompt already holds — the situation of a RAG answer copying
 from its context.  Prompts are prefilled once before timing (prefix cache), so
-the timed run is decode: tokens/s = output tokens / wall seconds.
+the timed run is decode: tokens/s = output tokens / wall seconds.  The
+baseline (same prompts, no speculation) is timed again right before every
+speculative run, so each ratio compares two runs seconds apart.
 
 Draft model — a smaller checkpoint with the target's tokenizer: the target's
 first ``--draft-layers`` layers with its embeddings, final norm and LM head
@@ -84,15 +86,10 @@ def _timed(llm: Any, prompts: list[list[int]], output_len: int) -> tuple[float, 
     return time.perf_counter() - start, [o.token_ids for o in outs]
 
 
-def _run(path: str, spec: Any, prompts: list[list[int]], output_len: int,
-         engine_args: dict[str, Any]) -> dict[str, Any]:
-    from runtime import LLM
-
-    llm = LLM(path, speculative_config=spec, **engine_args)
+def _run(llm: Any, prompts: list[list[int]], output_len: int) -> dict[str, Any]:
     seconds, tokens = _timed(llm, prompts, output_len)
-    stats = llm.stats()
     return {"seconds": seconds, "tokens": tokens, "tok_s": sum(map(len, tokens)) / seconds,
-            "stats": stats}
+            "stats": llm.stats()}
 
 
 def spec(
@@ -133,11 +130,9 @@ def spec(
     for col in ("batch", "proposer", "k", "accept rate", "mean accept len", "spec tok/s",
                 "base tok/s", "ratio", "same output", "disabled steps"):
         table.add_column(col)
-    gen = LLM(str(path), **engine_args)
+    base_llm = LLM(str(path), **engine_args)
     for batch in [int(b) for b in batches.split(",")]:
-        prompts = _prompts(gen, batch, history, seed)
-        base = _run(str(path), None, prompts, output_len, engine_args)
-        console.print(f"batch {batch}: no speculation {base['tok_s']:.1f} tok/s")
+        prompts = _prompts(base_llm, batch, history, seed)
         grid = [(p, int(k), disable_by_batch_size) for p in proposers.split(",") for k in ks.split(",")]
         if unguarded_k and batch >= disable_by_batch_size:
             grid += [(p, unguarded_k, None) for p in proposers.split(",")]
@@ -145,12 +140,14 @@ def spec(
             cfg = SpeculativeConfig(method=proposer, num_speculative_tokens=k, prompt_lookup_min=1,
                                     prompt_lookup_max=4, draft_model=str(draft),
                                     disable_by_batch_size=guard)
-            run = _run(str(path), cfg, prompts, output_len, engine_args)
+            # the baseline runs right before each speculative run: a shared CPU drifts
+            base = _run(base_llm, prompts, output_len)
+            run = _run(LLM(str(path), speculative_config=cfg, **engine_args), prompts, output_len)
             st = run["stats"]
             ratio = run["tok_s"] / base["tok_s"]
             name = proposer if guard else f"{proposer} (guard off)"
-            console.print(f"batch {batch} {name} k={k}: {run['tok_s']:.1f} tok/s ({ratio:.2f}x), "
-                          f"acceptance {st['spec_acceptance_rate']:.2f}")
+            console.print(f"batch {batch} {name} k={k}: {run['tok_s']:.1f} vs {base['tok_s']:.1f} tok/s "
+                          f"({ratio:.2f}x), acceptance {st['spec_acceptance_rate']:.2f}")
             table.add_row(str(batch), name, str(k), f"{st['spec_acceptance_rate']:.2f}",
                           f"{st['spec_mean_acceptance_length']:.2f}", f"{run['tok_s']:.1f}",
                           f"{base['tok_s']:.1f}", f"{ratio:.2f}x",
