@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from memory import LongTermMemory, SentenceTransformerEmbedder
+from memory.models import Base
 
 
 @pytest.fixture(scope="session")
@@ -43,16 +46,25 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def make_memory(tmp_path, embedder, clock):
-    """``make_memory(**kw) -> LongTermMemory`` on a SQLite file in ``tmp_path`` with the real embedder."""
+    """``make_memory(**kw) -> LongTermMemory`` on a SQLite file in ``tmp_path`` with the real embedder.
+
+    With ``LOOM_MEMORY_TEST_URL`` set (e.g. ``postgresql+psycopg://user@host/db``) the
+    same tests run against that database instead; its memory tables are dropped after
+    each test.
+    """
     opened: list[LongTermMemory] = []
+    url = os.environ.get("LOOM_MEMORY_TEST_URL") or f"sqlite:///{tmp_path / 'memory.db'}"
 
     def make(**kw) -> LongTermMemory:
         kw.setdefault("embedder", embedder)
         kw.setdefault("now", clock)
-        mem = LongTermMemory(kw.pop("url", f"sqlite:///{tmp_path / 'memory.db'}"), **kw)
+        mem = LongTermMemory(kw.pop("url", url), **kw)
         opened.append(mem)
         return mem
 
     yield make
     for mem in opened:
         mem.close()
+    if os.environ.get("LOOM_MEMORY_TEST_URL") and opened:
+        Base.metadata.drop_all(opened[0].engine)
+        opened[0].engine.dispose()

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from memory import EventType, MemorySource
+from memory.models import Base
 from memory.writes import apply_facts
 
 from ._workers import open_store, write_all, write_forever
@@ -32,7 +33,7 @@ def texts_and_vectors(embedder):
 
 def test_two_concurrent_writer_processes_lose_nothing(tmp_path, texts_and_vectors):
     writer_a, writer_b, _, table = texts_and_vectors
-    url = f"sqlite:///{tmp_path / 'memory.db'}"
+    url = os.environ.get("LOOM_MEMORY_TEST_URL") or f"sqlite:///{tmp_path / 'memory.db'}"
     ctx = mp.get_context("spawn")
     start = ctx.Event()
     # Both writers start with the 10 shared facts in the same order (racing on each
@@ -61,6 +62,9 @@ def test_two_concurrent_writer_processes_lose_nothing(tmp_path, texts_and_vector
     assert sorted(e[2] for e in noops) == sorted(SHARED)
     assert all(m.use_count == 1 for m in stored if m.text in SHARED)
     assert len({e[1] for e in adds}) == 110
+    if os.environ.get("LOOM_MEMORY_TEST_URL"):
+        Base.metadata.drop_all(mem.engine)
+    mem.close()
 
 
 def test_writer_killed_mid_write_leaves_no_corruption(tmp_path, texts_and_vectors):
