@@ -157,7 +157,7 @@ def throughput(
     vocab = AutoConfig.from_pretrained(path).vocab_size
     threads = threads or os.cpu_count() or 1
     engine_args = {"max_num_batched_tokens": max_num_batched_tokens}
-    console = Console()
+    console = Console(width=200)
     table = Table(title=f"loom bench throughput — {path} ({threads} threads)")
     for col in ("workload", "system", "requests", "output tok", "seconds", "tok/s", "Loom/HF", "peak RSS MiB", "notes"):
         table.add_column(col)
