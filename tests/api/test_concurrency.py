@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import httpx
+import pytest
 
 N_SESSIONS = 32
 
@@ -40,6 +41,7 @@ def _max_tokens(i: int) -> int:
 SHORT, LONG = 32, 384  # clients that hang up ask for long answers, so they hang up midway
 
 
+@pytest.mark.slow
 def test_concurrent_streams_with_disconnects_complete_and_free_every_block(server, keys, alice):
     sids = [alice.post("/v1/sessions", json={"sampling": {"temperature": 0.0, "max_tokens": _max_tokens(i)}})
             .json()["id"] for i in range(N_SESSIONS)]

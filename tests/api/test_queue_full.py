@@ -6,10 +6,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.api.server import Server
 
 
+@pytest.mark.slow
 def test_full_waiting_queue_is_429(checkpoint: Path, tmp_path: Path):
     srv = Server(checkpoint, f"sqlite:///{tmp_path / 'q.db'}", tmp_path, "--no-auth", "--max-model-len", "256",
                  "--max-num-seqs", "1", "--max-waiting", "1").start()

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.api.server import Server, cli
 from tests.api.conftest import ENGINE_FLAGS
@@ -16,6 +17,7 @@ def _client(server: Server, key: str) -> httpx.Client:
     return httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=120)
 
 
+@pytest.mark.slow
 def test_sessions_survive_restart_and_kill(checkpoint: Path, tmp_path: Path):
     db = f"sqlite:///{tmp_path / 'restart.db'}"
     key = cli("keys", "create", "--owner", "carol", "--db", db).strip().splitlines()[-1]
