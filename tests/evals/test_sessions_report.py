@@ -14,22 +14,42 @@ PLOTS = ("latency_cdf", "class_tokens", "class_time", "class_cost", "turns", "sp
 
 
 @pytest.fixture(scope="module")
-def sessions_run(tiny_model, tmp_path_factory):
+def prefill_bound_model():
+    """A random-weight Qwen3 wider and deeper than ``tiny`` (hidden 256, 6 layers), so prefill work, not
+    per-step overhead, dominates TTFT and the cached/uncached gap survives a loaded shared CPU."""
+    from runtime.checkpoint import ensure_checkpoint
+
+    return str(ensure_checkpoint("qwen3", "tiny", hidden_size=256, num_hidden_layers=6, num_attention_heads=8,
+                                 num_key_value_heads=4, head_dim=32, intermediate_size=768))
+
+
+@pytest.fixture(scope="module")
+def sessions_run(prefill_bound_model, tmp_path_factory):
+    import torch
+
     out = tmp_path_factory.mktemp("sessions")
-    # ~300-token system prompt + 96-token user turns: by turn 4 the history is ~700 tokens,
-    # so recomputing it (caching off) is clearly slower than serving it from the cache.
-    return evals.run("sessions", model=tiny_model, out=out, num_requests=4, warmup=1,
-                     options={"turns": 4, "system_tokens": 300, "user_tokens": 96, "output_tokens": 8},
-                     compare=["enable_prefix_caching=false"], engine={"device": "cpu", "num_kv_blocks": 1024})
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # no OpenMP spinning against other processes on an oversubscribed box
+    try:
+        # ~500-token system prompt + 64-token user turns, 4 sessions in flight: by turn 3 each prompt
+        # carries ~650 tokens of history that caching serves and no-caching recomputes.
+        return evals.run("sessions", model=prefill_bound_model, out=out, num_requests=4, warmup=1,
+                         concurrency=4,
+                         options={"turns": 3, "system_tokens": 500, "user_tokens": 64, "output_tokens": 8},
+                         compare=["enable_prefix_caching=false"], engine={"device": "cpu", "num_kv_blocks": 1024})
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_prefix_caching_raises_hit_rate_and_lowers_ttft(sessions_run):
     on, off = sessions_run.variants["base"], sessions_run.variants["enable_prefix_caching=false"]
-    assert on["benchmark"]["completed"] == off["benchmark"]["completed"] == 16
+    assert on["benchmark"]["completed"] == off["benchmark"]["completed"] == 12
     assert off["prefix_cache"]["hit_rate"] == 0.0
     assert on["prefix_cache"]["hit_rate"] > 0.5
     assert on["benchmark"]["ttft_ms"]["median"] < off["benchmark"]["ttft_ms"]["median"]
-    assert on["benchmark"]["ttft_ms"]["mean"] < off["benchmark"]["ttft_ms"]["mean"]
+    # turns with history (2 and 3): every one is faster with the cache
+    for t_on, t_off in list(zip(on["by_turn"], off["by_turn"]))[1:]:
+        assert t_on["ttft_mean_ms"] < t_off["ttft_mean_ms"], (t_on, t_off)
     # the history is what gets cached: from turn 2 on, its tokens are (almost) all cached
     hist = on["classes"]["history"]
     assert hist["cached_tokens"] >= 0.9 * hist["tokens"] > 0
@@ -42,7 +62,7 @@ def test_prefix_caching_raises_hit_rate_and_lowers_ttft(sessions_run):
 
 def test_hit_rate_grows_with_turn_number(sessions_run):
     turns = sessions_run.variants["base"]["by_turn"]
-    assert [t["turn"] for t in turns] == [0, 1, 2, 3]
+    assert [t["turn"] for t in turns] == [0, 1, 2]
     assert turns[0]["hit_rate"] < turns[-1]["hit_rate"]
     assert turns[-1]["hit_rate"] > 0.8
 
