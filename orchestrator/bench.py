@@ -38,7 +38,7 @@ QUESTIONS = [
     "How do I pretty-print JSON?", "What does functools.lru_cache do?", "How do I join paths?",
 ]
 MODULES = ["asyncio", "json", "collections", "functools", "os.path", "argparse"]
-REASONING_GRAMMAR = 'start: <think> "\\n" /[a-z]+( [a-z]+){12,16}/ "\\n" </think> "\\n\\n" /[a-z]+( [a-z]+){3,6}/'
+REASONING_GRAMMAR = 'start: <think> "\\n" /[a-z]{1,8}( [a-z]{1,8}){40,60}/ "\\n" </think> "\\n\\n" /[a-z]{1,8}( [a-z]{1,8}){15,25}/'
 
 
 def _index(index: Path | None) -> Any:
@@ -130,6 +130,8 @@ def sessions(
             "history_hit_rate": sum(c.prompt["history"].cached_tokens for c in calls)
             / max(1, sum(c.prompt["history"].tokens for c in calls)),
             "reasoning_tokens": sum(c.output["reasoning"].tokens for c in calls),
+            "mean_prompt_tokens_per_turn": sum(c.prompt_tokens for c in calls) / len(calls),
+            "mean_computed_tokens_per_turn": sum(c.prompt_tokens - c.cached_tokens for c in calls) / len(calls),
         }
         console.print(f"{name}: {wall:.1f} s wall, hit rate {figures[name]['hit_rate']:.3f}, "
                       f"median TTFT per turn (ms) {[round(x, 1) for x in figures[name]['ttft_ms']]}")
@@ -151,6 +153,10 @@ def sessions(
     if late:
         figures["median_ratio_from_turn_5"] = statistics.median(late)
         console.print(f"median TTFT ratio {a}/{b} from turn 5 on: {figures['median_ratio_from_turn_5']:.3f}")
+    console.print(f"mean prompt tokens per turn {a} {figures[a]['mean_prompt_tokens_per_turn']:.1f} vs {b} "
+                  f"{figures[b]['mean_prompt_tokens_per_turn']:.1f}; mean computed (uncached) tokens per turn "
+                  f"{a} {figures[a]['mean_computed_tokens_per_turn']:.1f} vs {b} "
+                  f"{figures[b]['mean_computed_tokens_per_turn']:.1f}")
     console.print(f"hit rate {a} {figures[a]['hit_rate']:.3f} vs {b} {figures[b]['hit_rate']:.3f}; "
                   f"history hit rate {figures[a]['history_hit_rate']:.3f} vs {figures[b]['history_hit_rate']:.3f}")
     if json_out is not None:
