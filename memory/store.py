@@ -44,10 +44,26 @@ def history_ids(session: Session, namespace: str, head_id: int) -> list[int]:
     return found
 
 
+def _bridge(session: Session, namespace: str, gone: int, successor: int, removed: set[int]) -> None:
+    in_ns = MemoryRow.namespace == namespace
+    preds = [i for i in session.scalars(select(MemoryRow.id).where(in_ns, MemoryRow.superseded_by_id == gone))
+             if i not in removed]
+    if preds:
+        session.execute(update(MemoryRow).where(in_ns, MemoryRow.id.in_(preds)).values(superseded_by_id=successor)
+                        .execution_options(synchronize_session=False))
+    session.execute(update(MemoryRow).where(in_ns, MemoryRow.id == successor, MemoryRow.supersedes_id == gone)
+                    .values(supersedes_id=max(preds) if preds else None)
+                    .execution_options(synchronize_session=False))
+
+
 def delete_with_history(
     session: Session, namespace: str, rows: list[MemoryRow], reason: str
 ) -> list[MemoryEvent]:
-    """Delete ``rows`` and, for active ones, the history they superseded; one DELETE event per row."""
+    """Delete ``rows`` and, for active ones, the history they superseded; one DELETE event per row.
+
+    Removing a superseded (history) row alone keeps the chain whole: its predecessors
+    are linked to its successor.
+    """
     ids: list[int] = []
     for row in rows:
         ids.append(row.id)
@@ -59,6 +75,9 @@ def delete_with_history(
             MemoryRow.namespace == namespace, MemoryRow.id.in_(ids)
         )).all()
     )
+    for row in rows:  # a history row removed alone: its predecessors now link to its successor
+        if not row.active and row.superseded_by_id is not None and row.superseded_by_id not in ids:
+            _bridge(session, namespace, row.id, row.superseded_by_id, set(ids))
     # Unlink first so the self-referencing foreign keys never point at a removed row.
     session.execute(
         update(MemoryRow)

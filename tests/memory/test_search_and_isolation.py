@@ -185,3 +185,14 @@ async def test_async_wrappers_run_add_and_search_off_the_event_loop(make_memory)
     hits = await mem.asearch("where does the user live?", "u1", k=1)
     assert [h.id for h in hits] == [events[0].id]
     assert mem.get(events[0].id, "u1").source.session_id == "session-9"
+
+
+def test_deleting_one_history_row_keeps_the_chain_linked(make_memory):
+    mem = make_memory()
+    ada = mem.add("My name is Ada", "u1")[0].id
+    bea = mem.add("My name is Bea", "u1")[0].id
+    cy = mem.add("My name is Cy", "u1")[0].id
+    assert [(e.event, e.id) for e in mem.delete(bea, "u1")] == [(EventType.DELETE, bea)]
+    assert [m.id for m in mem.history(cy, "u1")] == [cy, ada]
+    assert (mem.get(ada, "u1").superseded_by_id, mem.get(cy, "u1").supersedes_id) == (cy, ada)
+    assert [m.text for m in mem.list("u1")] == ["My name is Cy"]
