@@ -55,6 +55,13 @@ async def close_generation(engine: Any, gen: AsyncIterator[Any], request_id: str
                 await engine.abort(request_id)
 
 
+async def settle(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` if it still runs and wait until it has unwound (its errors are the caller's)."""
+    if not task.done():
+        task.cancel()
+    await asyncio.wait({task})
+
+
 async def wait_disconnect(request: Request, poll_s: float = 0.25) -> None:
     """Return when the client has gone away (for handlers that do not stream)."""
     while not await request.is_disconnected():

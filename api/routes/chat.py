@@ -7,13 +7,14 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 from fastapi import APIRouter, Depends, Request
 from sse_starlette.sse import EventSourceResponse
 
 from api.auth import require_owner
 from api.chat.completions import CompletionRun, stream_chunks
 from api.chat.prompt import prepare
-from api.engine_io import close_generation, engine_max_model_len, open_generation, wait_disconnect
+from api.engine_io import close_generation, engine_max_model_len, open_generation, settle, wait_disconnect
 from api.errors import error_body, loom_error_body
 from api.schemas.chat import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
 from runtime.errors import LoomError, NotFoundError, RequestAbortedError
@@ -79,6 +80,8 @@ async def _complete(services: Any, request: Request, run: CompletionRun, gen: As
         work.result()
     finally:
         watch.cancel()
+        with anyio.CancelScope(shield=True):
+            await settle(work)
         await close_generation(services.engine, gen, run.request_id, _finished(run))
     _record(services, run)
     return run.result()

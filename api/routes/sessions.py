@@ -19,7 +19,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from api import turns as T
 from api.auth import require_owner
-from api.engine_io import wait_disconnect
+from api.engine_io import settle, wait_disconnect
 from api.errors import error_body, loom_error_body
 from api.schemas.sessions import Deleted, MessageCreate, SessionCreate, SessionOut, TurnList, TurnOut
 from api.services import Services
@@ -157,6 +157,7 @@ async def _run_turn(services: Services, request: Request, turn_id: int, session_
     finally:
         watch.cancel()
         with anyio.CancelScope(shield=True):
+            await settle(work)  # a cancelled consumer must unwind before the stream can close
             await events.aclose()
     _finish_result(services, turn_id, result)
     return _stored(services, session_id, turn_id)

@@ -116,3 +116,21 @@ def test_oversize_message_is_400_and_the_message_is_kept(alice):
     assert [(t["state"], t["user_message"] == huge) for t in turns] == [("error", True), ("error", True)]
     ok = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "Short one."}).json()
     assert ok["state"] == "done"
+
+
+def test_client_gone_during_a_non_streamed_turn_interrupts_it(server, alice):
+    sid = _create(alice, sampling={"temperature": 0.0, "max_tokens": 900})["id"]
+    try:
+        httpx.post(f"{server.url}/v1/sessions/{sid}/messages", json={"content": "Write forever."},
+                   headers=alice.headers, timeout=0.5)
+    except httpx.TimeoutException:
+        pass  # the client hangs up after 0.5 s
+    health = server.wait_idle()
+    assert health["engine"]["kv_blocks_free"] == health["engine"]["kv_blocks_total"]
+    (turn,) = alice.get(f"/v1/sessions/{sid}/messages").json()["data"]
+    assert turn["user_message"] == "Write forever."
+    if turn["state"] != "interrupted":  # only a reply that ended on its own first may be done
+        assert turn["state"] == "done" and turn["usage"]["completion_tokens"] < 900
+    else:
+        assert turn["error"] == "client disconnected"
+    assert "RuntimeError" not in server.log()
