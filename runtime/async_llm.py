@@ -70,7 +70,7 @@ class AsyncLLM:
         if prompt_token_ids is None:
             if prompt is None:
                 raise InvalidRequestError("prompt_token_ids: give prompt_token_ids or prompt", param="prompt_token_ids")
-            prompt_token_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+            prompt_token_ids = self.tokenizer.encode(prompt)
         req = self.engine.make_request(prompt_token_ids, sampling_params, request_id or uuid.uuid4().hex)
         queue: asyncio.Queue = asyncio.Queue()
         self._submit(req, asyncio.get_running_loop(), queue)

@@ -65,12 +65,17 @@ class IncrementalDetokenizer:
         return self._check_stop(start)
 
     def _check_stop(self, piece_start: int) -> str | None:
+        """Earliest stop string the new piece completed; cuts ``text`` there."""
+        best: tuple[int, str] | None = None
         for stop in self.stop:
             idx = self.text.find(stop, max(0, piece_start - len(stop) + 1))
-            if idx != -1:
-                self.text = self.text[: idx + len(stop)] if self.include_stop else self.text[:idx]
-                return stop
-        return None
+            if idx != -1 and (best is None or idx < best[0]):
+                best = (idx, stop)
+        if best is None:
+            return None
+        idx, stop = best
+        self.text = self.text[: idx + len(stop)] if self.include_stop else self.text[:idx]
+        return stop
 
     def delta(self, finished: bool) -> str:
         """Text not yet returned, holding back a possible stop-string prefix unless ``finished``."""

@@ -87,7 +87,7 @@ class LLM:
             raise ValueError("prompts: give exactly one of prompts or prompt_token_ids")
         if prompts is not None:
             texts = [prompts] if isinstance(prompts, str) else list(prompts)
-            return [self.tokenizer.encode(t, add_special_tokens=False) for t in texts]
+            return [self.tokenizer.encode(t) for t in texts]
         ids = list(prompt_token_ids)
         if ids and isinstance(ids[0], int):
             return [ids]

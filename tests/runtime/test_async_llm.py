@@ -131,7 +131,7 @@ def test_llm_generate_returns_outputs_in_prompt_order(tiny_checkpoint):
     assert [len(o.token_ids) for o in outs] == [3, 5, 7]
     assert [o.prompt_token_ids for o in outs] == prompts
     text_outs = llm.generate(["def main():", "import os"], greedy(4), use_tqdm=False)
-    assert text_outs[0].prompt_token_ids == llm.tokenizer.encode("def main():", add_special_tokens=False)
+    assert text_outs[0].prompt_token_ids == llm.tokenizer.encode("def main():")
     assert set(llm.stats()) >= {
         "kv_blocks_total", "kv_blocks_free", "kv_blocks_cached", "prefix_cache_queries",
         "prefix_cache_hits", "num_preemptions", "num_running", "num_waiting",

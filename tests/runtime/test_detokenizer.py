@@ -57,6 +57,15 @@ def test_stop_string_spanning_tokens_with_include_stop_str_in_output(tokenizer):
     assert "".join(deltas) == text
 
 
+def test_with_several_stop_strings_text_ends_before_the_first_one_completed(tokenizer):
+    full = "one two three four"
+    stops = ["four", "two thr", "o t", "e t"]
+    text, deltas, stop = _stream(tokenizer, tokenizer.encode(full, add_special_tokens=False), stop=stops)
+    assert stop in stops
+    assert text == full[: full.index(stop)] == "".join(deltas)
+    assert not any(s in text for s in stops)
+
+
 def test_text_without_stop_match_is_held_back_only_by_longest_stop_minus_one(tokenizer):
     ids = tokenizer.encode("abcdefgh", add_special_tokens=False)
     detok = IncrementalDetokenizer(tokenizer.backend_tokenizer, [], SamplingParams(stop=["xyz"]))
