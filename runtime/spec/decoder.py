@@ -135,9 +135,10 @@ class SpecDecoder:
                 grammar.mask_draft_rows(logits, start, req.structured_state, d)
             start += len(d) + 1
         row_reqs = [r for r, d in zip(reqs, drafts) for _ in range(len(d) + 1)]
-        probs = torch.zeros_like(logits)
+        probs = None
         sampled = [i for i, r in enumerate(row_reqs) if not r.sampling_params.greedy]
-        if sampled:
+        if sampled:  # greedy rows only need the argmax
+            probs = torch.zeros_like(logits)
             idx = torch.tensor(sampled, device=logits.device)
             probs[idx] = filtered_probs(logits[idx], [row_reqs[i] for i in sampled])
         gens = {i: r.generator for i, r in enumerate(reqs) if r.generator is not None}

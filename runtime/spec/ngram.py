@@ -6,7 +6,7 @@ prompt plus the tokens generated so far, and propose the (up to) k tokens
 that followed it.  No model runs.  Among several occurrences the most recent
 one with a full k-token continuation wins (recent text predicts best; a match
 too close to the end would have a short continuation), else the most recent.
-The search is one vectorised comparison over a sliding window (numpy).
+The search looks only at earlier occurrences of the last token (numpy).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 
 class NgramProposer:
@@ -48,9 +47,22 @@ class NgramProposer:
             return []
         toks = np.asarray(token_ids, dtype=np.int64)[-self.max_context:]
         length = toks.shape[0]
+        if length < self.min_n + 1:
+            return []
+        # candidate starts: every earlier occurrence of the last token, then
+        # extended backwards; one vectorised pass per n over those few candidates
+        ends = np.flatnonzero(toks[:-1] == toks[-1])  # match of the last token ends here
         for n in range(min(self.max_n, length - 1), self.min_n - 1, -1):
-            start = _best_match(toks, n, k)
-            if start is not None:
+            cand = ends[ends >= n - 1]
+            if cand.size == 0:
+                continue
+            ok = np.ones(cand.size, dtype=bool)
+            for j in range(1, n):
+                ok &= toks[cand - j] == toks[length - 1 - j]
+            hits = cand[ok] - (n - 1)  # start of each matching n-gram
+            if hits.size:
+                full = hits[hits + n + k <= length]
+                start = int(full[-1]) if full.size else int(hits[-1])
                 return toks[start + n:start + n + k].tolist()
         return []
 
@@ -60,15 +72,3 @@ class NgramProposer:
         if ks is None:
             return [self.propose(c) for c in contexts]
         return [self.propose(c, k) for c, k in zip(contexts, ks)]
-
-
-def _best_match(toks: np.ndarray, n: int, k: int) -> int | None:
-    """Start of the chosen earlier occurrence of the last ``n`` tokens, or None."""
-    length = toks.shape[0]
-    # windows starting at 0 .. length-n-1: every occurrence except the suffix itself
-    windows = sliding_window_view(toks[:-1], n)
-    hits = np.flatnonzero((windows == toks[length - n:]).all(axis=1))
-    if hits.size == 0:
-        return None
-    full = hits[hits + n + k <= length]
-    return int(full[-1]) if full.size else int(hits[-1])

@@ -43,7 +43,7 @@ class VerifyResult:
 
 
 def rejection_sample(
-    target_probs: torch.Tensor,
+    target_probs: torch.Tensor | None,
     draft_token_ids: Sequence[Sequence[int]],
     is_greedy: Sequence[bool],
     draft_probs: torch.Tensor | None = None,
@@ -57,7 +57,8 @@ def rejection_sample(
         target_probs: float ``[T, V]``, ``T = sum_i (n_i + 1)``: for request i,
             ``n_i + 1`` consecutive rows = the target's (temperature / top-k /
             top-p / grammar-processed) distribution before each draft and after
-            the last one.
+            the last one.  May be ``None`` when every request is greedy and
+            ``target_argmax`` is given.
         draft_token_ids: ``B`` lists, request i's ``n_i`` drafted ids (may be empty).
         is_greedy: ``[B]`` whether request i decodes greedily.
         draft_probs: float ``[sum_i n_i, V]``, the draft distribution each draft
@@ -72,6 +73,10 @@ def rejection_sample(
     Returns:
         ``VerifyResult`` with ``1 <= len(token_ids[i]) <= n_i + 1``.
     """
+    if all(is_greedy):
+        if target_argmax is None:
+            target_argmax = target_probs.argmax(-1)
+        return _greedy(target_argmax.tolist(), draft_token_ids)
     device = target_probs.device
     b = len(draft_token_ids)
     n = torch.tensor([len(d) for d in draft_token_ids], dtype=torch.long, device=device)
@@ -109,6 +114,19 @@ def rejection_sample(
     drafts_l, acc_l, final_l = drafts.tolist(), num_acc.tolist(), final.tolist()
     out = [drafts_l[i][:acc_l[i]] + [final_l[i]] for i in range(b)]
     return VerifyResult(token_ids=out, num_accepted=acc_l)
+
+
+def _greedy(argmax: list[int], drafts: Sequence[Sequence[int]]) -> VerifyResult:
+    """All-greedy batch: accept while draft == argmax, then the argmax (plain lists)."""
+    out, accepted, row = [], [], 0
+    for d in drafts:
+        n = 0
+        while n < len(d) and d[n] == argmax[row + n]:
+            n += 1
+        out.append(list(d[:n]) + [argmax[row + n]])
+        accepted.append(n)
+        row += len(d) + 1
+    return VerifyResult(token_ids=out, num_accepted=accepted)
 
 
 def _uniform(b: int, k: int, device: torch.device,
