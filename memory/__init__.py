@@ -1,10 +1,17 @@
 """Loom long-term memory: facts per namespace in SQL, with duplicate/conflict-aware write-back.
 
->>> from memory import LongTermMemory
->>> mem = LongTermMemory("sqlite:///memory.db")
->>> mem.add("My name is Ada", namespace="user-1")          # [MemoryEvent(ADD ...)]
->>> mem.add("My name is Bea", namespace="user-1")          # [MemoryEvent(UPDATE ...)]
->>> mem.search("what is the user called?", namespace="user-1")
+Usage::
+
+    from memory import LongTermMemory
+    mem = LongTermMemory("sqlite:///memory.db")
+    mem.add("My name is Ada", namespace="user-1")   # [MemoryEvent(ADD #1)]
+    mem.add("My name is Bea", namespace="user-1")   # [MemoryEvent(UPDATE #2, previous_id=1)]
+    mem.search("what is the user called?", namespace="user-1")  # [MemoryHit(#2 ...)]
+
+Modules: ``long_term`` (public class), ``policy`` + ``text`` (ADD/UPDATE/NOOP rules),
+``scoring`` (rank and eviction formulas), ``search`` + ``snapshot`` (exact search,
+vector cache), ``writes`` (locked write path), ``models`` + ``db`` + ``store`` (SQL),
+``extractors`` (facts from a turn), ``embedder`` (protocol and MiniLM default).
 """
 
 from .embedder import Embedder, SentenceTransformerEmbedder, default_embedder

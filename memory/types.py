@@ -85,6 +85,8 @@ class MemoryHit:
         text: memory text.
         score: blended rank score (similarity, recency, use; see ``memory.scoring``).
         similarity: cosine similarity of query and memory in [-1, 1].
+        created_at: when the memory was written (Unix seconds).
+        last_used_at / use_count: as ranked, before this search counted as a use.
     """
 
     id: int
