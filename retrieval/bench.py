@@ -4,8 +4,9 @@ Run ``python -m retrieval.bench --index DIR`` (DIR is ingested with ``stdlib:``
 first when empty).  It prints, and writes as JSON with ``--json``:
 
 1. ingestion chunks/s (only when it ingested DIR itself);
-2. recall@5 and MRR@10 of hybrid vs dense-only vs BM25-only on the known-item
-   sets of :mod:`retrieval.evalset`;
+2. recall@5 and MRR@10 of hybrid (identifier-weighted RRF, the default) vs
+   plain RRF vs dense-only vs BM25-only on the known-item sets of
+   :mod:`retrieval.evalset`;
 3. end-to-end ``Retriever.search`` latency (query embedding + FAISS + BM25 +
    fusion + SQLite fetch), p50/p99 in ms, per mode, at each ``--sizes`` size,
    with the query-embedding time alone as the peer figure.
@@ -173,10 +174,14 @@ def main(argv: list[str] | None = None) -> dict:
                             "chunks_per_s": st.chunks_per_s}
     queries = build_queries(r.store, per_set=args.per_set)
     quality = evaluate(r, queries)
+    weight, r.identifier_weight = r.identifier_weight, 1.0  # peer: plain, unweighted RRF
+    for kind, modes in evaluate(r, queries, modes=("hybrid",)).items():
+        quality[kind]["hybrid_plain_rrf"] = modes["hybrid"]
+    r.identifier_weight = weight
     result["quality"] = quality
     for kind, modes in quality.items():
         for mode, m in modes.items():
-            logger.info("quality %-8s %-6s recall@5=%.3f MRR@10=%.3f (n=%d)", kind, mode,
+            logger.info("quality %-8s %-16s recall@5=%.3f MRR@10=%.3f (n=%d)", kind, mode,
                         m["recall@5"], m["mrr@10"], m["n"])
     texts = [q.text for q in random.Random(1).sample(queries, min(args.queries, len(queries)))]
     work = args.work or args.index.parent / "bench_synthetic"

@@ -34,6 +34,15 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*|\d+(?:\
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 
+_IDENT = re.compile(r"[A-Za-z_]\w*\.[A-Za-z_]|[A-Za-z0-9]_[A-Za-z0-9]|[a-z][A-Z]|\w\(\)")
+
+
+def looks_like_identifier(query: str) -> bool:
+    """True when the query holds a code identifier: a dotted name
+    (``os.path``), snake_case, camelCase/CamelCase inner capital, or ``f()``."""
+    return bool(_IDENT.search(query))
+
+
 def bm25_tokenize(text: str) -> list[str]:
     """Lower-cased word tokens with dotted, snake_case and CamelCase names expanded."""
     out: list[str] = []

@@ -8,7 +8,8 @@ shared per process.
 
 Search modes: ``dense`` (cosine over MiniLM vectors), ``bm25`` (keywords with
 identifier-aware tokens) and ``hybrid`` (default: both fused by reciprocal
-rank fusion).  Results are ordered by score, then chunk id, so equal inputs
+rank fusion, the BM25 list weighted up when the query looks like a code
+identifier).  Results are ordered by score, then chunk id, so equal inputs
 give equal output.  Ingestion lives in :mod:`retrieval.ingest`.
 """
 
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from runtime.errors import NotFoundError
-from retrieval.bm25 import BM25Index
+from retrieval.bm25 import BM25Index, looks_like_identifier
 from retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, Chunker
 from retrieval.embedder import DEFAULT_MODEL, Embedder
 from retrieval.fusion import order_by_score, rrf_fuse
@@ -54,6 +55,11 @@ class Retriever:
         hnsw_threshold: vectors above which FAISS switches to HNSW (20,000).
         rebuild_ratio: HNSW tombstone fraction that triggers a compaction (0.2).
         candidates: depth of each ranked list fed to fusion (at least ``4 k``).
+        identifier_weight: weight of the BM25 list in the fusion when the
+            query looks like a code identifier (``os.path.join``,
+            ``move_to_end``, ``OrderedDict``); 1.0 = plain RRF.  Exact keyword
+            evidence is what dense embeddings blur on such queries; 3.0 was
+            picked on the stdlib known-item set (see ``retrieval.bench``).
 
     Raises:
         ValueError: settings that contradict the ones the index was built with.
@@ -62,7 +68,8 @@ class Retriever:
     def __init__(self, index_dir: str | Path, embedder: Embedder | str | None = None,
                  chunk_tokens: int | None = None, overlap_tokens: int | None = None,
                  hnsw_threshold: int = 20_000, rebuild_ratio: float = 0.2,
-                 ef_search: int = 64, candidates: int = 50) -> None:
+                 ef_search: int = 64, candidates: int = 50,
+                 identifier_weight: float = 3.0) -> None:
         if not 0 < rebuild_ratio <= 1:
             raise ValueError(f"rebuild_ratio: must be in (0, 1], got {rebuild_ratio}")
         self.index_dir = Path(index_dir)
@@ -77,6 +84,7 @@ class Retriever:
             self.embedder = Embedder(self.settings["model"])
         self.hnsw_threshold, self.rebuild_ratio = hnsw_threshold, rebuild_ratio
         self.ef_search, self.candidates = ef_search, candidates
+        self.identifier_weight = identifier_weight
         self._index: VectorIndex | None = None
         self._bm25: BM25Index | None = None
         self._tombstones: set[int] | None = None
@@ -243,7 +251,8 @@ class Retriever:
             return dense or []
         if mode == "bm25":
             return bm25 or []
-        return rrf_fuse([[i for i, _ in dense or []], [i for i, _ in bm25 or []]])
+        w = self.identifier_weight if looks_like_identifier(query) else 1.0
+        return rrf_fuse([[i for i, _ in dense or []], [i for i, _ in bm25 or []]], weights=[1.0, w])
 
     def _hits(self, ranked: list[tuple[int, float]]) -> list[Hit]:
         rows = self.store.rows_by_faiss_ids([i for i, _ in ranked])

@@ -41,3 +41,17 @@ def test_ties_are_broken_by_id() -> None:
 def test_rrf_rejects_bad_k() -> None:
     with pytest.raises(ValueError, match="k"):
         rrf_fuse([[1]], k=0)
+
+
+def test_identifier_detection_for_fusion_weights() -> None:
+    from retrieval.bm25 import looks_like_identifier
+
+    assert all(map(looks_like_identifier, ["os.path.join", "move_to_end", "OrderedDict",
+                                           "call gather() twice", "asyncio.gather tasks"]))
+    assert not any(map(looks_like_identifier, ["join two paths", "Mutable sequence types",
+                                               "typesseq-mutable", "version 3.11"]))
+
+
+def test_weighted_rrf_scales_each_lists_contribution() -> None:
+    fused = dict(rrf_fuse([[1], [2]], weights=[1.0, 3.0]))
+    assert fused == {2: pytest.approx(3 / 61), 1: pytest.approx(1 / 61)}
