@@ -1,8 +1,13 @@
 """In-process target: requests stream straight from a ``runtime.AsyncLLM``.
 
-Times are taken client-side as each ``RequestOutput`` reaches the consumer
-(what a caller observes, as vLLM's benchmark measures over HTTP); the
-engine's own timestamps (arrival, first token, per-token) feed the ledger.
+The send time is taken just before submission; a chunk is one
+``RequestOutput`` delta (the tokens one engine step produced: several under
+speculative decoding) stamped with the engine's time for its last token.
+Stamping on receipt instead would add the harness's own event-loop lag (the
+engine thread holds the GIL while it steps, so deliveries to a busy consumer
+bunch up and fake near-zero ITLs); that lag is recorded per request as
+``client_lag_ms`` (mean receipt minus engine time).  The engine's timestamps
+(arrival, first token, per-token) also feed the ledger.
 Every output token gets a class (``reasoning``, ``tool_call``, ``output``)
 from ``orchestrator.parsers.StreamingParser`` run over its text, as the agent
 classifies its own tokens.
@@ -70,20 +75,24 @@ class InprocTarget(EngineTarget):
         classify = OutputClassifier(self.tokenizer)
         res = Outcome(send_time=time.monotonic(), prompt_tokens=len(req.prompt_ids))
         last = None
+        lags: list[float] = []
         try:
             async for out in self.llm.generate(prompt_token_ids=req.prompt_ids, sampling_params=params,
                                                request_id=req.request_id):
                 now = time.monotonic()
                 last = out
                 if out.new_token_ids:
+                    stamp = out.token_times[-1] if out.token_times else now
+                    lags.append(now - stamp)
                     classes = [classify.add(t) for t in out.new_token_ids]
                     res.output_classes.extend(classes)
-                    res.chunks.append(Chunk(now, len(out.new_token_ids), any(c != "reasoning" for c in classes)))
+                    res.chunks.append(Chunk(stamp, len(out.new_token_ids), any(c != "reasoning" for c in classes)))
         except Exception as exc:  # noqa: BLE001 - one failed request is recorded, the run goes on
             logger.warning("request %s failed: %s", req.request_id, exc)
             res.error = f"{type(exc).__name__}: {exc}"
         if last is not None:
             self._fill(res, last)
+            res.extra["client_lag_ms"] = 1000.0 * sum(lags) / len(lags) if lags else None
         return res
 
     @staticmethod
