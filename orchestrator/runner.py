@@ -106,7 +106,7 @@ class TurnRunner:
             if call.error is not None:
                 return cid, call.name or "", f"Error: malformed tool call: {call.error}", True, 0.0
             res = await a.registry.call(call.name, call.arguments)
-            return cid, call.name, res.content, res.is_error, getattr(res, "duration_ms", 0.0)
+            return cid, call.name, res.content, res.is_error, res.elapsed_ms
 
         t0 = time.perf_counter()
         results = await asyncio.gather(*(one(c) for c in outcome.calls))

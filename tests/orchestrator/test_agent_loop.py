@@ -185,3 +185,10 @@ async def test_consumer_stopping_early_leaves_a_consistent_session(tokenizer, to
     llm.replies = ["fresh answer"]
     result = await agent.arun("again", session=session)
     assert result.final_state == "done" and result.answer == "fresh answer"
+
+
+async def test_tool_result_records_carry_the_tool_duration(tokenizer, tool_set) -> None:
+    agent = Agent(ScriptedLLM(tokenizer, [call("slow_echo", '{"text": "x"}'), "ok"]), tools=tool_set)
+    result = await agent.arun("go")
+    assert result.tool_results[0].duration_ms >= 290.0
+    assert result.timings["tools"] >= 290.0 and result.timings["total"] >= result.timings["model"]
