@@ -90,11 +90,15 @@ def test_greedy_with_speculation_equals_greedy_without(tiny_checkpoint, tmp_path
     assert stats["num_steps"] < base_stats["num_steps"]
 
 
-def test_draft_model_equal_to_target_accepts_every_drafted_token(tiny_checkpoint) -> None:
+@pytest.mark.parametrize("pressure", [False, True])
+def test_draft_model_equal_to_target_accepts_every_drafted_token(tiny_checkpoint, pressure) -> None:
+    # under preemption, chunked prefill and prefix hits too: the draft's KV (shared
+    # block tables, lazy catch-up) must stay exactly the target's
     path = tiny_checkpoint("llama")
     spec = SpeculativeConfig(method="draft_model", draft_model=str(path), num_speculative_tokens=3,
                              disable_by_batch_size=None)
-    outs, stats = _run(path, spec, num_kv_blocks=256, max_model_len=512)
+    outs, stats = _run(path, spec, **(_PRESSURE if pressure else dict(num_kv_blocks=256, max_model_len=512)))
+    assert (stats["num_preemptions"] > 0) == pressure
     assert stats["spec_num_draft_tokens"] > 100
     assert stats["spec_num_accepted_tokens"] == stats["spec_num_draft_tokens"]
     assert stats["spec_acceptance_rate"] == 1.0
