@@ -72,7 +72,8 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
             ``model`` then only supplies the tokenizer).
         out: output folder (default ``evals-out/<suite>-<time>``).
         compare: variants, each ``"KEY=VALUE[,KEY=VALUE]"`` (see :mod:`evals.settings`).
-        baseline: ``"hf"``: the same requests through transformers ``generate`` (concurrency 1).
+        baseline: ``"hf"``: the same requests and arrivals through transformers ``generate``
+            (one request at a time: the others queue, and their TTFT includes the wait).
         concurrency / rate: conversations in flight / Poisson arrivals per second.
         num_requests: requests (single-turn suites) or conversations (``sessions``, ``rag``).
         seed: workload and sampling seed (same seed, same requests).
@@ -101,6 +102,8 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
     variants = [parse_variant(c) for c in compare]
     if is_http and variants:
         raise ValueError("compare: engine settings cannot be changed on an HTTP target; run `loom serve` per variant")
+    if baseline and suite == "rag":
+        raise ValueError("baseline: the rag suite runs the agent; an HF baseline applies to the engine suites")
     if is_http and suite == "rag":
         raise ValueError("suite: 'rag' runs the agent in process; use --target inproc")
     for v in variants:
@@ -166,8 +169,7 @@ async def _run_all(workload: Workload, model: str, target: str, plan: list[tuple
         for name, settings, kind in jobs:
             tgt = await _make_target(kind, workload, model, target, settings, out_dir / name, api_key)
             try:
-                conc = 1 if kind == "hf" else concurrency
-                vr = await run_variant(tgt, workload, name, settings, prices, out_dir / name, conc, rate,
+                vr = await run_variant(tgt, workload, name, settings, prices, out_dir / name, concurrency, rate,
                                        progress=bar.callback(name, workload.num_requests))
             finally:
                 await tgt.close()

@@ -1,8 +1,9 @@
 """Baseline target: the same requests through Hugging Face transformers ``generate``.
 
 Greedy, one request at a time (``generate`` has no continuous batching or
-paged KV cache; requests queue on a lock, so run it at concurrency 1 to see
-its own latency).  A ``transformers`` streamer stamps each new token as
+paged KV cache): the run sends it the same arrivals as the engine, requests
+queue on a lock, and the send time is taken before the wait, so TTFT
+includes queueing as it would for a server built on ``generate``.  A ``transformers`` streamer stamps each new token as
 ``generate`` produces it, giving TTFT, ITL and E2EL on the same clock as the
 other targets; nothing is served from a prefix cache.
 """
