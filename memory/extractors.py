@@ -4,8 +4,9 @@
   that ...", "my name is ...", "I live in ...", "my favourite X is Y", "I prefer
   ...") with regular expressions; it works with any model, including none, and
   rewrites them in the third person ("User's name is Bob") so memories read
-  unambiguously when shown to the model later.
-* :class:`LLMExtractor` asks a model for ``{"facts": [...]}`` through a
+  unambiguously when shown to the model later.  "forget that ..." becomes a
+  :class:`~memory.types.ForgetRequest`, which ``LongTermMemory.add`` turns into a DELETE.
+* :class:`LLMExtractor` asks a model for ``{"facts": [...], "forget": [...]}`` through a
   ``generate(prompt, json_schema) -> str`` callable, so the orchestrator can pass
   its engine with constrained decoding (the schema is then always satisfied).
   Unparseable output falls back to the rule-based extractor (or raises with
@@ -23,6 +24,8 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
+
+from .types import ForgetRequest
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +90,10 @@ _CANONICAL_EXPLICIT: list[tuple[re.Pattern[str], str]] = [
 _REMEMBER = re.compile(
     r"^(?:please\s+)?(?:remember|note|keep in mind|don't forget)(?:\s+that)?\s*[:,]?\s+(?P<fact>.+)$", re.I
 )
+_FORGET = re.compile(
+    r"^(?:please\s+)?(?:forget|stop remembering|delete|erase)(?:\s+(?:that|about|the fact that))?\s*[:,]?\s+(?P<fact>.+)$",
+    re.I,
+)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _LEAD = re.compile(r"^(?:(?:hi|hello|hey|well|ok|okay|so|also|btw|by the way|oh|and|actually)\b[\s,!]*)+", re.I)
 _CLAUSE = re.compile(r",?\s+and\s+(?=(?:i|i'm|my)\b)", re.I)
@@ -133,6 +140,11 @@ class RuleBasedExtractor:
         return list(dict.fromkeys(f for f in facts if f))
 
     def _from_sentence(self, sentence: str) -> list[str]:
+        m = _FORGET.match(_LEAD.sub("", sentence))
+        if m:
+            payload = m.group("fact").strip()
+            canonical = _canonical(payload, _CANONICAL) or _canonical(payload, _CANONICAL_EXPLICIT)
+            return [ForgetRequest(canonical or _clean(payload))]
         m = _REMEMBER.match(_LEAD.sub("", sentence))
         if m:
             payload = m.group("fact").strip()
@@ -156,7 +168,8 @@ constraints. Ignore small talk, questions and anything about the assistant.
 Write each fact as one short third-person sentence starting with "User", and name the
 attribute when there is one, e.g. "User's name is Ada", "User lives in Paris",
 "User's favourite language is Rust", "User does not eat meat".
-Answer with JSON: {{"facts": [...]}} (an empty list when there is nothing to remember).
+If the user asks to forget something, put that fact in "forget" instead.
+Answer with JSON: {{"facts": [...], "forget": [...]}} (empty lists when there is nothing).
 
 Conversation:
 {conversation}
@@ -164,7 +177,7 @@ Conversation:
 
 
 def facts_schema(max_facts: int = 20) -> dict:
-    """JSON schema of the extractor's answer: ``{"facts": [str, ...]}``."""
+    """JSON schema of the extractor's answer: ``{"facts": [str, ...], "forget": [str, ...]}`` (forget optional)."""
     return {
         "type": "object",
         "properties": {
@@ -172,7 +185,12 @@ def facts_schema(max_facts: int = 20) -> dict:
                 "type": "array",
                 "items": {"type": "string", "minLength": 1, "maxLength": 300},
                 "maxItems": max_facts,
-            }
+            },
+            "forget": {
+                "type": "array",
+                "items": {"type": "string", "minLength": 1, "maxLength": 300},
+                "maxItems": max_facts,
+            },
         },
         "required": ["facts"],
         "additionalProperties": False,
@@ -216,7 +234,7 @@ class LLMExtractor:
         return FACTS_PROMPT.format(conversation="\n".join(lines))
 
     def extract(self, messages: Sequence[Message]) -> list[str]:
-        """Facts the model listed, stripped, de-duplicated, at most ``max_facts``.
+        """Facts the model listed, then its forget requests; stripped, de-duplicated, at most ``max_facts`` each.
 
         Raises:
             ValueError: (naming ``extractor``) with ``strict=True`` when the output is not
@@ -230,11 +248,15 @@ class LLMExtractor:
                 raise
             logger.warning("LLMExtractor: %s; falling back to %s", exc, type(self.fallback).__name__)
             return self.fallback.extract(messages) if self.fallback is not None else []
-        return list(dict.fromkeys(f.strip() for f in facts if f.strip()))[: self.max_facts]
+        keep = list(dict.fromkeys(f.strip() for f in facts if not isinstance(f, ForgetRequest) and f.strip()))
+        drop = list(dict.fromkeys(f.strip() for f in facts if isinstance(f, ForgetRequest) and f.strip()))
+        return keep[: self.max_facts] + [ForgetRequest(f) for f in drop[: self.max_facts]]
 
 
 def parse_facts(raw: str) -> list[str]:
-    """Parse ``{"facts": [...]}`` or ``[...]``; items are strings or ``{"text"|"fact": str}``.
+    """Parse ``{"facts": [...], "forget": [...]}`` or ``[...]``; items are strings or ``{"text"|"fact": str}``.
+
+    Entries of ``forget`` come back as :class:`ForgetRequest`, after the facts.
 
     Raises:
         ValueError: (naming ``extractor``) when ``raw`` has another shape.
@@ -243,15 +265,20 @@ def parse_facts(raw: str) -> list[str]:
         data = json.loads(raw)
     except (json.JSONDecodeError, TypeError) as exc:
         raise ValueError(f"extractor: model output is not JSON ({exc}): {str(raw)[:80]!r}") from exc
+    forget: Any = []
     if isinstance(data, dict):
-        data = data.get("facts")
-    if not isinstance(data, list):
+        data, forget = data.get("facts"), data.get("forget") or []
+    if not isinstance(data, list) or not isinstance(forget, list):
         raise ValueError(f"extractor: expected a list of facts, got {type(data).__name__}")
-    facts = []
-    for item in data:
+    return _strings(data) + [ForgetRequest(f) for f in _strings(forget)]
+
+
+def _strings(items: list) -> list[str]:
+    out = []
+    for item in items:
         if isinstance(item, dict):
             item = item.get("text", item.get("fact"))
         if not isinstance(item, str):
             raise ValueError(f"extractor: fact must be a string, got {type(item).__name__}")
-        facts.append(item)
-    return facts
+        out.append(item)
+    return out

@@ -46,7 +46,7 @@ from .models import MemoryRow
 from .scoring import ScoringConfig
 from .search import rank
 from .snapshot import NamespaceIndex
-from .types import MemoryEvent, MemoryHit, MemoryItem, MemorySource
+from .types import ForgetRequest, MemoryEvent, MemoryHit, MemoryItem, MemorySource
 
 logger = logging.getLogger(__name__)
 
@@ -135,6 +135,9 @@ class LongTermMemory:
     ) -> list[MemoryEvent]:
         """Store a fact (a string) or the facts the extractor finds in chat messages.
 
+        A :class:`ForgetRequest` among the facts (the extractors emit one for "forget
+        that ...") deletes the memory it names instead (DELETE, reason ``forget``).
+
         Returns one event per fact (ADD, UPDATE or NOOP) in order, then DELETE events
         for memories forgotten by TTL or capacity during the call.  No facts -> ``[]``.
 
@@ -146,7 +149,8 @@ class LongTermMemory:
         if isinstance(text_or_messages, str):
             if not text_or_messages.strip():
                 raise ValueError("text: empty memory text")
-            facts = [text_or_messages.strip()]
+            text = text_or_messages.strip()
+            facts = [ForgetRequest(text) if isinstance(text_or_messages, ForgetRequest) else text]
         elif isinstance(text_or_messages, Sequence):
             facts = self.extractor.extract(list(text_or_messages))
         else:

@@ -109,3 +109,23 @@ def decide(
             return Decision(EventType.NOOP, "duplicate", target)
         return Decision(EventType.UPDATE, "revision", target)
     return Decision(EventType.ADD, "new")
+
+
+def forget_targets(request: str, vector: np.ndarray, snap: Snapshot, *, conflict_threshold: float) -> list[int]:
+    """Active memories a forget request names: the same slot (and value, when one is
+    given: "forget my address", "forget that I live in Paris"), else the most similar
+    memory when its cosine is >= ``conflict_threshold``; ``[]`` when nothing matches.
+    """
+    if len(snap) == 0:
+        return []
+    slot = T.slot_of(request)
+    subject = slot[0] if slot else T.subject_of(request)
+    if subject is not None:
+        same = [j for j, s in enumerate(snap.slots) if s == subject]
+        if slot is not None:
+            same = [j for j in same if (T.slot_of(snap.texts[j]) or ("", ""))[1] == slot[1]]
+        if same:
+            return [int(snap.ids[j]) for j in same]
+    sims = snap.similarities(vector)
+    best = int(np.argmax(sims))
+    return [int(snap.ids[best])] if float(sims[best]) >= conflict_threshold else []

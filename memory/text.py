@@ -98,6 +98,12 @@ def slot_of(text: str) -> tuple[str, str] | None:
     return None
 
 
+def subject_of(text: str) -> str | None:
+    """The slot a bare subject names: ``"my address"`` / ``"User's favourite colour"`` -> slot, else ``None``."""
+    m = re.match(rf"^{_SUBJECT} (?P<slot>[a-z][a-z' ]{{0,40}})$", normalize(text))
+    return " ".join(_SLOT_ALIASES.get(w, w) for w in m.group("slot").split()) if m else None
+
+
 def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     """|a ∩ b| / |a ∪ b| (1.0 for two empty sets)."""
     union = a | b

@@ -21,6 +21,16 @@ class EventType(str, enum.Enum):
     DELETE = "DELETE"  # a memory (and its history) was removed: on request, by TTL or by capacity
 
 
+class ForgetRequest(str):
+    """A statement the user asked to forget ("forget that I live in Paris").
+
+    Extractors return it among the facts; :meth:`LongTermMemory.add` deletes the
+    matching memory with its history (DELETE, reason ``forget``) instead of storing it.
+    """
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True)
 class MemorySource:
     """Where a memory came from: the session id and the turn index (0-based) in it."""
@@ -64,7 +74,7 @@ class MemoryEvent:
         previous_id: for UPDATE the superseded memory (still stored, inactive).
         previous_text: its text.
         reason: why: ``new``, ``exact``, ``duplicate``, ``revision``, ``slot:<name>``,
-            ``negation``, ``number``, ``capacity``, ``ttl``, ``request``.
+            ``negation``, ``number``, ``capacity``, ``ttl``, ``request``, ``forget``.
     """
 
     event: EventType

@@ -21,10 +21,10 @@ from sqlalchemy.orm import Session
 from . import store
 from . import text as T
 from .models import MemoryRow, NamespaceRow
-from .policy import decide
+from .policy import decide, forget_targets
 from .scoring import ScoringConfig, eviction_order
 from .snapshot import NamespaceIndex, Snapshot
-from .types import EventType, MemoryEvent, MemorySource
+from .types import EventType, ForgetRequest, MemoryEvent, MemorySource
 
 
 def ensure_namespace(engine: Engine, namespace: str) -> None:
@@ -58,7 +58,8 @@ def locked_transaction(engine: Engine, namespace: str) -> Iterator[tuple[Session
 def apply_facts(session: Session, namespace: str, facts: list[str], vecs: np.ndarray, src: MemorySource,
                 now: float, snap: Snapshot, *, duplicate_threshold: float,
                 conflict_threshold: float) -> tuple[list[MemoryEvent], Snapshot]:
-    """Decide and write each fact in order (later facts see earlier ones); one event per fact.
+    """Decide and write each fact in order (later facts see earlier ones); one event per fact,
+    DELETE events (reason ``forget``) for each :class:`ForgetRequest` that matched.
 
     Args:
         vecs: the facts' embeddings, float32 ``[len(facts), D]``, unit rows.
@@ -67,6 +68,10 @@ def apply_facts(session: Session, namespace: str, facts: list[str], vecs: np.nda
     events = []
     in_ns = MemoryRow.namespace == namespace
     for fact, vec in zip(facts, vecs):
+        if isinstance(fact, ForgetRequest):
+            forgotten, snap = _forget(session, namespace, fact, vec, snap, conflict_threshold)
+            events += forgotten
+            continue
         d = decide(fact, vec, snap, duplicate_threshold=duplicate_threshold, conflict_threshold=conflict_threshold)
         if d.event is EventType.NOOP:
             target = d.targets[0]
@@ -100,6 +105,17 @@ def apply_facts(session: Session, namespace: str, facts: list[str], vecs: np.nda
                                   previous_id=d.targets[0] if d.targets else None,
                                   previous_text=previous_text, reason=d.reason))
     return events, snap
+
+
+def _forget(session: Session, namespace: str, request: ForgetRequest, vec: np.ndarray, snap: Snapshot,
+            conflict_threshold: float) -> tuple[list[MemoryEvent], Snapshot]:
+    targets = forget_targets(request, vec, snap, conflict_threshold=conflict_threshold)
+    if not targets:
+        return [], snap
+    rows = list(session.scalars(select(MemoryRow).where(
+        MemoryRow.namespace == namespace, MemoryRow.id.in_(targets)).order_by(MemoryRow.id.desc())))
+    events = store.delete_with_history(session, namespace, rows, "forget")
+    return events, snap.without({e.id for e in events})
 
 
 def expired_rows(session: Session, namespace: str, now: float, ttl_s: float | None) -> list[MemoryRow]:

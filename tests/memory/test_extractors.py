@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from memory import EventType, LLMExtractor, RuleBasedExtractor, facts_schema, parse_facts
+from memory import EventType, ForgetRequest, LLMExtractor, RuleBasedExtractor, facts_schema, parse_facts
 
 
 def user(text: str) -> dict:
@@ -115,8 +115,9 @@ def test_llm_extractor_on_the_real_engine_with_constrained_decoding(checkpoint_f
     def generate(prompt: str, json_schema: dict) -> str:
         ids = llm.tokenizer.apply_chat_template([{"role": "user", "content": prompt}],
                                                 add_generation_prompt=True, return_dict=False)
-        # One fact of at most 300 characters: 400 tokens always reach the closing brace.
-        params = SamplingParams(temperature=0.0, max_tokens=400,
+        # One fact and one forget request of at most 300 characters each: 800 tokens
+        # always reach the closing brace.
+        params = SamplingParams(temperature=0.0, max_tokens=800,
                                 structured_output=StructuredOutputParams(json=json_schema))
         out = llm.generate(prompt_token_ids=[ids], sampling_params=params, use_tqdm=False)[0]
         assert out.finish_reason == "stop"
@@ -124,7 +125,60 @@ def test_llm_extractor_on_the_real_engine_with_constrained_decoding(checkpoint_f
 
     extractor = LLMExtractor(generate, max_facts=1, strict=True)
     facts = extractor.extract([user("My name is Ada and I live in Paris.")])
-    assert len(facts) <= 1 and all(isinstance(f, str) and 0 < len(f) <= 300 for f in facts)
+    kept = [f for f in facts if not isinstance(f, ForgetRequest)]
+    assert len(kept) <= 1 and len(facts) - len(kept) <= 1
+    assert all(isinstance(f, str) and 0 < len(f) <= 300 for f in facts)
     mem = make_memory(extractor=extractor)
     events = mem.add([user("My name is Ada and I live in Paris.")], "u1")
-    assert [e.text for e in events] == facts  # greedy: the same answer again, stored as given
+    # Greedy: the same answer again; its fact is stored as given (a forget request may delete it again).
+    assert [e.text for e in events if e.event is EventType.ADD] == kept
+    assert {e.event for e in events} <= {EventType.ADD, EventType.DELETE}
+
+
+@pytest.mark.parametrize(
+    ("said", "request_text"),
+    [
+        ("Please forget that I live in Paris.", "User lives in Paris"),
+        ("forget my address", "My address"),
+        ("Forget about the meeting on Monday", "The meeting on Monday"),
+    ],
+)
+def test_rule_based_extractor_turns_forget_statements_into_forget_requests(said, request_text):
+    [request] = RuleBasedExtractor().extract([user(said)])
+    assert isinstance(request, ForgetRequest) and request == request_text
+
+
+def test_dont_forget_is_a_remember_request():
+    [fact] = RuleBasedExtractor().extract([user("Don't forget that I love jazz")])
+    assert fact == "User loves jazz" and not isinstance(fact, ForgetRequest)
+
+
+def test_forget_statement_deletes_the_named_memory_with_history(make_memory):
+    mem = make_memory()
+    old = mem.add("User lives in Paris", "u1")[0]
+    new = mem.add([user("I moved to Lyon")], "u1")[0]
+    other = mem.add("User plays the cello", "u1")[0]
+    events = mem.add([user("Please forget where I live. Forget that I live in Lyon.")], "u1")
+    assert [(e.event, e.id, e.reason) for e in events] == [
+        (EventType.DELETE, new.id, "forget"), (EventType.DELETE, old.id, "forget")]
+    assert [m.id for m in mem.list("u1", include_inactive=True)] == [other.id]
+
+
+def test_forget_by_subject_and_unmatched_forget_requests(make_memory):
+    mem = make_memory()
+    addr = mem.add("My address is 12 Baker Street", "u1")[0]
+    mem.add("My address is 12 Baker Street", "u2")
+    assert mem.add([user("forget my favourite colour")], "u1") == []  # nothing of that kind stored
+    events = mem.add([user("Forget my address!")], "u1")
+    assert [(e.event, e.id) for e in events] == [(EventType.DELETE, addr.id)]
+    assert mem.list("u1") == []
+    assert [m.text for m in mem.list("u2")] == ["My address is 12 Baker Street"]  # other namespace kept
+
+
+def test_llm_extractor_forget_list_becomes_delete(make_memory):
+    model = ScriptedModel(json.dumps({"facts": ["User lives in Paris"]}),
+                          json.dumps({"facts": [], "forget": ["User lives in Paris"]}))
+    mem = make_memory(extractor=LLMExtractor(model))
+    added = mem.add([user("I live in Paris")], "u1")[0]
+    events = mem.add([user("Actually, forget where I live")], "u1")
+    assert [(e.event, e.id, e.reason) for e in events] == [(EventType.DELETE, added.id, "forget")]
