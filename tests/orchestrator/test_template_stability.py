@@ -129,3 +129,25 @@ def test_stripped_reasoning_drops_only_the_think_block(tokenizer) -> None:
     keep = ContextBuilder(tokenizer, "", None, ContextBudget(max_model_len=4096), keep_reasoning=True)
     assert "long thoughts" in tokenizer.decode(keep.build(items, 2).token_ids, skip_special_tokens=False)
     assert to_message(item, keep_reasoning=False).get("reasoning_content") is None
+
+
+def test_unstable_template_is_detected_and_prompts_stay_prefix_extending(tokenizer, caplog) -> None:
+    import copy
+
+    tok = copy.deepcopy(tokenizer)
+    old = "{%- if message.reasoning_content is string %}"
+    assert old in tok.chat_template
+    # shows reasoning on the newest message only, as Qwen3's official template strips older reasoning
+    tok.chat_template = tok.chat_template.replace(old, "{%- if message.reasoning_content is string and loop.last %}")
+    b = ContextBuilder(tok, "sys", None, ContextBudget(max_model_len=4096))
+    items = b.turn_items([], 1, "q1")
+    first = b.build(items, 1).token_ids
+    reply = tok("<think>\nhm\n</think>\n\na1<|im_end|>", add_special_tokens=False)["input_ids"]
+    item = b.assistant_item(1, reply, content="a1", reasoning_content="hm")
+    items.append(item)
+    with caplog.at_level("WARNING"):
+        items += b.turn_items(items, 2, "q2")
+    second = b.build(items, 2).token_ids
+    assert not b.renderer.prefix_stable and "not prefix-stable" in caplog.text
+    assert second[: len(first) + len(reply) + 1] == first + reply + b.renderer.trailer()
+    assert tok.decode(items[-1]["token_ids"], skip_special_tokens=False) == "<|im_start|>user\nq2<|im_end|>\n"
