@@ -19,3 +19,16 @@ def arch_checkpoint(tiny_checkpoint):
     return make
 
 
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    """Tiny models gain nothing from intra-op threads, and on a shared 2-core
+    machine two OpenMP threads waiting on each other make each op several
+    times slower; restored after each runtime test."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
