@@ -85,7 +85,7 @@ class VectorIndex:
     """
 
     def __init__(self, dim: int, hnsw_threshold: int = 20_000, hnsw_m: int = 32,
-                 ef_construction: int = 64, ef_search: int = 64, search_threads: int = 1) -> None:
+                 ef_construction: int = 64, ef_search: int = 128, search_threads: int = 1) -> None:
         for name, val in (("dim", dim), ("hnsw_threshold", hnsw_threshold), ("hnsw_m", hnsw_m)):
             if val < 1:
                 raise ValueError(f"{name}: must be >= 1, got {val}")
