@@ -53,6 +53,9 @@ class SpeculativeConfig:
                 f"1 <= min <= max, got {self.prompt_lookup_min}, {self.prompt_lookup_max}")
         if self.method == "draft_model" and not self.draft_model:
             raise ValueError("speculative_config.draft_model is required for method 'draft_model'")
+        if self.draft_dtype not in (None, "float32", "bfloat16", "float16"):
+            raise ValueError("speculative_config.draft_dtype must be float32, bfloat16, float16 or None, "
+                             f"got {self.draft_dtype!r}")
         if self.disable_by_batch_size is not None and self.disable_by_batch_size < 1:
             raise ValueError("speculative_config.disable_by_batch_size must be >= 1 or None, "
                              f"got {self.disable_by_batch_size}")

@@ -61,6 +61,7 @@ def test_k_cap_and_batch() -> None:
     ({"prompt_lookup_min": 3, "prompt_lookup_max": 2}, "prompt_lookup_min"),
     ({"method": "draft_model"}, "draft_model"),
     ({"disable_by_batch_size": 0}, "disable_by_batch_size"),
+    ({"draft_dtype": "int8"}, "draft_dtype"),
 ])
 def test_invalid_speculative_config_names_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(ValueError, match=field):
