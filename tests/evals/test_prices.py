@@ -34,3 +34,13 @@ def test_unknown_key_and_negative_price_are_named(tmp_path):
         Prices(output=-1.0)
     with pytest.raises(FileNotFoundError):
         load_prices(tmp_path / "missing.toml")
+
+
+def test_shipped_example_price_table_loads():
+    from pathlib import Path
+
+    import evals
+
+    p = load_prices(Path(evals.__file__).parent / "prices.example.toml")
+    assert (p.input, p.cached_input, p.output, p.output_price("reasoning"), p.gpu_second) == \
+        (1.0, 0.1, 4.0, 4.0, 0.000556)

@@ -32,6 +32,9 @@ def test_http_target_streams_sessions_with_usage_and_cached_tokens(server, tiny_
         assert sum(c["tokens"] for c in r["classes"].values()) == r["prompt_tokens"] + r["output_tokens"]
     second = [r for r in records if r["turn"] == 1]
     assert all(r["cached_tokens"] >= 64 for r in second)  # the server's prefix cache kept the system prompt
+    # the server tokenized the same messages to the same count, so the class split is kept
+    assert all([c for c, _, _ in r["class_spans"]] == ["system", "history", "user"] for r in second)
+    assert all(r["classes"]["history"]["tokens"] > 0 for r in second)
     assert s["prefix_cache"]["hit_rate"] > 0
     assert s["engine"]["num_preemptions"] is None  # engine counters are not visible over HTTP
 
