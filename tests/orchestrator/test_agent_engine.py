@@ -189,3 +189,14 @@ async def test_memory_snapshot_then_new_hits_at_the_tail(llm, tmp_path) -> None:
     mem_class = second.usage.calls[0].prompt["memory"]
     assert mem_class.cached_tokens >= len(snap["token_ids"]) - 16  # the snapshot stays in the cached prefix
     assert mem_class.computed_tokens >= len(new[0]["token_ids"])  # this turn's new hits are at the tail
+
+
+async def test_retrieval_on_demand_through_search_documents(llm, retriever) -> None:
+    agent = Agent(llm, retriever=retriever, auto_retrieve=False, budget=ContextBudget(reserved_output=16), max_steps=2)
+    assert "search_documents" in agent.registry
+    session = InMemorySession()
+    result = await agent.arun("how do queues work?", session=session, tool_choice="search_documents")
+    assert result.tool_calls[0].name == "search_documents" and not result.tool_results[0].is_error
+    kinds = [it["kind"] for it in session.get_items()]
+    assert "retrieval" not in kinds and "tool_result" in kinds
+    assert result.usage.calls[1].prompt["tool_result"].tokens > 0
