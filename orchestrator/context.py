@@ -250,12 +250,11 @@ class ContextBuilder:
         start_history = len(ctx.token_ids)
         if view.summary is not None:
             add("history", view.summary["token_ids"])
-        for i in view.history + view.tail:
+        for i in view.history:
             add(prompt_class(items[i], turn), self.item_ids(items[i], turn), i)
-            if i == (view.history[-1] if view.history else None):
-                ctx.history_tokens = len(ctx.token_ids) - start_history
-        if not view.history and view.summary is not None:
-            ctx.history_tokens = len(view.summary["token_ids"])
+        ctx.history_tokens = len(ctx.token_ids) - start_history
+        for i in view.tail:
+            add(prompt_class(items[i], turn), self.item_ids(items[i], turn), i)
         add(ctx.segments[-1].cls if view.tail else "user", self.gen_prompt_ids)
         ctx.history_cap = self.budget.history_cap(len(ctx.token_ids) - ctx.history_tokens)
         if len(ctx.token_ids) > ctx.prompt_limit:
