@@ -125,6 +125,13 @@ class Store:
             row = s.get(ChatSession, session_id)
             return row if row is not None and row.owner == owner else None
 
+    def list_sessions(self, owner: str, limit: int = 100) -> list[ChatSession]:
+        """The owner's sessions, most recently updated first."""
+        with self.tx() as s:
+            q = (select(ChatSession).where(ChatSession.owner == owner)
+                 .order_by(ChatSession.updated_at.desc()).limit(limit))
+            return list(s.scalars(q))
+
     def delete_session(self, session_id: str) -> None:
         """Delete a session and its turns."""
         with self.tx() as s:

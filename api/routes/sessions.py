@@ -14,14 +14,22 @@ from typing import Any
 
 import anyio
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from sse_starlette.sse import EventSourceResponse
 
 from api import turns as T
 from api.auth import require_owner
 from api.engine_io import settle, wait_disconnect
 from api.errors import error_body, loom_error_body
-from api.schemas.sessions import Deleted, MessageCreate, SessionCreate, SessionOut, TurnList, TurnOut
+from api.schemas.sessions import (
+    Deleted,
+    MessageCreate,
+    SessionCreate,
+    SessionList,
+    SessionOut,
+    TurnList,
+    TurnOut,
+)
 from api.services import Services
 from api.store import ChatSession
 from runtime.errors import LoomError, NotFoundError, RequestAbortedError
@@ -61,6 +69,14 @@ async def create_session(body: SessionCreate, request: Request,
         services.index()  # fail now (and load once) rather than mid-turn
     row = services.store.create_session(owner, body.model_dump(mode="json"))
     return _session_out(services, row)
+
+
+@router.get("", response_model=SessionList, summary="List the caller's sessions")
+async def list_sessions(request: Request, limit: int = Query(100, ge=1, le=1000),
+                        owner: str = Depends(require_owner)) -> SessionList:
+    """The caller's sessions, most recently active first (other owners' are never listed)."""
+    services = _services(request)
+    return SessionList(data=[_session_out(services, row) for row in services.store.list_sessions(owner, limit)])
 
 
 @router.get("/{session_id}", response_model=SessionOut, summary="Get a session")

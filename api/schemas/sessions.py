@@ -55,6 +55,13 @@ class SessionOut(BaseModel):
     config: SessionCreate
 
 
+class SessionList(BaseModel):
+    """``GET /v1/sessions``."""
+
+    object: Literal["list"] = "list"
+    data: list[SessionOut]
+
+
 class MessageCreate(_Strict):
     """Body of ``POST /v1/sessions/{id}/messages``: one user message."""
 

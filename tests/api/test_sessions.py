@@ -64,6 +64,8 @@ def test_foreign_owner_gets_404_everywhere(alice, bob):
     _error(bob.post(f"/v1/sessions/{sid}/messages", json={"content": "hi"}), 404)
     _error(bob.delete(f"/v1/sessions/{sid}"), 404)
     assert alice.get(f"/v1/sessions/{sid}").status_code == 200  # untouched
+    assert sid in {x["id"] for x in alice.get("/v1/sessions").json()["data"]}
+    assert sid not in {x["id"] for x in bob.get("/v1/sessions").json()["data"]}
 
 
 def test_delete_session_then_404(alice):
