@@ -61,17 +61,20 @@ def arrival_offsets(n: int, rate: float | None, seed: int) -> list[float]:
 async def settled_stats(target: Any, timeout_s: float = 2.0) -> dict[str, Any] | None:
     """Engine counters once nothing runs or waits (``AsyncLLM.stats`` is a per-step snapshot that
     can trail the last delivered output by one step)."""
+    await target.refresh()
     stats = target.stats()
     deadline = time.monotonic() + timeout_s
     while stats is not None and (stats.get("num_running") or stats.get("num_waiting")) \
             and time.monotonic() < deadline:
         await asyncio.sleep(0.005)
+        await target.refresh()
         stats = target.stats()
     return stats
 
 
 async def _sample_kv(target: Any, sink: list[float]) -> None:
     while True:
+        await target.refresh()
         stats = target.stats()
         if stats and stats.get("kv_blocks_total"):
             sink.append(1.0 - stats["kv_blocks_free"] / stats["kv_blocks_total"])

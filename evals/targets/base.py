@@ -62,8 +62,11 @@ class EngineTarget:
         raise NotImplementedError
 
     def stats(self) -> dict[str, Any] | None:
-        """Engine counters, when the target can see them."""
+        """Engine counters, when the target can see them (as of the last ``refresh``)."""
         return None
+
+    async def refresh(self) -> None:
+        """Bring ``stats`` up to date (in process: always current; HTTP: scrape ``/metrics``)."""
 
     async def close(self) -> None:
         """Release the target's resources."""

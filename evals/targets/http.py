@@ -4,7 +4,9 @@ Each request is a streamed ``POST /v1/chat/completions`` with
 ``stream_options.include_usage`` (httpx); chunk times are taken as each
 ``data:`` event arrives, token counts and cached tokens come from the final
 usage chunk (``prompt_tokens_details.cached_tokens``,
-``completion_tokens_details.reasoning_tokens``).  Greedy decoding
+``completion_tokens_details.reasoning_tokens``).  Against a Loom server the
+engine gauges of ``/metrics`` (KV blocks, running, waiting, preemptions) stand
+in for ``engine.stats()``.  Greedy decoding
 (``temperature=0``) and the run's ``seed`` keep runs repeatable; the API has
 no ``ignore_eos``, so a reply can stop before ``max_tokens``.
 """
@@ -52,6 +54,8 @@ class HttpTarget(EngineTarget):
         self.client = httpx.AsyncClient(base_url=self.base_url + "/v1", headers=headers,
                                         timeout=httpx.Timeout(timeout_s, connect=5.0))
         self.model = model
+        self._stats: dict[str, Any] | None = None
+        self._metrics_ok: bool | None = None
 
     async def start(self) -> None:
         """Resolve the model name.
@@ -130,5 +134,37 @@ class HttpTarget(EngineTarget):
         res.output_ids = [0] * n  # ids are not sent over HTTP; only the count matters
         res.output_classes = ["reasoning"] * min(reasoning, n) + ["output"] * max(0, n - reasoning)
 
+    async def refresh(self) -> None:
+        """Scrape a Loom server's ``/metrics`` gauges (KV blocks, running, waiting, preemptions).
+
+        Servers without them (vLLM, OpenAI) leave ``stats()`` at ``None``.
+        """
+        if self._metrics_ok is False:
+            return
+        import httpx
+        from prometheus_client.parser import text_string_to_metric_families
+
+        try:
+            resp = await self.client.get(self.base_url + "/metrics")
+        except httpx.HTTPError:
+            return
+        values = {}
+        if resp.status_code == 200:
+            for fam in text_string_to_metric_families(resp.text):
+                for sample in fam.samples:
+                    if sample.name in _GAUGES:
+                        values[_GAUGES[sample.name]] = int(sample.value)
+        self._metrics_ok = len(values) == len(_GAUGES)
+        self._stats = values if self._metrics_ok else None
+
+    def stats(self) -> dict[str, Any] | None:
+        return self._stats
+
     async def close(self) -> None:
         await self.client.aclose()
+
+
+# Loom's /metrics gauge -> engine stats() key
+_GAUGES = {"loom_kv_blocks_total": "kv_blocks_total", "loom_kv_blocks_free": "kv_blocks_free",
+           "loom_num_requests_running": "num_running", "loom_num_requests_waiting": "num_waiting",
+           "loom_num_preemptions": "num_preemptions"}

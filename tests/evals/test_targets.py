@@ -36,7 +36,9 @@ def test_http_target_streams_sessions_with_usage_and_cached_tokens(server, tiny_
     assert all([c for c, _, _ in r["class_spans"]] == ["system", "history", "user"] for r in second)
     assert all(r["classes"]["history"]["tokens"] > 0 for r in second)
     assert s["prefix_cache"]["hit_rate"] > 0
-    assert s["engine"]["num_preemptions"] is None  # engine counters are not visible over HTTP
+    # engine gauges come from the server's /metrics
+    assert s["engine"]["kv_blocks_total"] == 512 and s["engine"]["num_preemptions"] == 0
+    assert s["engine"]["kv_usage_peak"] is not None and 0.0 <= s["engine"]["kv_usage_peak"] <= 1.0
 
 
 def test_hf_baseline_runs_the_same_requests_token_for_token(tiny_model, tmp_path):
