@@ -110,6 +110,9 @@ def spec_acceptance(variants: dict[str, dict[str, Any]], path: Path) -> Path:
         ax.text(0.5, 0.5, "no speculative decoding in this run", ha="center", va="center", transform=ax.transAxes)
     else:
         ax.legend(fontsize=7)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title("acceptance rate per draft position")
     ax.set_xlabel("draft position")
     ax.set_ylabel("accepted / drafts")
