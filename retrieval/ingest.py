@@ -117,7 +117,7 @@ def add_documents(r: "Retriever", documents: Iterable[Document],
     stats.documents_changed = len(changed)
     stats.documents_unchanged = len(docs) - len(changed)
     plan = [(d, r.chunker.chunk(d)) for d in changed]
-    with r._lock, _progress(sum(len(c) for _, c in plan), show_progress) as bar:
+    with r._write_lock, _progress(sum(len(c) for _, c in plan), show_progress) as bar:
         group: list[tuple[Document, list[Chunk]]] = []
         for item in plan:
             group.append(item)
@@ -143,18 +143,20 @@ def _flush(r: "Retriever", group: list[tuple[Document, list[Chunk]]], hashes: di
 
 def _write_group(r: "Retriever", group: list[tuple[Document, list[Chunk]]],
                  hashes: dict[str, str], stats: IngestStats, bar) -> None:
+    """Embed outside ``r._lock`` (searches go on meanwhile), then mutate under it."""
     idx, store = r.vector_index, r.store
-    with store.session.begin() as s:
+    with store.session() as s:
         old: set[int] = set()
         for doc, _ in group:
             old.update(store.chunk_faiss_ids_of(s, doc.id))
-        new = {c.faiss_id: c for _, chunks in group for c in chunks}
-        to_add = [c for fid, c in new.items() if fid not in old]
-        revived = [c for c in to_add if c.faiss_id in r.tombstones]  # still in HNSW
-        embed = [c for c in to_add if c.faiss_id not in r.tombstones]
-        removed = sorted(old - set(new))
-        vecs = _embed(r, embed, bar)
-        bar.update(len(revived))
+    new = {c.faiss_id: c for _, chunks in group for c in chunks}
+    to_add = [c for fid, c in new.items() if fid not in old]
+    revived = [c for c in to_add if c.faiss_id in r.tombstones]  # still in HNSW
+    embed = [c for c in to_add if c.faiss_id not in r.tombstones]
+    removed = sorted(old - set(new))
+    vecs = _embed(r, embed, bar)
+    bar.update(len(revived))
+    with r._lock, store.session.begin() as s:
         store.delete_chunks(s, removed)
         for doc, chunks in group:
             store.upsert_document(s, doc.id, doc.title, doc.source, hashes[doc.id],
@@ -166,7 +168,7 @@ def _write_group(r: "Retriever", group: list[tuple[Document, list[Chunk]]],
         r.tombstones.difference_update(c.faiss_id for c in revived)
         idx.add(np.array([c.faiss_id for c in embed], np.int64), vecs)
         store.bump_generation(s)
-        idx.save(r.index_dir / "vectors.faiss")
+        idx.save(r.index_dir / "vectors.faiss")  # before the commit: see reconcile()
     stats.chunks_added += len(to_add)
     stats.chunks_removed += len(removed)
 
@@ -208,7 +210,7 @@ def delete_documents(r: "Retriever", documents: list[str]) -> int:
     if missing:
         raise NotFoundError(f"document not in index: {sorted(missing)[0]}", param="document")
     idx = r.vector_index  # load (and reconcile) before the write transaction
-    with r._lock:
+    with r._write_lock, r._lock:
         try:
             with r.store.session.begin() as s:
                 removed: list[int] = []

@@ -91,7 +91,12 @@ class Retriever:
         self._bm25: BM25Index | None = None
         self._tombstones: set[int] | None = None
         self._chunker: Chunker | None = None
+        # _lock guards the loaded parts: lazy loads, FAISS mutation and search
+        # (FAISS is not safe for add/remove during a search); _write_lock makes
+        # ingests/deletes of one Retriever run one at a time, embedding outside
+        # _lock so searches continue meanwhile.
         self._lock = threading.RLock()
+        self._write_lock = threading.Lock()
 
     @classmethod
     def open(cls, index_dir: str | Path, create: bool = True, **kwargs: Any) -> "Retriever":
@@ -244,10 +249,13 @@ class Retriever:
         if mode in ("dense", "hybrid"):
             if q is None:
                 q = self.embedder.encode([query], show_progress=False)[0]
-            scores, ids = self.vector_index.search(q, depth, allowed, self.tombstones)
+            with self._lock:
+                scores, ids = self.vector_index.search(q, depth, allowed, self.tombstones)
             dense = order_by_score(scores, ids)
         if mode in ("bm25", "hybrid"):
-            scores, ids = self.bm25_index().search(query, depth, allowed, self.tombstones)
+            with self._lock:
+                bm25_index, tombstones = self.bm25_index(), set(self.tombstones)
+            scores, ids = bm25_index.search(query, depth, allowed, tombstones)
             bm25 = order_by_score(scores, ids)
         if mode == "dense":
             return dense or []

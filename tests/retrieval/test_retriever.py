@@ -178,3 +178,28 @@ def test_reopen_repairs_a_crash_between_faiss_write_and_sqlite_commit(index: Ret
     ids = set(again.vector_index.ids().tolist())
     assert 12345 not in ids and lost in ids and again.vector_index.ntotal == 6
     assert set(VectorIndex.load(path).ids().tolist()) == ids  # repaired on disk too
+
+
+def test_searches_run_while_another_thread_ingests(tmp_path: Path, corpus: Path,
+                                                   embedder) -> None:
+    import threading
+
+    r = _open(tmp_path / "c", embedder)
+    r.ingest([corpus / "notes.txt"], show_progress=False)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            r.ingest([corpus], show_progress=False)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below via the assert
+            errors.append(exc)
+
+    t = threading.Thread(target=work)
+    t.start()
+    seen = []
+    while t.is_alive():
+        seen.append([h.title for h in r.search("tomatoes full sun", k=1)])
+    t.join()
+    assert not errors
+    assert seen and all(titles == ["Garden notes"] for titles in seen)
+    assert len(r) == 6 and r.vector_index.ntotal == 6
