@@ -49,3 +49,19 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path: Path) -> None:
     assert res.exit_code == 2 and "no retrieval index" in res.output
     res = runner.invoke(app, ["ingest", str(tmp_path / "missing"), "--index", str(tmp_path / "i")])
     assert res.exit_code == 2 and "does not exist" in res.output
+
+
+def test_loom_console_script_mounts_ingest_and_search(tmp_path: Path, corpus: Path,
+                                                      embedder) -> None:
+    import subprocess
+    import sys
+
+    from retrieval import Retriever
+
+    idx = tmp_path / "idx"
+    Retriever.open(idx, embedder=embedder).ingest([corpus / "notes.txt"], show_progress=False)
+    out = subprocess.run([sys.executable, "-m", "api.cli", "search", "--index", str(idx),
+                          "tomatoes", "--k", "1", "--json"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[0])["title"] == "Garden notes"
