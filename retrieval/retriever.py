@@ -227,7 +227,8 @@ class Retriever:
             ``k`` when the index (or the filter) has fewer chunks.
 
         Raises:
-            ValueError: empty query, ``k`` < 1 or unknown mode.
+            ValueError: empty query, ``k`` < 1, unknown mode or a ``query_vector``
+                of the wrong dimension.
         """
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query: must be a non-empty string")
@@ -235,6 +236,11 @@ class Retriever:
             raise ValueError(f"k: must be an integer >= 1, got {k!r}")
         if mode not in MODES:
             raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
+        if query_vector is not None:
+            query_vector = np.asarray(query_vector, dtype=np.float32).reshape(-1)
+            if query_vector.shape[0] != self.embedder.dim:
+                raise ValueError(f"query_vector: expected {self.embedder.dim} values, "
+                                 f"got {query_vector.shape[0]}")
         allowed = self.store.filter_faiss_ids(filters) if filters else None
         if allowed is not None and not allowed:
             return []

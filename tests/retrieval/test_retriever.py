@@ -134,9 +134,15 @@ def test_hybrid_beats_or_equals_dense_on_identifier_queries(tmp_path: Path, embe
 
 def test_bad_search_arguments_raise_value_error_naming_the_field(index: Retriever) -> None:
     for kwargs, field in (({"query": ""}, "query"), ({"query": "x", "k": 0}, "k"),
-                          ({"query": "x", "mode": "fuzzy"}, "mode")):
+                          ({"query": "x", "mode": "fuzzy"}, "mode"),
+                          ({"query": "x", "query_vector": [0.0] * 3}, "query_vector")):
         with pytest.raises(ValueError, match=field):
             index.search(**kwargs)
+
+
+def test_given_query_vector_gives_the_same_hits(index: Retriever, embedder) -> None:
+    q = "sourdough starter"
+    assert index.search(q, k=3, query_vector=embedder.encode([q])[0]) == index.search(q, k=3)
 
 
 def test_index_settings_are_fixed_at_creation(index: Retriever, tmp_path: Path) -> None:
