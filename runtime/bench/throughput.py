@@ -11,7 +11,8 @@ Workloads (random token ids, seeded):
 
 Both sides decode greedily with EOS ignored, so each request yields exactly its
 output length.  Throughput = requested output tokens / wall time (vLLM's
-definition), prefill included.  Each side runs in its own spawned process, one
+definition), prefill included; tokens per CPU-second are printed too, since
+on a shared machine the wall-clock share each side gets varies.  Each side runs in its own spawned process, one
 after the other, so its peak RSS (``ru_maxrss``) is its own.
 """
 
@@ -66,13 +67,14 @@ def run_loom(model: str, wl: Workload, threads: int, engine_args: dict[str, Any]
     llm = LLM(model, **engine_args)
     params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in wl.output_lens]
     llm.generate(prompt_token_ids=[[1, 2, 3]], sampling_params=SamplingParams(max_tokens=2), use_tqdm=False)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     outs = llm.generate(prompt_token_ids=wl.prompts, sampling_params=params, use_tqdm=False)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     assert [len(o.token_ids) for o in outs] == wl.output_lens
     stats = llm.stats()
     return {
         "seconds": seconds,
+        "cpu_seconds": cpu,
         "output_tokens": sum(len(o.token_ids) for o in outs),
         "cached_tokens": sum(o.num_cached_tokens for o in outs),
         "preemptions": stats["num_preemptions"],
@@ -91,7 +93,7 @@ def run_hf(model: str, wl: Workload, threads: int, batch_size: int) -> dict[str,
     cfg = hf.generation_config
     cfg.eos_token_id, cfg.do_sample, cfg.pad_token_id = None, False, 0
     generated = 0
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for i in range(0, len(wl.prompts), batch_size):
         prompts, lens = wl.prompts[i:i + batch_size], wl.output_lens[i:i + batch_size]
         width = max(len(p) for p in prompts)
@@ -100,8 +102,13 @@ def run_hf(model: str, wl: Workload, threads: int, batch_size: int) -> dict[str,
         with torch.inference_mode():
             out = hf.generate(ids, attention_mask=mask, generation_config=cfg, max_new_tokens=max(lens))
         generated += (out.shape[1] - width) * len(prompts)
-    seconds = time.perf_counter() - start
-    return {"seconds": seconds, "output_tokens": sum(wl.output_lens), "generated_incl_padding": generated}
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return {
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "output_tokens": sum(wl.output_lens),
+        "generated_incl_padding": generated,
+    }
 
 
 def _child(fn_name: str, args: tuple, conn: Any) -> None:
@@ -159,26 +166,32 @@ def throughput(
     engine_args = {"max_num_batched_tokens": max_num_batched_tokens}
     console = Console(width=200)
     table = Table(title=f"loom bench throughput — {path} ({threads} threads)")
-    for col in ("workload", "system", "requests", "output tok", "seconds", "tok/s", "Loom/HF", "peak RSS MiB", "notes"):
+    cols = ("workload", "system", "requests", "output tok", "seconds", "tok/s", "Loom/HF", "CPU s", "tok/CPU-s",
+            "Loom/HF (CPU)", "peak RSS MiB", "notes")
+    for col in cols:
         table.add_column(col)
     for name in workload:
         wl = make_workload(name, num_requests, vocab, seed, output_len_b)
         loom = _in_process("run_loom", path, wl, threads, engine_args)
         loom_tps = loom["output_tokens"] / loom["seconds"]
         note = f"cached {loom['cached_tokens']} tok, {loom['preemptions']} preemptions, {loom['steps']} steps"
-        console.print(f"workload {name}: Loom {loom_tps:.1f} tok/s ({loom['seconds']:.1f} s)")
+        console.print(f"workload {name}: Loom {loom_tps:.1f} tok/s ({loom['seconds']:.1f} s, {loom['cpu_seconds']:.1f} CPU s; {note})")
         row_hf = None
         if not skip_hf:
             hf = _in_process("run_hf", path, wl, threads, hf_batch_size)
             hf_tps = hf["output_tokens"] / hf["seconds"]
-            console.print(f"workload {name}: HF {hf_tps:.1f} tok/s ({hf['seconds']:.1f} s)")
+            console.print(f"workload {name}: HF {hf_tps:.1f} tok/s ({hf['seconds']:.1f} s, {hf['cpu_seconds']:.1f} CPU s)")
             row_hf = (hf, hf_tps)
+        loom_cpu = loom["output_tokens"] / loom["cpu_seconds"]
         ratio = f"{loom_tps / row_hf[1]:.2f}x" if row_hf else "-"
+        ratio_cpu = f"{loom_cpu / (row_hf[0]['output_tokens'] / row_hf[0]['cpu_seconds']):.2f}x" if row_hf else "-"
         table.add_row(name, "Loom", str(num_requests), str(loom["output_tokens"]), f"{loom['seconds']:.1f}",
-                      f"{loom_tps:.1f}", ratio, f"{loom['peak_rss_mib']:.0f}", note)
+                      f"{loom_tps:.1f}", ratio, f"{loom['cpu_seconds']:.1f}", f"{loom_cpu:.1f}", ratio_cpu,
+                      f"{loom['peak_rss_mib']:.0f}", note)
         if row_hf:
             hf, hf_tps = row_hf
             table.add_row(name, f"HF generate (batch {hf_batch_size})", str(num_requests), str(hf["output_tokens"]),
-                          f"{hf['seconds']:.1f}", f"{hf_tps:.1f}", "1.00x", f"{hf['peak_rss_mib']:.0f}",
+                          f"{hf['seconds']:.1f}", f"{hf_tps:.1f}", "1.00x", f"{hf['cpu_seconds']:.1f}",
+                          f"{hf['output_tokens'] / hf['cpu_seconds']:.1f}", "1.00x", f"{hf['peak_rss_mib']:.0f}",
                           f"{hf['generated_incl_padding']} tok generated incl. padding")
     console.print(table)
