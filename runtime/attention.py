@@ -10,8 +10,9 @@ is writing (prefix caching relies on this).
 The batch is flattened into one token dimension, decodes first (vLLM's
 reordering).  Backends, chosen at start:
 
-* PyTorch (CPU, or CUDA without flash-attn): decodes are batched — their K/V
-  blocks are gathered whole (one ``index_select`` of contiguous
+* PyTorch (CPU, or CUDA without flash-attn): decodes are batched, sorted by
+  context length and cut into groups of ``DECODE_GROUP`` requests so each
+  group pads only to its own longest context — their K/V blocks are gathered whole (one ``index_select`` of contiguous
   ``block_size * Hkv * D`` rows into a workspace reused by every layer and
   step, which on CPU avoids page-faulting a fresh buffer per layer) into
   ``[B, nblk * block_size, Hkv, D]`` with a padding mask, and the query heads
@@ -58,6 +59,28 @@ class PrefillSeq:
     block_ids: torch.Tensor | None
 
 
+DECODE_GROUP = 16
+
+
+@dataclass
+class DecodeGroup:
+    """Consecutive single-token decodes attended together.
+
+    Attributes:
+        start / end: their rows in the flattened batch.
+        block_ids: ``[B * nblk]`` int64, each block table padded to ``nblk``
+            blocks (padding is block 0, masked out).
+        num_blocks: ``nblk``.
+        lens: ``[B]`` int64 context lengths (tokens).
+    """
+
+    start: int
+    end: int
+    block_ids: torch.Tensor
+    num_blocks: int
+    lens: torch.Tensor
+
+
 @dataclass
 class AttentionMetadata:
     """Per-step inputs shared by every layer.
@@ -65,9 +88,7 @@ class AttentionMetadata:
     Attributes:
         slot_mapping: ``[T]`` int64, cache slot of each token of the batch.
         num_decodes: the first ``num_decodes`` tokens are single-token decodes.
-        decode_block_ids: ``[B * nblk]`` int64, each decode's block table
-            padded to ``nblk`` blocks (padding is block 0, masked out).
-        decode_lens: ``[B]`` int64 context lengths (tokens).
+        decode_groups: those decodes in groups (ascending context length).
         workspace: two ``[rows, block_size * Hkv * D]`` buffers (K, V) the
             gathers write into, shared by all layers.
         prefills: the remaining requests, in batch order.
@@ -77,9 +98,7 @@ class AttentionMetadata:
 
     slot_mapping: torch.Tensor
     num_decodes: int = 0
-    decode_block_ids: torch.Tensor | None = None
-    decode_num_blocks: int = 0
-    decode_lens: torch.Tensor | None = None
+    decode_groups: list[DecodeGroup] = field(default_factory=list)
     workspace: tuple[torch.Tensor, torch.Tensor] | None = None
     prefills: list[PrefillSeq] = field(default_factory=list)
     block_tables: torch.Tensor | None = None
@@ -91,12 +110,13 @@ class AttentionMetadata:
     use_flash: bool = False
     _masks: dict = field(default_factory=dict)
 
-    def decode_mask(self, window: int | None) -> torch.Tensor:
-        """``[B, 1, 1, Lmax]`` bool: True where a decode may attend."""
-        key = ("decode", window)
+    def decode_mask(self, index: int, window: int | None) -> torch.Tensor:
+        """``[B, 1, 1, Lmax]`` bool: True where decode group ``index`` may attend."""
+        key = ("decode", index, window)
         if key not in self._masks:
-            pos = torch.arange(self.decode_num_blocks * self.block_size, device=self.decode_lens.device)
-            lens = self.decode_lens[:, None]
+            group = self.decode_groups[index]
+            pos = torch.arange(group.num_blocks * self.block_size, device=group.lens.device)
+            lens = group.lens[:, None]
             mask = pos[None, :] < lens
             if window is not None:
                 mask &= pos[None, :] > lens - 1 - window
@@ -157,22 +177,23 @@ class PagedAttention(torch.nn.Module):
         if meta.use_flash:
             return self._flash(q, meta)
         out = torch.empty_like(q)
-        if meta.num_decodes:
-            out[: meta.num_decodes] = self._decode(q[: meta.num_decodes], meta)
+        for i, group in enumerate(meta.decode_groups):
+            out[group.start:group.end] = self._decode(q[group.start:group.end], meta, i)
         for i, seq in enumerate(meta.prefills):
             out[seq.q_start:seq.q_end] = self._prefill(q, k, v, meta, i)
         return out.view(q.shape[0], -1)
 
-    def _decode(self, q: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    def _decode(self, q: torch.Tensor, meta: AttentionMetadata, index: int) -> torch.Tensor:
         b, group = q.shape[0], self.num_heads // self.num_kv_heads
-        keys = self._gather(self.k_cache, meta.decode_block_ids, meta.workspace[0], meta.block_size)
-        values = self._gather(self.v_cache, meta.decode_block_ids, meta.workspace[1], meta.block_size)
+        block_ids = meta.decode_groups[index].block_ids
+        keys = self._gather(self.k_cache, block_ids, meta.workspace[0], meta.block_size)
+        values = self._gather(self.v_cache, block_ids, meta.workspace[1], meta.block_size)
         keys = keys.view(b, -1, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, L, D]
         values = values.view(b, -1, self.num_kv_heads, self.head_dim).transpose(1, 2)
         # Fold the G query heads of a KV group into the query-length axis: one
         # [G, L] score matrix per (request, KV head), no K/V repetition.
         qg = q.view(b, self.num_kv_heads, group, self.head_dim)
-        mask = meta.decode_mask(self.sliding_window)
+        mask = meta.decode_mask(index, self.sliding_window)
         out = F.scaled_dot_product_attention(qg, keys, values, attn_mask=mask, scale=self.scale)
         return out.reshape(b, self.num_heads, self.head_dim)
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from runtime.attention import AttentionMetadata, PrefillSeq, flash_attn_varlen_func
+from runtime.attention import DECODE_GROUP, AttentionMetadata, DecodeGroup, PrefillSeq, flash_attn_varlen_func
 from runtime.models.llama import LlamaForCausalLM
 from runtime.scheduler import ScheduledRequest
 
@@ -97,7 +97,11 @@ class ModelRunner:
     def _prepare(
         self, scheduled: Sequence[ScheduledRequest]
     ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
-        order = sorted(range(len(scheduled)), key=lambda i: scheduled[i].num_new_tokens != 1)
+        # Decodes first, shortest context first (so decode groups pad little), then the rest.
+        order = sorted(
+            range(len(scheduled)),
+            key=lambda i: (scheduled[i].num_new_tokens != 1, scheduled[i].request.num_computed_tokens),
+        )
         offsets = [0] * len(scheduled)
         token_ids: list[int] = []
         starts, counts, tables = [], [], []
@@ -137,13 +141,13 @@ class ModelRunner:
         num_decodes = sum(1 for c in counts if c == 1)
         meta.num_decodes = num_decodes
         rows = 0
-        if num_decodes:
-            lens = torch.tensor(ctx_lens[:num_decodes])
-            nblk = -(-int(lens.max()) // bs)
-            meta.decode_block_ids = block_tables[:num_decodes, :nblk].reshape(-1).to(dev)
-            meta.decode_num_blocks = nblk
-            meta.decode_lens = lens.to(dev)
-            rows = num_decodes * nblk
+        for start in range(0, num_decodes, DECODE_GROUP):
+            end = min(start + DECODE_GROUP, num_decodes)
+            nblk = -(-max(ctx_lens[start:end]) // bs)
+            block_ids = block_tables[start:end, :nblk].reshape(-1).to(dev)
+            lens = torch.tensor(ctx_lens[start:end], device=dev)
+            meta.decode_groups.append(DecodeGroup(start, end, block_ids, nblk, lens))
+            rows = max(rows, (end - start) * nblk)
         q_start = num_decodes
         for j in range(num_decodes, len(counts)):
             block_ids = None
