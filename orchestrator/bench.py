@@ -1,7 +1,8 @@
 """``loom bench sessions``: multi-turn agent sessions with retrieval, with and without prefix caching.
 
-Runs the same workload twice in one process, on two engines that differ only
-in ``enable_prefix_caching``: ``--sessions`` concurrent sessions of
+Runs the same workload on two engines in one process that differ only in
+``enable_prefix_caching``, alternating turn by turn so both see the same
+background load: ``--sessions`` concurrent sessions of
 ``--turns`` turns each, every turn retrieving ``--k`` chunks from a FAISS
 index of stdlib docs and answering with ``--max-tokens`` greedy tokens.  It
 prints the median TTFT of each turn number for both engines (TTFT as vLLM's
@@ -52,27 +53,45 @@ def _index(index: Path | None) -> Any:
     return r
 
 
-async def _workload(llm: Any, retriever: Any, n: int, turns: int, max_tokens: int, k: int,
-                    keep_reasoning: bool, reasoning: bool) -> list[list[Any]]:
-    from orchestrator import Agent, ContextBudget, InMemorySession
+def _agent(llm: Any, retriever: Any, max_tokens: int, k: int, keep_reasoning: bool, reasoning: bool) -> Any:
+    from orchestrator import Agent, ContextBudget
     from runtime.sampling_params import SamplingParams
     from runtime.structured_output import StructuredOutputParams
 
     so = StructuredOutputParams(grammar=REASONING_GRAMMAR) if reasoning else None
-    agent = Agent(llm, retriever=retriever, system_prompt="You are a concise assistant for Python questions.",
-                  budget=ContextBudget(reserved_output=max_tokens, max_retrieval_tokens=320), retrieval_k=k,
-                  sampling=SamplingParams(temperature=0.0, ignore_eos=not reasoning, structured_output=so),
-                  keep_reasoning=keep_reasoning, max_steps=1)
-    results: list[list[Any]] = [[] for _ in range(n)]
+    return Agent(llm, retriever=retriever, system_prompt="You are a concise assistant for Python questions.",
+                 budget=ContextBudget(reserved_output=max_tokens, max_retrieval_tokens=320), retrieval_k=k,
+                 sampling=SamplingParams(temperature=0.0, ignore_eos=not reasoning, structured_output=so),
+                 keep_reasoning=keep_reasoning, max_steps=1)
 
-    async def one(s: int) -> None:
-        session = InMemorySession()
-        for t in range(turns):
-            r = await agent.arun(QUESTIONS[(s + t) % len(QUESTIONS)] + f" (session {s})", session=session)
-            results[s].append(r.usage.calls[0])
 
-    await asyncio.gather(*(one(s) for s in range(n)))
-    return results
+async def _lockstep(agents: dict[str, Any], n: int, turns: int) -> tuple[dict[str, list[list[Any]]], dict[str, float]]:
+    """Turn t of every session on variant A, then on variant B, then turn t+1...
+
+    Alternating per turn exposes both variants to the same background load
+    (this CPU is shared), which a run-A-then-run-B order does not.
+    """
+    from orchestrator import InMemorySession
+
+    from runtime.sampling_params import SamplingParams
+
+    for agent in agents.values():  # warm-up: first-request initialisation is not TTFT
+        async for _ in agent.engine.stream(list(range(100, 164)), SamplingParams(temperature=0.0, max_tokens=2)):
+            pass
+    results = {name: [[] for _ in range(n)] for name in agents}
+    walls = {name: 0.0 for name in agents}
+    sessions = {name: [InMemorySession() for _ in range(n)] for name in agents}
+    for t in range(turns):
+        for name, agent in agents.items():
+            async def one(s: int) -> None:
+                q = QUESTIONS[(s + t) % len(QUESTIONS)] + f" (session {s})"
+                r = await agent.arun(q, session=sessions[name][s])
+                results[name][s].append(r.usage.calls[0])
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(one(s) for s in range(n)))
+            walls[name] += time.perf_counter() - t0
+    return results, walls
 
 
 def _engine(ckpt: Path, caching: bool, device: str, num_kv_blocks: int) -> Any:
@@ -97,7 +116,7 @@ def sessions(
     index: Path = typer.Option(None, help="Index folder (built from stdlib docs when missing)."),
     device: str = typer.Option("auto", help="auto | cpu | cuda."),
     reasoning: bool = typer.Option(False, "--reasoning", help="Measure keep_reasoning True vs False instead."),
-    json_out: Path = typer.Option(None, help="Write the figures as JSON here (after each run)."),
+    json_out: Path = typer.Option(None, help="Write the figures as JSON here."),
     num_kv_blocks: int = typer.Option(0, help="KV pool in 16-token blocks; 0 = every session's full window fits."),
 ) -> None:
     """TTFT per turn number with and without prefix caching (or keep vs strip reasoning)."""
@@ -114,15 +133,18 @@ def sessions(
     figures: dict[str, Any] = {"config": dict(preset=preset, arch=arch, sessions=num_sessions, turns=turns,
                                                max_tokens=max_tokens, k=k, reasoning=reasoning)}
     blocks = num_kv_blocks or num_sessions * 4096 // 16 + 64  # no eviction: caching is measured, not capacity
-    for name, caching, keep in runs:
-        llm = _engine(ckpt, caching, device, blocks)
-        t0 = time.perf_counter()
-        res = asyncio.run(_workload(llm, retriever, num_sessions, turns, max_tokens, k, keep, reasoning))
-        wall = time.perf_counter() - t0
-        llm.shutdown()
+    engines = {name: _engine(ckpt, caching, device, blocks) for name, caching, _keep in runs}
+    agents = {name: _agent(engines[name], retriever, max_tokens, k, keep, reasoning) for name, _c, keep in runs}
+    try:
+        res_all, walls = asyncio.run(_lockstep(agents, num_sessions, turns))
+    finally:
+        for llm in engines.values():
+            llm.shutdown()
+    for name, _caching, _keep in runs:
+        res = res_all[name]
         calls = [c for s in res for c in s]
         figures[name] = {
-            "wall_s": wall,
+            "wall_s": walls[name],
             "ttft_ms": _per_turn(res, lambda c: c.ttft_ms),
             "prompt_tokens": _per_turn(res, lambda c: c.prompt_tokens),
             "computed_tokens": _per_turn(res, lambda c: c.prompt_tokens - c.cached_tokens),
@@ -133,10 +155,7 @@ def sessions(
             "mean_prompt_tokens_per_turn": sum(c.prompt_tokens for c in calls) / len(calls),
             "mean_computed_tokens_per_turn": sum(c.prompt_tokens - c.cached_tokens for c in calls) / len(calls),
         }
-        console.print(f"{name}: {wall:.1f} s wall, hit rate {figures[name]['hit_rate']:.3f}, "
-                      f"median TTFT per turn (ms) {[round(x, 1) for x in figures[name]['ttft_ms']]}")
-        if json_out is not None:
-            json_out.write_text(json.dumps(figures, indent=2))
+        console.print(f"{name}: {walls[name]:.1f} s wall, hit rate {figures[name]['hit_rate']:.3f}")
     a, b = (runs[0][0], runs[1][0])
     table = Table(title=f"loom bench sessions ({arch}/{preset}, {num_sessions} sessions x {turns} turns)")
     for col in ["turn", f"TTFT {a} (ms)", f"TTFT {b} (ms)", "ratio", f"prompt {a}", f"prompt {b}",
@@ -157,6 +176,8 @@ def sessions(
                   f"{figures[b]['mean_prompt_tokens_per_turn']:.1f}; mean computed (uncached) tokens per turn "
                   f"{a} {figures[a]['mean_computed_tokens_per_turn']:.1f} vs {b} "
                   f"{figures[b]['mean_computed_tokens_per_turn']:.1f}")
+    if json_out is not None:
+        json_out.write_text(json.dumps(figures, indent=2))
     console.print(f"hit rate {a} {figures[a]['hit_rate']:.3f} vs {b} {figures[b]['hit_rate']:.3f}; "
                   f"history hit rate {figures[a]['history_hit_rate']:.3f} vs {figures[b]['history_hit_rate']:.3f}")
     if json_out is not None:
