@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+ADAPTIVE_PAUSE_STEPS = 8
+
 
 @dataclass
 class SpeculativeConfig:
@@ -26,6 +28,11 @@ class SpeculativeConfig:
             at high load: a large batch is already compute-bound, so verifying
             k extra tokens per request costs more than it saves). ``None``
             never disables.
+        adaptive_k: per-request draft length: halved after a verification
+            that accepts nothing, doubled (up to k) after one that accepts
+            everything; a request that reaches 0 pauses drafting for
+            ``ADAPTIVE_PAUSE_STEPS`` steps, then probes with one token.  Keeps
+            a useless draft from costing k passes per token (lossless either way).
 
     Raises:
         ValueError: naming the field, for an unknown method, k < 1, a bad
@@ -39,6 +46,7 @@ class SpeculativeConfig:
     draft_model: str | None = None
     draft_dtype: str | None = None
     disable_by_batch_size: int | None = 8
+    adaptive_k: bool = True
 
     def __post_init__(self) -> None:
         if self.method not in ("ngram", "draft_model"):

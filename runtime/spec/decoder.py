@@ -22,6 +22,7 @@ One step of an engine with speculation (vLLM v1's flow):
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,7 +30,7 @@ import torch
 
 from runtime.sampler import filtered_probs
 from runtime.scheduler import ScheduledRequest
-from runtime.spec.config import SpeculativeConfig
+from runtime.spec.config import ADAPTIVE_PAUSE_STEPS, SpeculativeConfig
 from runtime.spec.metrics import SpecDecodeStats
 from runtime.spec.ngram import NgramProposer
 from runtime.spec.rejection_sampler import VerifyResult, rejection_sample
@@ -64,6 +65,8 @@ class SpecDecoder:
             self.draft = DraftModelProposer(config.draft_model, vocab_size, num_blocks, block_size,
                                             device, draft_dtype, max_model_len, seed)
         self._was_disabled = False
+        # adaptive_k state per request: [current k, steps left without drafting]
+        self._adaptive: weakref.WeakKeyDictionary[Any, list[int]] = weakref.WeakKeyDictionary()
 
     # -- 1. propose ---------------------------------------------------------
 
@@ -111,7 +114,23 @@ class SpecDecoder:
     def _max_drafts(self, req: Any) -> int:
         # the bonus token always comes: drafts past max_tokens / max_model_len are waste
         left = min(req.max_tokens - req.num_output_tokens - 1, self.max_model_len - req.num_tokens)
-        return max(0, min(self.k, left))
+        k = self.k
+        if self.config.adaptive_k:
+            state = self._adaptive.setdefault(req, [self.k, 0])
+            if state[1] > 0:
+                state[1] -= 1
+                return 0
+            k = state[0]
+        return max(0, min(k, left))
+
+    def _adapt(self, req: Any, num_drafted: int, num_accepted: int) -> None:
+        state = self._adaptive.setdefault(req, [self.k, 0])
+        if num_accepted == num_drafted:
+            state[0] = min(self.k, 2 * state[0])
+        elif num_accepted == 0:
+            state[0] //= 2
+            if state[0] == 0:  # pause, then probe with one token
+                state[:] = [1, ADAPTIVE_PAUSE_STEPS]
 
     # -- 4. verify ----------------------------------------------------------
 
@@ -189,6 +208,8 @@ class SpecDecoder:
         req.num_draft_tokens += num_drafted
         req.num_accepted_tokens += num_accepted
         self.stats.observe(num_drafted, num_accepted)
+        if self.config.adaptive_k:
+            self._adapt(req, num_drafted, num_accepted)
 
     def release(self, req: Any, num_accepted: int, kv: Any) -> None:
         """Keep the accepted drafts' KV; return blocks past the kept length to the pool.

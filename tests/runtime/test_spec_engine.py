@@ -105,10 +105,26 @@ def test_draft_model_equal_to_target_accepts_every_drafted_token(tiny_checkpoint
     assert all(o.num_accepted_tokens == o.num_draft_tokens for o in outs.values())
 
 
+def test_adaptive_k_backs_off_a_draft_that_is_never_accepted(tiny_checkpoint) -> None:
+    path = tiny_checkpoint("qwen3")
+    useless = str(tiny_checkpoint("qwen3", seed=1))  # same tokenizer, unrelated weights
+    subs = [("a", [3, 1, 4, 1, 5, 9, 2, 6], SamplingParams(temperature=0.0, max_tokens=80, ignore_eos=True))]
+    drafted = {}
+    for adaptive in (False, True):
+        spec = SpeculativeConfig(method="draft_model", draft_model=useless, num_speculative_tokens=4,
+                                 disable_by_batch_size=None, adaptive_k=adaptive)
+        engine = make_engine(path, speculative_config=spec)
+        outs = run_to_completion(engine, subs)
+        drafted[adaptive] = engine.stats()["spec_num_draft_tokens"]
+        assert outs["a"].token_ids == run_to_completion(make_engine(path), subs)["a"].token_ids
+    assert drafted[False] >= 4 * 70  # every step drafts k = 4 (almost none accepted)
+    assert drafted[True] < drafted[False] / 4  # halved to 0, then one probe per pause
+
+
 def test_rejected_drafts_release_their_kv_blocks(tiny_checkpoint) -> None:
     path = tiny_checkpoint("qwen3")
     spec = SpeculativeConfig(method="ngram", num_speculative_tokens=8, prompt_lookup_min=1,
-                             disable_by_batch_size=None)
+                             disable_by_batch_size=None, adaptive_k=False)
     engine = make_engine(path, speculative_config=spec, block_size=4, num_kv_blocks=128)
     rng = random.Random(3)
     engine.add_request([rng.randrange(100) for _ in range(5)] * 4,
