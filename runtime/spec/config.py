@@ -31,7 +31,8 @@ class SpeculativeConfig:
         adaptive_k: per-request draft length: halved after a verification
             that accepts nothing, doubled (up to k) after one that accepts
             everything; a request that reaches 0 pauses drafting for
-            ``ADAPTIVE_PAUSE_STEPS`` steps, then probes with one token.  Keeps
+            ``ADAPTIVE_PAUSE_STEPS`` steps, then probes with one token (the
+            pause doubles, up to 8x, while probes keep failing).  Keeps
             a useless draft from costing k passes per token (lossless either way).
 
     Raises:

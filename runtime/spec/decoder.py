@@ -65,7 +65,7 @@ class SpecDecoder:
             self.draft = DraftModelProposer(config.draft_model, vocab_size, num_blocks, block_size,
                                             device, draft_dtype, max_model_len, seed)
         self._was_disabled = False
-        # adaptive_k state per request: [current k, steps left without drafting]
+        # adaptive_k state per request: [current k, steps left without drafting, next pause]
         self._adaptive: weakref.WeakKeyDictionary[Any, list[int]] = weakref.WeakKeyDictionary()
 
     # -- 1. propose ---------------------------------------------------------
@@ -116,7 +116,7 @@ class SpecDecoder:
         left = min(req.max_tokens - req.num_output_tokens - 1, self.max_model_len - req.num_tokens)
         k = self.k
         if self.config.adaptive_k:
-            state = self._adaptive.setdefault(req, [self.k, 0])
+            state = self._adaptive.setdefault(req, [self.k, 0, ADAPTIVE_PAUSE_STEPS])
             if state[1] > 0:
                 state[1] -= 1
                 return 0
@@ -124,13 +124,15 @@ class SpecDecoder:
         return max(0, min(k, left))
 
     def _adapt(self, req: Any, num_drafted: int, num_accepted: int) -> None:
-        state = self._adaptive.setdefault(req, [self.k, 0])
+        state = self._adaptive.setdefault(req, [self.k, 0, ADAPTIVE_PAUSE_STEPS])
+        if num_accepted > 0:
+            state[2] = ADAPTIVE_PAUSE_STEPS
         if num_accepted == num_drafted:
             state[0] = min(self.k, 2 * state[0])
         elif num_accepted == 0:
             state[0] //= 2
-            if state[0] == 0:  # pause, then probe with one token
-                state[:] = [1, ADAPTIVE_PAUSE_STEPS]
+            if state[0] == 0:  # pause, then probe with one token; pauses double while probes fail
+                state[:] = [1, state[2], min(8 * ADAPTIVE_PAUSE_STEPS, 2 * state[2])]
 
     # -- 4. verify ----------------------------------------------------------
 
