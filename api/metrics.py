@@ -41,8 +41,9 @@ class _EngineCollector(Collector):
         queries = s.get("prefix_cache_queries") or 0
         hits = s.get("prefix_cache_hits") or 0
         # engine-wide counters when the engine reports them, else what this server's requests saw
-        drafted = s.get("num_draft_tokens") or self._own.drafted
-        accepted = s.get("num_accepted_tokens") or self._own.accepted
+        drafted = s.get("spec_num_draft_tokens") or self._own.drafted
+        accepted = s.get("spec_num_accepted_tokens") or self._own.accepted
+        drafts = s.get("spec_num_drafts") or 0
         yield GaugeMetricFamily("loom_kv_blocks_total", "KV cache blocks in the pool.", total)
         yield GaugeMetricFamily("loom_kv_blocks_free", "KV cache blocks not held by a request.", free)
         yield GaugeMetricFamily(
@@ -58,6 +59,11 @@ class _EngineCollector(Collector):
             "loom_spec_decode_acceptance_rate",
             "Accepted / drafted speculative tokens (0-1; 0 without speculation).",
             accepted / drafted if drafted else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "loom_spec_decode_mean_acceptance_length",
+            "1 + accepted / drafts (tokens per verify step; 0 without speculation).",
+            1.0 + accepted / drafts if drafts else 0.0,
         )
         yield GaugeMetricFamily("loom_num_requests_running", "Requests running.", s.get("num_running", 0))
         yield GaugeMetricFamily("loom_num_requests_waiting", "Requests waiting.", s.get("num_waiting", 0))
