@@ -130,3 +130,28 @@ def test_seeded_request_is_reproducible_across_batch_compositions(tiny_checkpoin
     assert mixed["x"].token_ids == alone
     other_seed = run_to_completion(engine, [("x", prompts[0], params.clone(seed=99))])["x"].token_ids
     assert other_seed != alone
+
+
+def test_engine_logprobs_equal_transformers_log_softmax(tiny_checkpoint):
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    path = tiny_checkpoint("qwen3")
+    engine = make_engine(path)
+    (prompt,) = random_prompts(engine.vocab_size, [15], seed=12)
+    params = SamplingParams(temperature=0.0, max_tokens=5, ignore_eos=True, logprobs=3)
+    out = run_to_completion(engine, [("a", prompt, params)])["a"]
+    hf = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
+    cfg = copy.deepcopy(hf.generation_config)
+    cfg.eos_token_id, cfg.do_sample, cfg.max_new_tokens, cfg.pad_token_id = None, False, 5, 0
+    ids = torch.tensor([prompt])
+    with torch.inference_mode():
+        ref = hf.generate(ids, attention_mask=torch.ones_like(ids), generation_config=cfg,
+                          output_logits=True, return_dict_in_generate=True)
+    for step, (token, lp) in enumerate(zip(out.token_ids, out.logprobs)):
+        ref_lp = torch.log_softmax(ref.logits[step][0].float(), -1)
+        top = ref_lp.topk(3)
+        assert set(lp) == set(top.indices.tolist()) | {token}
+        for tok, value in lp.items():
+            assert value == pytest.approx(float(ref_lp[tok]), abs=1e-4)
