@@ -35,7 +35,8 @@ async def list_models(request: Request, owner: str = Depends(require_owner)) -> 
 
 
 def _check_model(services: Any, model: str) -> None:
-    names = {services.settings.model_name, services.settings.model}
+    # "loom" always names the one served model (handy in scripts that do not list models)
+    names = {services.settings.model_name, services.settings.model, "loom"}
     if model not in names:
         raise NotFoundError(f"The model {model!r} does not exist; this server serves "
                             f"{services.settings.model_name!r}.", param="model")

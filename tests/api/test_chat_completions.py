@@ -24,6 +24,8 @@ USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 def test_models_lists_the_served_model(openai_client, model_name):
     ids = [m.id for m in openai_client.models.list().data]
     assert ids == [model_name]
+    r = openai_client.chat.completions.create(model="loom", messages=USER, max_tokens=2)
+    assert r.model == model_name
 
 
 def test_non_streaming_completion_has_message_and_exact_usage(openai_client, model_name):
