@@ -68,12 +68,15 @@ async def test_concurrent_streams_with_aborts_leave_others_equal_to_transformers
                 await allm.abort(f"r{i}")
         return outs[-1]
 
+    streaming = asyncio.Event()
+
     async def cancelled(i):
-        await _collect(allm, prompts[i], greedy(14), f"r{i}")
+        async for _ in allm.generate(prompt_token_ids=prompts[i], sampling_params=greedy(400), request_id=f"r{i}"):
+            streaming.set()
 
     cancel_task = asyncio.create_task(cancelled(5))
     results = asyncio.gather(full(0), breaks_early(1), full(2), aborted_by_id(3), full(4))
-    await asyncio.sleep(0.05)
+    await streaming.wait()
     cancel_task.cancel()
     r0, _, r2, r3, r4 = await results
     with pytest.raises(asyncio.CancelledError):
@@ -114,8 +117,8 @@ async def test_event_loop_stays_responsive_while_the_engine_steps(allm):
 
 
 async def test_shutdown_ends_in_flight_streams_with_abort(tiny_checkpoint):
-    allm = AsyncLLM(str(tiny_checkpoint("qwen3")), num_kv_blocks=64, max_model_len=256)
-    stream = allm.generate(prompt_token_ids=[1, 2, 3], sampling_params=greedy(200))
+    allm = AsyncLLM(str(tiny_checkpoint("qwen3")), num_kv_blocks=160, max_model_len=4096)
+    stream = allm.generate(prompt_token_ids=[1, 2, 3], sampling_params=greedy(2000))
     first = await stream.__anext__()
     assert not first.finished
     await asyncio.get_running_loop().run_in_executor(None, allm.shutdown)
