@@ -3,8 +3,18 @@
 Token pieces go through ``tokenizers.decoders.DecodeStream`` (the tokenizers
 library's streaming decoder), which holds back bytes until they form whole
 UTF-8 characters, so byte-level BPE tokens that split an emoji or a CJK
-character never surface as U+FFFD.  A few prompt tokens seed the stream so
-tokenizers that strip a leading space decode the first output token right.
+character never surface as U+FFFD.  A few prompt tokens prime the stream (their
+text is never emitted) so tokenizers that strip a leading space (SentencePiece
+``Metaspace``) decode the first output token right.
+
+Rule for a character split between prompt and output: ``text`` is what
+incremental decoding of the output ``token_ids`` alone yields (vLLM's
+``FastIncrementalDetokenizer`` primes the same way).  The prompt tokens that
+hold the first bytes of an unfinished character are left out of the priming
+context, so the output tokens' continuation bytes decode on their own, as
+``tokenizer.decode(token_ids)`` decodes them (U+FFFD per orphan byte), and no
+prompt text ever reaches the output.  A character still incomplete when the
+request ends is not emitted.
 
 Stop strings are matched as vLLM does: after each new piece, search the tail
 of the text that the piece could complete; on a match the text is cut before
@@ -16,6 +26,7 @@ string later removes: the concatenated deltas always equal the final text.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,7 +34,11 @@ from tokenizers.decoders import DecodeStream
 
 from runtime.sampling_params import SamplingParams
 
-_PROMPT_CONTEXT = 4
+logger = logging.getLogger(__name__)
+
+_PROMPT_CONTEXT = 4  # prompt tokens that prime the decoder
+_MAX_UNFINISHED = 4  # prompt tokens dropped at most while the prompt ends mid-character
+_REPLACEMENT = "\ufffd"
 
 
 class IncrementalDetokenizer:
@@ -46,14 +61,35 @@ class IncrementalDetokenizer:
         self.sent = 0
 
     def _new_stream(self, prompt_token_ids: Sequence[int]) -> DecodeStream:
-        context = list(prompt_token_ids[-_PROMPT_CONTEXT:])
+        """A ``DecodeStream`` primed with the prompt's last whole-character tokens.
+
+        Priming steps the stream over the context and discards what it returns,
+        so only text decoded after the prompt is ever emitted.
+        """
         stream = DecodeStream(skip_special_tokens=self.skip_special_tokens)
-        if context:
-            try:
-                stream = DecodeStream(ids=context, skip_special_tokens=self.skip_special_tokens)
-            except TypeError:  # tokenizers < 0.22 has no ``ids``
-                pass
+        try:
+            for token_id in self._prompt_context(prompt_token_ids):
+                stream.step(self.tokenizer, token_id)
+        except Exception:  # tokenizers raises a plain Exception on an inconsistent prefix
+            logger.warning("prompt context did not prime the decoder; decoding output unprimed", exc_info=True)
+            stream = DecodeStream(skip_special_tokens=self.skip_special_tokens)
         return stream
+
+    def _prompt_context(self, prompt_token_ids: Sequence[int]) -> list[int]:
+        """The last ``_PROMPT_CONTEXT`` prompt ids that end on a character boundary.
+
+        Trailing ids whose bytes leave a character unfinished (the context then
+        decodes to text ending in U+FFFD) are dropped; if dropping up to
+        ``_MAX_UNFINISHED`` ids finds no clean end, the stream starts unprimed.
+        """
+        ids = list(prompt_token_ids)
+        for end in range(len(ids), max(0, len(ids) - _MAX_UNFINISHED) - 1, -1):
+            context = ids[max(0, end - _PROMPT_CONTEXT):end]
+            if not context:
+                break
+            if not self.tokenizer.decode(context, skip_special_tokens=self.skip_special_tokens).endswith(_REPLACEMENT):
+                return context
+        return []
 
     def add_token(self, token_id: int) -> str | None:
         """Append ``token_id``; return the stop string it completed, if any."""

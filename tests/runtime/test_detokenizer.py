@@ -5,6 +5,7 @@ stop token ids and stop strings end requests in the engine."""
 from __future__ import annotations
 
 import pytest
+from tokenizers.decoders import DecodeStream
 from transformers import AutoTokenizer
 
 from runtime.detokenizer import IncrementalDetokenizer
@@ -19,8 +20,8 @@ def tokenizer(tiny_checkpoint):
     return AutoTokenizer.from_pretrained(str(tiny_checkpoint("qwen3")))
 
 
-def _stream(tokenizer, ids, **params):
-    detok = IncrementalDetokenizer(tokenizer.backend_tokenizer, [], SamplingParams(**params))
+def _stream(tokenizer, ids, prompt=(), **params):
+    detok = IncrementalDetokenizer(tokenizer.backend_tokenizer, list(prompt), SamplingParams(**params))
     deltas, stop = [], None
     for t in ids:
         stop = detok.add_token(t)
@@ -39,6 +40,23 @@ def test_multibyte_characters_split_across_byte_level_tokens_never_surface_broke
     assert text == TEXT
     assert "".join(deltas) == TEXT
     assert all("\ufffd" not in d for d in deltas)
+
+
+def _decode_stream_alone(tokenizer, ids):
+    """Reference: ``tokenizers``' own incremental decoder over the output ids only."""
+    stream = DecodeStream(skip_special_tokens=True)
+    return "".join(piece for t in ids if (piece := stream.step(tokenizer.backend_tokenizer, t)))
+
+
+def test_output_text_is_the_decoding_of_output_tokens_alone_at_every_prompt_split(tokenizer):
+    ids = tokenizer.encode(TEXT, add_special_tokens=False)
+    mid_char_splits = [k for k in range(1, len(ids)) if tokenizer.decode(ids[:k]).endswith("\ufffd")]
+    assert len(mid_char_splits) >= 3  # the prompt ends inside a multi-byte character
+    for k in range(1, len(ids)):
+        text, deltas, _ = _stream(tokenizer, ids[k:], prompt=ids[:k])
+        # no prompt text; orphan continuation bytes decode as the tokenizer decodes them
+        assert text == tokenizer.decode(ids[k:]) == _decode_stream_alone(tokenizer, ids[k:]), k
+        assert "".join(deltas) == text
 
 
 def test_stop_string_cuts_text_before_it_and_deltas_never_show_it(tokenizer):
@@ -91,6 +109,20 @@ def test_engine_stop_string_ends_request_with_exact_text(tiny_checkpoint):
             final = out
     assert final.finish_reason == "stop" and final.stop_reason == stop
     assert final.text == full.text[:cut] == streamed
+
+
+def test_engine_text_excludes_prompt_that_ends_inside_a_multibyte_character(tiny_checkpoint, tokenizer):
+    engine = make_engine(tiny_checkpoint("qwen3"))
+    ids = tokenizer.encode("hello world 世界", add_special_tokens=False)
+    prompt = next(ids[:k] for k in range(len(ids), 0, -1) if tokenizer.decode(ids[:k]).endswith("\ufffd"))
+    engine.add_request(prompt, greedy(16), request_id="a")
+    streamed, final = "", None
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            streamed += out.new_text
+            final = out
+    assert final.text == _decode_stream_alone(tokenizer, final.token_ids) == streamed
+    assert "hello" not in final.text and "world" not in final.text
 
 
 def test_engine_stop_token_id_ends_request_and_keeps_the_token(tiny_checkpoint):
