@@ -21,6 +21,20 @@ def allm(tiny_checkpoint):
     engine.shutdown()
 
 
+# Streams that get aborted ask for this many tokens (~1.5 ms a step alone), so
+# the request cannot end by length before the abort reaches the engine thread,
+# even on a stalled event loop: the abort tests do not depend on step speed.
+UNFINISHABLE = 3000
+
+
+@pytest.fixture
+def allm_long(tiny_checkpoint):
+    """``allm`` with room for ``UNFINISHABLE``-token outputs (256 blocks x 16 = 4096 tokens)."""
+    engine = AsyncLLM(str(tiny_checkpoint("qwen3")), num_kv_blocks=256, max_model_len=4096, max_num_batched_tokens=64)
+    yield engine
+    engine.shutdown()
+
+
 async def _wait_idle(allm: AsyncLLM, timeout: float = 30.0) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -48,7 +62,8 @@ async def test_stream_deltas_add_up_to_the_final_output(allm, tiny_checkpoint):
     assert final.arrival_time <= final.first_token_time <= final.finish_time
 
 
-async def test_concurrent_streams_with_aborts_leave_others_equal_to_transformers(allm, tiny_checkpoint):
+async def test_concurrent_streams_with_aborts_leave_others_equal_to_transformers(allm_long, tiny_checkpoint):
+    allm = allm_long
     path = tiny_checkpoint("qwen3")
     prompts = random_prompts(allm.engine.vocab_size, [20, 35, 50, 12, 28, 40], seed=42)
 
@@ -60,9 +75,9 @@ async def test_concurrent_streams_with_aborts_leave_others_equal_to_transformers
             if len(out.token_ids) >= 3:
                 break
 
-    async def aborted_by_id(i):
+    async def aborted_by_id(i):  # aborts after its 2nd streamed output
         outs = []
-        async for out in allm.generate(prompt_token_ids=prompts[i], sampling_params=greedy(14), request_id=f"r{i}"):
+        async for out in allm.generate(prompt_token_ids=prompts[i], sampling_params=greedy(UNFINISHABLE), request_id=f"r{i}"):
             outs.append(out)
             if len(out.token_ids) == 2:
                 await allm.abort(f"r{i}")
@@ -70,8 +85,8 @@ async def test_concurrent_streams_with_aborts_leave_others_equal_to_transformers
 
     streaming = asyncio.Event()
 
-    async def cancelled(i):
-        async for _ in allm.generate(prompt_token_ids=prompts[i], sampling_params=greedy(400), request_id=f"r{i}"):
+    async def cancelled(i):  # cancelled once its 1st output has streamed
+        async for _ in allm.generate(prompt_token_ids=prompts[i], sampling_params=greedy(UNFINISHABLE), request_id=f"r{i}"):
             streaming.set()
 
     cancel_task = asyncio.create_task(cancelled(5))
@@ -81,7 +96,7 @@ async def test_concurrent_streams_with_aborts_leave_others_equal_to_transformers
     r0, _, r2, r3, r4 = await results
     with pytest.raises(asyncio.CancelledError):
         await cancel_task
-    assert r3.finish_reason == "abort" and len(r3.token_ids) < 14
+    assert r3.finish_reason == "abort" and 2 <= len(r3.token_ids) < UNFINISHABLE
     refs = hf_greedy_many(path, [prompts[0], prompts[2], prompts[4]], [14] * 3)
     assert [r0.token_ids, r2.token_ids, r4.token_ids] == refs
     await _wait_idle(allm)
