@@ -98,6 +98,9 @@ async def _session(console: Console, model: str, workdir: Path, retriever: Any,
                           + (f"  [dim](tool_choice={choice})[/]" if choice else ""))
             result = await stream_turn(console, agent, session, message, choice)
             results.append(result)
+            if result.compactions:
+                console.print(f"[magenta]history compacted[/] ({result.compactions}x this turn: oldest turns "
+                              "dropped from the view sent to the model; the stored log is unchanged)")
             console.print(ledger_table(result.usage, f"turn {i}: tokens, time and cost by class"))
         return results
     finally:
@@ -149,6 +152,9 @@ def demo(
     Example: loom demo --preset small --max-tokens 64
     """
     logging.getLogger().setLevel(logging.WARNING)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the embedder's "Loading weights" bar would cut into streamed text
     console = _console()
     workdir.mkdir(parents=True, exist_ok=True)
     model_path = _checkpoint(console, model, workdir, preset)
