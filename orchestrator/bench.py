@@ -119,7 +119,10 @@ def sessions(
     json_out: Path = typer.Option(None, help="Write the figures as JSON here."),
     num_kv_blocks: int = typer.Option(0, help="KV pool in 16-token blocks; 0 = every session's full window fits."),
 ) -> None:
-    """TTFT per turn number with and without prefix caching (or keep vs strip reasoning)."""
+    """TTFT per turn number with and without prefix caching (or keep vs strip reasoning).
+
+    Example: loom bench sessions --preset small --sessions 16 --turns 10
+    """
     from rich.console import Console
     from rich.table import Table
 

@@ -42,7 +42,10 @@ def ingest(
     overlap_tokens: Optional[int] = typer.Option(None, "--overlap-tokens", help="Overlap in tokens."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on a tty."),
 ) -> None:
-    """Ingest documents into a retrieval index (re-ingesting unchanged files adds nothing)."""
+    """Ingest documents into a retrieval index (re-ingesting unchanged files adds nothing).
+
+    Example: loom ingest docs/ --stdlib --index .loom/index
+    """
     from retrieval.loaders import DEFAULT_PATTERNS
     from retrieval.retriever import Retriever
 
@@ -70,7 +73,10 @@ def search(
     document: Optional[str] = typer.Option(None, "--document", help="Only this document id."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per hit."),
 ) -> None:
-    """Search a retrieval index (hybrid dense + BM25 by default)."""
+    """Search a retrieval index (hybrid dense + BM25 by default).
+
+    Example: loom search --index .loom/index "os.path.join" --k 3 --json
+    """
     from runtime.errors import NotFoundError
     from retrieval.retriever import Retriever
 
