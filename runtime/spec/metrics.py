@@ -36,13 +36,10 @@ class SpecRequestStats:
 
 
 @dataclass
-class SpecDecodeStats:
+class SpecDecodeStats(SpecRequestStats):
     """Engine-wide counters; ``as_dict`` feeds ``LLM.stats()``."""
 
-    num_spec_tokens: int
-    num_drafts: int = 0
-    num_draft_tokens: int = 0
-    num_accepted_tokens: int = 0
+    num_spec_tokens: int = 0
     num_disabled_steps: int = 0
     num_spec_steps: int = 0
     num_grammar_rejected_tokens: int = 0
@@ -56,9 +53,7 @@ class SpecDecodeStats:
         """Record one request's verification (0 drafted tokens records nothing)."""
         if num_draft_tokens <= 0:
             return
-        self.num_drafts += 1
-        self.num_draft_tokens += num_draft_tokens
-        self.num_accepted_tokens += num_accepted
+        super().observe(num_draft_tokens, num_accepted)
         for j in range(min(num_accepted, len(self.accepted_per_position))):
             self.accepted_per_position[j] += 1
 
