@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator import Agent, ContextBudget, InMemorySession, SQLSession
-from tools import tool
+from tests.orchestrator.sample_tools import add, explode, hang
 
 DOCS = {
     "tasks.md": "# Tasks\n\nA task wraps a coroutine and schedules it on the event loop. "
@@ -16,40 +16,6 @@ DOCS = {
     "locks.md": "# Locks\n\nasyncio.Lock guarantees exclusive access to a shared resource. "
                 "Use it with async with lock: to acquire and release it.",
 }
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers.
-
-    Args:
-        a: first addend.
-        b: second addend.
-    """
-    return a + b
-
-
-@tool
-def explode(text: str) -> str:
-    """Always fails.
-
-    Args:
-        text: ignored.
-    """
-    raise RuntimeError("kaboom")
-
-
-@tool(timeout_s=0.2)
-async def hang(text: str) -> str:
-    """Never answers in time.
-
-    Args:
-        text: ignored.
-    """
-    import asyncio
-
-    await asyncio.sleep(30)
-    return text
 
 
 @pytest.fixture(scope="module")
