@@ -30,6 +30,14 @@ import numpy as np
 
 logger = logging.getLogger(__name__)
 
+
+def _import_bm25s():
+    """Import ``bm25s``, whose import sets its own logger to DEBUG; put it back to WARNING."""
+    import bm25s
+
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
+
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*|\d+(?:\.\d+)?")
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
@@ -74,7 +82,7 @@ class BM25Index:
     """
 
     def __init__(self, ids: list[int], tokens: list[list[str]] | None, _model: object = None) -> None:
-        import bm25s
+        bm25s = _import_bm25s()
 
         self.ids = np.asarray(ids, dtype=np.int64)
         self.model = _model
@@ -119,7 +127,7 @@ class BM25Index:
     @classmethod
     def load(cls, folder: str | Path, generation: int) -> "BM25Index | None":
         """The cached index when it was built at ``generation``, else ``None``."""
-        import bm25s
+        bm25s = _import_bm25s()
 
         folder = Path(folder)
         try:
