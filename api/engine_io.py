@@ -15,10 +15,12 @@ import contextlib
 import logging
 
 import anyio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import Request
+
+from runtime.errors import RequestAbortedError
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,26 @@ async def wait_disconnect(request: Request, poll_s: float = 0.25) -> None:
     """Return when the client has gone away (for handlers that do not stream)."""
     while not await request.is_disconnected():
         await asyncio.sleep(poll_s)
+
+
+async def until_disconnect(request: Request, work: asyncio.Future[Any],
+                           on_disconnect: Callable[[], None] | None = None) -> Any:
+    """Wait for ``work`` unless the client goes away first; return its result.
+
+    On a disconnect ``work`` is cancelled (the caller still settles it),
+    ``on_disconnect`` runs, and :class:`RequestAbortedError` is raised.
+    """
+    watch = asyncio.ensure_future(wait_disconnect(request))
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+    if not work.done():
+        work.cancel()
+        if on_disconnect is not None:
+            on_disconnect()
+        raise RequestAbortedError("client disconnected")
+    return work.result()
 
 
 def engine_max_model_len(engine: Any) -> int | None:

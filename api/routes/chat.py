@@ -14,10 +14,10 @@ from sse_starlette.sse import EventSourceResponse
 from api.auth import require_owner
 from api.chat.completions import CompletionRun, stream_chunks
 from api.chat.prompt import prepare
-from api.engine_io import close_generation, engine_max_model_len, open_generation, settle, wait_disconnect
+from api.engine_io import close_generation, engine_max_model_len, open_generation, settle, until_disconnect
 from api.errors import error_body, loom_error_body
 from api.schemas.chat import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
-from runtime.errors import LoomError, NotFoundError, RequestAbortedError
+from runtime.errors import LoomError, NotFoundError
 
 router = APIRouter(tags=["openai"])
 
@@ -72,15 +72,9 @@ async def _complete(services: Any, request: Request, run: CompletionRun, gen: As
             out = await gen.__anext__()
 
     work = asyncio.ensure_future(consume())
-    watch = asyncio.ensure_future(wait_disconnect(request))
     try:
-        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
-        if not work.done():
-            work.cancel()
-            raise RequestAbortedError("client disconnected")
-        work.result()
+        await until_disconnect(request, work)
     finally:
-        watch.cancel()
         with anyio.CancelScope(shield=True):
             await settle(work)
         await close_generation(services.engine, gen, run.request_id, _finished(run))

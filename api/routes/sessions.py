@@ -19,7 +19,7 @@ from sse_starlette.sse import EventSourceResponse
 
 from api import turns as T
 from api.auth import require_owner
-from api.engine_io import settle, wait_disconnect
+from api.engine_io import settle, until_disconnect
 from api.errors import error_body, loom_error_body
 from api.schemas.sessions import (
     Deleted,
@@ -155,14 +155,9 @@ async def _run_turn(services: Services, request: Request, turn_id: int, session_
         return result
 
     work = asyncio.ensure_future(consume())
-    watch = asyncio.ensure_future(wait_disconnect(request))
     try:
-        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
-        if not work.done():
-            work.cancel()
-            services.store.finish_turn(turn_id, state="interrupted", error="client disconnected")
-            raise RequestAbortedError("client disconnected")
-        result = work.result()
+        result = await until_disconnect(request, work, on_disconnect=lambda: services.store.finish_turn(
+            turn_id, state="interrupted", error="client disconnected"))
     except LoomError as exc:
         if not isinstance(exc, RequestAbortedError):
             services.store.finish_turn(turn_id, state="error", error=exc.message)
@@ -171,7 +166,6 @@ async def _run_turn(services: Services, request: Request, turn_id: int, session_
         services.store.finish_turn(turn_id, state="error", error=str(exc))
         raise
     finally:
-        watch.cancel()
         with anyio.CancelScope(shield=True):
             await settle(work)  # a cancelled consumer must unwind before the stream can close
             await events.aclose()
