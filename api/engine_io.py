@@ -13,11 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-
-import anyio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import anyio
 from fastapi import Request
 
 from runtime.errors import RequestAbortedError

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
-
 from fastapi import APIRouter, Depends, Query, Request
 from sse_starlette.sse import EventSourceResponse
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.server import Server, cli
 from tests.api.conftest import ENGINE_FLAGS
+from tests.api.server import Server, cli
 
 
 def _client(server: Server, key: str) -> httpx.Client:
