@@ -20,17 +20,6 @@ from runtime.checkpoint import (
     model_config,
 )
 
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "search",
-            "description": "Search docs",
-            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]},
-        },
-    }
-]
-
 
 def _sha(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
