@@ -78,3 +78,11 @@ class RequestAbortedError(LoomError):
     http_status = 499
     error_type = "request_aborted"
     code = "aborted"
+
+
+class ModelLoadError(LoomError):
+    """A model that cannot be had: a failed package install, a wrong file hash, a
+    missing or unreadable checkpoint file. The message is one line naming the cause."""
+
+    error_type = "model_load_error"
+    code = "model_unavailable"

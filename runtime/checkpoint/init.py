@@ -18,11 +18,10 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from runtime.checkpoint.cache import build_atomically, loom_cache_root
 from runtime.checkpoint.presets import make_config
 from runtime.checkpoint.tokenizer import (
     ADDED_TOKENS,
@@ -188,9 +187,7 @@ def init_checkpoint(
 
 def default_cache_dir() -> Path:
     """``$LOOM_CACHE/checkpoints``, else ``~/.cache/loom/checkpoints``."""
-    root = os.environ.get("LOOM_CACHE")
-    base = Path(root) if root else Path.home() / ".cache" / "loom"
-    return base / "checkpoints"
+    return loom_cache_root() / "checkpoints"
 
 
 def _cache_name(
@@ -229,20 +226,5 @@ def ensure_checkpoint(
     """
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     final = root / _cache_name(arch, preset, seed, vocab_size, weights, config_overrides)
-    if (final / "config.json").is_file():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=root))
-    try:
-        init_checkpoint(
-            tmp, arch, preset, seed=seed, vocab_size=vocab_size, weights=weights, **config_overrides
-        )
-        tmp.chmod(0o755)  # mkdtemp makes it private; the cache is shared
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return build_atomically(final, lambda tmp: init_checkpoint(
+        tmp, arch, preset, seed=seed, vocab_size=vocab_size, weights=weights, **config_overrides))

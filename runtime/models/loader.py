@@ -25,25 +25,65 @@ logger = logging.getLogger(__name__)
 SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "mistral")
 
 
+RANDOM_PREFIX = "random:"
+
+
 def resolve_model_path(model: str) -> Path:
-    """Local folder for ``model`` (a folder, or a hub id downloaded/cached).
+    """Local HF checkpoint folder for ``model``.
+
+    ``model`` may be, in this order:
+
+    - ``random:ARCH-PRESET`` (e.g. ``random:qwen3-small``): a cached random-weight
+      checkpoint (``runtime.checkpoint.ensure_checkpoint``), for shapes and benchmarks;
+    - a registered name (``smollm2-135m-instruct``): installed, verified and
+      converted on first use (``runtime.checkpoint.registry``);
+    - a ``.gguf`` file, or a folder holding exactly one: converted once, cached;
+    - a HF checkpoint folder;
+    - a Hugging Face hub id (``huggingface_hub.snapshot_download``, which honours
+      ``HF_HUB_OFFLINE`` and the local cache).
 
     Raises:
-        NotFoundError: neither a folder nor a reachable hub repository.
+        ModelLoadError: a registered model or GGUF file that cannot be prepared.
+        NotFoundError: none of the above.
+        ValueError: a malformed ``random:`` spec.
     """
+    from runtime.checkpoint.gguf import ensure_converted, find_gguf
+    from runtime.checkpoint.registry import ensure_model, lookup
+    from runtime.errors import NotFoundError
+
+    if model.startswith(RANDOM_PREFIX):
+        return _random_checkpoint(model[len(RANDOM_PREFIX):])
+    if lookup(model) is not None:
+        return ensure_model(model)
     path = Path(model).expanduser()
+    gguf = find_gguf(path)
+    if gguf is not None:
+        return ensure_converted(gguf)
     if path.is_dir():
         return path
+    if model.startswith((".", "/", "~")) or path.suffix.lower() == ".gguf" or model.count("/") > 1:
+        raise NotFoundError(f"model: {model!r} is not a folder, a .gguf file, a registered name "
+                            "(loom model list) or a hub id")
     from huggingface_hub import snapshot_download
-
-    from runtime.errors import NotFoundError
 
     try:
         return Path(
             snapshot_download(model, allow_patterns=["*.json", "*.safetensors", "*.jinja", "tokenizer*", "*.txt"])
         )
     except Exception as exc:  # noqa: BLE001 - hub errors vary (offline, 404, auth)
-        raise NotFoundError(f"model: {model!r} is not a folder and could not be fetched from the hub: {exc}") from exc
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise NotFoundError(f"model: {model!r} is not a local folder and could not be fetched from the hub "
+                            f"({reason}); registered models: loom model list") from exc
+
+
+def _random_checkpoint(spec: str) -> Path:
+    from runtime.checkpoint import ARCHES, PRESETS, ensure_checkpoint
+
+    arch, _, preset = spec.partition("-")
+    if arch not in ARCHES or preset not in PRESETS:
+        raise ValueError(f"model: 'random:{spec}' must be random:ARCH-PRESET with ARCH in {sorted(ARCHES)} "
+                         f"and PRESET in {sorted(PRESETS)}")
+    return ensure_checkpoint(arch, preset)
 
 
 def load_hf_config(path: Path, overrides: dict[str, Any] | None = None) -> Any:
