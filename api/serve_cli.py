@@ -14,7 +14,11 @@ import typer
 
 
 def serve(
-    model: str | None = typer.Option(None, "--model", help="Checkpoint folder (or hub id) to serve."),
+    model: str | None = typer.Option(None, "--model", help="Model to serve: a registered name (default "
+                                     "smollm2-135m-instruct; see loom model list), a folder, a .gguf file, "
+                                     "random:ARCH-PRESET or a hub id."),
+    tool_call_parser: str | None = typer.Option(None, "--tool-call-parser", help="auto | hermes | "
+                                                "llama3_json | mistral | default (tool-call format)."),
     index: Path | None = typer.Option(None, "--index", help="FAISS index folder for documents/search."),
     db: str | None = typer.Option(None, "--db", help="SQLAlchemy URL (default sqlite:///loom.db)."),
     host: str | None = typer.Option(None, "--host", help="Bind address (default 127.0.0.1)."),
@@ -50,7 +54,7 @@ def serve(
             num_kv_blocks=num_kv_blocks, max_num_seqs=max_num_seqs, max_waiting=max_waiting,
             dtype=dtype, device=device, drain_timeout_s=drain_timeout_s, log_level=log_level,
             speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,
-            draft_model=draft_model,
+            draft_model=draft_model, tool_call_parser=tool_call_parser,
         )
     except (ValidationError, FileNotFoundError) as exc:
         typer.secho(f"error: invalid settings: {exc}", fg="red", err=True)

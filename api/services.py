@@ -58,6 +58,7 @@ class Services:
     settings: Settings
     store: Store | None = None
     engine: Any = None  # runtime.AsyncLLM
+    tool_format: Any = None  # orchestrator.formats.ToolCallFormat of the served model
     retriever: Any = None  # retrieval.Retriever
     metrics: Metrics = field(default_factory=Metrics)
     started_at: float = field(default_factory=time.time)
@@ -78,6 +79,11 @@ class Services:
             log.warning("marked %d turn(s) left running by a previous process as interrupted", stale)
         log.info("loading model %s", s.model)
         self.engine = AsyncLLM(s.model, **engine_args(s))
+        from orchestrator.formats import detect_format
+
+        self.tool_format = detect_format(self.engine.tokenizer, s.tool_call_parser)
+        log.info("tool-call format: %s%s", self.tool_format.name,
+                 " (tools described in the system message)" if self.tool_format.tools_in_system else "")
         self.metrics.watch_engine(self.engine.stats)
         if s.index is not None:
             self.retriever = self._open_index(Path(s.index))

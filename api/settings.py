@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import (
@@ -21,6 +21,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from runtime.checkpoint.registry import DEFAULT_MODEL
+
 
 class Settings(BaseSettings):
     """Everything ``api.create_app`` needs; one instance per server process."""
@@ -28,7 +30,11 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LOOM_", extra="forbid", toml_file=None)
 
     # model / engine
-    model: str = Field(description="Checkpoint folder (or hub id) the engine loads.")
+    model: str = Field(default=DEFAULT_MODEL, description="Registered model name (loom model list), "
+                       "checkpoint folder, .gguf file, random:ARCH-PRESET or hub id the engine loads.")
+    tool_call_parser: Literal["auto", "hermes", "llama3_json", "mistral", "default"] = Field(
+        default="auto", description="Tool-call format: auto (from the chat template) | hermes | "
+        "llama3_json | mistral | default (tools in the system message).")
     served_model_name: str | None = Field(
         default=None, description="Name in /v1/models; default: the model folder's name."
     )

@@ -88,6 +88,7 @@ def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Any:
         sampling=sampling,
         tool_choice=tool_choice_arg(cfg.tool_choice),
         auto_retrieve=cfg.index,
+        tool_call_parser=services.tool_format,
     )
 
 

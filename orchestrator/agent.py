@@ -87,6 +87,10 @@ class Agent:
         retrieval_k / memory_k: hits to fetch.
         tool_timeout_s: default tool timeout (seconds).
         memory_write_back: add each user message to long-term memory.
+        tool_call_parser: the model's tool-call format: ``None``/``"auto"``
+            detects it from the chat template (``orchestrator.formats``), a name
+            (``hermes``, ``llama3_json``, ``mistral``, ``default``) or a
+            ``ToolCallFormat`` overrides it (vLLM's ``--tool-call-parser``).
 
     Raises:
         ValueError: bad arguments, naming the field.
@@ -97,7 +101,8 @@ class Agent:
                  sampling: Any = None, tool_choice: Any = "auto", auto_retrieve: bool = True,
                  keep_reasoning: bool = DEFAULT_KEEP_REASONING, memory_namespace: str | None = None,
                  prices: PriceTable | None = None, retrieval_k: int = 4, memory_k: int = 4,
-                 tool_timeout_s: float = 30.0, memory_write_back: bool = True) -> None:
+                 tool_timeout_s: float = 30.0, memory_write_back: bool = True,
+                 tool_call_parser: Any = None) -> None:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
         self.engine = EngineClient(llm)
@@ -115,7 +120,8 @@ class Agent:
         self.tool_timeout_s = tool_timeout_s
         self.sampling = sampling if sampling is not None else _greedy()
         self.builder = ContextBuilder(self.engine.tokenizer, system_prompt, self.registry.schemas() or None,
-                                      self.budget, keep_reasoning)
+                                      self.budget, keep_reasoning, _format(self.engine.tokenizer, tool_call_parser))
+        self.format = self.builder.fmt
         self.tool_choice = self.check_tool_choice(tool_choice)
         self.num_compactions = 0
 
@@ -184,6 +190,17 @@ class Agent:
             RuntimeError: called from a running event loop (use ``await arun``).
         """
         return asyncio.run(self.arun(message, session=session, tool_choice=tool_choice))
+
+
+def _format(tokenizer: Any, parser: Any) -> Any:
+    from orchestrator.formats import ToolCallFormat, detect_format
+
+    if isinstance(parser, ToolCallFormat):
+        return parser
+    try:
+        return detect_format(tokenizer, parser)
+    except ValueError as exc:
+        raise InvalidRequestError(str(exc), param="tool_call_parser") from exc
 
 
 def _greedy() -> Any:

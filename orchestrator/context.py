@@ -87,11 +87,13 @@ class ContextBuilder:
         tools: OpenAI-style tool dicts, sorted by name (``ToolRegistry.schemas()``).
         budget: a :class:`ContextBudget` with ``max_model_len`` set.
         keep_reasoning: show earlier turns' reasoning (else their stripped ids).
+        fmt: the model's tool-call format (detected from the tokenizer when ``None``).
     """
 
     def __init__(self, tokenizer: Any, system_prompt: str | None = "", tools: list[dict[str, Any]] | None = None,
-                 budget: ContextBudget | None = None, keep_reasoning: bool = True) -> None:
-        self.renderer = TemplateRenderer(tokenizer, tools)
+                 budget: ContextBudget | None = None, keep_reasoning: bool = True, fmt: Any = None) -> None:
+        self.renderer = TemplateRenderer(tokenizer, tools, fmt)
+        self.fmt = self.renderer.fmt
         self.system_messages = [] if system_prompt is None else [{"role": "system", "content": system_prompt}]
         self.budget = budget or ContextBudget(max_model_len=4096)
         self.keep_reasoning = keep_reasoning

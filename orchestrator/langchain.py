@@ -38,7 +38,9 @@ from orchestrator.engine import EngineClient
 from orchestrator.events import ContentDelta, ReasoningDelta, ToolCallEvent
 from orchestrator.items import Item, message_item
 from orchestrator.ledger import PriceTable
-from orchestrator.step import FORCED_MIN_TOKENS, StepOutcome, forced_tool_grammar, model_call
+from orchestrator.formats import ToolCallFormat, detect_format, forced_call_grammar
+from orchestrator.parsers import StreamingParser
+from orchestrator.step import FORCED_MIN_TOKENS, StepOutcome, model_call
 
 
 def _to_items(messages: Sequence[BaseMessage]) -> tuple[str | None, list[Item]]:
@@ -87,6 +89,7 @@ class LoomChatModel(BaseChatModel):
     prices: PriceTable = Field(default_factory=PriceTable)
     _client: EngineClient | None = PrivateAttr(default=None)
     _builders: dict[str, ContextBuilder] = PrivateAttr(default_factory=dict)
+    _format: ToolCallFormat | None = PrivateAttr(default=None)
 
     @property
     def _llm_type(self) -> str:
@@ -118,7 +121,7 @@ class LoomChatModel(BaseChatModel):
         key = json.dumps([system, tools], sort_keys=True)
         if key not in self._builders:
             budget = ContextBudget(max_model_len=self.client.max_model_len, reserved_output=self.max_tokens)
-            self._builders[key] = ContextBuilder(self.client.tokenizer, system, tools, budget)
+            self._builders[key] = ContextBuilder(self.client.tokenizer, system, tools, budget, fmt=self.tool_format)
         return self._builders[key]
 
     def _context(self, messages: Sequence[BaseMessage], tools: list[dict[str, Any]] | None) -> Context:
@@ -126,6 +129,13 @@ class LoomChatModel(BaseChatModel):
         builder = self._builder(system, tools)
         builder.render_items([], items)
         return builder.build(items, 2)
+
+    @property
+    def tool_format(self) -> ToolCallFormat:
+        """The model's tool-call format (detected from its chat template once)."""
+        if self._format is None:
+            self._format = detect_format(self.client.tokenizer)
+        return self._format
 
     def get_num_tokens(self, text: str) -> int:
         """Tokens of ``text`` with the engine's tokenizer."""
@@ -142,12 +152,12 @@ class LoomChatModel(BaseChatModel):
         tok = self.client.tokenizer
         extra: dict[str, Any] = {}
         if tools and tool_choice not in (None, "auto", "none"):
-            from runtime.structured_output import StructuredOutputParams, tool_call_schema
+            from runtime.structured_output import StructuredOutputParams
 
             name = None if tool_choice in ("required", "any") else (
                 tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else tool_choice)
             extra["structured_output"] = StructuredOutputParams(
-                grammar=forced_tool_grammar(tool_call_schema(tools, name)))
+                grammar=forced_call_grammar(self.tool_format, tools, name, bound=True))
         max_tokens = max(self.max_tokens, FORCED_MIN_TOKENS) if extra else self.max_tokens
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_tokens=max_tokens,
                               seed=self.seed, stop=list(stop or []), skip_special_tokens=False,
@@ -159,8 +169,8 @@ class LoomChatModel(BaseChatModel):
         tools = kwargs.get("tools")
         tool_choice = kwargs.get("tool_choice")
         ctx = self._context(messages, tools)
-        outcome = StepOutcome()
-        outcome.parser.parse_tools = bool(tools) and tool_choice != "none"
+        outcome = StepOutcome(parser=StreamingParser(parse_tools=bool(tools) and tool_choice != "none",
+                                                     fmt=self.tool_format))
         ids_sent: set[int] = set()
         async for ev in model_call(self.client, ctx, self._sampling(stop, tools, tool_choice), outcome, 1, 1,
                                    self.prices):

@@ -1,18 +1,27 @@
 """Streaming parser for model output: ``<think>`` reasoning, answer content and
-``<tool_call>`` JSON blocks (Hermes / Qwen convention), fed text token by token.
+tool-call blocks, fed text token by token, in the model's own format.
+
+The markers come from a :class:`~orchestrator.formats.ToolCallFormat`
+(``<tool_call>...</tool_call>`` for Hermes/Qwen and Loom's default, a bare JSON
+reply for Llama 3.1, ``[TOOL_CALLS]`` + a JSON array for Mistral); ``<think>``
+is recognised only when the format says the model reasons. The default
+format is Hermes with reasoning.
 
 Design: a small state machine over three states (``content``, ``reasoning``,
 ``tool_call``).  Markers may arrive split across deltas ("<th" + "ink>"), so a
 suffix of the input that could still become a marker is held back until the
 next delta decides it.  Inside a tool-call block the arguments are streamed as
 they arrive the way vLLM's Hermes tool parser does: once ``"name"`` and the
-``"arguments":`` key have been seen, every further character is emitted except
+``"arguments":`` (or ``"parameters":``) key have been seen, every further character is emitted except
 a trailing ``}`` plus whitespace that may turn out to be the outer object's
 close.  The concatenated ``arguments_delta`` strings are therefore a prefix of
-(and for a well-formed block equal to) the raw arguments JSON text.  A block
-that is not valid JSON, or lacks ``name`` / object ``arguments``, becomes a
-:class:`ParsedToolCall` with ``error`` set; it is never raised, so the agent
-loop can report it to the model as a tool error.
+(and for a well-formed block equal to) the raw arguments JSON text; a block
+that could not be streamed (a JSON array of calls) announces each call's name
+and arguments when it closes.  A block that is not valid JSON, or lacks
+``name`` / object arguments, becomes a :class:`ParsedToolCall` with ``error``
+set; it is never raised, so the agent loop can report it to the model as a
+tool error.  A format whose calls run to the end of the reply closes the
+block in :meth:`StreamingParser.finish`.
 
 The parser is text-only and model-agnostic, so the REST chat-completions
 endpoint reuses it for ``delta.reasoning_content`` / ``delta.tool_calls``.
@@ -25,12 +34,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from orchestrator.formats.format import HERMES, ToolCallFormat
+
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
+#: the parser's default format: Hermes ``<tool_call>`` blocks, ``<think>`` reasoning
+HERMES_THINK = HERMES.with_tokenizer(reasoning=True)
 
 ParserState = Literal["content", "reasoning", "tool_call"]
 
-_NAME_ARGS = re.compile(r'^\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*')
+_NAME_ARGS = re.compile(r'^\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
 _HOLDBACK = re.compile(r"\s*\}?\s*$")
 
 
@@ -70,24 +83,16 @@ class ParserEvent:
     call: ParsedToolCall | None = None
 
 
-def parse_tool_block(index: int, raw: str) -> ParsedToolCall:
-    """Parse the JSON text of one tool-call block; errors become ``error``."""
+def parse_tool_block(index: int, raw: str, fmt: ToolCallFormat = HERMES_THINK) -> ParsedToolCall:
+    """Parse the JSON text of one single-call block; errors become ``error``."""
+    return parse_block(index, raw, fmt)[0]
+
+
+def parse_block(index: int, raw: str, fmt: ToolCallFormat = HERMES_THINK) -> list[ParsedToolCall]:
+    """Every call in one block's text (several for a JSON array), numbered from ``index``."""
     text = raw.strip()
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return ParsedToolCall(index, None, {}, text, f"tool call is not valid JSON: {exc.msg} at char {exc.pos}")
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-        return ParsedToolCall(index, None, {}, text, 'tool call must be a JSON object with a string "name"')
-    args = obj.get("arguments", {})
-    if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
-            return ParsedToolCall(index, obj["name"], {}, text, '"arguments" is a string that is not JSON')
-    if not isinstance(args, dict):
-        return ParsedToolCall(index, obj["name"], {}, text, '"arguments" must be a JSON object')
-    return ParsedToolCall(index, obj["name"], args, text)
+    return [ParsedToolCall(index + i, c.name, c.arguments, text, c.error)
+            for i, c in enumerate(fmt.parse_block(text))]
 
 
 @dataclass
@@ -104,9 +109,11 @@ class StreamingParser:
     """Incremental splitter of reasoning / content / tool calls.
 
     Args:
-        parse_tools: when False, ``<tool_call>`` text is plain content
+        parse_tools: when False, tool-call text is plain content
             (``tool_choice="none"``).
         start_in_reasoning: the prompt already opened ``<think>``.
+        fmt: the model's :class:`~orchestrator.formats.ToolCallFormat`
+            (default: Hermes ``<tool_call>`` with ``<think>`` reasoning).
 
     Use: ``events = parser.feed(delta)`` for each text delta, then
     ``parser.finish()`` once.  ``parser.state`` is the state after the last
@@ -115,6 +122,7 @@ class StreamingParser:
 
     parse_tools: bool = True
     start_in_reasoning: bool = False
+    fmt: ToolCallFormat = HERMES_THINK
     state: ParserState = "content"
     reasoning: str = ""
     content: str = ""
@@ -130,8 +138,17 @@ class StreamingParser:
         if self.state == "reasoning":
             return (THINK_CLOSE,)
         if self.state == "tool_call":
-            return (TOOL_CLOSE,)
-        return (THINK_OPEN, TOOL_OPEN) if self.parse_tools else (THINK_OPEN,)
+            return (self.fmt.call_close,) if self.fmt.call_close else ()
+        markers = [THINK_OPEN] if self.fmt.reasoning else []
+        if self.parse_tools and not (self.fmt.open_at_start_only and self.content.strip()):
+            markers.append(self.fmt.call_open)
+        return tuple(markers)
+
+    def _find(self, text: str, marker: str) -> int:
+        pos = text.find(marker)
+        if pos > 0 and marker == self.fmt.call_open and self.fmt.open_at_start_only and text[:pos].strip():
+            return -1  # a start-only call marker after other text is content
+        return pos
 
     def feed(self, delta: str) -> list[ParserEvent]:
         """Consume one text delta; return the events it completes."""
@@ -140,7 +157,7 @@ class StreamingParser:
         self._pending = ""
         while text:
             markers = self._markers()
-            hits = [(text.find(m), m) for m in markers if m in text]
+            hits = [(pos, m) for m in markers if (pos := self._find(text, m)) >= 0]
             if hits:
                 pos, marker = min(hits)
                 self._emit(text[:pos], events)
@@ -154,42 +171,53 @@ class StreamingParser:
         return events
 
     def finish(self) -> list[ParserEvent]:
-        """Flush held-back text; an unclosed tool-call block becomes an error call."""
+        """Flush held-back text; close a block that runs to the end of the reply (an
+        unclosed block of a format with a close marker becomes an error call)."""
         events: list[ParserEvent] = []
         text, self._pending = self._pending, ""
         self._emit(text, events)
         if self.state == "tool_call" and self._block is not None:
-            call = parse_tool_block(self._block.index, self._block.buf)
-            if call.error is None:
-                call.error = "tool call block was not closed with </tool_call>"
-            self._finish_block(call, events)
+            calls = parse_block(self._block.index, self._block.buf, self.fmt)
+            if self.fmt.call_close is not None and calls[0].error is None:
+                calls = [ParsedToolCall(calls[0].index, calls[0].name, calls[0].arguments, calls[0].raw,
+                                        f"tool call block was not closed with {self.fmt.call_close}")]
+            self._finish_block(calls, events)
         return events
 
     # -- internals -------------------------------------------------------
     def _switch(self, marker: str, events: list[ParserEvent]) -> None:
-        if marker == THINK_OPEN:
+        if self.state == "reasoning":  # THINK_CLOSE
+            self.state = "content"
+        elif self.state == "tool_call":  # the format's close marker
+            assert self._block is not None
+            self._finish_block(parse_block(self._block.index, self._block.buf, self.fmt), events)
+        elif marker == THINK_OPEN and self.fmt.reasoning:
             self.state = "reasoning"
-        elif marker == TOOL_OPEN:
+        else:  # the format's open marker
             self.state = "tool_call"
             self._block = _Block(index=len(self.calls))
-        elif marker == THINK_CLOSE:
-            self.state = "content"
-        else:  # TOOL_CLOSE
-            assert self._block is not None
-            self._finish_block(parse_tool_block(self._block.index, self._block.buf), events)
+            if self.fmt.open_in_body:
+                self._stream_block(marker, events)
 
-    def _finish_block(self, call: ParsedToolCall, events: list[ParserEvent]) -> None:
+    def _finish_block(self, calls: list[ParsedToolCall], events: list[ParserEvent]) -> None:
         block = self._block
         assert block is not None
-        if block.args_start >= 0 and call.error is None:
+        first = calls[0]
+        if block.args_start >= 0 and first.error is None and len(calls) == 1:
             final = block.buf[block.args_start:].rstrip()
             final = final[:-1].rstrip() if final.endswith("}") else final
             if final.startswith(block.buf[block.args_start: block.args_start + block.args_sent]):
                 rest = final[block.args_sent:]
                 if rest:
                     events.append(ParserEvent("tool_call_delta", index=block.index, arguments_delta=rest))
-        self.calls.append(call)
-        events.append(ParserEvent("tool_call", index=call.index, call=call))
+        for call in calls:
+            if call.error is None and (call.index != block.index or block.args_start < 0):
+                # never streamed (an array of calls): announce name and arguments now
+                events.append(ParserEvent("tool_call_delta", index=call.index, name=call.name))
+                events.append(ParserEvent("tool_call_delta", index=call.index,
+                                          arguments_delta=json.dumps(call.arguments, ensure_ascii=False)))
+            self.calls.append(call)
+            events.append(ParserEvent("tool_call", index=call.index, call=call))
         self._block = None
         self.state = "content"
 

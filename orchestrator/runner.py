@@ -20,7 +20,9 @@ from orchestrator.events import AgentEvent, RunResult, ToolCallRecord, ToolResul
 from orchestrator.items import Item, tool_call_id
 from orchestrator.ledger import Ledger
 from orchestrator.session import Session
-from orchestrator.step import FORCED_MIN_TOKENS, StepOutcome, forced_tool_grammar, model_call
+from orchestrator.formats import forced_call_grammar
+from orchestrator.parsers import StreamingParser
+from orchestrator.step import FORCED_MIN_TOKENS, StepOutcome, model_call
 from orchestrator.summarize import summarize_items
 
 if TYPE_CHECKING:
@@ -89,10 +91,10 @@ class TurnRunner:
         room = a.budget.max_model_len - prompt_len
         extra: dict[str, Any] = {}
         if forced:
-            from runtime.structured_output import StructuredOutputParams, tool_call_schema
+            from runtime.structured_output import StructuredOutputParams
 
             name = self.choice["name"] if isinstance(self.choice, dict) else None
-            grammar = forced_tool_grammar(tool_call_schema(a.registry.schemas(), name))
+            grammar = forced_call_grammar(a.format, a.registry.schemas(), name, bound=True)
             extra["structured_output"] = StructuredOutputParams(grammar=grammar)
         want = max(a.budget.max_tokens, FORCED_MIN_TOKENS) if forced else a.budget.max_tokens
         return a.sampling.clone(max_tokens=max(1, min(want, room)), skip_special_tokens=False,
@@ -131,8 +133,7 @@ class TurnRunner:
             await self._compact()
             ctx = a.builder.build(self.items, self.turn)
             forced = step == 1 and (self.choice == "required" or isinstance(self.choice, dict))
-            outcome = StepOutcome()
-            outcome.parser.parse_tools = self.choice != "none"
+            outcome = StepOutcome(parser=StreamingParser(parse_tools=self.choice != "none", fmt=a.format))
             sp = self._sampling(forced, len(ctx.token_ids))
             t0 = time.perf_counter()
             async for ev in model_call(a.engine, ctx, sp, outcome, self.turn, step, a.prices,

@@ -22,49 +22,7 @@ from orchestrator.ledger import Ledger, PriceTable
 from orchestrator.parsers import ParsedToolCall, ParserEvent, StreamingParser
 
 
-FORCED_INT_BOUND = 10**9
-FORCED_STRING_MAX = 128
-FORCED_MIN_TOKENS = 128
-
-
-def bound_schema(schema: Any) -> Any:
-    """Copy of a JSON schema whose unbounded scalars are made finite for forced calls.
-
-    Integers and numbers without bounds get ``[-1e9, 1e9]`` and strings without
-    ``maxLength`` / ``enum`` / ``const`` / ``pattern`` get ``maxLength=128``: a
-    random-weight model would otherwise write digits or characters until its
-    token budget ends and the call would never close.
-    """
-    if isinstance(schema, list):
-        return [bound_schema(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: bound_schema(v) for k, v in schema.items()}
-    kind = out.get("type")
-    if kind in ("integer", "number"):
-        if not any(k in out for k in ("minimum", "exclusiveMinimum", "enum", "const")):
-            out["minimum"] = -FORCED_INT_BOUND
-        if not any(k in out for k in ("maximum", "exclusiveMaximum", "enum", "const")):
-            out["maximum"] = FORCED_INT_BOUND
-    if kind == "string" and not any(k in out for k in ("maxLength", "enum", "const", "pattern", "format")):
-        out["maxLength"] = FORCED_STRING_MAX
-    return out
-
-
-def forced_tool_grammar(schema: dict[str, Any]) -> str:
-    """Lark grammar (llguidance dialect) of exactly one ``<tool_call>`` block.
-
-    ``<tool_call>`` / ``</tool_call>`` are written as token references (they are
-    added tokens, which llguidance does not match from plain strings); the JSON
-    inside follows ``schema`` (``runtime.structured_output.tool_call_schema``,
-    made finite by :func:`bound_schema`) with no free whitespace and the
-    separators Jinja's ``tojson`` uses, so the call is written the way the chat
-    template renders one (a random-weight model would otherwise fill its budget
-    with whitespace).
-    """
-    schema = {**bound_schema(schema), "x-guidance": {"whitespace_flexible": False, "item_separator": ", ",
-                                                     "key_separator": ": "}}
-    return 'start: <tool_call> "\\n" call "\\n" </tool_call>\ncall: %json ' + json.dumps(schema)
+FORCED_MIN_TOKENS = 128  # a forced call gets at least this many output tokens
 
 
 @dataclass

@@ -49,16 +49,22 @@ class TemplateRenderer:
         tokenizer: HF fast tokenizer with ``chat_template`` (needs offsets).
         tools: OpenAI-style tool dicts passed to the template (sorted by the
             caller for a stable prefix), or ``None``.
+        fmt: the model's :class:`~orchestrator.formats.ToolCallFormat`
+            (detected from the tokenizer when ``None``); it decides how tools,
+            tool calls and tool results reach the template.
 
     Raises:
         ValueError: the tokenizer has no chat template.
     """
 
-    def __init__(self, tokenizer: Any, tools: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, tokenizer: Any, tools: list[dict[str, Any]] | None = None, fmt: Any = None) -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("tokenizer: has no chat_template; Loom renders prompts through it")
+        from orchestrator.formats import detect_format
+
         self.tokenizer = tokenizer
         self.tools = tools or None
+        self.fmt = fmt if fmt is not None else detect_format(tokenizer)
         self.eos_token = tokenizer.eos_token or "<|im_end|>"
         self.eos_id: int = tokenizer.convert_tokens_to_ids(self.eos_token)
         self.prefix_stable = True
@@ -71,8 +77,9 @@ class TemplateRenderer:
         tools = self.tools if tools == "default" else tools
         if not messages:
             return self._empty(tools) + (self._gen_text() if add_generation_prompt else "")
+        msgs, tools = self.fmt.prepare(list(messages), tools)
         return self.tokenizer.apply_chat_template(
-            list(messages), tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt)
+            msgs, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt)
 
     def _empty(self, tools: Any) -> str:
         """What the template renders before the first message when there is none (the tool block)."""

@@ -7,8 +7,10 @@ stop strings already cut; eos left out) are fed to
 classed ``reasoning`` / ``tool_call`` / ``output`` by the parser state around it
 (a closing marker belongs to the block it closes), which gives the exact
 ``completion_tokens_details.reasoning_tokens``.  A forced tool call is a
-grammar-constrained ``<tool_call>`` block, parsed like any other.  Constrained
-JSON output (response_format) is all content.
+grammar-constrained call in the model's format (``orchestrator.formats``),
+parsed like any other; it is never shown as content: when ``max_tokens`` cut
+it short the choice ends with ``finish_reason="length"`` and an ``error``
+naming the budget.  Constrained JSON output (response_format) is all content.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from api.schemas.chat import (
     ChatCompletion,
     ChatCompletionChunk,
     Choice,
+    ChoiceError,
     ChunkChoice,
     CompletionTokensDetails,
     Delta,
@@ -35,7 +38,7 @@ from api.schemas.chat import (
     ToolCall,
     Usage,
 )
-from orchestrator.parsers import TOOL_CLOSE, TOOL_OPEN, ParserEvent, StreamingParser
+from orchestrator.parsers import ParsedToolCall, ParserEvent, StreamingParser
 
 _CLASS_OF_STATE = {"reasoning": "reasoning", "tool_call": "tool_call", "content": "output"}
 
@@ -62,7 +65,7 @@ class CompletionRun:
         p = self.prepared
         self.parser: StreamingParser | None = None
         if not p.json_output:
-            self.parser = StreamingParser(parse_tools=p.parse_tools or p.forced_tool_call)
+            self.parser = StreamingParser(parse_tools=p.parse_tools or p.forced_tool_call, fmt=p.fmt)
         self.json_text = ""
 
     # feeding -------------------------------------------------------------------------
@@ -105,11 +108,27 @@ class CompletionRun:
             elif ev.kind == "tool_call_delta" and ev.arguments_delta and ev.index in self._named:
                 calls.append(DeltaToolCall(index=ev.index, function=DeltaFunction(arguments=ev.arguments_delta)))
             elif ev.kind == "tool_call" and ev.call is not None and ev.call.error is not None \
-                    and ev.index not in self._named:
-                content += f"{TOOL_OPEN}{ev.call.raw}{TOOL_CLOSE}"  # never streamed as a call
+                    and ev.index not in self._named and not self.prepared.forced_tool_call:
+                content += self._raw_call_text(ev.call)  # a malformed free-text call stays content
         if not (content or reasoning or calls):
             return None
         return Delta(content=content or None, reasoning_content=reasoning or None, tool_calls=calls or None)
+
+    def _raw_call_text(self, call: ParsedToolCall) -> str:
+        fmt = self.prepared.fmt
+        if fmt.open_in_body:
+            return call.raw
+        return f"{fmt.call_open}{call.raw}{fmt.call_close or ''}"
+
+    def error(self) -> ChoiceError | None:
+        """Set when a forced tool call did not complete (``max_tokens`` ran out inside it)."""
+        if not self.prepared.forced_tool_call or self.tool_calls() or self.last is None:
+            return None
+        n = getattr(self.prepared.sampling_params, "max_tokens", len(self.last.token_ids))
+        return ChoiceError(
+            message=f"max_tokens={n} is too small for the forced tool call: the output ended after {n} "
+                    "tokens, before the call was complete; retry with a larger max_tokens",
+            param="max_tokens", code="tool_call_truncated")
 
     def tool_calls(self) -> list[ToolCall]:
         """Well-formed calls of the reply, in order."""
@@ -158,19 +177,21 @@ class CompletionRun:
         if self.parser is None:
             content, reasoning = self.json_text, None
         else:
-            content = self.parser.content + "".join(
-                f"{TOOL_OPEN}{c.raw}{TOOL_CLOSE}" for c in self.parser.calls if c.error is not None)
+            bad = [] if self.prepared.forced_tool_call else [c for c in self.parser.calls if c.error is not None]
+            content = self.parser.content + "".join(self._raw_call_text(c) for c in bad)
             reasoning = self.parser.reasoning or None
         msg = ResponseMessage(content=content if (content or not calls) else None,
                               reasoning_content=reasoning, tool_calls=calls or None)
         return ChatCompletion(id=self.request_id, created=self.created, model=self.model,
-                              choices=[Choice(message=msg, finish_reason=self.finish_reason())],
+                              choices=[Choice(message=msg, finish_reason=self.finish_reason(),
+                                              error=self.error())],
                               usage=self.usage())
 
     def chunk(self, delta: Delta, finish_reason: str | None = None) -> ChatCompletionChunk:
-        """A stream chunk carrying ``delta``."""
+        """A stream chunk carrying ``delta`` (the last one carries ``error`` when there is one)."""
+        error = self.error() if finish_reason is not None else None
         return ChatCompletionChunk(id=self.request_id, created=self.created, model=self.model,
-                                   choices=[ChunkChoice(delta=delta, finish_reason=finish_reason)])
+                                   choices=[ChunkChoice(delta=delta, finish_reason=finish_reason, error=error)])
 
     def usage_chunk(self) -> ChatCompletionChunk:
         """The ``include_usage`` chunk: no choices, usage set."""

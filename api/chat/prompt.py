@@ -1,13 +1,16 @@
 """Turn a chat-completions request into prompt token ids and ``SamplingParams``.
 
 Messages are rendered once through the model's own chat template
-(``tokenizer.apply_chat_template`` with ``tools=``), then tokenized without
+(``tokenizer.apply_chat_template``), after the model's tool-call format
+(``orchestrator.formats``) has put them in the shape that template takes:
+``tools=`` for a template that renders tools, the tool schemas in the system
+message for one that cannot (SmolLM2's). They are then tokenized without
 adding special tokens, so the ids are exactly what the template spells.
 ``tool_choice="required"`` or a named tool forces a call: the output is
-constrained (llguidance Lark grammar) to one ``<tool_call>`` block whose JSON
-follows ``runtime.structured_output.tool_call_schema``, so even a random model
-emits a valid call.  ``response_format`` ``json_object`` / ``json_schema``
-constrain the whole output the same way.
+constrained (llguidance Lark grammar from the same format object) to exactly
+one call in the model's own format, so even a random model emits a valid
+call.  ``response_format`` ``json_object`` / ``json_schema`` constrain the
+whole output the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +20,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.schemas.chat import AssistantMessage, ChatCompletionRequest, Content, NamedToolChoice, ToolMessage
+from orchestrator.formats import ToolCallFormat, detect_format, forced_call_grammar
+from orchestrator.formats.grammar import compact
+from orchestrator.parsers import HERMES_THINK
 from runtime.errors import InvalidRequestError
 
 
@@ -107,18 +113,21 @@ def forced_tool(req: ChatCompletionRequest) -> tuple[bool, str | None]:
 
 
 def render(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-           suffix: str = "") -> list[int]:
+           fmt: ToolCallFormat, suffix: str = "") -> list[int]:
     """Prompt token ids: the chat template with a generation prompt, plus ``suffix``.
 
     Raises:
-        InvalidRequestError: the template rejects the conversation.
+        InvalidRequestError: the template rejects the conversation (its own
+            message, e.g. "Conversation roles must alternate"; never the template source).
     """
+    msgs, template_tools = fmt.prepare(messages, tools)
     try:
         text = tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, tokenize=False
+            msgs, tools=template_tools, add_generation_prompt=True, tokenize=False
         )
     except Exception as exc:  # jinja TemplateError / raise_exception in the template
-        raise InvalidRequestError(f"chat template could not render the messages: {exc}",
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise InvalidRequestError(f"the model's chat template cannot render these messages: {reason}",
                                   param="messages") from exc
     return list(tokenizer.encode(text + suffix, add_special_tokens=False))
 
@@ -131,7 +140,8 @@ class PreparedChat:
     sampling_params: Any  # runtime.SamplingParams
     forced_tool_call: bool  # output is the JSON of exactly one tool call
     json_output: bool  # output is constrained JSON (response_format)
-    parse_tools: bool  # look for <tool_call> blocks in free text
+    parse_tools: bool  # look for tool-call blocks in free text
+    fmt: ToolCallFormat = HERMES_THINK  # the model's tool-call / reasoning format
 
 
 def check_schema(schema: dict[str, Any], param: str) -> None:
@@ -144,51 +154,31 @@ def check_schema(schema: dict[str, Any], param: str) -> None:
         raise InvalidRequestError(f"invalid JSON schema: {exc.message}", param=param) from exc
 
 
-# llguidance JSON options: no free whitespace (a weak model would otherwise pad its
-# whole budget with it) and the separators Jinja's ``tojson`` writes, so a call is
-# spelled exactly as the chat template renders it back in the next request.
-_COMPACT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-
-
-def _compact(schema: dict[str, Any]) -> dict[str, Any]:
-    return schema if "x-guidance" in schema else {**schema, "x-guidance": _COMPACT}
-
-
-def forced_call_grammar(tools: list[dict[str, Any]], name: str | None) -> str:
-    """Lark grammar (llguidance) of exactly one ``<tool_call>`` block over ``tool_call_schema``.
-
-    The markers are added tokens, so they are token references (``<tool_call>``),
-    not strings; the JSON follows the tools' schemas unchanged (the orchestrator's
-    ``forced_tool_grammar`` also bounds unbounded scalars, which an API must not do).
-    """
-    from runtime.structured_output import tool_call_schema
-
-    schema = _compact(tool_call_schema(tools, name))
-    return 'start: <tool_call> "\\n" call "\\n" </tool_call>\ncall: %json ' + json.dumps(schema)
-
-
 def _structured(req: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
-                forced: bool, name: str | None) -> Any:
+                forced: bool, name: str | None, fmt: ToolCallFormat) -> Any:
     from runtime.structured_output import StructuredOutputParams
 
     if forced:
-        return StructuredOutputParams(grammar=forced_call_grammar(tools or [], name))
+        # the user's schemas exactly as given (bound=False): an API must not narrow them
+        return StructuredOutputParams(grammar=forced_call_grammar(fmt, tools or [], name))
     rf = req.response_format
     if rf is None or rf.type == "text":
         return None
     if rf.type == "json_object":
-        return StructuredOutputParams(json=_compact({"type": "object"}))
+        return StructuredOutputParams(json=compact({"type": "object"}))
     if rf.json_schema is None:
         raise InvalidRequestError("response_format of type json_schema needs 'json_schema'",
                                   param="response_format.json_schema")
     schema = rf.json_schema.schema_ or {"type": "object"}
     check_schema(schema, "response_format.json_schema.schema")
-    return StructuredOutputParams(json=_compact(schema))
+    return StructuredOutputParams(json=compact(schema))
 
 
 def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
-            max_model_len: int | None) -> PreparedChat:
+            max_model_len: int | None, fmt: ToolCallFormat | None = None) -> PreparedChat:
     """Prompt ids and ``SamplingParams`` for a request.
+
+    ``fmt`` is the model's tool-call format (detected from ``tokenizer`` when ``None``).
 
     Raises:
         InvalidRequestError / ValueError: invalid combination or value (field named).
@@ -206,8 +196,9 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
         if t.function.parameters is not None:
             check_schema(t.function.parameters, f"tools.{i}.function.parameters")
     forced, name = forced_tool(req)
+    fmt = fmt if fmt is not None else detect_format(tokenizer)
     messages = template_messages(req)
-    ids = render(tokenizer, messages, tools)
+    ids = render(tokenizer, messages, tools, fmt)
     if max_model_len is not None and len(ids) >= max_model_len:
         raise ContextLengthError(
             f"This model's maximum context length is {max_model_len} tokens, but the "
@@ -222,7 +213,7 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
             f"This model's maximum context length is {max_model_len} tokens. However, you requested "
             f"{len(ids) + max_tokens} tokens ({len(ids)} in the messages, {max_tokens} in the "
             "completion).", param="max_tokens")
-    structured = _structured(req, tools, forced, name)
+    structured = _structured(req, tools, forced, name, fmt)
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     kwargs: dict[str, Any] = {
         "temperature": 1.0 if req.temperature is None else req.temperature,
@@ -242,4 +233,5 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
         forced_tool_call=forced,
         json_output=structured is not None and not forced,
         parse_tools=bool(tools) and req.tool_choice != "none" and not forced,
+        fmt=fmt,
     )

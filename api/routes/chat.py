@@ -51,7 +51,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     _check_model(services, body.model)
     engine = services.engine
     prepared = prepare(body, engine.tokenizer, services.settings.default_max_tokens,
-                       engine_max_model_len(engine))
+                       engine_max_model_len(engine), services.tool_format)
     run = CompletionRun(prepared, services.settings.model_name)
     gen, first = await open_generation(engine, prepared.prompt_token_ids, prepared.sampling_params,
                                        run.request_id)

@@ -196,6 +196,16 @@ class ResponseMessage(BaseModel):
 FinishReason = Literal["stop", "length", "tool_calls", "abort"]
 
 
+class ChoiceError(BaseModel):
+    """Why a choice ended without what the request forced (e.g. ``max_tokens`` cut a forced
+    tool call); OpenAI's error-body fields."""
+
+    message: str
+    type: str = "invalid_request_error"
+    param: str | None = None
+    code: str | None = None
+
+
 class Choice(BaseModel):
     """One choice (Loom always answers ``n=1``)."""
 
@@ -203,6 +213,7 @@ class Choice(BaseModel):
     message: ResponseMessage
     finish_reason: FinishReason | None = None
     logprobs: None = None
+    error: ChoiceError | None = None
 
 
 class ChatCompletion(BaseModel):
@@ -248,6 +259,7 @@ class ChunkChoice(BaseModel):
     delta: Delta
     finish_reason: FinishReason | None = None
     logprobs: None = None
+    error: ChoiceError | None = None
 
 
 class ChatCompletionChunk(BaseModel):

@@ -23,19 +23,20 @@ def _function(tool: dict[str, Any]) -> dict[str, Any]:
     return fn
 
 
-def _branch(fn: dict[str, Any]) -> dict[str, Any]:
+def _branch(fn: dict[str, Any], arguments_key: str = "arguments") -> dict[str, Any]:
     params = copy.deepcopy(fn.get("parameters") or {"type": "object", "properties": {}})
     if not isinstance(params, dict):
         raise ValueError(f"tools: parameters of {fn['name']!r} must be a JSON schema object")
     return {
         "type": "object",
-        "properties": {"name": {"const": fn["name"]}, "arguments": params},
-        "required": ["name", "arguments"],
+        "properties": {"name": {"const": fn["name"]}, arguments_key: params},
+        "required": ["name", arguments_key],
         "additionalProperties": False,
     }
 
 
-def tool_call_schema(tools: list[dict[str, Any]], name: str | None = None) -> dict[str, Any]:
+def tool_call_schema(tools: list[dict[str, Any]], name: str | None = None,
+                     arguments_key: str = "arguments") -> dict[str, Any]:
     """JSON schema for ``{"name": ..., "arguments": {...}}`` over OpenAI-style tools.
 
     Args:
@@ -43,6 +44,7 @@ def tool_call_schema(tools: list[dict[str, Any]], name: str | None = None) -> di
             "parameters"}}]`` (a bare ``{"name", "parameters"}`` dict is accepted too).
         name: when given, only this tool may be called (OpenAI
             ``tool_choice={"type": "function", "function": {"name": ...}}``).
+        arguments_key: key of the arguments object (``"parameters"`` for Llama 3.1 JSON calls).
 
     Returns:
         A JSON schema dict: one object branch per tool, or their ``anyOf``.
@@ -57,5 +59,5 @@ def tool_call_schema(tools: list[dict[str, Any]], name: str | None = None) -> di
         fns = [f for f in fns if f["name"] == name]
         if not fns:
             raise ValueError(f"tool_choice: no tool named {name!r}")
-    branches = [_branch(f) for f in fns]
+    branches = [_branch(f, arguments_key) for f in fns]
     return branches[0] if len(branches) == 1 else {"anyOf": branches}

@@ -23,14 +23,19 @@ def test_flags_beat_env_beat_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert s.model_name == "from-toml"
 
 
-def test_config_file_from_env_and_missing_model_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_config_file_from_env_and_no_model_means_the_default_real_model(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch):
     toml = tmp_path / "c.toml"
     toml.write_text("no_auth = true\n")
     monkeypatch.setenv("LOOM_CONFIG", str(toml))
     monkeypatch.delenv("LOOM_MODEL", raising=False)
-    with pytest.raises(ValidationError, match="model"):
-        Settings.load()
+    assert Settings.load().model == "smollm2-135m-instruct"
     assert Settings.load(model="/m").no_auth is True
+
+
+def test_unknown_tool_call_parser_is_rejected():
+    with pytest.raises(ValidationError, match="tool_call_parser"):
+        Settings.load(model="/m", tool_call_parser="nope")
 
 
 def test_unknown_setting_is_rejected(tmp_path: Path):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from orchestrator.step import bound_schema, forced_tool_grammar
-from runtime.structured_output import GrammarBackend, StructuredOutputParams, tool_call_schema
+from orchestrator.formats import bound_schema, detect_format, forced_call_grammar
+from runtime.structured_output import GrammarBackend, StructuredOutputParams
 
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Add.", "parameters": {
     "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}},
@@ -24,7 +24,7 @@ def _accepts(tokenizer, grammar: str, text: str) -> bool:
 
 
 def test_forced_grammar_accepts_the_template_rendering_of_a_call(tokenizer) -> None:
-    grammar = forced_tool_grammar(tool_call_schema(TOOLS))
+    grammar = forced_call_grammar(detect_format(tokenizer), TOOLS, bound=True)
     rendered = tokenizer.apply_chat_template(
         [{"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "add", "arguments": {"a": 1, "b": 2}}}]}],
         tokenize=False)
@@ -35,7 +35,7 @@ def test_forced_grammar_accepts_the_template_rendering_of_a_call(tokenizer) -> N
 
 
 def test_named_choice_allows_only_that_tool(tokenizer) -> None:
-    grammar = forced_tool_grammar(tool_call_schema(TOOLS, "echo"))
+    grammar = forced_call_grammar(detect_format(tokenizer), TOOLS, "echo", bound=True)
     assert _accepts(tokenizer, grammar, '<tool_call>\n{"name": "echo", "arguments": {"text": "hi"}}\n</tool_call>')
     assert not _accepts(tokenizer, grammar, '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>')
 

@@ -1,0 +1,95 @@
+"""The forced tool call as a grammar, written in the model's own call format.
+
+``tool_choice="required"`` or a named tool constrains decoding (llguidance,
+Lark dialect) to exactly one call spelled as ``fmt.render_call`` spells it:
+the open marker (a token reference such as ``<tool_call>`` when it is one
+special token, since llguidance does not match added tokens from plain text;
+a quoted string otherwise), the JSON of ``{"name", <arguments key>}`` over the
+tools' schemas (``runtime.structured_output.tool_call_schema``) with no free
+whitespace and the separators ``json.dumps`` / Jinja's ``tojson`` write, then
+the close marker. After the grammar completes only end-of-sequence is allowed,
+so the reply is the call and nothing else.
+
+``bound=True`` (the agent's choice; an API must not change a user's schema)
+also makes unbounded scalars finite, so a weak model cannot write digits or
+characters until its budget ends and the call never closes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orchestrator.formats.format import ToolCallFormat
+
+FORCED_INT_BOUND = 10**9
+FORCED_STRING_MAX = 128
+
+# llguidance JSON options: no free whitespace (a weak model would pad its budget with it)
+# and the separators json.dumps / tojson write, so a call reads back byte-identical.
+COMPACT_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+
+
+def bound_schema(schema: Any) -> Any:
+    """Copy of a JSON schema whose unbounded scalars are made finite.
+
+    Integers and numbers without bounds get ``[-1e9, 1e9]``; strings without
+    ``maxLength`` / ``enum`` / ``const`` / ``pattern`` / ``format`` get
+    ``maxLength=128``.
+    """
+    if isinstance(schema, list):
+        return [bound_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: bound_schema(v) for k, v in schema.items()}
+    kind = out.get("type")
+    if kind in ("integer", "number"):
+        if not any(k in out for k in ("minimum", "exclusiveMinimum", "enum", "const")):
+            out["minimum"] = -FORCED_INT_BOUND
+        if not any(k in out for k in ("maximum", "exclusiveMaximum", "enum", "const")):
+            out["maximum"] = FORCED_INT_BOUND
+    if kind == "string" and not any(k in out for k in ("maxLength", "enum", "const", "pattern", "format")):
+        out["maxLength"] = FORCED_STRING_MAX
+    return out
+
+
+def compact(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with Loom's compact-JSON llguidance options (unless it sets its own)."""
+    return schema if "x-guidance" in schema else {**schema, "x-guidance": COMPACT_JSON}
+
+
+def _marker(text: str, is_token: bool) -> str:
+    return text if is_token else json.dumps(text)
+
+
+def forced_call_grammar(fmt: ToolCallFormat, tools: list[dict[str, Any]], name: str | None = None,
+                        bound: bool = False) -> str:
+    """Lark grammar (llguidance) of exactly one call in ``fmt``.
+
+    Args:
+        fmt: the model's format.
+        tools: OpenAI-style tool dicts.
+        name: only this tool may be called (``None``: any of ``tools``).
+        bound: make unbounded scalars finite (:func:`bound_schema`).
+
+    Raises:
+        ValueError: no tools, a malformed tool, or ``name`` not among them.
+    """
+    from runtime.structured_output import tool_call_schema
+
+    schema = tool_call_schema(tools, name, arguments_key=fmt.arguments_key)
+    schema = compact(bound_schema(schema) if bound else schema)
+    body = "call"
+    if fmt.array:
+        body = '"[" call "]"'
+    parts: list[str] = []
+    if not fmt.open_in_body:
+        parts.append(_marker(fmt.call_open, fmt.open_token))
+        if fmt.separator:
+            parts.append(json.dumps(fmt.separator))
+    parts.append(body)
+    if fmt.call_close is not None:
+        if fmt.separator:
+            parts.append(json.dumps(fmt.separator))
+        parts.append(_marker(fmt.call_close, fmt.close_token))
+    return f"start: {' '.join(parts)}\ncall: %json {json.dumps(schema)}"
