@@ -22,7 +22,9 @@ from orchestrator.ledger import Ledger, PriceTable
 from orchestrator.parsers import ParsedToolCall, ParserEvent, StreamingParser
 
 
-FORCED_MIN_TOKENS = 128  # a forced call gets at least this many output tokens
+# A forced call gets at least this many output tokens: room for the markers, the name and two
+# string arguments at their bound (orchestrator.formats.grammar.FORCED_STRING_MAX characters).
+FORCED_MIN_TOKENS = 320
 
 
 @dataclass

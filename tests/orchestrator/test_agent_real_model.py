@@ -1,0 +1,52 @@
+"""An agent turn on the real default model (SmolLM2-135M-Instruct, whose chat template
+cannot render tools: Loom's default format describes them in the system message):
+it retrieves, calls a tool with valid arguments, and answers from the result."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator import Agent, ContextBudget, InMemorySession
+from tests.orchestrator.test_agent_engine import DOCS
+from tools.builtin import calculator
+
+
+@pytest.fixture(scope="module")
+def smol_llm(real_model):
+    from runtime import AsyncLLM
+
+    engine = AsyncLLM(str(real_model), max_model_len=2048)
+    yield engine
+    engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def retriever(tmp_path_factory):
+    from retrieval import Retriever
+
+    root = tmp_path_factory.mktemp("docs")
+    for name, text in DOCS.items():
+        (root / name).write_text(text)
+    r = Retriever.open(tmp_path_factory.mktemp("index"))
+    r.ingest([root])
+    return r
+
+
+async def test_agent_turn_retrieves_calls_a_tool_and_answers(smol_llm, retriever):
+    agent = Agent(smol_llm, tools=[calculator], retriever=retriever, retrieval_k=2, max_steps=3,
+                  system_prompt="You are a helpful assistant. Use the calculator for arithmetic.",
+                  budget=ContextBudget(reserved_output=64))
+    assert agent.format.name == "default" and agent.format.tools_in_system
+    session = InMemorySession()
+    # greedy SmolLM2 writes this call correctly with the retrieved (unrelated) documents in view
+    result = await agent.arun("Compute 2 ** 10 - 24.", session=session, tool_choice="calculator")
+    kinds = [it["kind"] for it in session.get_items()]
+    assert "retrieval" in kinds  # retrieved before the first call
+    (call,) = result.tool_calls
+    assert call.name == "calculator" and call.error is None and call.arguments == {"expression": "2 ** 10 - 24"}
+    assert result.tool_results[0].content == "1000"
+    assert result.final_state == "done" and result.answer and result.steps == 2
+    assert "<tool_call>" not in result.answer
+    second = await agent.arun("What does asyncio.Queue.put do when the queue is full?", session=session)
+    assert second.final_state == "done" and second.answer
+    assert second.usage.cache_hit_rate > 0.5  # the first turn's prompt and replies come from the cache
