@@ -72,3 +72,20 @@ def openai_client(server: Server, keys: dict[str, str]):  # noqa: ANN201
     import openai
 
     return openai.OpenAI(api_key=keys["alice"], base_url=server.url + "/v1", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def real_server(real_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``loom serve`` on the real default model (SmolLM2, no tool support in its template), no auth."""
+    work = tmp_path_factory.mktemp("api-real")
+    srv = Server(real_model, f"sqlite:///{work / 'loom.db'}", work, "--no-auth", "--max-model-len", "2048",
+                 "--num-kv-blocks", "512").start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def real_client(real_server: Server):  # noqa: ANN201
+    import openai
+
+    return openai.OpenAI(api_key="unused", base_url=real_server.url + "/v1", max_retries=0, timeout=180)
