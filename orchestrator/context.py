@@ -27,7 +27,16 @@ from runtime.errors import ContextLengthError
 
 from orchestrator import compaction as comp
 from orchestrator.budget import ContextBudget
-from orchestrator.items import Item, format_memory, format_retrieval, is_message, message_item, prompt_class, to_message
+from orchestrator.items import (
+    Item,
+    format_memory,
+    format_retrieval,
+    is_message,
+    message_item,
+    prompt_class,
+    source_label,
+    to_message,
+)
 from orchestrator.template import TemplateRenderer
 
 
@@ -144,7 +153,8 @@ class ContextBuilder:
         new: list[Item] = []
         hits = self.fit(list(hits), format_retrieval, self.budget.max_retrieval_tokens)
         if hits:
-            new.append(message_item("retrieval", turn, "user", format_retrieval(hits), []))
+            new.append(message_item("retrieval", turn, "user", format_retrieval(hits), [],
+                                    sources=[source_label(h) for h in hits]))
         memories = self.fit(list(memories), lambda ms: format_memory(_texts(ms), snapshot=False),
                             self.budget.max_memory_tokens)
         if memories:

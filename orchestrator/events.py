@@ -103,6 +103,8 @@ class RunResult:
         final_state: ``done`` | ``max_steps`` | ``interrupted`` | ``error``.
         error: message when ``final_state == "error"``.
         compactions: compaction markers appended during this run.
+        retrieved: this turn's retrieval hits as shown to the model, in rank order
+            (each with ``.document``, ``.section``, ``.text``); empty without auto retrieval.
     """
 
     answer: str = ""
@@ -115,6 +117,7 @@ class RunResult:
     final_state: FinalState = "done"
     error: str | None = None
     compactions: int = 0
+    retrieved: list[Any] = field(default_factory=list)
 
 
 @dataclass

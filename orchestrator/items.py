@@ -9,6 +9,7 @@ can store it):
 - chat fields as the template wants them: ``role``, ``content`` and, for
   assistant items, ``reasoning_content`` and OpenAI-style ``tool_calls``; for
   tool results ``tool_call_id`` and ``name``;
+- retrieval items keep ``sources``: the labels of the hits they show (for citations);
 - ``token_ids``: the ids this item occupies in every prompt that shows it;
   assistant items store the generation prompt + the generated ids + the
   template's trailer; with reasoning, ``stripped_token_ids`` holds the
@@ -76,13 +77,15 @@ def format_retrieval(hits: Iterable[Any]) -> str:
     Only stable fields (source, section, text) are shown: no scores or ids, so
     the same hit renders to the same tokens in every turn.
     """
-    blocks = []
-    for h in hits:
-        source = getattr(h, "document", "") or ""
-        section = getattr(h, "section", "") or ""
-        label = f"{source} - {section}" if section else source
-        blocks.append(f'<document source="{label}">\n{h.text}\n</document>')
+    blocks = [f'<document source="{source_label(h)}">\n{h.text}\n</document>' for h in hits]
     return "Retrieved documents:\n" + "\n".join(blocks)
+
+
+def source_label(hit: Any) -> str:
+    """How a retrieval hit is named to the model: ``document - section`` (or the document alone)."""
+    source = getattr(hit, "document", "") or ""
+    section = getattr(hit, "section", "") or ""
+    return f"{source} - {section}" if section else source
 
 
 def format_memory(texts: Iterable[str], snapshot: bool) -> str:

@@ -68,7 +68,9 @@ class TurnRunner:
         hits = []
         if a.retriever is not None and a.auto_retrieve:
             hits = await self._timed("retrieval", a.retriever.search, self.message, a.retrieval_k)
-        self._store(b.turn_items(self.items, self.turn, self.message, hits, memories))
+        new = b.turn_items(self.items, self.turn, self.message, hits, memories)
+        self.result.retrieved = list(hits[: len(new[0]["sources"])]) if new[0]["kind"] == "retrieval" else []
+        self._store(new)
 
     async def _compact(self) -> None:
         a = self.agent
