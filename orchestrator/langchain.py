@@ -169,8 +169,9 @@ class LoomChatModel(BaseChatModel):
         tools = kwargs.get("tools")
         tool_choice = kwargs.get("tool_choice")
         ctx = self._context(messages, tools)
-        outcome = StepOutcome(parser=StreamingParser(parse_tools=bool(tools) and tool_choice != "none",
-                                                     fmt=self.tool_format))
+        outcome = StepOutcome(parser=StreamingParser(
+            parse_tools=bool(tools) and tool_choice != "none", fmt=self.tool_format,
+            tool_names=frozenset(t["function"]["name"] for t in tools or [])))
         ids_sent: set[int] = set()
         async for ev in model_call(self.client, ctx, self._sampling(stop, tools, tool_choice), outcome, 1, 1,
                                    self.prices):

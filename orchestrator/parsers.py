@@ -45,6 +45,7 @@ ParserState = Literal["content", "reasoning", "tool_call"]
 
 _NAME_ARGS = re.compile(r'^\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
 _HOLDBACK = re.compile(r"\s*\}?\s*$")
+_BARE_OPEN = "{"
 
 
 @dataclass
@@ -99,6 +100,7 @@ def parse_block(index: int, raw: str, fmt: ToolCallFormat = HERMES_THINK) -> lis
 class _Block:
     index: int
     buf: str = ""
+    bare: bool = False  # a reply that is only a JSON object: a call if it names a known tool
     name_sent: bool = False
     args_start: int = -1
     args_sent: int = 0
@@ -114,6 +116,10 @@ class StreamingParser:
         start_in_reasoning: the prompt already opened ``<think>``.
         fmt: the model's :class:`~orchestrator.formats.ToolCallFormat`
             (default: Hermes ``<tool_call>`` with ``<think>`` reasoning).
+        tool_names: the callable tools. When given, a reply that is nothing but a
+            JSON object ``{"name": <one of them>, "arguments": {...}}`` (Qwen2.5-Coder
+            often drops the ``<tool_call>`` tags) is read as a call; such a reply
+            is held back, not streamed, until :meth:`finish` decides.
 
     Use: ``events = parser.feed(delta)`` for each text delta, then
     ``parser.finish()`` once.  ``parser.state`` is the state after the last
@@ -123,6 +129,7 @@ class StreamingParser:
     parse_tools: bool = True
     start_in_reasoning: bool = False
     fmt: ToolCallFormat = HERMES_THINK
+    tool_names: frozenset[str] | None = None
     state: ParserState = "content"
     reasoning: str = ""
     content: str = ""
@@ -142,11 +149,18 @@ class StreamingParser:
         markers = [THINK_OPEN] if self.fmt.reasoning else []
         if self.parse_tools and not (self.fmt.open_at_start_only and self.content.strip()):
             markers.append(self.fmt.call_open)
+        if self._bare_possible() and _BARE_OPEN not in markers:
+            markers.append(_BARE_OPEN)
         return tuple(markers)
+
+    def _bare_possible(self) -> bool:
+        return bool(self.parse_tools and self.tool_names and not self.calls and not self.content.strip())
 
     def _find(self, text: str, marker: str) -> int:
         pos = text.find(marker)
-        if pos > 0 and marker == self.fmt.call_open and self.fmt.open_at_start_only and text[:pos].strip():
+        start_only = (marker == self.fmt.call_open and self.fmt.open_at_start_only) or \
+            (marker == _BARE_OPEN and marker != self.fmt.call_open)
+        if pos > 0 and start_only and text[:pos].strip():
             return -1  # a start-only call marker after other text is content
         return pos
 
@@ -176,7 +190,9 @@ class StreamingParser:
         events: list[ParserEvent] = []
         text, self._pending = self._pending, ""
         self._emit(text, events)
-        if self.state == "tool_call" and self._block is not None:
+        if self.state == "tool_call" and self._block is not None and self._block.bare:
+            self._finish_bare(events)
+        elif self.state == "tool_call" and self._block is not None:
             calls = parse_block(self._block.index, self._block.buf, self.fmt)
             if self.fmt.call_close is not None and calls[0].error is None:
                 calls = [ParsedToolCall(calls[0].index, calls[0].name, calls[0].arguments, calls[0].raw,
@@ -193,11 +209,25 @@ class StreamingParser:
             self._finish_block(parse_block(self._block.index, self._block.buf, self.fmt), events)
         elif marker == THINK_OPEN and self.fmt.reasoning:
             self.state = "reasoning"
-        else:  # the format's open marker
+        elif marker == self.fmt.call_open:
             self.state = "tool_call"
             self._block = _Block(index=len(self.calls))
             if self.fmt.open_in_body:
                 self._stream_block(marker, events)
+        else:  # a bare JSON object opening the reply: held until finish() decides
+            self.state = "tool_call"
+            self._block = _Block(index=len(self.calls), buf=marker, bare=True)
+
+    def _finish_bare(self, events: list[ParserEvent]) -> None:
+        block = self._block
+        assert block is not None
+        call = parse_block(block.index, block.buf, self.fmt)[0]
+        if call.error is None and self.tool_names and call.name in self.tool_names:
+            block.bare = False
+            self._finish_block([call], events)
+            return
+        self._block, self.state = None, "content"
+        self._emit(block.buf, events)
 
     def _finish_block(self, calls: list[ParsedToolCall], events: list[ParserEvent]) -> None:
         block = self._block
@@ -230,6 +260,8 @@ class StreamingParser:
         elif self.state == "content":
             self.content += text
             events.append(ParserEvent("content", text=text))
+        elif self._block is not None and self._block.bare:
+            self._block.buf += text
         else:
             self._stream_block(text, events)
 

@@ -135,7 +135,8 @@ class TurnRunner:
             await self._compact()
             ctx = a.builder.build(self.items, self.turn)
             forced = step == 1 and (self.choice == "required" or isinstance(self.choice, dict))
-            outcome = StepOutcome(parser=StreamingParser(parse_tools=self.choice != "none", fmt=a.format))
+            outcome = StepOutcome(parser=StreamingParser(parse_tools=self.choice != "none", fmt=a.format,
+                                                         tool_names=frozenset(a.registry.names)))
             sp = self._sampling(forced, len(ctx.token_ids))
             t0 = time.perf_counter()
             async for ev in model_call(a.engine, ctx, sp, outcome, self.turn, step, a.prices,

@@ -65,7 +65,8 @@ class CompletionRun:
         p = self.prepared
         self.parser: StreamingParser | None = None
         if not p.json_output:
-            self.parser = StreamingParser(parse_tools=p.parse_tools or p.forced_tool_call, fmt=p.fmt)
+            self.parser = StreamingParser(parse_tools=p.parse_tools or p.forced_tool_call, fmt=p.fmt,
+                                          tool_names=p.tool_names or None)
         self.json_text = ""
 
     # feeding -------------------------------------------------------------------------

@@ -142,6 +142,7 @@ class PreparedChat:
     json_output: bool  # output is constrained JSON (response_format)
     parse_tools: bool  # look for tool-call blocks in free text
     fmt: ToolCallFormat = HERMES_THINK  # the model's tool-call / reasoning format
+    tool_names: frozenset[str] = frozenset()  # tools the request offers
 
 
 def check_schema(schema: dict[str, Any], param: str) -> None:
@@ -234,4 +235,5 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
         json_output=structured is not None and not forced,
         parse_tools=bool(tools) and req.tool_choice != "none" and not forced,
         fmt=fmt,
+        tool_names=frozenset(t.function.name for t in req.tools or []),
     )

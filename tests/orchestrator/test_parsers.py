@@ -87,3 +87,18 @@ def test_parse_tool_block_shapes(raw: str, error: str | None) -> None:
     assert call.error == error
     if error is None:
         assert call.arguments == {"a": 1} and json.loads(raw)["name"] == call.name
+
+
+def test_a_reply_that_is_only_a_call_object_for_a_known_tool_is_a_call() -> None:
+    parser = StreamingParser(tool_names=frozenset({"get_weather"}))
+    events = _feed_all(parser, ['{"name": "get_weather", ', '"arguments": {"city": "Paris"}}'])
+    assert [(c.name, c.arguments) for c in parser.calls] == [("get_weather", {"city": "Paris"})]
+    assert parser.content == "" and not [e for e in events if e.kind == "content"]
+
+
+@pytest.mark.parametrize("reply", ['{"name": "other", "arguments": {}}', '{"a": 1} is a dict', 'x {"name": "get_weather"}'])
+def test_json_that_is_not_a_known_tool_call_stays_content(reply: str) -> None:
+    parser = StreamingParser(tool_names=frozenset({"get_weather"}))
+    events = _feed_all(parser, [reply[i:i + 5] for i in range(0, len(reply), 5)])
+    assert parser.calls == [] and parser.content == reply
+    assert "".join(e.text for e in events if e.kind == "content") == reply
