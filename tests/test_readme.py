@@ -4,7 +4,7 @@ Every ```python block runs in a fresh interpreter (cwd: a temp folder) unless
 the line before it is ``<!-- readme-test: skip -->``.  A ```bash block runs
 when the line before it is ``<!-- readme-test: shell -->``.  A block of either
 kind marked ``<!-- readme-test: server -->`` runs while ``loom serve --no-auth``
-serves the tiny random-weight model on a free port (``localhost:8000`` in the
+serves the default real model (no ``--model``: SmolLM2-135M-Instruct) on a free port (``localhost:8000`` in the
 block is rewritten to that port).  The two ``make`` commands at the top are not
 run here (they are what runs this suite).
 """
@@ -54,12 +54,12 @@ def _free_port() -> int:
 
 
 def _serve(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen, int]:
-    from runtime.checkpoint import ensure_checkpoint
+    from runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
 
     port = _free_port()
-    model = str(ensure_checkpoint("qwen3", "tiny"))
+    ensure_model(DEFAULT_MODEL)  # pulled once per machine; `loom serve` then finds it by name
     proc = subprocess.Popen(
-        [str(BIN / "loom"), "serve", "--model", model, "--no-auth", "--port", str(port),
+        [str(BIN / "loom"), "serve", "--no-auth", "--port", str(port),
          "--db", f"sqlite:///{tmp_path / 'server.db'}", "--index", str(tmp_path / "server-index")],
         cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 180

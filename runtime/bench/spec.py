@@ -16,6 +16,13 @@ baseline (same prompts, no speculation) and the speculative engine are timed
 alternately ``--repeats`` times per row and the best of each is kept, so each
 ratio compares runs seconds apart on a shared machine.
 
+Workload ``rag`` (``--workload rag``, for a real chat model such as the
+default SmolLM2): each prompt is the model's chat template around a system
+prompt, one section of the standard library's reference (``pydoc_data``
+topics, as a retriever would return it) and a question about it; the model
+answers greedily until it stops (no ``ignore_eos``), so n-gram drafts copy
+from the retrieved text exactly as in a RAG answer.
+
 Draft model — a smaller checkpoint with the target's tokenizer: the target's
 first ``--draft-layers`` layers with its embeddings, final norm and LM head
 (a layer-truncated "self-speculative" draft, as in LayerSkip, Elhoushi et al.
@@ -75,26 +82,52 @@ def _prompts(llm: Any, batch: int, history: int, seed: int) -> list[list[int]]:
     return [s + o.token_ids for s, o in zip(seeds, outs)]
 
 
-def _timed(llm: Any, prompts: list[list[int]], output_len: int) -> tuple[float, list[list[int]]]:
+RAG_SYSTEM = "You answer questions about Python using the documentation the user gives you. Quote it."
+
+
+def _rag_prompts(llm: Any, batch: int, doc_tokens: int, seed: int) -> list[list[int]]:
+    """Chat prompts: system + one stdlib reference section (``doc_tokens`` at most) + a question."""
+    from pydoc_data.topics import topics
+
+    tok = llm.engine.tokenizer
+    names = sorted(k for k, v in topics.items() if len(v) > 800)
+    random.Random(seed).shuffle(names)
+    prompts = []
+    for name in (names * (batch // len(names) + 1))[:batch]:
+        doc = tok.decode(tok(topics[name], add_special_tokens=False)["input_ids"][:doc_tokens])
+        messages = [{"role": "system", "content": RAG_SYSTEM},
+                    {"role": "user", "content": f"Documentation:\n{doc}\n\nWhat does the documentation above "
+                                                f"say about {name}? Quote the relevant sentences."}]
+        text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prompts.append(tok(text, add_special_tokens=False)["input_ids"])
+    return prompts
+
+
+def _timed(llm: Any, prompts: list[list[int]], output_len: int,
+           ignore_eos: bool = True) -> tuple[float, list[list[int]]]:
     from runtime import SamplingParams
 
     # prefill once (prefix cache) so the timed run measures decode
     llm.generate(prompt_token_ids=prompts, use_tqdm=False,
                  sampling_params=SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True))
-    params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=True)
+    params = SamplingParams(temperature=0.0, max_tokens=output_len, ignore_eos=ignore_eos)
     start = time.perf_counter()
     outs = llm.generate(prompt_token_ids=prompts, sampling_params=params, use_tqdm=False)
     return time.perf_counter() - start, [o.token_ids for o in outs]
 
 
-def _run(llm: Any, prompts: list[list[int]], output_len: int) -> dict[str, Any]:
-    seconds, tokens = _timed(llm, prompts, output_len)
+def _run(llm: Any, prompts: list[list[int]], output_len: int, ignore_eos: bool = True) -> dict[str, Any]:
+    seconds, tokens = _timed(llm, prompts, output_len, ignore_eos)
     return {"seconds": seconds, "tokens": tokens, "tok_s": sum(map(len, tokens)) / seconds,
             "stats": llm.stats()}
 
 
 def spec(
-    model: str = typer.Option(None, help="Target checkpoint; default: the cached random-weight ARCH/PRESET one."),
+    model: str = typer.Option(None, help="Target model (registered name, folder, .gguf); default: the cached "
+                              "random-weight ARCH/PRESET one."),
+    workload: str = typer.Option("self", help="self: the model's own greedy text | rag: chat prompts with "
+                                 "a retrieved stdlib section and a question (for real models)."),
+    doc_tokens: int = typer.Option(384, help="rag workload: tokens of the retrieved section in each prompt."),
     arch: str = typer.Option("qwen3", help="Architecture of the default checkpoint."),
     preset: str = typer.Option("small", help="Preset of the default checkpoint (tiny | small)."),
     draft_layers: int = typer.Option(2, help="Layers of the layer-truncated draft model."),
@@ -111,7 +144,8 @@ def spec(
 ) -> None:
     """Acceptance rate, mean acceptance length and decode tok/s with/without speculation.
 
-    Example: loom bench spec --preset tiny --ks 2,4 --batches 1
+    Examples: loom bench spec --preset tiny --ks 2,4 --batches 1;
+    loom bench spec --model smollm2-135m-instruct --workload rag --proposers ngram
     """
     import os
 
@@ -121,20 +155,26 @@ def spec(
 
     from runtime import LLM
     from runtime.checkpoint import ensure_checkpoint
+    from runtime.models.loader import resolve_model_path
     from runtime.spec import SpeculativeConfig
 
+    if workload not in ("self", "rag"):
+        raise typer.BadParameter("workload must be 'self' or 'rag'")
     torch.set_num_threads(threads or os.cpu_count() or 1)
-    path = Path(model) if model else ensure_checkpoint(arch, preset)
+    path = resolve_model_path(model) if model else ensure_checkpoint(arch, preset)
     draft = layer_draft(path, draft_layers)
     engine_args = {"max_num_seqs": 64, "enable_prefix_caching": True}
     console = Console()
-    table = Table(title=f"loom bench spec — {path.name}, draft {draft.name}, {output_len} output tokens")
+    table = Table(title=f"loom bench spec — {path.name} ({workload}), draft {draft.name}, "
+                        f"{output_len} output tokens at most")
     for col in ("batch", "proposer", "k", "accept rate", "mean accept len", "spec tok/s",
                 "base tok/s", "ratio", "same output", "disabled steps"):
         table.add_column(col)
     base_llm = LLM(str(path), **engine_args)
     for batch in [int(b) for b in batches.split(",")]:
-        prompts = _prompts(base_llm, batch, history, seed)
+        prompts = (_rag_prompts(base_llm, batch, doc_tokens, seed) if workload == "rag"
+                   else _prompts(base_llm, batch, history, seed))
+        ignore_eos = workload == "self"
         grid = [(p, int(k), disable_by_batch_size) for p in proposers.split(",") for k in ks.split(",")]
         if unguarded_k and batch >= disable_by_batch_size:
             grid += [(p, unguarded_k, None) for p in proposers.split(",")]
@@ -144,7 +184,7 @@ def spec(
                                     disable_by_batch_size=guard)
             # baseline and speculation alternate, best of ``repeats`` each: a shared CPU drifts
             spec_llm = LLM(str(path), speculative_config=cfg, **engine_args)
-            pairs = [(_run(base_llm, prompts, output_len), _run(spec_llm, prompts, output_len))
+            pairs = [(_run(base_llm, prompts, output_len, ignore_eos), _run(spec_llm, prompts, output_len, ignore_eos))
                      for _ in range(repeats)]
             base = max((b for b, _ in pairs), key=lambda r: r["tok_s"])
             run = max((r for _, r in pairs), key=lambda r: r["tok_s"])
