@@ -4,6 +4,8 @@ Example::
 
     loom eval run --suite sessions --compare enable_prefix_caching=false --out evals-out/sessions
     loom eval run --suite throughput --target http://127.0.0.1:8000 --rate 4 --num-requests 64
+    loom eval run --suite qa --num-requests 20      # answer accuracy with and without retrieval
+    loom eval run --suite tools                     # right tool, valid arguments, unforced
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ def _pairs(items: list[str] | None, what: str) -> dict[str, object]:
 
 @eval_app.command("run")
 def run_cmd(
-    suite: str = typer.Option(..., "--suite", help="throughput | prefix | sessions | rag | spec"),
-    model: Optional[str] = typer.Option(None, "--model", help="Checkpoint folder (default: the random-weight "
-                                        "tiny checkpoint; its answers are noise). For HTTP: the tokenizer."),
+    suite: str = typer.Option(..., "--suite", help="throughput | prefix | sessions | rag | spec | qa | tools"),
+    model: Optional[str] = typer.Option(None, "--model", help="Checkpoint folder or registered model name "
+                                        "(default: the random-weight tiny checkpoint, whose answers are noise; "
+                                        "smollm2-135m-instruct for qa and tools). For HTTP: the tokenizer."),
     target: str = typer.Option("inproc", "--target", help="inproc, or http://HOST:PORT of an OpenAI-compatible "
                                "server."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default evals-out/<suite>-<time>)."),
@@ -49,7 +52,7 @@ def run_cmd(
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Conversations in flight."),
     rate: Optional[float] = typer.Option(None, "--rate", help="Poisson arrivals (conversations per second)."),
     num_requests: Optional[int] = typer.Option(None, "--num-requests", help="Requests (or conversations for "
-                                               "sessions/rag)."),
+                                               "sessions/rag; a seeded sample of questions/prompts for qa/tools)."),
     seed: int = typer.Option(0, "--seed", help="Workload and sampling seed."),
     prices: Optional[Path] = typer.Option(None, "--prices", help="Price table (TOML)."),
     warmup: int = typer.Option(2, "--warmup", help="Warm-up conversations per variant (not recorded)."),
@@ -131,6 +134,27 @@ def summary_table(summary: dict) -> object:
         ("token cost $", lambda s: f"{s['cost']['token_cost_usd']:.6f}"),
         ("GPU cost $", lambda s: f"{s['cost']['gpu_cost_usd']:.6f}"),
     ]
-    for label, fn in rows:
+    for label, fn in rows + quality_rows(variants):
         table.add_row(label, *[fn(s) for s in variants.values()])
     return table
+
+
+def quality_rows(variants: dict) -> list:
+    """Table rows of the ``quality`` blocks (``qa``, ``tools``), when the variants have them."""
+    first = next(iter(variants.values()), {}).get("quality")
+    if not first:
+        return []
+
+    def pct(key: str):
+        return lambda s: "-" if s.get("quality", {}).get(key) is None else f"{s['quality'][key]:.1%}"
+
+    if "accuracy" in first:
+        rows = [("accuracy", lambda s: f"{s['quality']['correct']} / {s['quality']['questions']} "
+                                       f"({s['quality']['accuracy']:.1%})"),
+                ("fact recall", pct("fact_recall")),
+                ("answer in retrieved chunks", pct("facts_in_context_rate")),
+                ("mean answer tokens", lambda s: f"{s['quality']['mean_answer_tokens']:.1f}")]
+        return rows
+    return [("tool pick rate", pct("pick_rate")), ("valid args rate", pct("valid_args_rate")),
+            ("schema-valid rate", pct("schema_valid_rate")), ("no call rate", pct("no_call_rate")),
+            ("wrong tool rate", pct("wrong_tool_rate")), ("no-tool prompts: no call", pct("no_tool_abstain_rate"))]

@@ -24,6 +24,11 @@ METRICS: list[tuple[str, tuple[str, ...], str]] = [
     ("spec acceptance", ("spec", "acceptance_rate"), "higher"),
     ("token $ / request", ("cost", "token_cost_per_request_usd"), "lower"),
     ("GPU $ / request", ("cost", "gpu_cost_per_request_usd"), "lower"),
+    # answer quality (qa, tools): rows only when the reference variant has a quality block
+    ("accuracy", ("quality", "accuracy"), "higher"),
+    ("token $ / correct answer", ("quality", "token_cost_per_correct_usd"), "lower"),
+    ("tool pick rate", ("quality", "pick_rate"), "higher"),
+    ("valid args rate", ("quality", "valid_args_rate"), "higher"),
 ]
 
 
@@ -43,6 +48,8 @@ def compare_summaries(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     ref = summaries[0]
     rows = []
     for label, path, better in METRICS:
+        if path[0] == "quality" and path[1] not in (ref.get("quality") or {}):
+            continue
         base = _get(ref, path)
         values = {s["variant"]: _get(s, path) for s in summaries}
         ratios = {name: (v / base if v is not None and base else None) for name, v in values.items()}

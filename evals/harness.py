@@ -1,8 +1,11 @@
 """``evals.run``: one eval run = a suite, its variants, an optional HF baseline, a report.
 
-Flow: resolve the model (default: the random-weight ``tiny`` checkpoint from
-``runtime.checkpoint.ensure_checkpoint`` — its answers are noise, the timings
-and token accounting are real), build the workload from the seed, then for
+Flow: resolve the model (a registered name such as ``smollm2-135m-instruct``
+becomes its converted folder; default: the random-weight ``tiny`` checkpoint
+from ``runtime.checkpoint.ensure_checkpoint`` — its answers are noise, the
+timings and token accounting are real — except for the answer-quality suites
+``qa`` and ``tools``, which default to the real default model), build the
+workload from the seed, then for
 every variant (the base settings, the suite's own variants such as spec on/off,
 and each ``compare``) start a fresh target, run the same workload, and write
 ``<out>/<variant>/records.jsonl`` + ``summary.json``.  The top-level
@@ -32,6 +35,10 @@ from evals.workloads import SUITES, Workload, build
 logger = logging.getLogger(__name__)
 
 NOISE_NOTE = "random-weight checkpoint: generated text is noise; timings and token accounting are real"
+#: Suites that run ``orchestrator.Agent`` in process (no HTTP target, no HF baseline).
+AGENT_SUITES = ("rag", "qa", "tools")
+#: Suites that score answers: they default to the real default model.
+QUALITY_SUITES = ("qa", "tools")
 
 
 @dataclass
@@ -56,6 +63,24 @@ def default_model() -> str:
     return str(ensure_checkpoint("qwen3", "tiny"))
 
 
+def resolve_model(model: str | None, suite: str) -> str:
+    """A checkpoint folder for ``model``: registered names (``runtime.checkpoint.registry``) are
+    installed/converted once and cached; ``None`` is the suite's default (see the module docstring).
+
+    Raises:
+        ModelLoadError: a registered model that cannot be installed or converted.
+    """
+    from runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model, lookup
+
+    if model is None:
+        if suite not in QUALITY_SUITES:
+            model = default_model()
+            logger.warning("no --model given: using %s (%s)", model, NOISE_NOTE)
+            return model
+        model = DEFAULT_MODEL
+    return str(ensure_model(model)) if lookup(model) is not None else model
+
+
 def run(suite: str, model: str | None = None, target: str = "inproc", out: str | Path | None = None,
         compare: list[str] | tuple[str, ...] = (), baseline: str | None = None, concurrency: int | None = None,
         rate: float | None = None, num_requests: int | None = None, seed: int = 0,
@@ -66,8 +91,9 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
     """Run suite ``suite`` and write records, summaries and the report under ``out``.
 
     Args:
-        suite: ``throughput | prefix | sessions | rag | spec``.
-        model: checkpoint folder (default: the random-weight tiny checkpoint).
+        suite: ``throughput | prefix | sessions | rag | spec | qa | tools``.
+        model: checkpoint folder or registered model name (default: the random-weight tiny
+            checkpoint; ``smollm2-135m-instruct`` for ``qa`` and ``tools``).
         target: ``"inproc"`` or ``"http://HOST:PORT"`` (an OpenAI-compatible server;
             ``model`` then only supplies the tokenizer).
         out: output folder (default ``evals-out/<suite>-<time>``).
@@ -75,7 +101,8 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
         baseline: ``"hf"``: the same requests and arrivals through transformers ``generate``
             (one request at a time: the others queue, and their TTFT includes the wait).
         concurrency / rate: conversations in flight / Poisson arrivals per second.
-        num_requests: requests (single-turn suites) or conversations (``sessions``, ``rag``).
+        num_requests: requests (single-turn suites) or conversations (``sessions``, ``rag``);
+            for ``qa`` / ``tools`` a seeded sample of the questions / prompts (default all).
         seed: workload and sampling seed (same seed, same requests).
         prices: TOML file or :class:`Prices`.
         warmup: warm-up conversations per variant (not recorded).
@@ -102,18 +129,16 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
     variants = [parse_variant(c) for c in compare]
     if is_http and variants:
         raise ValueError("compare: engine settings cannot be changed on an HTTP target; run `loom serve` per variant")
-    if baseline and suite == "rag":
-        raise ValueError("baseline: the rag suite runs the agent; an HF baseline applies to the engine suites")
-    if is_http and suite == "rag":
-        raise ValueError("suite: 'rag' runs the agent in process; use --target inproc")
+    if baseline and suite in AGENT_SUITES:
+        raise ValueError(f"baseline: the {suite} suite runs the agent; an HF baseline applies to the engine suites")
+    if is_http and suite in AGENT_SUITES:
+        raise ValueError(f"suite: {suite!r} runs the agent in process; use --target inproc")
     for v in variants:
         split_settings(v)  # fail fast on a bad key
     if is_http:
         asyncio.run(_probe(target, api_key))  # fail fast, before loading anything
     price_table = prices if isinstance(prices, Prices) else load_prices(prices)
-    if model is None:
-        model = default_model()
-        logger.warning("no --model given: using %s (%s)", model, NOISE_NOTE)
+    model = resolve_model(model, suite)
     out_dir = Path(out) if out is not None else Path("evals-out") / f"{suite}-{time.strftime('%Y%m%d-%H%M%S')}"
     out_dir.mkdir(parents=True, exist_ok=True)
 
@@ -141,6 +166,9 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
                    "comparison": compare_summaries(res.summary["list"]), "interrupted": res.interrupted}
     if baseline and len(res.results) >= 2 and res.results[-1].name == "baseline=hf":
         res.summary["baseline_token_match"] = token_match(res.results[0].records, res.results[-1].records)
+    quality = {name: s["quality"] for name, s in res.summary["variants"].items() if "quality" in s}
+    if quality:
+        res.summary["quality"] = quality
     (out_dir / "summary.json").write_text(json.dumps(res.summary, indent=1, default=str))
     if report and res.results:
         from evals.report import write_report
@@ -175,6 +203,8 @@ async def _run_all(workload: Workload, model: str, target: str, plan: list[tuple
                 await tgt.close()
             summary = summarize(vr, prices, slos_ms)
             summary["target"] = "hf" if kind == "hf" else tgt.name
+            if hasattr(tgt, "summary_extra"):  # qa / tools: accuracy, tool-call rates, index
+                summary.update(tgt.summary_extra(vr.records))
             (out_dir / name / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
             res.results.append(vr)
             res.summary["list"].append(summary)
@@ -208,6 +238,10 @@ async def _make_target(kind: str, workload: Workload, model: str, target: str, s
         return tgt
     engine, budget = split_settings(dict(settings))
     engine.setdefault("seed", workload.seed)
+    if workload.suite in QUALITY_SUITES:
+        from evals.targets.agent import make_agent_target
+
+        return await make_agent_target(workload, model, engine, budget, settings)
     if workload.suite == "rag":
         from evals.targets.rag import RagTarget, corpus_index
         from runtime import AsyncLLM, EngineConfig

@@ -72,6 +72,13 @@ def _classes(name: str, s: dict[str, Any]) -> str:
         rows)
 
 
+def _quality(variants: dict[str, dict[str, Any]]) -> str:
+    """Scalar figures of the ``quality`` blocks (``qa``: accuracy ...; ``tools``: call rates), one column each."""
+    names = [n for n, s in variants.items() if s.get("quality")]
+    keys = [k for k, v in variants[names[0]]["quality"].items() if not isinstance(v, dict)] if names else []
+    return _table(["metric"] + names, [[k] + [variants[n]["quality"].get(k) for n in names] for k in keys])
+
+
 def _comparison(comp: dict[str, Any]) -> str:
     if not comp.get("rows") or len(comp["rows"][0]["values"]) < 2:
         return "<p class=note>one variant: nothing to compare</p>"
@@ -94,6 +101,8 @@ def write_report(out_dir: Path, summary: dict[str, Any], records: dict[str, list
                                             "warmup", "compare", "baseline", "interrupted")])]
     if summary.get("noise_note"):
         parts.append(f"<p class=note>{html.escape(summary['noise_note'])}</p>")
+    if any(s.get("quality") for s in variants.values()):
+        parts += ["<h2>Answer quality</h2>", _quality(variants)]
     parts += ["<h2>Comparison</h2>", _comparison(summary.get("comparison") or {}),
               "<h2>Benchmark (vLLM definitions)</h2>", _benchmark(variants),
               "<h2>Tokens, time and cost per class</h2>"]

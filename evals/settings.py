@@ -6,8 +6,9 @@ A variant is a dict of settings applied on top of the run's engine settings:
   ``max_num_seqs=4``, ``max_num_batched_tokens=512``, ``block_size=32`` ...);
 * ``speculative=off|ngram|draft_model``, ``num_speculative_tokens=K``,
   ``draft_model=PATH``, ``prompt_lookup_max=N`` (``runtime.spec.SpeculativeConfig``);
-* ``budget.FIELD=VALUE`` for the agent's ``orchestrator.ContextBudget`` (``rag``),
-  e.g. ``budget.max_retrieval_tokens=256``.
+* ``budget.FIELD=VALUE`` for the agent's ``orchestrator.ContextBudget`` (``rag``, ``qa``,
+  ``tools``), e.g. ``budget.max_retrieval_tokens=256``;
+* ``retrieval=on|off`` (``qa``): whether the agent retrieves before answering.
 
 Values parse as JSON where they can (``false``, ``4``, ``0.5``, ``null``),
 else stay strings.
@@ -21,6 +22,8 @@ from typing import Any
 
 SPEC_KEYS = {"speculative", "num_speculative_tokens", "draft_model", "prompt_lookup_min", "prompt_lookup_max",
              "disable_by_batch_size"}
+#: Settings the suite's target reads itself (neither engine nor budget).
+SUITE_KEYS = {"retrieval"}
 
 
 def parse_value(text: str) -> Any:
@@ -57,7 +60,8 @@ def variant_name(settings: dict[str, Any]) -> str:
 
 
 def split_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(``EngineConfig`` keyword arguments, ``ContextBudget`` fields) of a variant.
+    """(``EngineConfig`` keyword arguments, ``ContextBudget`` fields) of a variant
+    (:data:`SUITE_KEYS` are left to the target).
 
     Raises:
         ValueError: an unknown key, naming it and the known ones.
@@ -75,9 +79,12 @@ def split_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
             spec[key] = value
         elif key in engine_fields:
             engine[key] = value
+        elif key in SUITE_KEYS:
+            continue
         else:
             raise ValueError(f"compare: unknown setting {key!r}; use an EngineConfig field "
-                             f"({', '.join(sorted(engine_fields))}), one of {sorted(SPEC_KEYS)} or budget.FIELD")
+                             f"({', '.join(sorted(engine_fields))}), one of {sorted(SPEC_KEYS | SUITE_KEYS)} "
+                             "or budget.FIELD")
     if spec:
         engine["speculative_config"] = speculative_config(spec)
     return engine, budget

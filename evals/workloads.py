@@ -20,15 +20,32 @@ Suites (default sizes run in seconds with the ``tiny`` checkpoint on 2 cores):
   ingested stdlib docs with retrieval, memory and tool calls.
 * ``spec``: repetitive prompts (prompt lookup has something to match), run
   with speculative decoding off and on.
+* ``qa``: the stdlib question set of :mod:`evals.qa`, one agent turn per
+  question, with retrieval on and off, scored by fact containment (default
+  sizes take a few minutes with the real default model on 2 cores).
+* ``tools``: the prompts of :mod:`evals.toolcalls`, tools offered and never
+  forced; scored on the tool picked and its arguments.
+
+``qa`` and ``tools`` take every item of their data file by default;
+``num_requests`` picks a seeded sample of that many (in file order), and the
+``questions`` / ``cases`` option names items by id (comma-separated).
 """
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
-SUITES = ("throughput", "prefix", "sessions", "rag", "spec")
+SUITES = ("throughput", "prefix", "sessions", "rag", "spec", "qa", "tools")
+_DATA = Path(__file__).parent / "data"
+
+
+def _count(name: str) -> int:
+    return len(json.loads((_DATA / name).read_text()))
+
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "throughput": dict(num_requests=32, prompt_min=32, prompt_max=256, output_min=16, output_max=64,
@@ -41,6 +58,10 @@ DEFAULTS: dict[str, dict[str, Any]] = {
                 corpus="stdlib:module/json,stdlib:module/collections,stdlib:module/functools,stdlib:module/pathlib",
                 index_dir=""),
     "spec": dict(num_requests=8, prompt_tokens=96, output_tokens=64, concurrency=2, num_speculative_tokens=4),
+    # corpus "": every module the question set touches (one index, the same distractors for any subset)
+    "qa": dict(num_requests=_count("qa_stdlib.json"), output_tokens=64, concurrency=8, retrieval_k=2,
+               max_retrieval_tokens=448, corpus="", index_dir="", questions=""),
+    "tools": dict(num_requests=_count("tool_prompts.json"), output_tokens=96, concurrency=8, cases=""),
 }
 
 RAG_QUESTIONS = [
@@ -57,6 +78,7 @@ RAG_QUESTIONS = [
 ]
 
 WARMUP_QUESTION = "Warm-up: say hello."
+QA_WARMUP_QUESTION = "What does the built-in print function do?"
 
 
 @dataclass
@@ -167,7 +189,9 @@ def build(suite: str, tokenizer: Any, seed: int = 0, num_requests: int | None = 
     if suite == "spec":
         wl.variants = [{"speculative": "off"},
                        {"speculative": "ngram", "num_speculative_tokens": params["num_speculative_tokens"]}]
-    if suite == "rag":
+    if suite == "qa":
+        wl.variants = [{"retrieval": "on"}, {"retrieval": "off"}]
+    if suite in ("rag", "qa", "tools"):
         wl.ignore_eos = False
     return wl
 
@@ -217,4 +241,39 @@ def _spec(src: TextSource, rng: random.Random, p: dict[str, Any], tag: str) -> l
             for i in range(p["num_requests"])]
 
 
-_BUILDERS = {"throughput": _throughput, "prefix": _prefix, "sessions": _sessions, "rag": _rag, "spec": _spec}
+def _pick(items: tuple[Any, ...], p: dict[str, Any], rng: random.Random, key: str) -> list[Any]:
+    """Items named in option ``key`` (ids, comma-separated), else a seeded sample of ``num_requests``
+    in file order (all of them by default)."""
+    ids = [x.strip() for x in str(p[key] or "").split(",") if x.strip()]
+    if ids:
+        by_id = {x.id: x for x in items}
+        unknown = [i for i in ids if i not in by_id]
+        if unknown:
+            raise ValueError(f"option {key}: unknown ids {unknown}")
+        return [by_id[i] for i in ids][: p["num_requests"]]
+    n = min(p["num_requests"], len(items))
+    return list(items) if n == len(items) else [items[i] for i in sorted(rng.sample(range(len(items)), n))]
+
+
+def _qa(src: TextSource, rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
+    from evals.qa import QA_SYSTEM_PROMPT, load_questions
+
+    if tag == "w":
+        return [Conversation(f"w{i}", QA_SYSTEM_PROMPT, [Turn(QA_WARMUP_QUESTION, p["output_tokens"])])
+                for i in range(p["num_requests"])]
+    return [Conversation(q.id, QA_SYSTEM_PROMPT, [Turn(q.question, p["output_tokens"])])
+            for q in _pick(load_questions(), p, rng, "questions")]
+
+
+def _tools(src: TextSource, rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
+    from evals.toolcalls import TOOLS_SYSTEM_PROMPT, load_cases
+
+    if tag == "w":
+        return [Conversation(f"w{i}", TOOLS_SYSTEM_PROMPT, [Turn(WARMUP_QUESTION, p["output_tokens"], "auto")])
+                for i in range(p["num_requests"])]
+    return [Conversation(c.id, TOOLS_SYSTEM_PROMPT, [Turn(c.prompt, p["output_tokens"], "auto")])
+            for c in _pick(load_cases(), p, rng, "cases")]
+
+
+_BUILDERS = {"throughput": _throughput, "prefix": _prefix, "sessions": _sessions, "rag": _rag, "spec": _spec,
+             "qa": _qa, "tools": _tools}

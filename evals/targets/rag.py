@@ -36,11 +36,22 @@ def corpus_index(corpus: str, index_dir: str | Path | None = None) -> Any:
     ``index_dir`` defaults to ``$LOOM_CACHE/evals/rag-<hash of corpus>`` (else
     ``~/.cache/loom/...``), so different corpora never share an index.
     """
+    return open_corpus_index(corpus, index_dir)[0]
+
+
+def open_corpus_index(corpus: str, index_dir: str | Path | None = None) -> tuple[Any, dict[str, Any]]:
+    """:func:`corpus_index` plus what it took: ``corpus``, ``index_dir``, ``chunks``,
+    ``ingested`` (False: an earlier run's index was reused) and ``seconds`` (wall time).
+
+    Raises:
+        ValueError: an empty corpus.
+    """
     import hashlib
     import os
 
     from retrieval import Retriever
 
+    t0 = time.perf_counter()
     paths = [p.strip() for p in corpus.split(",") if p.strip()]
     if not paths:
         raise ValueError("option corpus: give at least one path (e.g. stdlib:module/json)")
@@ -48,10 +59,13 @@ def corpus_index(corpus: str, index_dir: str | Path | None = None) -> Any:
         root = Path(os.environ.get("LOOM_CACHE") or Path.home() / ".cache" / "loom")
         index_dir = root / "evals" / f"rag-{hashlib.sha256(','.join(paths).encode()).hexdigest()[:12]}"
     retriever = Retriever.open(index_dir)
-    if len(retriever) == 0:
+    ingested = len(retriever) == 0
+    if ingested:
         logger.info("ingesting %s into %s (once)", ", ".join(paths), index_dir)
         retriever.ingest(paths, show_progress=False)
-    return retriever
+    info = {"corpus": corpus, "index_dir": str(index_dir), "chunks": len(retriever), "ingested": ingested,
+            "seconds": time.perf_counter() - t0}
+    return retriever, info
 
 
 class RagTarget(InprocTarget):
@@ -108,7 +122,7 @@ class RagTarget(InprocTarget):
                                    "tool_choice='auto' (a random-weight model then rarely calls tools)")
                     self._warned = True
                 choice = "auto"
-            out, result = await self._turn(agent, session, turn.user, choice)
+            out, result = await agent_turn(agent, session, turn.user, choice)
             out.extra["tool_choice_sent"] = choice
             ledger = result.usage if result is not None else None
             ctx.emit(make_record(out, [], ctx.prices, ctx.t0, ledger=ledger, variant=ctx.variant,
@@ -117,39 +131,43 @@ class RagTarget(InprocTarget):
             if out.error is not None:
                 return
 
-    async def _turn(self, agent: Any, session: Any, message: str, choice: str | None) -> tuple[Outcome, Any]:
-        from orchestrator.events import ContentDelta, DoneEvent, ReasoningDelta, ToolCallEvent
 
-        out = Outcome(send_time=time.monotonic())
-        result = None
-        try:
-            async for ev in agent.stream(message, session=session, tool_choice=choice):
-                now = time.monotonic()
-                if isinstance(ev, ReasoningDelta) and ev.text:
-                    out.chunks.append(Chunk(now, 1, False))
-                elif isinstance(ev, ContentDelta) and ev.text:
-                    out.chunks.append(Chunk(now, 1, True))
-                elif isinstance(ev, ToolCallEvent) and (ev.arguments_delta or ev.name):
-                    out.chunks.append(Chunk(now, 1, True))
-                elif isinstance(ev, DoneEvent):
-                    result = ev.result
-        except Exception as exc:  # noqa: BLE001 - one failed turn is recorded, the run goes on
-            logger.warning("rag turn failed: %s", exc)
-            out.error = f"{type(exc).__name__}: {exc}"
-        if result is not None:
-            self._fill_result(out, result)
-        return out, result
+async def agent_turn(agent: Any, session: Any, message: str, choice: Any) -> tuple[Outcome, Any]:
+    """Run one ``agent.stream`` turn; return the observed :class:`Outcome` and the ``RunResult``
+    (``None`` when the turn raised before finishing: the outcome then carries the error)."""
+    from orchestrator.events import ContentDelta, DoneEvent, ReasoningDelta, ToolCallEvent
 
-    @staticmethod
-    def _fill_result(out: Outcome, result: Any) -> None:
-        usage = result.usage
-        out.prompt_tokens, out.cached_tokens = usage.prompt_tokens, usage.cached_tokens
-        out.output_ids = [0] * usage.completion_tokens  # counted by the ledger; ids are per call
-        out.text = result.answer
-        out.finish_reason = result.final_state
-        if result.final_state == "error":
-            out.error = result.error or "agent error"
-        out.extra = {**out.extra, "steps": result.steps, "final_state": result.final_state,
-                     "tool_calls": [c.name for c in result.tool_calls],
-                     "tool_errors": sum(1 for r in result.tool_results if r.is_error),
-                     "timings_ms": dict(result.timings), "spec_rejected": usage.spec_rejected}
+    out = Outcome(send_time=time.monotonic())
+    result = None
+    try:
+        async for ev in agent.stream(message, session=session, tool_choice=choice):
+            now = time.monotonic()
+            if isinstance(ev, ReasoningDelta) and ev.text:
+                out.chunks.append(Chunk(now, 1, False))
+            elif isinstance(ev, ContentDelta) and ev.text:
+                out.chunks.append(Chunk(now, 1, True))
+            elif isinstance(ev, ToolCallEvent) and (ev.arguments_delta or ev.name):
+                out.chunks.append(Chunk(now, 1, True))
+            elif isinstance(ev, DoneEvent):
+                result = ev.result
+    except Exception as exc:  # noqa: BLE001 - one failed turn is recorded, the run goes on
+        logger.warning("agent turn failed: %s", exc)
+        out.error = f"{type(exc).__name__}: {exc}"
+    if result is not None:
+        fill_result(out, result)
+    return out, result
+
+
+def fill_result(out: Outcome, result: Any) -> None:
+    """Copy a ``RunResult``'s usage, answer and tool calls into ``out``."""
+    usage = result.usage
+    out.prompt_tokens, out.cached_tokens = usage.prompt_tokens, usage.cached_tokens
+    out.output_ids = [0] * usage.completion_tokens  # counted by the ledger; ids are per call
+    out.text = result.answer
+    out.finish_reason = result.final_state
+    if result.final_state == "error":
+        out.error = result.error or "agent error"
+    out.extra = {**out.extra, "steps": result.steps, "final_state": result.final_state,
+                 "tool_calls": [c.name for c in result.tool_calls],
+                 "tool_errors": sum(1 for r in result.tool_results if r.is_error),
+                 "timings_ms": dict(result.timings), "spec_rejected": usage.spec_rejected}
