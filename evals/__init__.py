@@ -1,7 +1,8 @@
 """Loom evals: cost and latency per token class, with reports and side-by-side comparisons.
 
 ``evals.run(suite=..., ...)`` (or ``loom eval run``) runs a suite
-(``throughput``, ``prefix``, ``sessions``, ``rag``, ``spec``) against the
+(``throughput``, ``prefix``, ``sessions``, ``rag``, ``spec``; answer quality:
+``qa`` and ``tools``) against the
 in-process engine or an OpenAI-compatible HTTP server, once per variant
 (``compare``) and optionally through HF transformers (``baseline="hf"``), and
 writes per-request records (JSONL), summaries (JSON) and an HTML report.

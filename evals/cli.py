@@ -82,6 +82,8 @@ def run_cmd(
         raise typer.Exit(2) from None
     out_console = Console()
     out_console.print(summary_table(res.summary))
+    if res.summary.get("quality"):
+        out_console.print(classes_table(res.summary))
     if len(res.variants) > 1:
         out_console.print(comparison_table(res.summary["comparison"]))
     out_console.print(f"records, summaries and report in [bold]{res.out_dir}[/]"
@@ -136,6 +138,29 @@ def summary_table(summary: dict) -> object:
     ]
     for label, fn in rows + quality_rows(variants):
         table.add_row(label, *[fn(s) for s in variants.values()])
+    return table
+
+
+def classes_table(summary: dict) -> object:
+    """Rich table of tokens (cached share) and token cost per class, one column per variant."""
+    from rich.table import Table
+
+    from evals.summary import CLASSES
+
+    variants = summary["variants"]
+    table = Table(title="tokens and cost per class")
+    table.add_column("class")
+    for name in variants:
+        table.add_column(f"{name} tokens (cached)", justify="right")
+        table.add_column(f"{name} $", justify="right")
+    for cls in CLASSES:
+        cells = [(s["classes"].get(cls) or {}) for s in variants.values()]
+        if not any(c.get("tokens") for c in cells):
+            continue
+        row = [cls]
+        for c in cells:
+            row += [f"{c.get('tokens', 0)} ({c.get('cached_tokens', 0)})", f"{c.get('token_cost_usd', 0.0):.6f}"]
+        table.add_row(*row)
     return table
 
 
