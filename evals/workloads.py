@@ -181,7 +181,8 @@ def build(suite: str, tokenizer: Any, seed: int = 0, num_requests: int | None = 
         if num_requests < 1:
             raise ValueError(f"num_requests: must be >= 1, got {num_requests}")
         params["num_requests"] = num_requests
-    src = _text_source(tokenizer)
+    # qa / tools read their own data files: no text corpus to tokenize
+    src = _text_source(tokenizer) if suite not in ("qa", "tools") else None
     make = _BUILDERS[suite]
     convs = make(src, random.Random(seed), params, "r")
     warm = make(src, random.Random(seed + 10_007), {**params, "num_requests": warmup}, "w") if warmup else []
@@ -255,7 +256,7 @@ def _pick(items: tuple[Any, ...], p: dict[str, Any], rng: random.Random, key: st
     return list(items) if n == len(items) else [items[i] for i in sorted(rng.sample(range(len(items)), n))]
 
 
-def _qa(src: TextSource, rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
+def _qa(src: TextSource | None, rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
     from evals.qa import QA_SYSTEM_PROMPT, load_questions
 
     if tag == "w":
@@ -265,7 +266,7 @@ def _qa(src: TextSource, rng: random.Random, p: dict[str, Any], tag: str) -> lis
             for q in _pick(load_questions(), p, rng, "questions")]
 
 
-def _tools(src: TextSource, rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
+def _tools(src: TextSource | None, rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
     from evals.toolcalls import TOOLS_SYSTEM_PROMPT, load_cases
 
     if tag == "w":

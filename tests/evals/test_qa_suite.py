@@ -45,6 +45,24 @@ def test_quality_block_counts_accuracy_per_module_and_cost_per_correct_answer():
     assert qa_quality([])["accuracy"] == 0.0
 
 
+def test_workload_is_every_question_by_default_or_a_seeded_sample_or_named_ids():
+    from evals.qa import load_questions
+    from evals.workloads import build
+
+    ids = [q.id for q in load_questions()]
+    full = build("qa", None)
+    assert [c.id for c in full.conversations] == ids and full.variants == [{"retrieval": "on"}, {"retrieval": "off"}]
+    assert not full.ignore_eos and [c.turns[0].user for c in full.warmup][:1] != [full.conversations[0].turns[0].user]
+    sample = [c.id for c in build("qa", None, seed=1, num_requests=10).conversations]
+    assert len(set(sample)) == 10 and sample == [i for i in ids if i in sample]  # file order
+    assert sample == [c.id for c in build("qa", None, seed=1, num_requests=10).conversations]
+    assert sample != [c.id for c in build("qa", None, seed=2, num_requests=10).conversations]
+    named = build("qa", None, options={"questions": "re-subn,json-sort-keys"})
+    assert [c.id for c in named.conversations] == ["re-subn", "json-sort-keys"]
+    with pytest.raises(ValueError, match="unknown ids"):
+        build("qa", None, options={"questions": "no-such-question"})
+
+
 @pytest.fixture(scope="module")
 def qa_run(tmp_path_factory):
     return evals.run("qa", out=tmp_path_factory.mktemp("qa"), warmup=0, report=False,
