@@ -1,4 +1,5 @@
-"""Shared fixtures: the real Loom tokenizer (with its chat template) and real tools."""
+"""Shared fixtures: the real Loom tokenizer (with its chat template), real tools, and a real
+FAISS + BM25 index (MiniLM) over three small asyncio documents."""
 
 from __future__ import annotations
 
@@ -17,3 +18,26 @@ def tokenizer():
 @pytest.fixture
 def tool_set():
     return [add, slow_echo, explode, hang]
+
+
+DOCS = {
+    "tasks.md": "# Tasks\n\nA task wraps a coroutine and schedules it on the event loop. "
+                "Use asyncio.create_task to run coroutines concurrently.\n\n## Cancellation\n\n"
+                "Calling cancel() on a task raises CancelledError inside the coroutine.",
+    "queues.md": "# Queues\n\nasyncio.Queue is a FIFO queue for producer and consumer coroutines. "
+                 "put() waits when the queue is full and get() waits when it is empty.",
+    "locks.md": "# Locks\n\nasyncio.Lock guarantees exclusive access to a shared resource. "
+                "Use it with async with lock: to acquire and release it.",
+}
+
+
+@pytest.fixture(scope="module")
+def retriever(tmp_path_factory):
+    from retrieval import Retriever
+
+    root = tmp_path_factory.mktemp("docs")
+    for name, text in DOCS.items():
+        (root / name).write_text(text)
+    r = Retriever.open(tmp_path_factory.mktemp("index"))
+    r.ingest([root])
+    return r

@@ -7,17 +7,6 @@ import pytest
 from orchestrator import Agent, ContextBudget, InMemorySession, SQLSession
 from tests.orchestrator.sample_tools import add, explode, hang
 
-DOCS = {
-    "tasks.md": "# Tasks\n\nA task wraps a coroutine and schedules it on the event loop. "
-                "Use asyncio.create_task to run coroutines concurrently.\n\n## Cancellation\n\n"
-                "Calling cancel() on a task raises CancelledError inside the coroutine.",
-    "queues.md": "# Queues\n\nasyncio.Queue is a FIFO queue for producer and consumer coroutines. "
-                 "put() waits when the queue is full and get() waits when it is empty.",
-    "locks.md": "# Locks\n\nasyncio.Lock guarantees exclusive access to a shared resource. "
-                "Use it with async with lock: to acquire and release it.",
-}
-
-
 @pytest.fixture(scope="module")
 def llm():
     from runtime import AsyncLLM
@@ -26,18 +15,6 @@ def llm():
     engine = AsyncLLM(str(ensure_checkpoint("qwen3", "tiny")), max_model_len=4096, block_size=16)
     yield engine
     engine.shutdown()
-
-
-@pytest.fixture(scope="module")
-def retriever(tmp_path_factory):
-    from retrieval import Retriever
-
-    root = tmp_path_factory.mktemp("docs")
-    for name, text in DOCS.items():
-        (root / name).write_text(text)
-    r = Retriever.open(tmp_path_factory.mktemp("index"))
-    r.ingest([root])
-    return r
 
 
 async def test_ten_turn_session_serves_history_from_prefix_cache(llm, retriever, tmp_path) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from orchestrator import Agent, ContextBudget, InMemorySession
-from tests.orchestrator.test_agent_engine import DOCS
 from tools.builtin import calculator
 
 
@@ -18,18 +17,6 @@ def smol_llm(real_model):
     engine = AsyncLLM(str(real_model), max_model_len=2048)
     yield engine
     engine.shutdown()
-
-
-@pytest.fixture(scope="module")
-def retriever(tmp_path_factory):
-    from retrieval import Retriever
-
-    root = tmp_path_factory.mktemp("docs")
-    for name, text in DOCS.items():
-        (root / name).write_text(text)
-    r = Retriever.open(tmp_path_factory.mktemp("index"))
-    r.ingest([root])
-    return r
 
 
 async def test_agent_turn_retrieves_calls_a_tool_and_answers(smol_llm, retriever):
