@@ -45,7 +45,41 @@ ParserState = Literal["content", "reasoning", "tool_call"]
 
 _NAME_ARGS = re.compile(r'^\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
 _HOLDBACK = re.compile(r"\s*\}?\s*$")
-_BARE_OPEN = "{"
+_BARE_OPENS = ("{", "```")  # a reply opening with these may be a call without the format's markers
+_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)
+
+
+def bare_call_head(buf: str, names: frozenset[str]) -> bool | None:
+    """Whether a reply starting with ``buf`` is a bare call of one of ``names``.
+
+    ``buf`` may open with a code fence (```` ```json ````), then must spell
+    ``{"name": "<a known tool>"``. Returns ``True`` once the name is complete and
+    known, ``False`` as soon as that is impossible, ``None`` while undecided.
+    """
+    s = buf.lstrip()
+    if s.startswith("```"):
+        s = s[3:]
+        if "json".startswith(s):
+            return None
+        s = s[4:] if s.startswith("json") else s
+    elif "```".startswith(s):
+        return None
+    for piece in ("{", '"name"', ":", '"'):
+        s = s.lstrip()
+        if not s:
+            return None
+        if s.startswith(piece):
+            s = s[len(piece):]
+        elif piece.startswith(s):
+            return None
+        else:
+            return False
+    name, quote, _rest = s.partition('"')
+    if "\\" in name:
+        return False
+    if quote:
+        return name in names
+    return None if any(n.startswith(name) for n in names) else False
 
 
 @dataclass
@@ -100,7 +134,7 @@ def parse_block(index: int, raw: str, fmt: ToolCallFormat = HERMES_THINK) -> lis
 class _Block:
     index: int
     buf: str = ""
-    bare: bool = False  # a reply that is only a JSON object: a call if it names a known tool
+    bare: bool = False  # a reply that may be only a JSON call object (see bare_call_head)
     name_sent: bool = False
     args_start: int = -1
     args_sent: int = 0
@@ -117,9 +151,10 @@ class StreamingParser:
         fmt: the model's :class:`~orchestrator.formats.ToolCallFormat`
             (default: Hermes ``<tool_call>`` with ``<think>`` reasoning).
         tool_names: the callable tools. When given, a reply that is nothing but a
-            JSON object ``{"name": <one of them>, "arguments": {...}}`` (Qwen2.5-Coder
-            often drops the ``<tool_call>`` tags) is read as a call; such a reply
-            is held back, not streamed, until :meth:`finish` decides.
+            JSON object ``{"name": <one of them>, "arguments": {...}}``, possibly in a
+            ```` ```json ```` fence (Qwen2.5-Coder often drops the ``<tool_call>``
+            tags), is read as a call. Its head is held back only while it can still
+            be such a call (:func:`bare_call_head`); then it streams as content.
 
     Use: ``events = parser.feed(delta)`` for each text delta, then
     ``parser.finish()`` once.  ``parser.state`` is the state after the last
@@ -149,8 +184,8 @@ class StreamingParser:
         markers = [THINK_OPEN] if self.fmt.reasoning else []
         if self.parse_tools and not (self.fmt.open_at_start_only and self.content.strip()):
             markers.append(self.fmt.call_open)
-        if self._bare_possible() and _BARE_OPEN not in markers:
-            markers.append(_BARE_OPEN)
+        if self._bare_possible():
+            markers.extend(m for m in _BARE_OPENS if m not in markers)
         return tuple(markers)
 
     def _bare_possible(self) -> bool:
@@ -159,7 +194,7 @@ class StreamingParser:
     def _find(self, text: str, marker: str) -> int:
         pos = text.find(marker)
         start_only = (marker == self.fmt.call_open and self.fmt.open_at_start_only) or \
-            (marker == _BARE_OPEN and marker != self.fmt.call_open)
+            (marker in _BARE_OPENS and marker != self.fmt.call_open)
         if pos > 0 and start_only and text[:pos].strip():
             return -1  # a start-only call marker after other text is content
         return pos
@@ -214,14 +249,24 @@ class StreamingParser:
             self._block = _Block(index=len(self.calls))
             if self.fmt.open_in_body:
                 self._stream_block(marker, events)
-        else:  # a bare JSON object opening the reply: held until finish() decides
+        else:  # a reply that may be a bare call: held while bare_call_head is undecided or True
             self.state = "tool_call"
-            self._block = _Block(index=len(self.calls), buf=marker, bare=True)
+            self._block = _Block(index=len(self.calls), bare=True)
+            self._hold(marker, events)
+
+    def _hold(self, text: str, events: list[ParserEvent]) -> None:
+        block = self._block
+        assert block is not None
+        block.buf += text
+        if bare_call_head(block.buf, self.tool_names or frozenset()) is False:
+            self._block, self.state = None, "content"
+            self._emit(block.buf, events)  # not a call after all: stream it as content
 
     def _finish_bare(self, events: list[ParserEvent]) -> None:
         block = self._block
         assert block is not None
-        call = parse_block(block.index, block.buf, self.fmt)[0]
+        fenced = _FENCE.match(block.buf)
+        call = parse_block(block.index, fenced.group(1) if fenced else block.buf, self.fmt)[0]
         if call.error is None and self.tool_names and call.name in self.tool_names:
             block.bare = False
             self._finish_block([call], events)
@@ -261,7 +306,7 @@ class StreamingParser:
             self.content += text
             events.append(ParserEvent("content", text=text))
         elif self._block is not None and self._block.bare:
-            self._block.buf += text
+            self._hold(text, events)
         else:
             self._stream_block(text, events)
 

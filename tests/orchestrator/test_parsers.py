@@ -102,3 +102,29 @@ def test_json_that_is_not_a_known_tool_call_stays_content(reply: str) -> None:
     events = _feed_all(parser, [reply[i:i + 5] for i in range(0, len(reply), 5)])
     assert parser.calls == [] and parser.content == reply
     assert "".join(e.text for e in events if e.kind == "content") == reply
+
+
+def test_a_fenced_json_call_for_a_known_tool_is_a_call() -> None:
+    reply = '```json\n{\n  "name": "get_weather",\n  "arguments": {\n    "city": "Paris"\n  }\n}\n```'
+    parser = StreamingParser(tool_names=frozenset({"get_weather"}))
+    _feed_all(parser, [reply[i:i + 3] for i in range(0, len(reply), 3)])
+    assert [(c.name, c.arguments) for c in parser.calls] == [("get_weather", {"city": "Paris"})]
+    assert parser.content == ""
+
+
+def test_a_code_answer_streams_as_soon_as_it_cannot_be_a_call() -> None:
+    parser = StreamingParser(tool_names=frozenset({"get_weather"}))
+    events = parser.feed("```python\n")
+    assert "".join(e.text for e in events if e.kind == "content") == "```python\n"  # released, not held
+    events = parser.feed("def f(): pass\n```") + parser.finish()
+    assert parser.calls == [] and parser.content == "```python\ndef f(): pass\n```"
+
+
+@pytest.mark.parametrize("head,expected", [
+    ("", None), ("``", None), ("```js", None), ("```json\n{", None), ('{"na', None), ('{"name": "get_w', None),
+    ('{"name": "get_weather"', True), ('{"name": "other"', False), ('{"a": 1}', False), ("Sure", False),
+    ("```python", False)])
+def test_bare_call_head_decides_as_early_as_it_can(head: str, expected) -> None:
+    from orchestrator.parsers import bare_call_head
+
+    assert bare_call_head(head, frozenset({"get_weather"})) is expected
