@@ -1,0 +1,226 @@
+"""Citations: which retrieved sections an answer rests on, checked against what was retrieved.
+
+An answer's sources come from one of two places, and both are checked against
+the turn's retrieval hits (``RunResult.retrieved``: what the model was shown):
+
+1. **cited**: bracket citations the model wrote (``[os.path — join]``,
+   ``[os.path.join]``, or the prompt's own ``source`` attribute
+   ``[stdlib:module/os.path - os.path.join]``).  Each is matched to a hit by a
+   punctuation-free key (so dash styles and ``os.path.join`` vs
+   ``os.path — join`` agree); citations that name nothing retrieved this turn
+   are kept apart as ``unverified`` and never reported as sources.
+2. **attributed**: when the model cites nothing that checks out (small models
+   rarely cite), each hit is scored by word overlap: the share of the
+   answer's content words (lower-cased, stop words dropped, a plural ``s``
+   stripped) found in the hit's text.  Hits over ``min_overlap`` with at
+   least ``min_shared`` shared words, and within ``relative`` of the best, are
+   the answer's sources.  Overlap is evidence of use, not proof; it is shown
+   as a percentage so a reader can judge it.
+
+Labels: ``title — section`` with the title's prefix dropped from the section
+(stdlib module hits read ``os.path — join``, ``collections — Counter.copy``;
+topic hits ``Compound statements — The "with" statement``); the document's
+title (or the last part of its id) alone when the section is empty or is the
+module docstring.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+DASH = " — "
+# [text] not right after a name or a closing bracket (indexing: d[key]) and not a Markdown link [text](url).
+_BRACKET = re.compile(r"(?<![\w\])])\[([^\[\]\n]{1,160})\](?!\()")
+_CODE_LIKE = re.compile(r"[=(){}'\"`]|\bfor\b")  # list literals and comprehensions, calls
+_WORD = re.compile(r"[a-z0-9_]+")
+_STOP = frozenset("""
+a an the and or but if then else of to in on at by for with from as is are was were be been being it its
+this that these those there here can could will would should may might must do does did done have has had
+not no yes so such than too very just also into onto over under about which who whom whose what when where
+why how all any each both few more most other some own same only you your yours we our they them their he
+she his her i me my use used using uses way one two returns return value""".split())
+
+
+def document_name(hit: Any) -> str:
+    """The hit's document title, else the last part of its id (``stdlib:module/os.path`` → ``os.path``)."""
+    title = str(getattr(hit, "title", "") or "")
+    if title:
+        return title
+    doc = str(getattr(hit, "document", "") or "")
+    return doc.rsplit("/", 1)[-1].split(":", 1)[-1] if doc else ""
+
+
+def citation_label(hit: Any) -> str:
+    """How a source is printed: ``os.path — join`` (no brackets)."""
+    name = document_name(hit)
+    section = str(getattr(hit, "section", "") or "")
+    if not section or section == name:
+        return name or section
+    if name and section.startswith(name + "."):
+        section = section[len(name) + 1:]
+    return f"{name}{DASH}{section}" if name else section
+
+
+def _key(text: str) -> str:
+    """Lower-case words and digits only: ``os.path — join`` and ``os.path.join`` give ``os path join``."""
+    return " ".join(re.findall(r"[a-z0-9_]+", text.lower()))
+
+
+def _exact_keys(hit: Any) -> set[str]:
+    from orchestrator.items import source_label
+
+    name, section = document_name(hit), str(getattr(hit, "section", "") or "")
+    keys = {_key(citation_label(hit)), _key(source_label(hit)), _key(f"{name} {section}")}
+    if section:
+        keys.add(_key(section))
+    keys.discard("")
+    return keys
+
+
+def _document_keys(hit: Any) -> set[str]:
+    keys = {_key(document_name(hit)), _key(str(getattr(hit, "document", "") or ""))}
+    keys.discard("")
+    return keys
+
+
+def parse_citations(text: str) -> list[str]:
+    """Bracketed citations in ``text``, in order, without duplicates or brackets.
+
+    Brackets that read as code (list literals, indexing, numbers, slices) and
+    Markdown links are not citations; ``;`` or ``,`` separate several in one bracket.
+    """
+    out: list[str] = []
+    for m in _BRACKET.finditer(text):
+        if _CODE_LIKE.search(m.group(1)):
+            continue
+        for part in re.split(r"[;,]", m.group(1)):  # [a — x; b — y] cites two sources
+            part = part.strip()
+            if len(re.findall(r"[A-Za-z]", part)) >= 2 and part not in out:
+                out.append(part)
+    return out
+
+
+def match_citation(citation: str, hits: Sequence[Any]) -> Any | None:
+    """The retrieved hit ``citation`` names, or ``None``.
+
+    An exact name (label, section, prompt source) wins, in rank order; a
+    citation naming only a document matches that document's best hit.
+    """
+    key = _key(citation)
+    if not key:
+        return None
+    for hit in hits:
+        if key in _exact_keys(hit):
+            return hit
+    for hit in hits:
+        if key in _document_keys(hit):
+            return hit
+    return None
+
+
+def content_words(text: str) -> set[str]:
+    """Lower-cased words of ``text`` minus stop words and one-letter words; a plural ``s`` is dropped."""
+    words = set()
+    for w in _WORD.findall(text.lower()):
+        if w in _STOP or (len(w) < 2 and not w.isdigit()):
+            continue
+        words.add(w[:-1] if len(w) > 4 and w.endswith("s") and not w.endswith("ss") else w)
+    return words
+
+
+def overlap(answer: str, text: str) -> tuple[float, int]:
+    """(share of the answer's content words found in ``text``, number of shared words)."""
+    a = content_words(answer)
+    if not a:
+        return 0.0, 0
+    shared = len(a & content_words(text))
+    return shared / len(a), shared
+
+
+@dataclass(frozen=True)
+class Source:
+    """One source of an answer: a retrieved hit, cited by the model or attributed by overlap.
+
+    Attributes:
+        label: printed name (``os.path — join``).
+        hit: the retrieval hit (``.document``, ``.section``, ``.text``).
+        cited: the model named it; False: attributed by word overlap.
+        overlap: share of the answer's content words found in the hit's text (0..1).
+    """
+
+    label: str
+    hit: Any
+    cited: bool
+    overlap: float
+
+
+@dataclass(frozen=True)
+class CitationCheck:
+    """The checked sources of one answer.
+
+    Attributes:
+        sources: retrieved hits the answer rests on (cited ones first, then attributed).
+        unverified: citations the model wrote that name nothing retrieved this turn.
+    """
+
+    sources: list[Source] = field(default_factory=list)
+    unverified: list[str] = field(default_factory=list)
+
+
+def _by_label(hits: Sequence[Any]) -> list[tuple[str, Any, str]]:
+    """(label, first hit, all text) per distinct label, in rank order: two chunks of one section are one source."""
+    seen: dict[str, tuple[Any, list[str]]] = {}
+    for hit in hits:
+        label = citation_label(hit)
+        seen.setdefault(label, (hit, []))[1].append(str(getattr(hit, "text", "") or ""))
+    return [(label, hit, "\n".join(texts)) for label, (hit, texts) in seen.items()]
+
+
+def attribute(answer: str, hits: Sequence[Any], min_overlap: float = 0.25, min_shared: int = 3,
+              relative: float = 0.6) -> list[Source]:
+    """Retrieved sections the answer draws on, by word overlap, best first.
+
+    Args:
+        answer: the answer text.
+        hits: this turn's retrieval hits.
+        min_overlap: least share of the answer's content words a hit must contain.
+        min_shared: least number of shared content words.
+        relative: a hit must reach this fraction of the best hit's overlap.
+    """
+    scored = []
+    for label, hit, text in _by_label(hits):
+        share, shared = overlap(answer, text)
+        if share >= min_overlap and shared >= min_shared:
+            scored.append(Source(label, hit, False, share))
+    if not scored:
+        return []
+    best = max(s.overlap for s in scored)
+    return sorted((s for s in scored if s.overlap >= relative * best), key=lambda s: -s.overlap)
+
+
+def check_answer(answer: str, hits: Sequence[Any]) -> CitationCheck:
+    """Check the answer's citations against ``hits``; attribute by overlap when none checks out."""
+    sources: list[Source] = []
+    unverified: list[str] = []
+    body = _BRACKET.sub(" ", answer)  # overlap is measured on the answer's own words
+    for citation in parse_citations(answer):
+        hit = match_citation(citation, hits)
+        if hit is None:
+            unverified.append(citation)
+            continue
+        label = citation_label(hit)
+        if all(s.label != label for s in sources):
+            text = "\n".join(str(getattr(h, "text", "")) for h in hits if citation_label(h) == label)
+            sources.append(Source(label, hit, True, overlap(body, text)[0]))
+    if not sources:
+        sources = attribute(body, hits)
+    return CitationCheck(sources, unverified)
+
+
+def format_source(source: Source) -> str:
+    """``✓ [os.path — join] cited`` or ``≈ [os.path — join] 44% word overlap``."""
+    if source.cited:
+        return f"✓ [{source.label}] cited"
+    return f"≈ [{source.label}] {source.overlap:.0%} word overlap"
