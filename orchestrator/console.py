@@ -1,7 +1,10 @@
 """Print an agent turn to a terminal as it streams (``make demo`` and ``loom chat``).
 
 Reasoning is dimmed, content is plain, tool calls and results are shown as
-they happen.  Returns the turn's :class:`~orchestrator.events.RunResult`.
+they happen.  After the answer, :func:`print_sources` prints the ``Sources:``
+line: the retrieved sections the answer rests on, each checked against what
+was retrieved this turn (:mod:`orchestrator.citations`), and the tool results
+it used.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
+from orchestrator.citations import CitationCheck, check_answer, format_source
 from orchestrator.events import ContentDelta, DoneEvent, ReasoningDelta, RunResult, ToolCallEvent, ToolResultEvent
 
 
@@ -18,16 +22,28 @@ async def stream_turn(console: Console, agent: Any, session: Any, message: str,
     """Run one turn of ``agent`` in ``session``, printing its events; return the result."""
     console.print("[bold green]assistant>[/] ", end="")
     result = None
+    # Whitespace is held back until more text follows: a reply's trailing blank lines (a stop string
+    # such as "\n\n" reaches the stream before the engine cuts it) and leading ones print nothing.
+    pending, started = "", False
     async for ev in agent.stream(message, session=session, tool_choice=tool_choice):
         if isinstance(ev, ReasoningDelta):
             console.print(ev.text, style="dim", end="", markup=False)
         elif isinstance(ev, ContentDelta):
-            console.print(ev.text, end="", markup=False)
+            text = pending + ev.text
+            if not started:
+                text = text.lstrip()
+            body = text.rstrip()
+            pending = text[len(body):]
+            if body:
+                console.print(body, end="", markup=False)
+                started = True
         elif isinstance(ev, ToolCallEvent) and (ev.arguments is not None or ev.error):
+            pending, started = "", False
             console.print(f"\n  [yellow]tool call[/] {ev.name}", end="")
             console.print(f"({ev.arguments or ''})", markup=False, end="")
             console.print(f" [red]{ev.error}[/]" if ev.error else "")
         elif isinstance(ev, ToolResultEvent):
+            pending, started = "", False
             tag = "[red]tool error[/]" if ev.is_error else "[yellow]tool result[/]"
             console.print(f"  {tag} {ev.name}: ", end="")
             console.print(ev.content.replace("\n", " ")[:160], markup=False)
@@ -35,3 +51,30 @@ async def stream_turn(console: Console, agent: Any, session: Any, message: str,
             result = ev.result
     console.print()
     return result
+
+
+def sources_line(check: CitationCheck, result: RunResult) -> str:
+    """``Sources: ≈ [os.path — join] 57% word overlap · tool calculator → 8760`` (plain text).
+
+    Only retrieved sections (``check.sources``) and this turn's successful tool
+    results are listed; citations that name nothing retrieved are not sources.
+    """
+    entries = [format_source(s) for s in check.sources]
+    for r in result.tool_results:
+        if not r.is_error:
+            entries.append(f"tool {r.name} → {' '.join(r.content.split())[:80]}")
+    if not entries:
+        what = "no retrieved section" if result.retrieved else "nothing was retrieved"
+        return f"Sources: none ({what} supports this answer)"
+    return "Sources: " + " · ".join(entries)
+
+
+def print_sources(console: Console, result: RunResult) -> CitationCheck:
+    """Print the turn's ``Sources:`` line (and dropped citations); return the check."""
+    check = check_answer(result.answer, result.retrieved)
+    console.print(sources_line(check, result), style="cyan", markup=False, highlight=False)
+    if check.unverified:
+        dropped = ", ".join(f"[{c}]" for c in check.unverified)
+        console.print(f"  cited but not retrieved this turn, so not a source: {dropped}",
+                      style="red", markup=False, highlight=False)
+    return check

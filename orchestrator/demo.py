@@ -2,114 +2,187 @@
 
 What it does, with no network:
 
-1. creates the random-weight demo checkpoint when missing (its answers are
-   noise; ``--model`` takes a hub id such as ``Qwen/Qwen3-0.6B`` or a folder);
-2. ingests the standard library's documentation into a FAISS + BM25 index
-   (progress bar; a second run reuses it);
+1. resolves the model: Loom's default, SmolLM2-135M-Instruct
+   (``runtime.checkpoint.registry.DEFAULT_MODEL``, pulled by ``make demo``), or
+   anything ``--model`` names (a registered name, a folder, a ``.gguf``, a hub
+   id, ``random:ARCH-PRESET``; random weights answer noise, and a panel says so);
+2. ingests part of the standard library's documentation (the language
+   topics and a few modules, :data:`CORPUS`) into a FAISS + BM25 index, once;
+   a later run reuses it and adds only the documents an older index lacks;
 3. starts the engine in this process and runs a scripted multi-turn agent
-   session: automatic retrieval every turn, a ``search_documents`` call forced
-   with ``tool_choice``, a memory written in one turn and recalled in a later
-   one, output streamed as it is generated;
+   session (:data:`SCRIPT`): documentation questions answered from the
+   retrieved sections, each answer followed by its ``Sources:`` line (checked
+   against what was retrieved, :mod:`orchestrator.citations`); a memory
+   written in one turn and recalled by a forced ``recall`` call later; a
+   ``calculator`` call forced with ``tool_choice``; output streamed as it is
+   generated;
 4. prints each turn's tokens by class (cached / computed), TTFT, TPOT and
    cost, then the session totals and the prefix-cache hit rate;
 5. ends with a short ``sessions`` eval and the path of its report.
 
-Everything lives under ``--workdir`` (default ``.loom/``), so running the demo
-twice reuses the checkpoint and the index.
+Everything lives under ``--workdir`` (default ``.loom/``), so a second run
+reuses the index.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import typer
 from rich.console import Console
 from rich.panel import Panel
 
-# (message, tool_choice) — tool_choice None means the agent's default ("auto").
-SCRIPT: list[tuple[str, Any]] = [
-    ("How do I join path components with os.path.join?", None),
-    ("Remember that my favourite module is asyncio.", None),
-    ("Search the documentation for asyncio.gather.", "search_documents"),
-    ("What does the with statement do?", None),
-    ("What is 17 * 23 + 4?", "calculator"),
-    ("Which module did I say is my favourite?", "recall"),
-]
+from orchestrator.citations import CitationCheck
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One scripted user turn; ``tool_choice`` None is the agent's default (``auto``)."""
+
+    message: str
+    tool_choice: str | None = None
+
+
+# Phrasings checked on SmolLM2-135M (greedy, so repeatable): "How many hours ... Compute 365 * 24."
+# gives the call {"expression": "365 * 24"} at every point of the session, where "What is 17 * 23 + 4?"
+# breaks once unrelated retrieved text is in view; "Remember: ..." gets a short reply where
+# "Remember that ..." drifts into a paragraph about threads; the write-back stores the fact either way.
+SCRIPT: tuple[Turn, ...] = (
+    Turn("What does os.path.join do?"),
+    Turn("Remember: my favourite module is asyncio."),
+    Turn("What is collections.Counter?"),
+    Turn("How many hours are in a year? Compute 365 * 24.", "calculator"),
+    Turn("What does functools.lru_cache do?"),
+    Turn("What does the with statement do?"),
+    Turn("What is my favourite module?", "recall"),
+)
+# The language topics (what help("with") shows) and a few much-used modules: ~1,000 chunks.
+CORPUS: tuple[str, ...] = ("stdlib:topics", "stdlib:module/os.path", "stdlib:module/json",
+                           "stdlib:module/collections", "stdlib:module/functools", "stdlib:module/pathlib")
 NAMESPACE = "demo-user"
-SYSTEM_PROMPT = ("You are Loom's documentation assistant. Answer questions about the Python "
-                 "standard library from the retrieved documentation; use tools when they help.")
+SYSTEM_PROMPT = ("You are Loom's documentation assistant for the Python standard library. Answer the question "
+                 "in one or two sentences, using the retrieved documents. Cite the document you used in square "
+                 "brackets after the answer, as [module — name], e.g. [os.path — join].")
+# One paragraph per answer: SmolLM2-135M's first paragraph is its answer, later ones drift.
+ANSWER_STOP = ("\n\n",)
+
+
+@dataclass
+class TurnOutcome:
+    """What one scripted turn produced: the agent's result, its checked sources, memories it stored."""
+
+    result: Any
+    check: CitationCheck
+    stored: list[str] = field(default_factory=list)
 
 
 def _console() -> Console:
     return Console(highlight=False)
 
 
-def _checkpoint(console: Console, model: str | None, workdir: Path, preset: str) -> str:
-    if model:
-        return model
-    from runtime.checkpoint import ensure_checkpoint
+def resolve_model(console: Console, model: str | None) -> str:
+    """The checkpoint folder for ``model`` (default: Loom's default model); a panel for random weights.
 
-    path = ensure_checkpoint("qwen3", preset, cache_dir=workdir / "checkpoints")
-    console.print(Panel(
-        f"Demo model: a random-weight Qwen3-shaped checkpoint ({preset}) at {path}.\n"
-        "Its answers are noise: the point is the engine, the context assembly and the ledger.\n"
-        "For real answers pass a model: loom demo --model Qwen/Qwen3-0.6B (or a local folder).",
-        title="model", border_style="yellow"))
+    Raises:
+        typer.Exit: the model cannot be found or prepared (the cause printed in one line).
+    """
+    from runtime.checkpoint.registry import DEFAULT_MODEL
+    from runtime.errors import LoomError
+    from runtime.models.loader import RANDOM_PREFIX, resolve_model_path
+
+    name = model or DEFAULT_MODEL
+    try:
+        path = resolve_model_path(name)
+    except (LoomError, ValueError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    if name.startswith(RANDOM_PREFIX):
+        console.print(Panel(
+            f"Model: {name}, a random-weight checkpoint at {path}.\n"
+            "Its answers are noise: the point is the engine, the context assembly and the ledger.\n"
+            "Without --model the demo runs Loom's default model, a real one.",
+            title="model", border_style="yellow"))
+    else:
+        console.print(f"Model: [bold]{name}[/] [dim]{path}[/]")
     return str(path)
 
 
-def _index(console: Console, workdir: Path) -> Any:
+def _has(source: str, documents: set[str]) -> bool:
+    if source == "stdlib:topics":
+        return any(d.startswith("stdlib:topic/") for d in documents)
+    return source in documents  # stdlib:module/<name> is the document's id
+
+
+def open_index(console: Console, index_dir: Path, corpus: Sequence[str] = CORPUS) -> Any:
+    """Open the index in ``index_dir`` and ingest the parts of ``corpus`` it lacks (all of it the first time).
+
+    An index from an older demo (topics only) gets the missing modules added;
+    documents already there are not embedded again.
+    """
     from retrieval import Retriever
 
-    retriever = Retriever.open(workdir / "index")
-    if len(retriever) == 0:
-        console.print("[bold]Ingesting the standard-library documentation[/] (once; reused next time)")
-        stats = retriever.ingest(["stdlib:topics"], show_progress=True)
-        console.print(stats.summary())
+    retriever = Retriever.open(index_dir)
+    missing = [s for s in corpus if not _has(s, set(retriever.documents()))]
+    if missing:
+        what = "the standard-library documentation" if len(retriever) == 0 else ", ".join(missing)
+        console.print(f"[bold]Ingesting {what}[/] (once; reused next time)")
+        console.print(retriever.ingest(missing, show_progress=True).summary())
     else:
-        console.print(f"Index: {len(retriever)} chunks in {workdir / 'index'} (reused)")
+        console.print(f"Index: {len(retriever)} chunks in {index_dir} (reused)")
     return retriever
 
 
-async def _session(console: Console, model: str, workdir: Path, retriever: Any,
-                   max_tokens: int) -> list[Any]:
-    from memory import LongTermMemory
+async def run_session(console: Console, model: str, retriever: Any, memory: Any,
+                      script: Sequence[Turn] = SCRIPT, max_tokens: int = 96,
+                      ledgers: bool = True) -> list[TurnOutcome]:
+    """Run ``script`` as one agent session over ``retriever`` and ``memory``, printing every turn.
+
+    Each turn prints the streamed answer, the sections retrieved for it, its
+    ``Sources:`` line, any memory it stored and (``ledgers``) its ledger.
+    The memory namespace :data:`NAMESPACE` is cleared first, so what is recalled
+    was stored in this session.
+    """
     from orchestrator import Agent, ContextBudget, InMemorySession
-    from orchestrator.console import stream_turn
+    from orchestrator.citations import citation_label
+    from orchestrator.console import print_sources, stream_turn
     from orchestrator.ledger_table import ledger_table
     from runtime import AsyncLLM, SamplingParams
-    from tools.builtin import calculator, memory_tools, search_documents_tool
+    from tools.builtin import calculator, memory_tools
 
-    memory = LongTermMemory(f"sqlite:///{workdir / 'memory.db'}", embedder=_shared_embedder(retriever))
-    memory.forget(NAMESPACE)  # a fresh user each run, so the recall below is this run's memory
+    memory.forget(NAMESPACE)
     llm = AsyncLLM(model, max_model_len=4096)
     try:
         agent = Agent(
-            llm, tools=[calculator, search_documents_tool(retriever, k=2), *memory_tools(memory, NAMESPACE)],
-            retriever=retriever, memory=memory, memory_namespace=NAMESPACE, system_prompt=SYSTEM_PROMPT,
-            budget=ContextBudget(reserved_output=max_tokens, max_retrieval_tokens=512), max_steps=3, retrieval_k=2,
-            sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens))
-        session, results = InMemorySession(), []
-        for i, (message, choice) in enumerate(SCRIPT, 1):
-            console.print(f"\n[bold cyan]user>[/] {message}"
-                          + (f"  [dim](tool_choice={choice})[/]" if choice else ""))
-            result = await stream_turn(console, agent, session, message, choice)
-            results.append(result)
+            llm, tools=[calculator, *memory_tools(memory, NAMESPACE)], retriever=retriever, memory=memory,
+            memory_namespace=NAMESPACE, system_prompt=SYSTEM_PROMPT, max_steps=3, retrieval_k=2,
+            budget=ContextBudget(reserved_output=max_tokens, max_retrieval_tokens=512),
+            sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=list(ANSWER_STOP)))
+        session, outcomes = InMemorySession(), []
+        for i, turn in enumerate(script, 1):
+            console.print(f"\n[bold cyan]user>[/] {turn.message}"
+                          + (f"  [dim](tool_choice={turn.tool_choice})[/]" if turn.tool_choice else ""))
+            known = {m.id for m in memory.list(NAMESPACE)}
+            result = await stream_turn(console, agent, session, turn.message, turn.tool_choice)
+            if result.retrieved:
+                console.print("  retrieved: " + " · ".join(dict.fromkeys(citation_label(h) for h in result.retrieved)),
+                              style="dim", markup=False)
+            check = print_sources(console, result)
+            stored = [m.text for m in memory.list(NAMESPACE) if m.id not in known]
+            for text in stored:
+                console.print(f"  [magenta]memory stored[/]: {text}", highlight=False)
+            outcomes.append(TurnOutcome(result, check, stored))
             if result.compactions:
                 console.print(f"[magenta]history compacted[/] ({result.compactions}x this turn: oldest turns "
                               "dropped from the view sent to the model; the stored log is unchanged)")
-            console.print(ledger_table(result.usage, f"turn {i}: tokens, time and cost by class"))
-        return results
+            if ledgers:
+                console.print(ledger_table(result.usage, f"turn {i}: tokens, time and cost by class"))
+        return outcomes
     finally:
         llm.shutdown()
-
-
-def _shared_embedder(retriever: Any) -> Any:
-    # One MiniLM in the process: memory reuses the retriever's embedder.
-    return getattr(retriever, "embedder", None)
 
 
 def _totals(console: Console, results: list[Any]) -> None:
@@ -139,17 +212,16 @@ def _eval(console: Console, model: str, workdir: Path) -> None:
 
 
 def demo(
-    model: Optional[str] = typer.Option(None, "--model", help="Hub id or local folder "
-                                        "(default: a random-weight demo checkpoint)."),
-    workdir: Path = typer.Option(Path(".loom"), "--workdir", help="Where the checkpoint, index, "
-                                 "memory and reports live (reused across runs)."),
-    preset: str = typer.Option("tiny", "--preset", help="Demo checkpoint preset: tiny | small."),
-    max_tokens: int = typer.Option(48, "--max-tokens", help="Output tokens per model call."),
+    model: Optional[str] = typer.Option(None, "--model", help="Registered name, folder, .gguf, hub id or "
+                                        "random:ARCH-PRESET (default: smollm2-135m-instruct)."),
+    workdir: Path = typer.Option(Path(".loom"), "--workdir", help="Where the index, memory and reports "
+                                 "live (reused across runs)."),
+    max_tokens: int = typer.Option(96, "--max-tokens", help="Output tokens per model call."),
     run_eval: bool = typer.Option(True, "--eval/--no-eval", help="Finish with a short sessions eval."),
 ) -> None:
     """Run the end-to-end agentic RAG demo (what `make demo` runs).
 
-    Example: loom demo --preset small --max-tokens 64
+    Example: loom demo --model random:qwen3-small --no-eval
     """
     logging.getLogger().setLevel(logging.WARNING)
     from transformers.utils import logging as hf_logging
@@ -157,9 +229,13 @@ def demo(
     hf_logging.disable_progress_bar()  # the embedder's "Loading weights" bar would cut into streamed text
     console = _console()
     workdir.mkdir(parents=True, exist_ok=True)
-    model_path = _checkpoint(console, model, workdir, preset)
-    retriever = _index(console, workdir)
-    results = asyncio.run(_session(console, model_path, workdir, retriever, max_tokens))
-    _totals(console, results)
+    model_path = resolve_model(console, model)
+    retriever = open_index(console, workdir / "index")
+    from memory import LongTermMemory
+
+    # One MiniLM in the process: memory reuses the retriever's embedder.
+    memory = LongTermMemory(f"sqlite:///{workdir / 'memory.db'}", embedder=retriever.embedder)
+    outcomes = asyncio.run(run_session(console, model_path, retriever, memory, max_tokens=max_tokens))
+    _totals(console, [o.result for o in outcomes])
     if run_eval:
         _eval(console, model_path, workdir)
