@@ -1,7 +1,11 @@
 """``loom chat``: an interactive terminal chat with the agent.
 
-Streams the reply (reasoning dimmed, tool calls shown as they happen) and keeps
-the session append-only, so every turn after the first is served mostly from
+Runs Loom's default model (SmolLM2-135M-Instruct) unless ``--model`` names
+another; a ``random:`` model gets a warning that its answers are noise.
+Streams the reply (reasoning dimmed, tool calls shown as they happen), then,
+with an index, the sections retrieved for the turn and the ``Sources:`` line
+(each source checked against what was retrieved, :mod:`orchestrator.citations`).
+The session is append-only, so every turn after the first is served mostly from
 the prefix cache.  Slash commands: ``/usage`` prints the session's ledger so
 far (tokens, time and cost by class), ``/reset`` starts a new session,
 ``/quit`` leaves (as do Ctrl-D and Ctrl-C at the prompt).
@@ -15,8 +19,10 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 HELP = "/usage  ledger of the session so far · /reset  new session · /quit  leave"
+DEFAULT_SYSTEM = "You are a helpful assistant."
 
 
 def _build_agent(model: str, index: Path | None, db: str | None, namespace: str, system: str,
@@ -46,7 +52,7 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
 
 async def _loop(console: Console, agent: Any, read: Any) -> None:
     from orchestrator import InMemorySession
-    from orchestrator.console import stream_turn
+    from orchestrator.console import print_retrieved, print_sources, stream_turn
     from orchestrator.ledger import Ledger
     from orchestrator.ledger_table import ledger_table
 
@@ -56,6 +62,7 @@ async def _loop(console: Console, agent: Any, read: Any) -> None:
         try:
             line = (await asyncio.to_thread(read)).strip()
         except (EOFError, KeyboardInterrupt):
+            console.print()  # end the prompt's line
             return
         if not line:
             continue
@@ -69,36 +76,51 @@ async def _loop(console: Console, agent: Any, read: Any) -> None:
             console.print("[dim]new session[/]")
             continue
         if line.startswith("/"):
-            console.print(f"[red]unknown command[/] {line}. {HELP}")
+            console.print(f"[red]unknown command[/] {escape(line)}. {HELP}")
             continue
         result = await stream_turn(console, agent, session, line)
-        if result is not None:
-            ledgers.append(result.usage)
+        if result is None:
+            continue
+        ledgers.append(result.usage)
+        print_retrieved(console, result)
+        if agent.retriever is not None or result.tool_results:
+            print_sources(console, result)
 
 
 def chat(
-    model: Optional[str] = typer.Option(None, "--model", help="Hub id or local folder "
-                                        "(default: the random-weight demo checkpoint)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Registered name, folder, .gguf, hub id or "
+                                        "random:ARCH-PRESET (default: smollm2-135m-instruct)."),
     index: Optional[Path] = typer.Option(None, "--index", help="Retrieval index folder (from loom ingest)."),
     db: Optional[str] = typer.Option(None, "--db", help="Long-term memory SQLAlchemy URL, "
                                      "e.g. sqlite:///memory.db."),
     namespace: str = typer.Option("default", "--namespace", help="Memory namespace (the user)."),
-    system: str = typer.Option("You are a helpful assistant.", "--system", help="System prompt."),
+    system: Optional[str] = typer.Option(None, "--system", help="System prompt (default: a helpful "
+                                         "assistant; with --index, one that asks for citations)."),
     max_tokens: int = typer.Option(256, "--max-tokens", help="Output tokens per model call."),
 ) -> None:
     """Chat with the agent in the terminal (streaming; /usage shows the ledger).
 
     Example: loom chat --index .loom/index --db sqlite:///.loom/memory.db
     """
-    from runtime.checkpoint import ensure_checkpoint
+    from orchestrator.citations import CITE_INSTRUCTION
+    from orchestrator.console import quiet_logs, resolve_model
+    from runtime.errors import LoomError
 
+    quiet_logs()
     console = Console(highlight=False)
-    if model is None:
-        model = str(ensure_checkpoint("qwen3", "tiny"))
-        console.print("[yellow]Random-weight demo model: answers are noise. "
-                      "Pass --model Qwen/Qwen3-0.6B (or a folder) for real ones.[/]")
-    llm, agent = _build_agent(model, index, db, namespace, system, max_tokens)
+    path = resolve_model(console, model, "Without --model, loom chat runs Loom's default model, a real one.")
+    if system is None:
+        system = DEFAULT_SYSTEM + (" Answer from the retrieved documents when they help. " + CITE_INSTRUCTION
+                                   if index is not None else "")
+    try:
+        llm, agent = _build_agent(path, index, db, namespace, system, max_tokens)
+    except LoomError as exc:
+        console.print(f"[red]error:[/] {escape(exc.message)}")
+        raise typer.Exit(2) from None
     try:
         asyncio.run(_loop(console, agent, lambda: console.input("[bold cyan]you>[/] ")))
+    except KeyboardInterrupt:  # Ctrl-C during a reply: leave without a traceback
+        console.print("\n[dim]interrupted[/]")
+        raise typer.Exit(130) from None
     finally:
         llm.shutdown()

@@ -31,6 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 DASH = " — "
+#: How a system prompt asks for citations in the label style :func:`citation_label` prints.
+CITE_INSTRUCTION = ("Cite the document you used in square brackets after the answer, as [module — name], "
+                    "e.g. [os.path — join].")
 # [text] not right after a name or a closing bracket (indexing: d[key]) and not a Markdown link [text](url).
 _BRACKET = re.compile(r"(?<![\w\])])\[([^\[\]\n]{1,160})\](?!\()")
 _CODE_LIKE = re.compile(r"[=(){}'\"`]|\bfor\b")  # list literals and comprehensions, calls

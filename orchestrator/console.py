@@ -1,6 +1,7 @@
 """Print an agent turn to a terminal as it streams (``make demo`` and ``loom chat``).
 
-Reasoning is dimmed, content is plain, tool calls and results are shown as
+:func:`resolve_model` names the model in use (and warns when its weights are
+random).  Reasoning is dimmed, content is plain, tool calls and results are shown as
 they happen.  After the answer, :func:`print_sources` prints the ``Sources:``
 line: the retrieved sections the answer rests on, each checked against what
 was retrieved this turn (:mod:`orchestrator.citations`), and the tool results
@@ -11,10 +12,53 @@ from __future__ import annotations
 
 from typing import Any
 
+import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
 
-from orchestrator.citations import CitationCheck, check_answer, format_source
+from orchestrator.citations import CitationCheck, check_answer, citation_label, format_source
 from orchestrator.events import ContentDelta, DoneEvent, ReasoningDelta, RunResult, ToolCallEvent, ToolResultEvent
+
+
+def quiet_logs() -> None:
+    """Keep library INFO logs and transformers' progress bars out of streamed answers (warnings still show)."""
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    logging.getLogger().setLevel(logging.WARNING)
+    hf_logging.disable_progress_bar()  # the embedder's "Loading weights" bar would cut into streamed text
+
+
+def resolve_model(console: Console, model: str | None, hint: str = "") -> str:
+    """The checkpoint folder for ``model`` (default: Loom's default model); print which model runs.
+
+    ``model`` is anything ``runtime.models.loader.resolve_model_path`` accepts.
+    A ``random:ARCH-PRESET`` model gets a yellow panel saying its answers are
+    noise (``hint`` is added to it); any other model one line.
+
+    Raises:
+        typer.Exit: (code 2) the model cannot be found or prepared; the cause is printed in one line.
+    """
+    from runtime.checkpoint.registry import DEFAULT_MODEL
+    from runtime.errors import LoomError
+    from runtime.models.loader import RANDOM_PREFIX, resolve_model_path
+
+    name = model or DEFAULT_MODEL
+    try:
+        path = resolve_model_path(name)
+    except (LoomError, ValueError) as exc:
+        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(2) from None
+    if name.startswith(RANDOM_PREFIX):
+        console.print(Panel(
+            f"Model: {name}, a random-weight checkpoint at {path}.\n"
+            "Its answers are noise: the point is the engine, the context assembly and the ledger."
+            + (f"\n{hint}" if hint else ""), title="model", border_style="yellow"))
+    else:
+        console.print(f"Model: [bold]{name}[/] [dim]{path}[/]")
+    return str(path)
 
 
 async def stream_turn(console: Console, agent: Any, session: Any, message: str,
@@ -64,17 +108,25 @@ def sources_line(check: CitationCheck, result: RunResult) -> str:
         if not r.is_error:
             entries.append(f"tool {r.name} → {' '.join(r.content.split())[:80]}")
     if not entries:
-        what = "no retrieved section" if result.retrieved else "nothing was retrieved"
-        return f"Sources: none ({what} supports this answer)"
+        why = "no retrieved section supports this answer" if result.retrieved else "nothing was retrieved"
+        return f"Sources: none ({why})"
     return "Sources: " + " · ".join(entries)
+
+
+def print_retrieved(console: Console, result: RunResult) -> None:
+    """One dim line naming the sections retrieved this turn (nothing when none were)."""
+    if result.retrieved:
+        labels = dict.fromkeys(citation_label(h) for h in result.retrieved)
+        console.print("  retrieved: " + " · ".join(labels), style="dim", markup=False, highlight=False,
+                      soft_wrap=True)
 
 
 def print_sources(console: Console, result: RunResult) -> CitationCheck:
     """Print the turn's ``Sources:`` line (and dropped citations); return the check."""
     check = check_answer(result.answer, result.retrieved)
-    console.print(sources_line(check, result), style="cyan", markup=False, highlight=False)
+    console.print(sources_line(check, result), style="cyan", markup=False, highlight=False, soft_wrap=True)
     if check.unverified:
         dropped = ", ".join(f"[{c}]" for c in check.unverified)
         console.print(f"  cited but not retrieved this turn, so not a source: {dropped}",
-                      style="red", markup=False, highlight=False)
+                      style="red", markup=False, highlight=False, soft_wrap=True)
     return check

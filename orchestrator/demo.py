@@ -27,16 +27,15 @@ reuses the index.
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import typer
 from rich.console import Console
-from rich.panel import Panel
 
-from orchestrator.citations import CitationCheck
+from orchestrator.citations import CITE_INSTRUCTION, CitationCheck
+from orchestrator.console import quiet_logs, resolve_model
 
 
 @dataclass(frozen=True)
@@ -65,8 +64,7 @@ CORPUS: tuple[str, ...] = ("stdlib:topics", "stdlib:module/os.path", "stdlib:mod
                            "stdlib:module/collections", "stdlib:module/functools", "stdlib:module/pathlib")
 NAMESPACE = "demo-user"
 SYSTEM_PROMPT = ("You are Loom's documentation assistant for the Python standard library. Answer the question "
-                 "in one or two sentences, using the retrieved documents. Cite the document you used in square "
-                 "brackets after the answer, as [module — name], e.g. [os.path — join].")
+                 "in one or two sentences, using the retrieved documents. " + CITE_INSTRUCTION)
 # One paragraph per answer: SmolLM2-135M's first paragraph is its answer, later ones drift.
 ANSWER_STOP = ("\n\n",)
 
@@ -82,33 +80,6 @@ class TurnOutcome:
 
 def _console() -> Console:
     return Console(highlight=False)
-
-
-def resolve_model(console: Console, model: str | None) -> str:
-    """The checkpoint folder for ``model`` (default: Loom's default model); a panel for random weights.
-
-    Raises:
-        typer.Exit: the model cannot be found or prepared (the cause printed in one line).
-    """
-    from runtime.checkpoint.registry import DEFAULT_MODEL
-    from runtime.errors import LoomError
-    from runtime.models.loader import RANDOM_PREFIX, resolve_model_path
-
-    name = model or DEFAULT_MODEL
-    try:
-        path = resolve_model_path(name)
-    except (LoomError, ValueError) as exc:
-        console.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
-    if name.startswith(RANDOM_PREFIX):
-        console.print(Panel(
-            f"Model: {name}, a random-weight checkpoint at {path}.\n"
-            "Its answers are noise: the point is the engine, the context assembly and the ledger.\n"
-            "Without --model the demo runs Loom's default model, a real one.",
-            title="model", border_style="yellow"))
-    else:
-        console.print(f"Model: [bold]{name}[/] [dim]{path}[/]")
-    return str(path)
 
 
 def _has(source: str, documents: set[str]) -> bool:
@@ -147,8 +118,7 @@ async def run_session(console: Console, model: str, retriever: Any, memory: Any,
     was stored in this session.
     """
     from orchestrator import Agent, ContextBudget, InMemorySession
-    from orchestrator.citations import citation_label
-    from orchestrator.console import print_sources, stream_turn
+    from orchestrator.console import print_retrieved, print_sources, stream_turn
     from orchestrator.ledger_table import ledger_table
     from runtime import AsyncLLM, SamplingParams
     from tools.builtin import calculator, memory_tools
@@ -167,9 +137,7 @@ async def run_session(console: Console, model: str, retriever: Any, memory: Any,
                           + (f"  [dim](tool_choice={turn.tool_choice})[/]" if turn.tool_choice else ""))
             known = {m.id for m in memory.list(NAMESPACE)}
             result = await stream_turn(console, agent, session, turn.message, turn.tool_choice)
-            if result.retrieved:
-                console.print("  retrieved: " + " · ".join(dict.fromkeys(citation_label(h) for h in result.retrieved)),
-                              style="dim", markup=False)
+            print_retrieved(console, result)
             check = print_sources(console, result)
             stored = [m.text for m in memory.list(NAMESPACE) if m.id not in known]
             for text in stored:
@@ -223,13 +191,10 @@ def demo(
 
     Example: loom demo --model random:qwen3-small --no-eval
     """
-    logging.getLogger().setLevel(logging.WARNING)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # the embedder's "Loading weights" bar would cut into streamed text
+    quiet_logs()
     console = _console()
     workdir.mkdir(parents=True, exist_ok=True)
-    model_path = resolve_model(console, model)
+    model_path = resolve_model(console, model, "Without --model the demo runs Loom's default model, a real one.")
     retriever = open_index(console, workdir / "index")
     from memory import LongTermMemory
 
