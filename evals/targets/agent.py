@@ -99,7 +99,7 @@ class QATarget(ScoredAgentTarget):
 
     name = "qa"
 
-    def __init__(self, llm: Any, retriever: Any = None, retrieval_k: int = 2, max_retrieval_tokens: int = 448,
+    def __init__(self, llm: Any, retriever: Any = None, retrieval_k: int = 3, max_retrieval_tokens: int = 640,
                  budget: dict[str, Any] | None = None) -> None:
         from evals.qa import question_by_id
 
