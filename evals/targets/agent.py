@@ -149,15 +149,16 @@ class ToolsTarget(ScoredAgentTarget):
     name = "tools"
 
     def __init__(self, llm: Any, budget: dict[str, Any] | None = None) -> None:
-        from evals.toolcalls import load_cases
+        from evals.toolcalls import eval_tools, load_cases
 
         super().__init__(llm, budget)
         self.cases = {c.id: c for c in load_cases()}
+        self.tools = eval_tools()
+        # the parameter schemas the model is shown, by tool name
+        self.schemas = {t.name: t.openai_schema()["function"]["parameters"] for t in self.tools}
 
     def agent_kwargs(self) -> dict[str, Any]:
-        from evals.toolcalls import eval_tools
-
-        return {"tools": eval_tools()}
+        return {"tools": self.tools}
 
     def score(self, conv: Conversation, out: Outcome, result: Any) -> dict[str, Any] | None:
         from evals.toolcalls import score_calls
@@ -165,12 +166,10 @@ class ToolsTarget(ScoredAgentTarget):
         case = self.cases.get(conv.id)
         if case is None:
             return None
-        agent = next(iter(self._agents.values()))
-        schemas = {s["function"]["name"]: s["function"]["parameters"] for s in agent.registry.schemas()}
         calls = [(c.name, dict(c.arguments), c.error) for c in result.tool_calls] if result is not None else []
         return {"case_id": case.id, "expected_tool": case.expected_tool,
                 "arguments": calls[0][1] if calls else None, "call_error": calls[0][2] if calls else None,
-                **asdict(score_calls(case, calls, schemas))}
+                **asdict(score_calls(case, calls, self.schemas))}
 
     def quality(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         from evals.toolcalls import tools_quality
