@@ -52,12 +52,14 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
 
 async def _loop(console: Console, agent: Any, read: Any) -> None:
     from orchestrator import InMemorySession
-    from orchestrator.console import print_retrieved, print_sources, stream_turn
+    from orchestrator.console import SOURCES_LEGEND, print_retrieved, print_sources, stream_turn
     from orchestrator.ledger import Ledger
     from orchestrator.ledger_table import ledger_table
 
     session, ledgers = InMemorySession(), []
     console.print(f"[dim]{HELP}[/]")
+    if agent.retriever is not None:
+        console.print(SOURCES_LEGEND, style="dim", markup=False)
     while True:
         try:
             line = (await asyncio.to_thread(read)).strip()

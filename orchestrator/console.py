@@ -97,6 +97,11 @@ async def stream_turn(console: Console, agent: Any, session: Any, message: str,
     return result
 
 
+SOURCES_LEGEND = ("Sources after each answer: ✓ cited by the model and found among the sections retrieved for "
+                  "that turn; ≈ not cited, attributed by word overlap with a retrieved section; tool results "
+                  "the turn used. A citation naming nothing retrieved is flagged, never listed.")
+
+
 def sources_line(check: CitationCheck, result: RunResult) -> str:
     """``Sources: ≈ [os.path — join] 57% word overlap · tool calculator → 8760`` (plain text).
 

@@ -36,6 +36,7 @@ from rich.console import Console
 
 from orchestrator.citations import CITE_INSTRUCTION, CitationCheck
 from orchestrator.console import quiet_logs, resolve_model
+from orchestrator.events import RunResult
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ ANSWER_STOP = ("\n\n",)
 class TurnOutcome:
     """What one scripted turn produced: the agent's result, its checked sources, memories it stored."""
 
-    result: Any
+    result: RunResult
     check: CitationCheck
     stored: list[str] = field(default_factory=list)
 
@@ -118,7 +119,7 @@ async def run_session(console: Console, model: str, retriever: Any, memory: Any,
     was stored in this session.
     """
     from orchestrator import Agent, ContextBudget, InMemorySession
-    from orchestrator.console import print_retrieved, print_sources, stream_turn
+    from orchestrator.console import SOURCES_LEGEND, print_retrieved, print_sources, stream_turn
     from orchestrator.ledger_table import ledger_table
     from runtime import AsyncLLM, SamplingParams
     from tools.builtin import calculator, memory_tools
@@ -132,11 +133,13 @@ async def run_session(console: Console, model: str, retriever: Any, memory: Any,
             budget=ContextBudget(reserved_output=max_tokens, max_retrieval_tokens=512),
             sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=list(ANSWER_STOP)))
         session, outcomes = InMemorySession(), []
+        console.print(SOURCES_LEGEND, style="dim", markup=False)
         for i, turn in enumerate(script, 1):
             console.print(f"\n[bold cyan]user>[/] {turn.message}"
                           + (f"  [dim](tool_choice={turn.tool_choice})[/]" if turn.tool_choice else ""))
             known = {m.id for m in memory.list(NAMESPACE)}
             result = await stream_turn(console, agent, session, turn.message, turn.tool_choice)
+            assert result is not None  # Agent.stream always ends with its DoneEvent
             print_retrieved(console, result)
             check = print_sources(console, result)
             stored = [m.text for m in memory.list(NAMESPACE) if m.id not in known]
@@ -153,7 +156,7 @@ async def run_session(console: Console, model: str, retriever: Any, memory: Any,
         llm.shutdown()
 
 
-def _totals(console: Console, results: list[Any]) -> None:
+def _totals(console: Console, results: list[RunResult]) -> None:
     from orchestrator.ledger import Ledger
     from orchestrator.ledger_table import ledger_table
 
