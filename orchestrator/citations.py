@@ -36,7 +36,9 @@ CITE_INSTRUCTION = ("Cite the document you used in square brackets after the ans
                     "e.g. [os.path — join].")
 # [text] not right after a name or a closing bracket (indexing: d[key]) and not a Markdown link [text](url).
 _BRACKET = re.compile(r"(?<![\w\])])\[([^\[\]\n]{1,160})\](?!\()")
-_CODE_LIKE = re.compile(r"[=(){}'\"`]|\bfor\b")  # list literals and comprehensions, calls
+# Code, not a citation: a list of strings or numbers, a call, a comprehension. Quotes inside are fine
+# (topic sections read 'The "with" statement').
+_CODE_LIKE = re.compile(r"^\s*['\"\d\-+]|[=(){}`]|\bfor\b")
 _WORD = re.compile(r"[a-z0-9_]+")
 _STOP = frozenset("""
 a an the and or but if then else of to in on at by for with from as is are was were be been being it its
@@ -88,6 +90,16 @@ def _document_keys(hit: Any) -> set[str]:
     return keys
 
 
+def _brackets(text: str) -> list[str]:
+    """Contents of the brackets in ``text`` that may be citations, in order."""
+    return [m.group(1).strip() for m in _BRACKET.finditer(text) if not _CODE_LIKE.search(m.group(1))]
+
+
+def _parts(inner: str) -> list[str]:
+    """``a — x; b — y`` cites two sources; parts need two letters at least."""
+    return [p.strip() for p in re.split(r"[;,]", inner) if len(re.findall(r"[A-Za-z]", p)) >= 2]
+
+
 def parse_citations(text: str) -> list[str]:
     """Bracketed citations in ``text``, in order, without duplicates or brackets.
 
@@ -95,13 +107,8 @@ def parse_citations(text: str) -> list[str]:
     Markdown links are not citations; ``;`` or ``,`` separate several in one bracket.
     """
     out: list[str] = []
-    for m in _BRACKET.finditer(text):
-        if _CODE_LIKE.search(m.group(1)):
-            continue
-        for part in re.split(r"[;,]", m.group(1)):  # [a — x; b — y] cites two sources
-            part = part.strip()
-            if len(re.findall(r"[A-Za-z]", part)) >= 2 and part not in out:
-                out.append(part)
+    for inner in _brackets(text):
+        out.extend(p for p in _parts(inner) if p not in out)
     return out
 
 
@@ -208,11 +215,19 @@ def check_answer(answer: str, hits: Sequence[Any]) -> CitationCheck:
     sources: list[Source] = []
     unverified: list[str] = []
     body = _BRACKET.sub(" ", answer)  # overlap is measured on the answer's own words
-    for citation in parse_citations(answer):
-        hit = match_citation(citation, hits)
-        if hit is None:
-            unverified.append(citation)
+    found: list[Any] = []
+    for inner in _brackets(answer):
+        whole = match_citation(inner, hits)  # a label may hold commas: 'Sequence Types — "list", "tuple"'
+        if whole is not None:
+            found.append(whole)
             continue
+        for part in _parts(inner):
+            hit = match_citation(part, hits)
+            if hit is not None:
+                found.append(hit)
+            elif part not in unverified:
+                unverified.append(part)
+    for hit in found:
         label = citation_label(hit)
         if all(s.label != label for s in sources):
             text = "\n".join(str(getattr(h, "text", "")) for h in hits if citation_label(h) == label)

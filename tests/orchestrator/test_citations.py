@@ -103,3 +103,12 @@ def test_two_chunks_of_one_section_are_one_source_and_weak_hits_are_left_out():
 def test_content_words_drop_stop_words_and_plural_s():
     assert content_words("The components are joined, as needed: os.path") == {
         "component", "joined", "needed", "os", "path"}
+
+
+def test_labels_with_quotes_and_commas_are_cited_whole():
+    seq = Hit("stdlib:topic/typesseq", 'Sequence Types — "list", "tuple", "range" > Common Sequence Operations',
+              "Most sequence types support the operations in the table below.", "Sequence Types")
+    label = citation_label(seq)
+    check = check_answer(f"Most sequence types support these operations [{label}].", [WITH, seq])
+    assert [(s.label, s.cited) for s in check.sources] == [(label, True)] and check.unverified == []
+    assert parse_citations('See [The "with" statement].') == ['The "with" statement']
