@@ -35,7 +35,7 @@ def bound_schema(schema: Any) -> Any:
 
     Integers and numbers without bounds get ``[-1e9, 1e9]``; strings without
     ``maxLength`` / ``enum`` / ``const`` / ``pattern`` / ``format`` get
-    ``maxLength=128``.
+    ``maxLength=128`` and, unless they set one, ``minLength=1``.
     """
     if isinstance(schema, list):
         return [bound_schema(s) for s in schema]
@@ -50,6 +50,7 @@ def bound_schema(schema: Any) -> Any:
             out["maximum"] = FORCED_INT_BOUND
     if kind == "string" and not any(k in out for k in ("maxLength", "enum", "const", "pattern", "format")):
         out["maxLength"] = FORCED_STRING_MAX
+        out.setdefault("minLength", 1)  # a forced call's empty string argument is never what was meant
     return out
 
 

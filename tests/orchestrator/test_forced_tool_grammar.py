@@ -47,4 +47,4 @@ def test_unbounded_scalars_are_bounded_and_explicit_bounds_kept() -> None:
     p = s["properties"]
     assert (p["n"]["minimum"], p["n"]["maximum"]) == (-10**9, 10**9)
     assert p["m"]["maximum"] == 5 and p["m"]["minimum"] == -10**9
-    assert p["t"]["maxLength"] == 128 and "maxLength" not in p["u"]
+    assert p["t"]["maxLength"] == 128 and p["t"]["minLength"] == 1 and "maxLength" not in p["u"]
