@@ -40,9 +40,9 @@ def _pairs(items: list[str] | None, what: str) -> dict[str, object]:
 @eval_app.command("run")
 def run_cmd(
     suite: str = typer.Option(..., "--suite", help="throughput | prefix | sessions | rag | spec | qa | tools"),
-    model: Optional[str] = typer.Option(None, "--model", help="Checkpoint folder or registered model name "
-                                        "(default: the random-weight tiny checkpoint, whose answers are noise; "
-                                        "smollm2-135m-instruct for qa and tools). For HTTP: the tokenizer."),
+    model: Optional[str] = typer.Option(None, "--model", help="Registered model name (default "
+                                        "smollm2-135m-instruct), folder, .gguf file or random:ARCH-PRESET "
+                                        "(random weights: answers are noise). For HTTP: the tokenizer."),
     target: str = typer.Option("inproc", "--target", help="inproc, or http://HOST:PORT of an OpenAI-compatible "
                                "server."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output folder (default evals-out/<suite>-<time>)."),

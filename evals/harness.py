@@ -1,10 +1,10 @@
 """``evals.run``: one eval run = a suite, its variants, an optional HF baseline, a report.
 
-Flow: resolve the model (a registered name such as ``smollm2-135m-instruct``
-becomes its converted folder; default: the random-weight ``tiny`` checkpoint
-from ``runtime.checkpoint.ensure_checkpoint`` — its answers are noise, the
-timings and token accounting are real — except for the answer-quality suites
-``qa`` and ``tools``, which default to the real default model), build the
+Flow: resolve the model to a checkpoint folder
+(``runtime.models.loader.resolve_model_path``: a registered name such as the
+default ``smollm2-135m-instruct`` becomes its converted folder, a ``.gguf``
+file its cached conversion, ``random:ARCH-PRESET`` a random-weight checkpoint
+whose answers are noise while timings and token accounting are real), build the
 workload from the seed, then for
 every variant (the base settings, the suite's own variants such as spec on/off,
 and each ``compare``) start a fresh target, run the same workload, and write
@@ -56,29 +56,17 @@ class EvalResult:
         return self.summary["variants"]
 
 
-def default_model() -> str:
-    """The random-weight ``qwen3``/``tiny`` checkpoint (created once, cached)."""
-    from runtime.checkpoint import ensure_checkpoint
-
-    return str(ensure_checkpoint("qwen3", "tiny"))
-
-
 def resolve_model(model: str | None, suite: str) -> str:
-    """A checkpoint folder for ``model``: registered names (``runtime.checkpoint.registry``) are
-    installed/converted once and cached; ``None`` is the suite's default (see the module docstring).
+    """A checkpoint folder for ``model`` (``None``: the registry's default real model).
 
     Raises:
         ModelLoadError: a registered model that cannot be installed or converted.
+        NotFoundError: a model that is none of the accepted forms.
     """
-    from runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model, lookup
+    from runtime.checkpoint.registry import DEFAULT_MODEL
+    from runtime.models.loader import resolve_model_path
 
-    if model is None:
-        if suite not in QUALITY_SUITES:
-            model = default_model()
-            logger.warning("no --model given: using %s (%s)", model, NOISE_NOTE)
-            return model
-        model = DEFAULT_MODEL
-    return str(ensure_model(model)) if lookup(model) is not None else model
+    return str(resolve_model_path(model or DEFAULT_MODEL))
 
 
 def run(suite: str, model: str | None = None, target: str = "inproc", out: str | Path | None = None,
@@ -156,7 +144,7 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
     meta = {"suite": suite, "model": model, "target": target, "seed": seed, "concurrency": concurrency,
             "rate": rate, "num_requests": workload.num_requests, "warmup": warmup, "options": options or {},
             "engine": engine or {}, "compare": list(compare), "baseline": baseline, "variants": dict(plan),
-            "noise_note": NOISE_NOTE if "loom/checkpoints" in model or "checkpoint" in model else None}
+            "noise_note": NOISE_NOTE if "/checkpoints/" in model else None}
     (out_dir / "workload.json").write_text(json.dumps(workload.to_dict(), indent=1))
     (out_dir / "run.json").write_text(json.dumps(meta, indent=1, default=str))
 
