@@ -57,3 +57,17 @@ def test_keys_are_stored_as_sha256_and_resolve_to_their_owner(tmp_path: Path):
     assert owner_of(store, key + "x") is None
     assert revoke_key(store, str(row.id)) == 1
     assert owner_of(store, key) is None
+
+
+def test_serve_with_a_model_that_cannot_be_had_is_one_line_and_exit_2(tmp_path: Path):
+    import subprocess
+    import sys
+
+    from tests.api.server import REPO
+
+    proc = subprocess.run([sys.executable, "-m", "api.cli", "serve", "--model", str(tmp_path / "nope.gguf"),
+                           "--no-auth", "--port", "0"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "nope.gguf" in errors[0] and "loom model list" in errors[0]
+    assert "Traceback" not in proc.stderr
