@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from orchestrator.formats.bare import BARE_OPENS, FENCE, bare_call_head
 from orchestrator.formats.format import HERMES, ToolCallFormat
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
@@ -45,41 +46,6 @@ ParserState = Literal["content", "reasoning", "tool_call"]
 
 _NAME_ARGS = re.compile(r'^\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
 _HOLDBACK = re.compile(r"\s*\}?\s*$")
-_BARE_OPENS = ("{", "```")  # a reply opening with these may be a call without the format's markers
-_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.S)
-
-
-def bare_call_head(buf: str, names: frozenset[str]) -> bool | None:
-    """Whether a reply starting with ``buf`` is a bare call of one of ``names``.
-
-    ``buf`` may open with a code fence (```` ```json ````), then must spell
-    ``{"name": "<a known tool>"``. Returns ``True`` once the name is complete and
-    known, ``False`` as soon as that is impossible, ``None`` while undecided.
-    """
-    s = buf.lstrip()
-    if s.startswith("```"):
-        s = s[3:]
-        if "json".startswith(s):
-            return None
-        s = s[4:] if s.startswith("json") else s
-    elif "```".startswith(s):
-        return None
-    for piece in ("{", '"name"', ":", '"'):
-        s = s.lstrip()
-        if not s:
-            return None
-        if s.startswith(piece):
-            s = s[len(piece):]
-        elif piece.startswith(s):
-            return None
-        else:
-            return False
-    name, quote, _rest = s.partition('"')
-    if "\\" in name:
-        return False
-    if quote:
-        return name in names
-    return None if any(n.startswith(name) for n in names) else False
 
 
 @dataclass
@@ -185,7 +151,7 @@ class StreamingParser:
         if self.parse_tools and not (self.fmt.open_at_start_only and self.content.strip()):
             markers.append(self.fmt.call_open)
         if self._bare_possible():
-            markers.extend(m for m in _BARE_OPENS if m not in markers)
+            markers.extend(m for m in BARE_OPENS if m not in markers)
         return tuple(markers)
 
     def _bare_possible(self) -> bool:
@@ -194,7 +160,7 @@ class StreamingParser:
     def _find(self, text: str, marker: str) -> int:
         pos = text.find(marker)
         start_only = (marker == self.fmt.call_open and self.fmt.open_at_start_only) or \
-            (marker in _BARE_OPENS and marker != self.fmt.call_open)
+            (marker in BARE_OPENS and marker != self.fmt.call_open)
         if pos > 0 and start_only and text[:pos].strip():
             return -1  # a start-only call marker after other text is content
         return pos
@@ -265,7 +231,7 @@ class StreamingParser:
     def _finish_bare(self, events: list[ParserEvent]) -> None:
         block = self._block
         assert block is not None
-        fenced = _FENCE.match(block.buf)
+        fenced = FENCE.match(block.buf)
         call = parse_block(block.index, fenced.group(1) if fenced else block.buf, self.fmt)[0]
         if call.error is None and self.tool_names and call.name in self.tool_names:
             block.bare = False

@@ -125,6 +125,6 @@ def test_a_code_answer_streams_as_soon_as_it_cannot_be_a_call() -> None:
     ('{"name": "get_weather"', True), ('{"name": "other"', False), ('{"a": 1}', False), ("Sure", False),
     ("```python", False)])
 def test_bare_call_head_decides_as_early_as_it_can(head: str, expected) -> None:
-    from orchestrator.parsers import bare_call_head
+    from orchestrator.formats.bare import bare_call_head
 
     assert bare_call_head(head, frozenset({"get_weather"})) is expected
