@@ -12,8 +12,11 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+# SIGINT as at a terminal: a test run started in the background (`make test &`) inherits SIGINT
+# ignored, and asyncio then installs no Ctrl-C handler, so the run would not see the signal.
 SCRIPT = """
-import sys, evals
+import signal, sys, evals
+signal.signal(signal.SIGINT, signal.default_int_handler)
 res = evals.run("throughput", model=sys.argv[1], out=sys.argv[2], num_requests=400, warmup=0, concurrency=2,
                 options={"output_min": 48, "output_max": 64}, engine={"device": "cpu", "num_kv_blocks": 1024})
 print("INTERRUPTED" if res.interrupted else "DONE", flush=True)
