@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -32,9 +32,9 @@ class Settings(BaseSettings):
     # model / engine
     model: str = Field(default=DEFAULT_MODEL, description="Registered model name (loom model list), "
                        "checkpoint folder, .gguf file, random:ARCH-PRESET or hub id the engine loads.")
-    tool_call_parser: Literal["auto", "hermes", "llama3_json", "mistral", "default"] = Field(
-        default="auto", description="Tool-call format: auto (from the chat template) | hermes | "
-        "llama3_json | mistral | default (tools in the system message).")
+    tool_call_parser: str = Field(
+        default="auto", description="Tool-call format: auto (from the chat template) or a name of "
+        "orchestrator.formats.FORMATS (hermes | llama3_json | mistral | default).")
     served_model_name: str | None = Field(
         default=None, description="Name in /v1/models; default: the model folder's name."
     )
@@ -76,6 +76,15 @@ class Settings(BaseSettings):
         default=30.0, ge=0, description="Shutdown waits this long for in-flight requests (s)."
     )
     log_level: str = "info"
+
+    @field_validator("tool_call_parser")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        from orchestrator.formats import FORMATS
+
+        if value != "auto" and value not in FORMATS:
+            raise ValueError(f"must be 'auto' or one of {sorted(FORMATS)}")
+        return value
 
     @classmethod
     def settings_customise_sources(
