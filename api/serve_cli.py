@@ -63,20 +63,11 @@ def serve(
         typer.secho("WARNING: --no-auth: the API accepts requests without a key. "
                     "Local development only.", fg="yellow", err=True)
     logging.getLogger().setLevel(settings.log_level.upper())
-    _check_model(settings.model)
+    from rich.console import Console
+
+    from orchestrator.console import resolve_model
+
+    resolve_model(Console(stderr=True), settings.model)  # pulled and converted now; one line if it cannot be
     app = create_app(settings)
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                 timeout_graceful_shutdown=int(settings.drain_timeout_s) or None)
-
-
-def _check_model(model: str) -> None:
-    """Resolve (pull, convert) the model before the server starts, so a model that cannot be
-    had is one line and exit code 2, not a traceback from the server's start-up."""
-    from runtime.errors import LoomError
-    from runtime.models.loader import resolve_model_path
-
-    try:
-        resolve_model_path(model)
-    except (LoomError, ValueError) as exc:
-        typer.secho(f"error: {getattr(exc, 'message', exc)}", fg="red", err=True)
-        raise typer.Exit(2) from exc

@@ -49,7 +49,7 @@ def resolve_model(console: Console, model: str | None, hint: str = "") -> str:
     try:
         path = resolve_model_path(name)
     except (LoomError, ValueError) as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     if name.startswith(RANDOM_PREFIX):
         console.print(Panel(
