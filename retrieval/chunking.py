@@ -104,5 +104,5 @@ class Chunker:
                     continue
                 seen.add(cid)
                 chunks.append(Chunk(cid, doc.id, len(chunks), doc.title, section.heading,
-                                    text, end - start, dict(doc.metadata)))
+                                    text, end - start, {**doc.metadata, **section.metadata}))
         return chunks

@@ -91,7 +91,7 @@ def load_documents(paths: Iterable[str | Path], patterns: Iterable[str] = DEFAUL
 
 def content_hash(doc: Document, settings: dict) -> str:
     """SHA-256 over the document and the chunking settings."""
-    payload = json.dumps([doc.title, [(s.heading, s.text) for s in doc.sections], doc.metadata,
+    payload = json.dumps([doc.title, [(s.heading, s.text, s.metadata) for s in doc.sections], doc.metadata,
                           settings["chunk_tokens"], settings["overlap_tokens"]], sort_keys=True,
                          default=str)
     return hashlib.sha256(payload.encode()).hexdigest()

@@ -20,10 +20,14 @@ class Section:
         heading: heading path joined with " > " (``"Install > Linux"``); ``""``
             for text before the first heading.
         text: plain text (markup already stripped).
+        metadata: fields of this section only, merged over the document's
+            into each of its chunks (a Sphinx entry's ``object``, ``objtype``,
+            ``module``); JSON-serialisable, filterable in search.
     """
 
     heading: str
     text: str
+    metadata: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,7 @@ class Chunk:
         text: the chunk's text, a verbatim slice of the section text.
         num_tokens: length of ``text`` in tokens of the embedder's tokenizer
             (no special tokens).
-        metadata: the document's metadata.
+        metadata: the document's metadata updated with its section's.
     """
 
     chunk_id: str
@@ -112,7 +116,7 @@ class Hit:
         document: document id.
         section: heading path of the chunk's section.
         title: document title.
-        metadata: the document's metadata.
+        metadata: the document's metadata updated with its section's.
     """
 
     chunk_id: str
