@@ -17,8 +17,7 @@ from typing import Any
 from evals.metrics import Chunk, request_latency
 from evals.prices import Prices
 
-PROMPT_CLASSES = ("system", "tools", "memory", "history", "retrieval", "tool_result", "user")
-OUTPUT_CLASSES = ("reasoning", "tool_call", "output")
+from orchestrator.ledger import OUTPUT_CLASSES, PROMPT_CLASSES  # noqa: F401  (one owner: the ledger)
 
 
 @dataclass

@@ -36,6 +36,7 @@ from typing import Any, AsyncIterator
 from runtime.errors import InvalidRequestError, LoomError
 
 from orchestrator.budget import ContextBudget
+from orchestrator.condense import DEFAULT_CONDENSE_TOKENS
 from orchestrator.context import ContextBuilder
 from orchestrator.engine import EngineClient
 from orchestrator.events import AgentEvent, DoneEvent, RunResult, UsageEvent
@@ -69,7 +70,8 @@ class Agent:
     Args:
         llm: ``runtime.AsyncLLM`` (streams) or ``runtime.LLM`` (wrapped).
         tools: tools (anything ``tools.ToolRegistry`` accepts) or a registry.
-        retriever: ``retrieval.Retriever`` (``search(query, k)``) or ``None``.
+        retriever: ``retrieval.Retriever`` (``search(query, k)``; ``search_many(queries, k)``
+            when present fuses a rewritten follow-up with the message) or ``None``.
         memory: ``memory.LongTermMemory`` or ``None``.
         system_prompt: system message (the cached prefix; keep it fixed).
         budget: :class:`ContextBudget` (window defaults to the engine's).
@@ -91,6 +93,10 @@ class Agent:
             detects it from the chat template (``orchestrator.formats``), a name
             (``hermes``, ``llama3_json``, ``mistral``, ``default``) or a
             ``ToolCallFormat`` overrides it (vLLM's ``--tool-call-parser``).
+        condense_question: before retrieving for a follow-up turn, rewrite the
+            message into a standalone question with the model and search with
+            both (``orchestrator.condense``; default on).
+        condense_tokens: ``max_tokens`` of that rewrite (default 48).
 
     Raises:
         ValueError: bad arguments, naming the field.
@@ -102,7 +108,8 @@ class Agent:
                  keep_reasoning: bool = DEFAULT_KEEP_REASONING, memory_namespace: str | None = None,
                  prices: PriceTable | None = None, retrieval_k: int = 4, memory_k: int = 4,
                  tool_timeout_s: float = 30.0, memory_write_back: bool = True,
-                 tool_call_parser: Any = None) -> None:
+                 tool_call_parser: Any = None, condense_question: bool = True,
+                 condense_tokens: int = DEFAULT_CONDENSE_TOKENS) -> None:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
         self.engine = EngineClient(llm)
@@ -117,6 +124,10 @@ class Agent:
         self.prices = prices or PriceTable()
         self.retrieval_k, self.memory_k = retrieval_k, memory_k
         self.memory_write_back = memory_write_back
+        if not isinstance(condense_tokens, int) or condense_tokens < 1:
+            raise InvalidRequestError(f"condense_tokens: must be an int >= 1, got {condense_tokens!r}",
+                                      param="condense_tokens")
+        self.condense_question, self.condense_tokens = bool(condense_question), condense_tokens
         self.tool_timeout_s = tool_timeout_s
         self.sampling = sampling if sampling is not None else _greedy()
         self.builder = ContextBuilder(self.engine.tokenizer, system_prompt, self.registry.schemas() or None,

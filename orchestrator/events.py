@@ -99,12 +99,15 @@ class RunResult:
         steps: model calls made.
         tool_calls / tool_results: in call order.
         usage: the run's ledger (sum of the per-call ledgers in ``usage.calls``).
-        timings: ms: ``total``, ``model``, ``tools``, ``retrieval``, ``memory``, ``ttft`` (first call).
+        timings: ms: ``total``, ``model``, ``tools``, ``retrieval``, ``memory``, ``ttft`` (first call),
+            ``query_rewrite`` (when a rewrite was made).
         final_state: ``done`` | ``max_steps`` | ``interrupted`` | ``error``.
         error: message when ``final_state == "error"``.
         compactions: compaction markers appended during this run.
         retrieved: this turn's retrieval hits as shown to the model, in rank order
             (each with ``.document``, ``.section``, ``.text``); empty without auto retrieval.
+        rewritten_query: the follow-up rewritten into a standalone question for
+            retrieval (``orchestrator.condense``); ``None`` when no rewrite was made.
     """
 
     answer: str = ""
@@ -118,6 +121,7 @@ class RunResult:
     error: str | None = None
     compactions: int = 0
     retrieved: list[Any] = field(default_factory=list)
+    rewritten_query: str | None = None
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The token-class ledger: tokens, time and cost of every model call split by class.
 
 Prompt classes (``system, tools, memory, history, retrieval, tool_result,
-user``) are each split into cached and computed tokens *exactly*: the context
+user``, and ``query_rewrite`` for the whole prompt of a condense-question call,
+:mod:`orchestrator.condense`) are each split into cached and computed tokens *exactly*: the context
 builder knows every segment's token span ``[start, end)`` and the runtime
 reports ``num_cached_tokens``, the number of leading prompt tokens served from
 the prefix cache, so token ``i`` is cached iff ``i < num_cached_tokens``.
@@ -10,7 +11,8 @@ Time: prefill time (``first_token_time - arrival_time``, ms; it includes queue
 wait, as TTFT does) is attributed to the *computed* prompt tokens of each class
 in proportion to their count; decode time of output token ``i >= 1`` is
 ``token_times[i] - token_times[i-1]`` and goes to that token's class
-(``reasoning``, ``tool_call`` or ``output``).  ``spec_rejected`` counts drafted
+(``reasoning``, ``tool_call``, ``output``, or ``rewritten_query`` for the
+tokens of a condense-question call).  ``spec_rejected`` counts drafted
 tokens that the verifier discarded (not part of the completion).
 
 Cost comes from a :class:`PriceTable` (API-style USD per million tokens: input,
@@ -28,8 +30,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Sequence
 
-PROMPT_CLASSES = ("system", "tools", "memory", "history", "retrieval", "tool_result", "user")
-OUTPUT_CLASSES = ("reasoning", "tool_call", "output")
+PROMPT_CLASSES = ("system", "tools", "memory", "history", "retrieval", "tool_result", "user", "query_rewrite")
+OUTPUT_CLASSES = ("reasoning", "tool_call", "output", "rewritten_query")
 SPEC_REJECTED = "spec_rejected"
 
 

@@ -16,6 +16,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from orchestrator import compaction as comp
+from orchestrator import condense as cond
 from orchestrator.events import AgentEvent, RunResult, ToolCallRecord, ToolResultEvent, ToolResultRecord
 from orchestrator.items import Item, tool_call_id
 from orchestrator.ledger import Ledger
@@ -67,10 +68,27 @@ class TurnRunner:
                 memories = [h for h in hits if h.id not in shown]
         hits = []
         if a.retriever is not None and a.auto_retrieve:
-            hits = await self._timed("retrieval", a.retriever.search, self.message, a.retrieval_k)
+            queries = await self._queries()
+            if len(queries) > 1 and hasattr(a.retriever, "search_many"):
+                hits = await self._timed("retrieval", a.retriever.search_many, queries, a.retrieval_k)
+            else:
+                hits = await self._timed("retrieval", a.retriever.search, queries[0], a.retrieval_k)
         new = b.turn_items(self.items, self.turn, self.message, hits, memories)
         self.result.retrieved = list(hits[: len(new[0]["sources"])]) if new[0]["kind"] == "retrieval" else []
         self._store(new)
+
+    async def _queries(self) -> list[str]:
+        """This turn's search queries: the condensed follow-up (when made), then the message."""
+        a = self.agent
+        if not (a.condense_question and cond.needs_rewrite(self.items)):
+            return [self.message]
+        t0 = time.perf_counter()
+        rewrite, led = await cond.condense_question(a, self.items, self.turn, self.message)
+        self.result.timings["query_rewrite"] = (time.perf_counter() - t0) * 1000.0
+        if led is not None:
+            self.ledgers.append(led)
+        self.result.rewritten_query = rewrite
+        return cond.search_queries(self.message, rewrite)
 
     async def _compact(self) -> None:
         a = self.agent

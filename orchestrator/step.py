@@ -76,9 +76,12 @@ def _to_events(events: list[ParserEvent], turn: int, step: int) -> list[AgentEve
 
 
 async def model_call(engine: EngineClient, ctx: Context, sampling_params: Any, outcome: StepOutcome,
-                     turn: int, step: int, prices: PriceTable, request_id: str | None = None
-                     ) -> AsyncIterator[AgentEvent]:
+                     turn: int, step: int, prices: PriceTable, request_id: str | None = None,
+                     output_class: str | None = None) -> AsyncIterator[AgentEvent]:
     """Run one call; yield its events; fill ``outcome`` (ledger last).
+
+    ``output_class``: one ledger output class for every generated token (a
+    side call such as the condense-question rewrite), instead of the parser's.
 
     Raises:
         whatever the engine raises at submission.
@@ -94,7 +97,7 @@ async def model_call(engine: EngineClient, ctx: Context, sampling_params: Any, o
             before = parser.state
             events = parser.feed(detok.add(tid))
             outcome.output_ids.append(tid)
-            outcome.classes.append(_classify(before, parser.state, events))
+            outcome.classes.append(output_class or _classify(before, parser.state, events))
             for ev in _to_events(events, turn, step):
                 yield ev
     tail = parser.feed(detok.flush()) + parser.finish()
@@ -104,7 +107,7 @@ async def model_call(engine: EngineClient, ctx: Context, sampling_params: Any, o
         return
     if len(outcome.output_ids) != len(last.token_ids):  # engine gave no per-step deltas
         outcome.output_ids = list(last.token_ids)
-        outcome.classes = (outcome.classes + ["output"] * len(last.token_ids))[: len(last.token_ids)]
+        outcome.classes = (outcome.classes + [output_class or "output"] * len(last.token_ids))[: len(last.token_ids)]
     outcome.finish_reason = last.finish_reason
     outcome.num_cached_tokens = last.num_cached_tokens
     outcome.ledger = Ledger.for_call(

@@ -9,7 +9,9 @@ shared per process.
 Search modes: ``dense`` (cosine over MiniLM vectors), ``bm25`` (keywords with
 identifier-aware tokens) and ``hybrid`` (default: both fused by reciprocal
 rank fusion, the BM25 list weighted up when the query looks like a code
-identifier).  Results are ordered by score, then chunk id, so equal inputs
+identifier, and the entries a query's identifiers name put first:
+:mod:`retrieval.objects`).  :meth:`Retriever.search_many` fuses several
+phrasings of one need (a rewritten follow-up and the message as typed).  Results are ordered by score, then chunk id, so equal inputs
 give equal output.  Ingestion lives in :mod:`retrieval.ingest`.
 """
 
@@ -30,6 +32,7 @@ from retrieval.embedder import DEFAULT_MODEL, Embedder
 from retrieval.fusion import order_by_score, rrf_fuse
 from retrieval.index import VectorIndex
 from retrieval.loaders import DEFAULT_PATTERNS
+from retrieval.objects import ObjectIndex
 from retrieval.store import ChunkStore
 from retrieval.types import Document, Hit
 
@@ -89,6 +92,7 @@ class Retriever:
         self.identifier_weight = identifier_weight
         self._index: VectorIndex | None = None
         self._bm25: BM25Index | None = None
+        self._objects: ObjectIndex | None = None
         self._tombstones: set[int] | None = None
         self._chunker: Chunker | None = None
         # _lock guards the loaded parts: lazy loads, FAISS mutation and search
@@ -170,13 +174,20 @@ class Retriever:
                     self._bm25.save(self.index_dir / BM25_DIR, gen)
             return self._bm25
 
+    def object_index(self) -> ObjectIndex:
+        """Object name → defining chunk, built from the store on first use."""
+        with self._lock:
+            if self._objects is None:
+                self._objects = ObjectIndex(self.store.object_rows())
+            return self._objects
+
     def _changed(self) -> None:
-        """Drop derived state after a mutation (BM25 is rebuilt lazily)."""
-        self._bm25 = None
+        """Drop derived state after a mutation (BM25 and objects are rebuilt lazily)."""
+        self._bm25 = self._objects = None
 
     def _reset(self) -> None:
         """Forget every loaded part; the next use reloads from disk and reconciles."""
-        self._index = self._bm25 = self._tombstones = None
+        self._index = self._bm25 = self._tombstones = self._objects = None
 
     # -- ingestion (see retrieval.ingest) -----------------------------------
     def add_documents(self, documents: Iterable[Document],
@@ -223,8 +234,10 @@ class Retriever:
                 the caller already has it (e.g. shared with memory search).
 
         Returns:
-            Hits, best first (score descending, then chunk id); fewer than
-            ``k`` when the index (or the filter) has fewer chunks.
+            Hits, best first (score descending, then chunk id); in hybrid mode
+            the first chunks of the entries the query's identifiers name come
+            first (:mod:`retrieval.objects`).  Fewer than ``k`` when the index
+            (or the filter) has fewer chunks.
 
         Raises:
             ValueError: empty query, ``k`` < 1, unknown mode or a ``query_vector``
@@ -232,10 +245,7 @@ class Retriever:
         """
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query: must be a non-empty string")
-        if not isinstance(k, int) or k < 1:
-            raise ValueError(f"k: must be an integer >= 1, got {k!r}")
-        if mode not in MODES:
-            raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")
+        _check(k, mode)
         if query_vector is not None:
             query_vector = np.asarray(query_vector, dtype=np.float32).reshape(-1)
             if query_vector.shape[0] != self.embedder.dim:
@@ -247,7 +257,58 @@ class Retriever:
         depth = max(self.candidates, 4 * k)
         ranked = self._ranked(query, k if mode != "hybrid" else depth, allowed, mode,
                               query_vector)
+        if mode == "hybrid":
+            ranked = self._defining_first(query, ranked, allowed)
         return self._hits(ranked[:k])
+
+    def search_many(self, queries: Iterable[str], k: int = 5, filters: dict[str, Any] | None = None,
+                    mode: str = "hybrid") -> list[Hit]:
+        """The ``k`` best chunks for several phrasings of one need, fused by RRF.
+
+        Multi-query retrieval (RAG-Fusion; LangChain's ``MultiQueryRetriever``):
+        each query is ranked as :meth:`search` ranks it, and the lists are
+        fused with reciprocal rank fusion, so a chunk that any phrasing finds
+        early ranks high.  Query embeddings are computed in one batch.
+
+        Args:
+            queries: one or more non-empty strings (blank ones are skipped).
+            k, filters, mode: as :meth:`search`.
+
+        Returns:
+            Hits, best first (fused score descending, then chunk id).
+
+        Raises:
+            ValueError: no non-empty query, ``k`` < 1 or an unknown mode.
+        """
+        qs = list(dict.fromkeys(q for q in queries if isinstance(q, str) and q.strip()))
+        if not qs:
+            raise ValueError("queries: must hold at least one non-empty string")
+        if len(qs) == 1:
+            return self.search(qs[0], k, filters, mode)
+        _check(k, mode)
+        allowed = self.store.filter_faiss_ids(filters) if filters else None
+        if allowed is not None and not allowed:
+            return []
+        depth = max(self.candidates, 4 * k)
+        vecs = (self.embedder.encode(qs, show_progress=False) if mode != "bm25" else [None] * len(qs))
+        lists = []
+        for q, v in zip(qs, vecs):
+            ranked = self._ranked(q, depth, allowed, mode, v)
+            if mode == "hybrid":
+                ranked = self._defining_first(q, ranked, allowed)
+            lists.append([i for i, _ in ranked])
+        return self._hits(rrf_fuse(lists)[:k])
+
+    def _defining_first(self, query: str, ranked: list[tuple[int, float]],
+                        allowed: set[int] | None) -> list[tuple[int, float]]:
+        """``ranked`` with the chunks defining the query's identifiers moved to the front."""
+        first = self.object_index().defining_chunks(query, allowed)
+        if not first:
+            return ranked
+        first = [f for f in first if f not in self.tombstones]
+        top = ranked[0][1] if ranked else 0.0
+        moved = set(first)
+        return [(f, top) for f in first] + [(i, s) for i, s in ranked if i not in moved]
 
     def _ranked(self, query: str, depth: int, allowed: set[int] | None, mode: str,
                 q: np.ndarray | None) -> list[tuple[int, float]]:
@@ -288,3 +349,10 @@ class Retriever:
         idx = self.vector_index
         return {"documents": len(self.documents()), "chunks": len(self), "vectors": idx.ntotal,
                 "tombstones": len(self.tombstones), "index": idx.kind, **self.settings}
+
+
+def _check(k: Any, mode: Any) -> None:
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"k: must be an integer >= 1, got {k!r}")
+    if mode not in MODES:
+        raise ValueError(f"mode: must be one of {MODES}, got {mode!r}")

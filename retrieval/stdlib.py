@@ -98,12 +98,16 @@ def _signature(obj: object) -> str:
         return "(...)"
 
 
-def _member_section(qualname: str, obj: object) -> Section | None:
+def _member_section(qualname: str, obj: object, module: str) -> Section | None:
+    """The entry of one function/class/method; ``metadata.object`` names it (``retrieval.objects``)."""
     doc = inspect.getdoc(obj)
     if not doc:
         return None
     sig = _signature(obj) if callable(obj) else ""
-    return Section(qualname, f"{qualname}{sig}\n\n{doc}")
+    kind = "class" if inspect.isclass(obj) else "method" if qualname.count(".") > module.count(".") + 1 \
+        else "function"
+    return Section(qualname, f"{qualname}{sig}\n\n{doc}",
+                   {"object": qualname, "objtype": kind, "module": module})
 
 
 def _public_names(mod: ModuleType) -> list[str]:
@@ -128,13 +132,13 @@ def module_document(mod: ModuleType, name: str | None = None) -> Document:
         obj = getattr(mod, attr, None)
         if not (inspect.isclass(obj) or inspect.isroutine(obj)):
             continue
-        if sec := _member_section(f"{name}.{attr}", obj):
+        if sec := _member_section(f"{name}.{attr}", obj, name):
             sections.append(sec)
         if inspect.isclass(obj):
             for meth, val in sorted(vars(obj).items()):
                 if meth.startswith("_") or not inspect.isroutine(val):
                     continue
-                if sec := _member_section(f"{name}.{attr}.{meth}", getattr(obj, meth, val)):
+                if sec := _member_section(f"{name}.{attr}.{meth}", getattr(obj, meth, val), name):
                     sections.append(sec)
     return Document(f"stdlib:module/{name}", name, tuple(sections), source=f"module {name}",
                     metadata={"kind": "module", "module": name})

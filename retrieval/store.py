@@ -174,6 +174,14 @@ class ChunkStore:
                 toks.append(t.split())
             return ids, toks
 
+    def object_rows(self) -> list[tuple[int, int, str]]:
+        """``(faiss id, position, object)`` of every chunk whose metadata names an ``object``."""
+        with self.session() as s:
+            rows = s.execute(select(ChunkRow.faiss_id, ChunkRow.position,
+                                    ChunkRow.meta["object"].as_string())
+                             .where(ChunkRow.meta["object"].as_string().is_not(None)))
+            return [(fid, pos, obj) for fid, pos, obj in rows if obj]
+
     def all_faiss_ids(self) -> list[int]:
         with self.session() as s:
             return list(s.scalars(select(ChunkRow.faiss_id).order_by(ChunkRow.faiss_id)))

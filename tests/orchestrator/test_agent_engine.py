@@ -27,7 +27,8 @@ async def test_ten_turn_session_serves_history_from_prefix_cache(llm, retriever,
     for turn, q in enumerate(questions, start=1):
         result = await agent.arun(q, session=session, tool_choice="required" if turn % 3 == 1 else None)
         assert result.final_state in ("done", "max_steps")
-        first = result.usage.calls[0]
+        rewrites = [c for c in result.usage.calls if c.prompt["query_rewrite"].tokens]
+        first = next(c for c in result.usage.calls if not c.prompt["query_rewrite"].tokens)
         for call in result.usage.calls:  # classes add up to the totals for every call
             assert sum(u.tokens for u in call.prompt.values()) == call.prompt_tokens
             assert sum(o.tokens for o in call.output.values()) == call.completion_tokens
@@ -35,6 +36,12 @@ async def test_ten_turn_session_serves_history_from_prefix_cache(llm, retriever,
             hist = first.prompt["history"]
             assert hist.tokens > 0 and hist.cached_tokens >= 0.9 * hist.tokens, (turn, hist)
             assert first.prompt["system"].computed_tokens == 0 and first.prompt["tools"].computed_tokens == 0
+            # the condense-question call reuses the same cached prefix: only its instruction is computed
+            (rw,) = rewrites
+            assert rw.prompt["query_rewrite"].cached_tokens >= 0.8 * rw.prompt_tokens, (turn, rw.prompt)
+            assert rw.output["rewritten_query"].tokens == rw.completion_tokens > 0
+        else:
+            assert not rewrites  # nothing to condense on the first turn
         if turn % 3 == 1:
             assert result.tool_calls[0].name == "add" and not result.tool_results[0].is_error
     items = session.get_items()
