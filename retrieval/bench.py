@@ -1,15 +1,19 @@
 """Retrieval benchmark: ingestion rate, known-item quality, query latency at 10k/100k chunks.
 
-Run ``python -m retrieval.bench --index DIR`` (DIR is ingested with ``stdlib:``
-first when empty).  It prints, and writes as JSON with ``--json``:
+Run ``python -m retrieval.bench --corpus sqlalchemy|fastapi|stdlib [--index DIR]``.
+The corpus (:mod:`retrieval.corpora`; ``stdlib`` is the ``stdlib:`` pseudo-path)
+is ingested into DIR (default ``$LOOM_CACHE/bench/<corpus>-<version>/index``);
+documents already there unchanged are skipped, so a second run embeds nothing.
+It prints tables, and writes everything as JSON with ``--json``:
 
-1. ingestion chunks/s (only when it ingested DIR itself);
+1. ingestion: documents, chunks, load (parse) and embed+store seconds, chunks/s
+   (only meaningful on a run that ingested the corpus);
 2. recall@5 and MRR@10 of hybrid (identifier-weighted RRF, the default) vs
-   plain RRF vs dense-only vs BM25-only on the known-item sets of
-   :mod:`retrieval.evalset`;
-3. end-to-end ``Retriever.search`` latency (query embedding + FAISS + BM25 +
-   fusion + SQLite fetch), p50/p99 in ms, per mode, at each ``--sizes`` size,
-   with the query-embedding time alone as the peer figure.
+   plain RRF vs dense-only vs BM25-only on each known-item set
+   :mod:`retrieval.evalset` builds from the index;
+3. ``Retriever.search`` latency, p50/p99 in ms, per mode, at each ``--sizes``
+   size: end to end (query embedding + FAISS + BM25 + fusion + SQLite fetch),
+   the query embedding alone, and hybrid/dense with the query vector given.
 
 Sizes beyond the real corpus are filled the same way every time: copy ``j``
 of real chunk ``i`` gets the text with 10 % of its words replaced by random
@@ -19,7 +23,9 @@ cosine about 0.9 to the original), renormalised.  Only the real chunks are
 embedded by the model; copies reuse their vectors, because embedding 100k
 chunks with MiniLM on the shared 2-core CPU would take hours.  The synthetic
 index goes through the same store, FAISS (flat up to ``--hnsw-threshold``,
-HNSW above) and BM25 code as a real one.
+HNSW above) and BM25 code as a real one; it is kept in
+``<DIR>-synthetic/n<size>-g<generation>`` and reused while the real index is
+unchanged.
 """
 
 from __future__ import annotations
@@ -37,9 +43,12 @@ from sqlalchemy import insert, select
 
 from retrieval.bm25 import bm25_tokenize
 from retrieval.chunking import chunk_id_for
+from retrieval.corpora import CORPORA, ensure_corpus
 from retrieval.evalset import build_queries, evaluate
 from retrieval.index import VectorIndex
+from retrieval.ingest import load_documents
 from retrieval.retriever import Retriever
+from runtime.checkpoint.cache import loom_cache_root
 from retrieval.store import ChunkRow, DocumentRow
 from retrieval.types import chunk_faiss_id, embedding_text
 
@@ -154,9 +163,100 @@ def ann_recall(r: Retriever, queries: list[str], k: int = 10) -> float:
     return float(np.mean(hits))
 
 
+LATENCY_ROWS = (("hybrid", "hybrid, end to end"), ("dense", "dense, end to end"),
+                ("bm25", "bm25"), ("embed_only", "query embedding alone"),
+                ("hybrid_given_vector", "hybrid, vector given"),
+                ("dense_given_vector", "dense, vector given"))
+QUALITY_ROWS = (("hybrid", "hybrid (default)"), ("hybrid_plain_rrf", "hybrid, plain RRF"),
+                ("dense", "dense"), ("bm25", "bm25"))
+
+
+def corpus_source(name: str) -> tuple[str, str]:
+    """(ingest path, ``<name>-<version>`` label) of a corpus, fetching it when needed."""
+    if name == "stdlib":
+        import sys
+
+        return "stdlib:", f"stdlib-py{sys.version_info.major}.{sys.version_info.minor}"
+    c = ensure_corpus(name)
+    return str(c.docs), f"{name}-{c.spec.version}"
+
+
+def ingest_corpus(r: Retriever, path: str) -> dict:
+    """Load and add the corpus; parse time and embed+store time reported apart."""
+    t0 = time.perf_counter()
+    docs = load_documents([path])
+    load_s = time.perf_counter() - t0
+    st = r.add_documents(docs)
+    total = load_s + st.seconds
+    logger.info("ingest: %s (+ %.1f s parsing)", st.summary(), load_s)
+    return {"documents": st.documents, "documents_changed": st.documents_changed,
+            "chunks_added": st.chunks_added, "chunks_total": st.chunks_total,
+            "load_s": load_s, "add_s": st.seconds,
+            "chunks_per_s": st.chunks_added / total if total > 0 else 0.0,
+            "chunks_per_s_add": st.chunks_per_s}
+
+
+def quality_of(r: Retriever, per_set: int) -> tuple[dict, list]:
+    """Known-item quality per set and mode, with the plain-RRF peer of the default."""
+    queries = build_queries(r.store, per_set=per_set)
+    quality = evaluate(r, queries)
+    weight, r.identifier_weight = r.identifier_weight, 1.0  # peer: plain, unweighted RRF
+    try:
+        for kind, modes in evaluate(r, queries, modes=("hybrid",)).items():
+            quality[kind]["hybrid_plain_rrf"] = modes["hybrid"]
+    finally:
+        r.identifier_weight = weight
+    return quality, queries
+
+
+def print_tables(result: dict) -> None:
+    """The three result tables, for a terminal (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(width=max(100, Console().width))
+    ing = result.get("ingest")
+    if ing:
+        t = Table(title=f"ingestion: {result['corpus']}")
+        for col in ("documents", "chunks added", "in index", "parse s", "embed+store s",
+                    "chunks/s (wall)", "chunks/s (embed+store)"):
+            t.add_column(col, justify="right")
+        t.add_row(str(ing["documents"]), str(ing["chunks_added"]), str(ing["chunks_total"]),
+                  f"{ing['load_s']:.1f}", f"{ing['add_s']:.1f}", f"{ing['chunks_per_s']:.1f}",
+                  f"{ing['chunks_per_s_add']:.1f}")
+        con.print(t)
+    q = result["quality"]
+    kinds = [k for k in ("topic", "api", "describe", "section") if k in q] + ["all"]
+    t = Table(title=f"known-item quality on {result['corpus']}: recall@5 / MRR@10")
+    t.add_column("mode")
+    for k in kinds:
+        t.add_column(f"{k} (n={int(q[k]['hybrid']['n'])})", justify="right")
+    for mode, label in QUALITY_ROWS:
+        t.add_row(label, *(f"{q[k][mode]['recall@5']:.3f} / {q[k][mode]['mrr@10']:.3f}"
+                           for k in kinds))
+    con.print(t)
+    lat = result["latency"]
+    if lat:
+        t = Table(title="search latency, ms p50 / p99")
+        t.add_column("")
+        for size, v in lat.items():
+            t.add_column(f"{int(size):,} chunks ({v['index']})", justify="right")
+        for key, label in LATENCY_ROWS:
+            t.add_row(label, *(f"{v[key]['p50_ms']:.1f} / {v[key]['p99_ms']:.1f}"
+                               for v in lat.values()))
+        if any("hnsw_recall@10_vs_exact" in v for v in lat.values()):
+            t.add_row("HNSW recall@10 vs exact", *(f"{v['hnsw_recall@10_vs_exact']:.3f}"
+                      if "hnsw_recall@10_vs_exact" in v else "exact" for v in lat.values()))
+        con.print(t)
+    con.print(f"load average {result['load_avg_1m']:.1f} -> {result['load_avg_1m_end']:.1f} "
+              f"(1 min) on {result['cpus']} CPUs")
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(prog="python -m retrieval.bench", description=__doc__.split("\n")[0])
-    p.add_argument("--index", type=Path, required=True, help="stdlib index (ingested when empty)")
+    p.add_argument("--corpus", default="stdlib", choices=["stdlib", *sorted(CORPORA)])
+    p.add_argument("--index", type=Path, default=None,
+                   help="index folder (default $LOOM_CACHE/bench/<corpus>-<version>/index)")
     p.add_argument("--work", type=Path, default=None, help="folder for synthetic indexes")
     p.add_argument("--sizes", type=int, nargs="*", default=[10_000, 100_000])
     p.add_argument("--queries", type=int, default=200, help="latency queries per size")
@@ -165,39 +265,32 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    result: dict = {"load_avg_1m": os.getloadavg()[0], "cpus": os.cpu_count()}
-    r = Retriever.open(args.index)
-    if len(r) == 0:
-        st = r.ingest(["stdlib:"])
-        logger.info("ingest: %s", st.summary())
-        result["ingest"] = {"chunks": st.chunks_added, "seconds": st.seconds,
-                            "chunks_per_s": st.chunks_per_s}
-    queries = build_queries(r.store, per_set=args.per_set)
-    quality = evaluate(r, queries)
-    weight, r.identifier_weight = r.identifier_weight, 1.0  # peer: plain, unweighted RRF
-    for kind, modes in evaluate(r, queries, modes=("hybrid",)).items():
-        quality[kind]["hybrid_plain_rrf"] = modes["hybrid"]
-    r.identifier_weight = weight
+    for name in ("faiss.loader", "sentence_transformers", "bm25s"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    result: dict = {"corpus": args.corpus, "load_avg_1m": os.getloadavg()[0],
+                    "cpus": os.cpu_count()}
+    path, label = corpus_source(args.corpus)
+    index = args.index or loom_cache_root() / "bench" / label / "index"
+    result["corpus"], result["index"] = label, str(index)
+    r = Retriever.open(index)
+    ing = ingest_corpus(r, path)
+    if ing["chunks_added"]:
+        result["ingest"] = ing
+    quality, queries = quality_of(r, args.per_set)
     result["quality"] = quality
-    for kind, modes in quality.items():
-        for mode, m in modes.items():
-            logger.info("quality %-8s %-16s recall@5=%.3f MRR@10=%.3f (n=%d)", kind, mode,
-                        m["recall@5"], m["mrr@10"], m["n"])
     texts = [q.text for q in random.Random(1).sample(queries, min(args.queries, len(queries)))]
-    work = args.work or args.index.parent / "bench_synthetic"
+    work = args.work or index.with_name(index.name + "-synthetic")
+    gen = r.store.get_meta().get("generation", 0)
     result["latency"] = {}
     for size in args.sizes:
-        s = build_synthetic(r, work / f"n{size}", size, args.hnsw_threshold)
+        s = build_synthetic(r, work / f"n{size}-g{gen}", size, args.hnsw_threshold)
         lat = latency(s, texts)
         lat["index"] = s.vector_index.kind
         if s.vector_index.kind == "hnsw":
             lat["hnsw_recall@10_vs_exact"] = ann_recall(s, texts[:50])
         result["latency"][str(size)] = lat
-        for mode in ("hybrid", "dense", "bm25", "embed_only", "hybrid_given_vector",
-                     "dense_given_vector"):
-            logger.info("latency n=%d (%s) %-10s p50=%.1f ms p99=%.1f ms", size, lat["index"],
-                        mode, lat[mode]["p50_ms"], lat[mode]["p99_ms"])
     result["load_avg_1m_end"] = os.getloadavg()[0]
+    print_tables(result)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return result

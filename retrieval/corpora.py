@@ -1,0 +1,205 @@
+"""Named documentation corpora taken from PyPI source distributions.
+
+A corpus is the documentation folder that ships inside one pinned sdist:
+
+* ``sqlalchemy`` — SQLAlchemy 2.0.58's ``doc/build`` (Sphinx reST: tutorials,
+  ORM and Core narrative, ``autoclass``/``autofunction`` API pages); the
+  release notes (``changelog/``, 60 % of the text and no API entries) are left
+  out.
+* ``fastapi`` — FastAPI 0.110.2's ``docs/en/docs`` (MkDocs Markdown), the last
+  release whose sdist carries the docs (0.110.3 and later ship none; Pydantic's
+  sdist ships none either).
+
+``stdlib`` is not here: it is the ``stdlib:`` pseudo-path of
+:mod:`retrieval.stdlib`, read from the running interpreter.
+
+:func:`ensure_corpus` runs ``pip download --no-binary :all: --no-deps
+NAME==VERSION`` into a temporary folder, checks the archive's SHA-256 and
+extracts the docs' text files into ``$LOOM_CACHE/corpora/<name>-<version>/docs``
+with :func:`runtime.checkpoint.cache.build_atomically`, so a failed or
+interrupted fetch leaves nothing behind and a second call reuses the folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from runtime.checkpoint.cache import COMPLETE_MARKER, build_atomically, is_complete, loom_cache_root
+from runtime.errors import LoomError
+
+logger = logging.getLogger(__name__)
+
+#: files of a docs folder that are kept (text a loader reads, or a Sphinx include)
+TEXT_SUFFIXES = (".rst", ".md", ".txt", ".inc")
+
+
+class CorpusError(LoomError, RuntimeError):
+    """A corpus that cannot be had: unknown name, pip failure, wrong hash, no docs
+    folder in the sdist. The message is one line naming the cause."""
+
+    error_type = "corpus_error"
+    code = "corpus_unavailable"
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    """Where a corpus comes from.
+
+    Attributes:
+        name: corpus name (``--corpus`` value).
+        package: PyPI distribution name.
+        version: pinned release.
+        docs: the docs folder inside the sdist, relative to its top folder.
+        markup: ``"sphinx"`` (reST with object descriptions) or ``"markdown"``.
+        sha256: hex SHA-256 of the sdist archive (``""``: not checked).
+        skip: sub-folders of ``docs`` left out (posix, relative to ``docs``).
+    """
+
+    name: str
+    package: str
+    version: str
+    docs: str
+    markup: str
+    sha256: str = ""
+    skip: tuple[str, ...] = ()
+
+
+CORPORA: dict[str, CorpusSpec] = {
+    "sqlalchemy": CorpusSpec(
+        "sqlalchemy", "SQLAlchemy", "2.0.58", "doc/build", "sphinx",
+        "2acdcec9836b7c1514a9ad426e7731669a1186d96481a2e82c50bf2aebb49061", skip=("changelog",)),
+    "fastapi": CorpusSpec(
+        "fastapi", "fastapi", "0.110.2", "docs/en/docs", "markdown",
+        "b53d673652da3b65e8cd787ad214ec0fe303cad00d2b529b86ce7db13f17518d"),
+}
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """A corpus on disk: ``docs`` is the folder to ingest."""
+
+    spec: CorpusSpec
+    root: Path
+
+    @property
+    def docs(self) -> Path:
+        return self.root / "docs"
+
+
+def corpus_spec(name: str) -> CorpusSpec:
+    """The spec of a named corpus.
+
+    Raises:
+        CorpusError: unknown name.
+    """
+    if name not in CORPORA:
+        raise CorpusError(f"unknown corpus {name!r}; known: {', '.join(sorted(CORPORA))}, stdlib",
+                          param="corpus")
+    return CORPORA[name]
+
+
+def ensure_corpus(corpus: str | CorpusSpec, cache_root: Path | None = None) -> Corpus:
+    """The corpus folder, downloaded and extracted on first use.
+
+    Args:
+        corpus: a name of :data:`CORPORA` or a spec.
+        cache_root: parent of the corpus folders (default ``$LOOM_CACHE/corpora``).
+
+    Raises:
+        CorpusError: unknown name, pip could not fetch the sdist, hash mismatch,
+            or the sdist has no such docs folder; one line, cache left clean.
+    """
+    spec = corpus_spec(corpus) if isinstance(corpus, str) else corpus
+    final = (cache_root or loom_cache_root() / "corpora") / f"{spec.name}-{spec.version}"
+    if not is_complete(final):
+        logger.info("fetching corpus %s (%s==%s sdist)", spec.name, spec.package, spec.version)
+        with tempfile.TemporaryDirectory(prefix="loom-sdist-") as tmp:
+            sdist = download_sdist(spec, Path(tmp))
+            build_atomically(final, lambda out: extract_docs(spec, sdist, out))
+    return Corpus(spec, final)
+
+
+def download_sdist(spec: CorpusSpec, dest: Path) -> Path:
+    """``pip download`` the pinned sdist into ``dest``; returns the archive path.
+
+    Raises:
+        CorpusError: pip failed (no index, no such release) or the hash differs.
+    """
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+           "--no-binary", ":all:", "--no-deps", "-d", str(dest), f"{spec.package}=={spec.version}"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    archives = sorted(p for p in dest.iterdir() if p.name.endswith((".tar.gz", ".zip")))
+    if proc.returncode != 0 or not archives:
+        lines = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines()
+                 if ln.strip() and not ln.startswith("WARNING")]
+        cause = next((ln for ln in lines if ln.startswith("ERROR")),
+                     lines[-1] if lines else f"pip exited with {proc.returncode}")
+        raise CorpusError(f"corpus {spec.name}: pip could not download the "
+                          f"{spec.package}=={spec.version} sdist: {cause}")
+    check_sha256(spec, archives[0])
+    return archives[0]
+
+
+def check_sha256(spec: CorpusSpec, archive: Path) -> None:
+    """Raise :class:`CorpusError` when ``archive`` is not the pinned sdist (no pin: pass)."""
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    if spec.sha256 and digest != spec.sha256:
+        raise CorpusError(f"corpus {spec.name}: {archive.name} has sha256 {digest[:16]}..., "
+                          f"expected {spec.sha256[:16]}... (not the pinned release)")
+
+
+def _members(archive: Path) -> Iterator[tuple[str, bytes]]:
+    """(posix path, bytes) of each regular file in a .tar.gz or .zip sdist."""
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as z:
+            for info in z.infolist():
+                if not info.is_dir():
+                    yield info.filename, z.read(info)
+        return
+    with tarfile.open(archive) as t:
+        for m in t:
+            if m.isfile() and (f := t.extractfile(m)) is not None:
+                yield m.name, f.read()
+
+
+def extract_docs(spec: CorpusSpec, archive: Path, out: Path) -> None:
+    """Write the text files of ``spec.docs`` in ``archive`` to ``out/docs`` and a manifest.
+
+    The sdist's single top folder (``pkg-1.0/``) is stripped; files outside the
+    docs folder, under ``spec.skip``, with a suffix not in :data:`TEXT_SUFFIXES`
+    or with ``..`` in their path are not written.
+
+    Raises:
+        CorpusError: no text file under ``spec.docs`` in the archive.
+    """
+    docs = PurePosixPath(spec.docs)
+    count = 0
+    for name, data in _members(archive):
+        parts = PurePosixPath(name).parts[1:]  # drop "pkg-1.0/"
+        rel = PurePosixPath(*parts) if parts else PurePosixPath()
+        if ".." in parts or rel.suffix.lower() not in TEXT_SUFFIXES or docs not in rel.parents:
+            continue
+        sub = rel.relative_to(docs)
+        if any(PurePosixPath(s) == sub or PurePosixPath(s) in sub.parents for s in spec.skip):
+            continue
+        target = out / "docs" / Path(*sub.parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        count += 1
+    if count == 0:
+        raise CorpusError(f"corpus {spec.name}: {archive.name} has no {spec.docs}/ text files "
+                          f"(suffixes {', '.join(TEXT_SUFFIXES)})")
+    manifest = {"name": spec.name, "package": spec.package, "version": spec.version,
+                "sdist": archive.name, "docs": spec.docs, "markup": spec.markup,
+                "skip": list(spec.skip), "files": count}
+    (out / COMPLETE_MARKER).write_text(json.dumps(manifest, indent=2) + "\n")
