@@ -70,7 +70,8 @@ class TurnRunner:
         if a.retriever is not None and a.auto_retrieve:
             queries = await self._queries()
             if len(queries) > 1 and hasattr(a.retriever, "search_many"):
-                hits = await self._timed("retrieval", a.retriever.search_many, queries, a.retrieval_k)
+                hits = await self._timed("retrieval", lambda: a.retriever.search_many(
+                    queries, a.retrieval_k, identifier_queries=[self.message]))
             else:
                 hits = await self._timed("retrieval", a.retriever.search, queries[0], a.retrieval_k)
         new = b.turn_items(self.items, self.turn, self.message, hits, memories)

@@ -262,7 +262,7 @@ class Retriever:
         return self._hits(ranked[:k])
 
     def search_many(self, queries: Iterable[str], k: int = 5, filters: dict[str, Any] | None = None,
-                    mode: str = "hybrid") -> list[Hit]:
+                    mode: str = "hybrid", identifier_queries: Iterable[str] | None = None) -> list[Hit]:
         """The ``k`` best chunks for several phrasings of one need, fused by RRF.
 
         Multi-query retrieval (RAG-Fusion; LangChain's ``MultiQueryRetriever``):
@@ -273,6 +273,11 @@ class Retriever:
         Args:
             queries: one or more non-empty strings (blank ones are skipped).
             k, filters, mode: as :meth:`search`.
+            identifier_queries: the queries whose identifiers put their defining
+                entries first (hybrid mode; default: all).  The agent passes only
+                the message the user typed: a model's rewrite may name APIs that
+                do not exist or do not apply (SmolLM2-135M rewrote "and for tar
+                files?" into a sentence about ``TarInfo.getmembers()``).
 
         Returns:
             Hits, best first (fused score descending, then chunk id).
@@ -291,10 +296,11 @@ class Retriever:
             return []
         depth = max(self.candidates, 4 * k)
         vecs = (self.embedder.encode(qs, show_progress=False) if mode != "bm25" else [None] * len(qs))
+        named = set(qs if identifier_queries is None else identifier_queries)
         lists = []
         for q, v in zip(qs, vecs):
             ranked = self._ranked(q, depth, allowed, mode, v)
-            if mode == "hybrid":
+            if mode == "hybrid" and q in named:
                 ranked = self._defining_first(q, ranked, allowed)
             lists.append([i for i, _ in ranked])
         return self._hits(rrf_fuse(lists)[:k])

@@ -1,0 +1,79 @@
+"""Condense-question on the real default model (SmolLM2-135M-Instruct), with a real stdlib index:
+a follow-up is rewritten before retrieval, the rewrite call is served from the session's cached
+prefix and accounted as its own ledger classes, and the switch turns it off."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator import Agent, ContextBudget, InMemorySession
+from orchestrator.condense import clean_rewrite, search_queries
+
+
+def test_clean_rewrite_keeps_the_first_line_without_labels_or_quotes() -> None:
+    assert clean_rewrite('\n Standalone question: "How do I extract a tar file?"\nMore') == \
+        "How do I extract a tar file?"
+    assert clean_rewrite("  \n ") is None
+
+
+def test_search_queries_put_the_rewrite_first_and_keep_the_typed_message() -> None:
+    assert search_queries("and for tar files?", "How do I extract a tar file?") == \
+        ["How do I extract a tar file?", "and for tar files?"]
+    assert search_queries("What is json?", "what is JSON?") == ["what is JSON?"]
+    assert search_queries("What is json?", None) == ["What is json?"]
+
+
+@pytest.fixture(scope="module")
+def smol_llm(real_model):
+    from runtime import AsyncLLM
+
+    engine = AsyncLLM(str(real_model), max_model_len=2048)
+    yield engine
+    engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def archive_index(tmp_path_factory):
+    from retrieval import Retriever
+
+    r = Retriever(tmp_path_factory.mktemp("archives"))
+    r.ingest(["stdlib:module/zipfile", "stdlib:module/tarfile", "stdlib:module/shutil", "stdlib:module/gzip",
+              "stdlib:module/json"], show_progress=False)
+    return r
+
+
+def _agent(llm, retriever, **kw) -> Agent:
+    return Agent(llm, retriever=retriever, retrieval_k=4, budget=ContextBudget(reserved_output=48),
+                 system_prompt="You are a concise assistant for Python questions.", **kw)
+
+
+async def test_follow_up_is_rewritten_and_retrieves_the_tar_entry(smol_llm, archive_index) -> None:
+    agent, session = _agent(smol_llm, archive_index), InMemorySession()
+    first = await agent.arun("How do I extract all members of a zip archive?", session=session)
+    assert first.rewritten_query is None and not first.usage.prompt["query_rewrite"].tokens
+    follow = await agent.arun("and for tar files?", session=session)
+    assert follow.rewritten_query and follow.rewritten_query != "and for tar files?"
+    objects = [h.metadata.get("object", "") for h in follow.retrieved]
+    assert any(o.startswith("tarfile.TarFile.extract") for o in objects), objects
+    (rw,) = [c for c in follow.usage.calls if c.prompt["query_rewrite"].tokens]
+    assert follow.usage.calls[0] is rw  # rewrite, then the answer
+    assert rw.prompt_tokens == rw.prompt["query_rewrite"].tokens  # the whole prompt is its own class
+    assert rw.prompt["query_rewrite"].cached_tokens >= 0.8 * rw.prompt_tokens  # the session's prefix
+    assert rw.completion_tokens == rw.output["rewritten_query"].tokens > 0
+    assert "query_rewrite" in follow.timings
+    # the instruction is never stored: the log holds user, retrieval and assistant items only
+    assert not any("standalone question" in it.get("content", "") for it in session.get_items())
+
+
+async def test_condense_question_off_makes_no_rewrite_call(smol_llm, archive_index) -> None:
+    agent, session = _agent(smol_llm, archive_index, condense_question=False), InMemorySession()
+    await agent.arun("How do I extract all members of a zip archive?", session=session)
+    follow = await agent.arun("and for tar files?", session=session)
+    assert follow.rewritten_query is None
+    assert not follow.usage.prompt["query_rewrite"].tokens and not follow.usage.output["rewritten_query"].tokens
+    assert follow.usage.num_calls == 1
+
+
+def test_condense_tokens_must_be_positive(smol_llm) -> None:
+    with pytest.raises(ValueError, match="condense_tokens"):
+        Agent(smol_llm, condense_tokens=0)
