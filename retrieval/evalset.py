@@ -83,15 +83,27 @@ def _first_sentence(text: str) -> str:
     return m.group(1) if m else ""
 
 
+_ABBREVIATION = re.compile(r"(?:\b(?:e\.g|i\.e|etc|vs|cf|approx)|(?<![\w.])\w)\.$", re.IGNORECASE)
+
+
+def _sentence(flat: str) -> str:
+    """The first sentence of one line of text; "e.g." and the like do not end it."""
+    for m in re.finditer(r"[.!?](?=\s|$)", flat):
+        head = flat[:m.end()]
+        if m.group() != "." or not _ABBREVIATION.search(head):
+            return head
+    return ""
+
+
 def _prose_sentence(paragraphs: list[str]) -> str:
     """First sentence of the first paragraph that reads as prose (not code, not a list)."""
     for para in paragraphs:
         flat = " ".join(para.split())
         if not re.match(r"[A-Z]", flat) or re.search(r"[{}=;<>]|\(\)|\{!|^\W", flat):
             continue
-        m = re.match(r"(.+?[.!?])(\s|$)", flat)
-        if m and len(m.group(1).split()) >= 5:
-            return m.group(1)
+        sentence = _sentence(flat)
+        if len(sentence.split()) >= 5:
+            return sentence
     return ""
 
 
@@ -101,7 +113,8 @@ def _cut(sentence: str, words: list[str]) -> str:
         # a dotted reference ending in the word goes with it (".Session.merge()")
         sentence = re.sub(rf"(?<!\w)\.?(?:\w+\.)*{re.escape(w)}(?:\(\))?(?!\w)", " ",
                           sentence, flags=re.IGNORECASE)
-    return " ".join(sentence.split())
+    sentence = re.sub(r"\(\s*\)|``|` `", " ", sentence)  # what the cut emptied
+    return re.sub(r"\s+([,.;:!?)])", r"\1", " ".join(sentence.split()))
 
 
 def _sample(keys: list, seed: int) -> list:
@@ -143,9 +156,7 @@ def _description(obj: str, text: str) -> str:
     if paras and last in paras[0].split("\n", 1)[0]:
         head, _, rest = paras[0].partition("\n")  # signature line, maybe text under it
         paras = ([rest] if rest.strip() else []) + paras[1:]
-    flat = " ".join(" ".join(paras[:1]).split())
-    m = re.match(r"(.+?[.!?])(\s|$)", flat)
-    return m.group(1) if m else ""
+    return _sentence(" ".join(" ".join(paras[:1]).split()))
 
 
 def object_queries(rows: list[_Row], per_set: int, seed: int) -> list[Query]:

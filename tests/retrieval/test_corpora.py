@@ -74,6 +74,16 @@ def test_ensure_corpus_builds_the_cache_folder_once_then_reuses_it(tmp_path: Pat
     assert [p.name for p in (tmp_path / "cache").iterdir()] == ["tiny-1.0"]
 
 
+def test_folder_extracted_with_other_settings_is_extracted_again(tmp_path: Path,
+                                                                 monkeypatch) -> None:
+    sdist = make_sdist(tmp_path)
+    monkeypatch.setattr(corpora, "download_sdist", lambda spec, dest: sdist)
+    ensure_corpus(CorpusSpec("tiny", "tinypkg", "1.0", "doc/build", "sphinx"),
+                  cache_root=tmp_path / "cache")
+    again = ensure_corpus(SPEC, cache_root=tmp_path / "cache")  # now skipping changelog/
+    assert not (again.docs / "changelog").exists() and (again.docs / "index.rst").is_file()
+
+
 def test_missing_docs_folder_is_one_line_error_and_leaves_no_folder(tmp_path: Path,
                                                                      monkeypatch) -> None:
     sdist = make_sdist(tmp_path)

@@ -115,8 +115,8 @@ def test_section_queries_skip_code_and_drop_the_heading_words(index) -> None:
         "As query parameters are not a fixed part of a path, they can be optional and can "
         "have default values.",  # only the section's own heading ("Defaults") is dropped
         "The is the ORM's handle to the database.",
-        "When you declare other function that are not part of the path , they are "
-        "automatically interpreted as .",
+        "When you declare other function that are not part of the path, they are "
+        "automatically interpreted as.",
     ]
     defaults = next(v for k, v in sections.items() if k.startswith("As query"))
     assert defaults == _chunks(index, section="Query Parameters > Defaults")
