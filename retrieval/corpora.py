@@ -5,7 +5,9 @@ A corpus is the documentation folder that ships inside one pinned sdist:
 * ``sqlalchemy`` — SQLAlchemy 2.0.58's ``doc/build`` (Sphinx reST: tutorials,
   ORM and Core narrative, ``autoclass``/``autofunction`` API pages); the
   release notes (``changelog/``, 60 % of the text and no API entries) are left
-  out.
+  out.  Its ``lib/`` source goes to ``src/``: the API pages are almost all
+  autodoc (about 690 ``auto*`` directives against 8 written-out entries), so
+  the descriptions live in the docstrings there.
 * ``fastapi`` — FastAPI 0.110.2's ``docs/en/docs`` (MkDocs Markdown), the last
   release whose sdist carries the docs (0.110.3 and later ship none; Pydantic's
   sdist ships none either); the release notes (a third of the text) are left
@@ -65,6 +67,10 @@ class CorpusSpec:
         markup: ``"sphinx"`` (reST with object descriptions) or ``"markdown"``.
         sha256: hex SHA-256 of the sdist archive (``""``: not checked).
         skip: files or sub-folders of ``docs`` left out (posix, relative to ``docs``).
+        source: the package's source folder inside the sdist, extracted to
+            ``src/`` (``""``: none).  Autodoc entries (``.. autoclass::``) name
+            an object whose description is its docstring in this source, of
+            exactly the documented release.
     """
 
     name: str
@@ -74,12 +80,14 @@ class CorpusSpec:
     markup: str
     sha256: str = ""
     skip: tuple[str, ...] = ()
+    source: str = ""
 
 
 CORPORA: dict[str, CorpusSpec] = {
     "sqlalchemy": CorpusSpec(
         "sqlalchemy", "SQLAlchemy", "2.0.58", "doc/build", "sphinx",
-        "2acdcec9836b7c1514a9ad426e7731669a1186d96481a2e82c50bf2aebb49061", skip=("changelog",)),
+        "2acdcec9836b7c1514a9ad426e7731669a1186d96481a2e82c50bf2aebb49061", skip=("changelog",),
+        source="lib"),
     "fastapi": CorpusSpec(
         "fastapi", "fastapi", "0.110.2", "docs/en/docs", "markdown",
         "b53d673652da3b65e8cd787ad214ec0fe303cad00d2b529b86ce7db13f17518d",
@@ -89,7 +97,7 @@ CORPORA: dict[str, CorpusSpec] = {
 
 @dataclass(frozen=True)
 class Corpus:
-    """A corpus on disk: ``docs`` is the folder to ingest."""
+    """A corpus on disk: ``docs`` is the folder to ingest; ``src`` the package source or None."""
 
     spec: CorpusSpec
     root: Path
@@ -97,6 +105,10 @@ class Corpus:
     @property
     def docs(self) -> Path:
         return self.root / "docs"
+
+    @property
+    def src(self) -> Path | None:
+        return self.root / "src" if self.spec.source else None
 
 
 def corpus_spec(name: str) -> CorpusSpec:
@@ -180,41 +192,47 @@ def _members(archive: Path) -> Iterator[tuple[str, bytes]]:
 
 
 def extract_docs(spec: CorpusSpec, archive: Path, out: Path) -> None:
-    """Write the text files of ``spec.docs`` in ``archive`` to ``out/docs`` and a manifest.
+    """Write the docs (and source) of ``archive`` under ``out`` with a manifest.
 
-    The sdist's single top folder (``pkg-1.0/``) is stripped; files outside the
-    docs folder, under ``spec.skip``, with a suffix not in :data:`TEXT_SUFFIXES`
-    or with ``..`` in their path are not written.
+    ``spec.docs`` goes to ``out/docs`` (files with a suffix in
+    :data:`TEXT_SUFFIXES`, minus ``spec.skip``), ``spec.source`` to ``out/src``
+    (``.py`` files).  The sdist's single top folder (``pkg-1.0/``) is
+    stripped; a path with ``..`` in it is never written.
 
     Raises:
         CorpusError: no text file under ``spec.docs`` in the archive.
     """
-    docs = PurePosixPath(spec.docs)
-    count = 0
+    trees = [("docs", PurePosixPath(spec.docs), TEXT_SUFFIXES, spec.skip)]
+    if spec.source:
+        trees.append(("src", PurePosixPath(spec.source), (".py",), ()))
+    count = {dest: 0 for dest, *_ in trees}
     for name, data in _members(archive):
         parts = PurePosixPath(name).parts[1:]  # drop "pkg-1.0/"
         rel = PurePosixPath(*parts) if parts else PurePosixPath()
-        if ".." in parts or rel.suffix.lower() not in TEXT_SUFFIXES or docs not in rel.parents:
-            continue
-        sub = rel.relative_to(docs)
-        if any(PurePosixPath(s) == sub or PurePosixPath(s) in sub.parents for s in spec.skip):
-            continue
-        target = out / "docs" / Path(*sub.parts)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        count += 1
-    if count == 0:
+        for dest, root, suffixes, skip in trees:
+            if ".." in parts or rel.suffix.lower() not in suffixes or root not in rel.parents:
+                continue
+            sub = rel.relative_to(root)
+            if any(PurePosixPath(s) == sub or PurePosixPath(s) in sub.parents for s in skip):
+                continue
+            target = out / dest / Path(*sub.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            count[dest] += 1
+    if count["docs"] == 0:
         raise CorpusError(f"corpus {spec.name}: {archive.name} has no {spec.docs}/ text files "
                           f"(suffixes {', '.join(TEXT_SUFFIXES)})")
-    manifest = {**_manifest(spec), "markup": spec.markup, "sdist": archive.name, "files": count}
+    manifest = {**_manifest(spec), "markup": spec.markup, "sdist": archive.name,
+                "files": count["docs"], "source_files": count.get("src", 0)}
     (out / COMPLETE_MARKER).write_text(json.dumps(manifest, indent=2) + "\n")
 
 
 def _manifest(spec: CorpusSpec, folder: Path | None = None) -> dict:
     """What decides a folder's content: from ``spec``, or as recorded in ``folder``."""
-    keys = ("name", "package", "version", "docs", "skip", "suffixes")
+    keys = ("name", "package", "version", "docs", "skip", "suffixes", "source")
     if folder is not None:
         recorded = json.loads((folder / COMPLETE_MARKER).read_text())
         return {k: recorded.get(k) for k in keys}
     return {"name": spec.name, "package": spec.package, "version": spec.version,
-            "docs": spec.docs, "skip": list(spec.skip), "suffixes": list(TEXT_SUFFIXES)}
+            "docs": spec.docs, "skip": list(spec.skip), "suffixes": list(TEXT_SUFFIXES),
+            "source": spec.source}

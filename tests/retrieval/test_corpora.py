@@ -13,7 +13,8 @@ import pytest
 import retrieval.corpora as corpora
 from retrieval.corpora import CorpusError, CorpusSpec, ensure_corpus, extract_docs
 
-SPEC = CorpusSpec("tiny", "tinypkg", "1.0", "doc/build", "sphinx", skip=("changelog",))
+SPEC = CorpusSpec("tiny", "tinypkg", "1.0", "doc/build", "sphinx", skip=("changelog",),
+                  source="lib")
 FILES = {
     "tinypkg-1.0/doc/build/index.rst": "Tiny\n====\n\nThe tiny docs.\n",
     "tinypkg-1.0/doc/build/orm/session.rst": "Session\n=======\n\nText.\n",
@@ -21,6 +22,7 @@ FILES = {
     "tinypkg-1.0/doc/build/logo.png": "\x89PNG",
     "tinypkg-1.0/doc/build/../../evil.rst": "outside",
     "tinypkg-1.0/lib/tinypkg/__init__.py": "x = 1\n",
+    "tinypkg-1.0/lib/tinypkg/_speedups.c": "int x;\n",
     "tinypkg-1.0/README.rst": "Readme\n",
 }
 
@@ -36,14 +38,17 @@ def make_sdist(folder: Path, files: dict[str, str] = FILES) -> Path:
     return path
 
 
-def test_extract_docs_keeps_text_files_of_the_docs_folder_minus_skipped(tmp_path: Path) -> None:
+def test_extract_docs_keeps_docs_text_files_minus_skipped_and_source_py_files(tmp_path: Path
+                                                                              ) -> None:
     out = tmp_path / "out"
     extract_docs(SPEC, make_sdist(tmp_path), out)
     got = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert got == ["config.json", "docs/index.rst", "docs/orm/session.rst"]
+    assert got == ["config.json", "docs/index.rst", "docs/orm/session.rst",
+                   "src/tinypkg/__init__.py"]
     assert (out / "docs/orm/session.rst").read_text() == "Session\n=======\n\nText.\n"
     manifest = json.loads((out / "config.json").read_text())
     assert manifest["version"] == "1.0" and manifest["files"] == 2
+    assert manifest["source"] == "lib" and manifest["source_files"] == 1
     assert manifest["sdist"] == "tinypkg-1.0.tar.gz" and manifest["skip"] == ["changelog"]
 
 
@@ -69,6 +74,7 @@ def test_ensure_corpus_builds_the_cache_folder_once_then_reuses_it(tmp_path: Pat
     first = ensure_corpus(SPEC, cache_root=tmp_path / "cache")
     again = ensure_corpus(SPEC, cache_root=tmp_path / "cache")
     assert first.docs == again.docs == tmp_path / "cache/tiny-1.0/docs"
+    assert first.src == tmp_path / "cache/tiny-1.0/src"
     assert (first.docs / "index.rst").is_file()
     assert calls == ["tiny"]
     assert [p.name for p in (tmp_path / "cache").iterdir()] == ["tiny-1.0"]
