@@ -58,7 +58,19 @@ def document_name(hit: Any) -> str:
 
 
 def citation_label(hit: Any) -> str:
-    """How a source is printed: ``os.path — join`` (no brackets)."""
+    """How a source is printed: ``os.path — join`` (no brackets).
+
+    A hit of an API entry (metadata ``object``, from Sphinx object
+    descriptions or the stdlib loader) reads ``module — rest of the name``
+    (``random — choices``, ``sqlalchemy.orm — Session.merge``).
+    """
+    meta = getattr(hit, "metadata", None) or {}
+    obj, module = str(meta.get("object") or ""), str(meta.get("module") or "")
+    if obj:
+        if module and obj.startswith(module + "."):
+            return f"{module}{DASH}{obj[len(module) + 1:]}"
+        head, _, tail = obj.rpartition(".")
+        return f"{head}{DASH}{tail}" if head else obj
     name = document_name(hit)
     section = str(getattr(hit, "section", "") or "")
     if not section or section == name:
@@ -80,6 +92,9 @@ def _exact_keys(hit: Any) -> set[str]:
     keys = {_key(citation_label(hit)), _key(source_label(hit)), _key(f"{name} {section}")}
     if section:
         keys.add(_key(section))
+    obj = str((getattr(hit, "metadata", None) or {}).get("object") or "")
+    if obj:
+        keys.add(_key(obj))
     keys.discard("")
     return keys
 

@@ -20,6 +20,9 @@ budget; compaction is planned by :mod:`orchestrator.compaction`.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -86,6 +89,34 @@ class Context:
         return counts
 
 
+@dataclass
+class RetrievalFit:
+    """This turn's retrieval hits fitted to ``max_retrieval_tokens`` (see :meth:`ContextBuilder.fit_retrieval`).
+
+    Attributes:
+        shown: hits shown to the model, in rank order (a truncated hit is a copy
+            with its text cut at a sentence boundary and ``TRUNCATED_MARK`` appended).
+        truncated: labels of hits shown cut.
+        dropped: labels of hits left out whole.
+        cut_tokens: tokens of hit text left out of the prompt (both kinds).
+    """
+
+    shown: list[Any] = field(default_factory=list)
+    truncated: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    cut_tokens: int = 0
+
+    def record(self) -> dict[str, Any] | None:
+        """JSON record stored on the retrieval item (``None`` when nothing was cut)."""
+        if not self.truncated and not self.dropped:
+            return None
+        return {"truncated": self.truncated, "dropped": self.dropped, "tokens": self.cut_tokens}
+
+
+TRUNCATED_MARK = " [...]"
+_SENTENCE_END = re.compile(r"(?<=[.!?:;])\s+|\n+")
+
+
 class ContextBuilder:
     """Builds prompts for one agent (system prompt + tools) over session items.
 
@@ -143,18 +174,19 @@ class ContextBuilder:
                             memory_ids=_ids(chosen))
         return self.render_items(items, [item])[0]
 
-    def turn_items(self, items: Sequence[Item], turn: int, user_text: str, hits: Sequence[Any] = (),
+    def turn_items(self, items: Sequence[Item], turn: int, user_text: str, hits: Sequence[Any] | RetrievalFit = (),
                    memories: Sequence[str] = ()) -> list[Item]:
         """This turn's retrieval message, new-memory message and user message, rendered.
 
         ``hits``: retrieval hits (``.text``, ``.document``, ``.section``), in rank
-        order; ``memories``: strings or memory hits (``.text``, ``.id``).
+        order, fitted by :meth:`fit_retrieval` (the item's ``cut`` records what
+        was left out); ``memories``: strings or memory hits (``.text``, ``.id``).
         """
         new: list[Item] = []
-        hits = self.fit(list(hits), format_retrieval, self.budget.max_retrieval_tokens)
-        if hits:
-            new.append(message_item("retrieval", turn, "user", format_retrieval(hits), [],
-                                    sources=[source_label(h) for h in hits]))
+        fit = hits if isinstance(hits, RetrievalFit) else self.fit_retrieval(hits)
+        if fit.shown:
+            new.append(message_item("retrieval", turn, "user", format_retrieval(fit.shown), [],
+                                    sources=[source_label(h) for h in fit.shown], cut=fit.record()))
         memories = self.fit(list(memories), lambda ms: format_memory(_texts(ms), snapshot=False),
                             self.budget.max_memory_tokens)
         if memories:
@@ -213,6 +245,53 @@ class ContextBuilder:
                 break
             chosen.append(t)
         return chosen
+
+    def fit_retrieval(self, hits: Sequence[Any]) -> RetrievalFit:
+        """Hits that fit ``max_retrieval_tokens``, never none while there are hits.
+
+        In rank order, a hit that fits whole is shown; the first hit that does
+        not fit, when nothing is shown yet, is cut at the last sentence
+        boundary that fits (at a word when even one sentence is too long), so
+        a top hit larger than the cap still yields text; later hits that do
+        not fit are dropped and smaller ones after them still taken.
+        """
+        fit = RetrievalFit()
+        cap = self.budget.max_retrieval_tokens
+        for hit in hits:
+            if self.count_message_tokens(format_retrieval(fit.shown + [hit])) <= cap:
+                fit.shown.append(hit)
+                continue
+            n = len(self.renderer.encode(hit.text))
+            cut = None if fit.shown else self._cut_hit(hit, cap)
+            if cut is None:
+                fit.dropped.append(source_label(hit))
+                fit.cut_tokens += n
+            else:
+                fit.shown.append(cut)
+                fit.truncated.append(source_label(hit))
+                fit.cut_tokens += n - len(self.renderer.encode(cut.text[: -len(TRUNCATED_MARK)]))
+        return fit
+
+    def _cut_hit(self, hit: Any, cap: int) -> Any | None:
+        """A copy of ``hit`` with the longest sentence prefix that fits ``cap`` (``None``: not even a word)."""
+        text = hit.text
+        ends = [m.start() for m in _SENTENCE_END.finditer(text)] or []
+        words = [m.start() for m in re.finditer(r"\s+", text)]
+
+        def fits(end: int) -> bool:
+            return self.count_message_tokens(format_retrieval([_with_text(hit, text[:end] + TRUNCATED_MARK)])) <= cap
+
+        for bounds in (ends, words):
+            lo, hi, best = 0, len(bounds) - 1, None
+            while lo <= hi:  # token counts grow with the prefix: binary search the last that fits
+                mid = (lo + hi) // 2
+                if bounds[mid] > 0 and fits(bounds[mid]):
+                    best, lo = bounds[mid], mid + 1
+                else:
+                    hi = mid - 1
+            if best is not None:
+                return _with_text(hit, text[:best].rstrip() + TRUNCATED_MARK)
+        return None
 
     def truncate(self, text: str) -> str:
         """``text`` cut to ``max_tool_result_tokens`` tokens, with a note when cut."""
@@ -274,6 +353,15 @@ class ContextBuilder:
                 f"prompt of {len(ctx.token_ids)} tokens exceeds the limit of {ctx.prompt_limit} "
                 f"(window {self.budget.max_model_len} - {self.budget.max_tokens} reserved)", param="messages")
         return ctx
+
+
+def _with_text(hit: Any, text: str) -> Any:
+    """A copy of a hit (frozen dataclass or plain object) with another ``text``."""
+    if dataclasses.is_dataclass(hit) and not isinstance(hit, type):
+        return dataclasses.replace(hit, text=text)
+    out = copy.copy(hit)
+    out.text = text
+    return out
 
 
 def _texts(memories: Sequence[Any]) -> list[str]:

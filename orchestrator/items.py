@@ -82,9 +82,10 @@ def format_retrieval(hits: Iterable[Any]) -> str:
 
 
 def source_label(hit: Any) -> str:
-    """How a retrieval hit is named to the model: ``document - section`` (or the document alone)."""
+    """How a retrieval hit is named to the model: ``document - section`` (or the document alone);
+    an API entry's section is its qualified name (metadata ``object``)."""
     source = getattr(hit, "document", "") or ""
-    section = getattr(hit, "section", "") or ""
+    section = (getattr(hit, "metadata", None) or {}).get("object") or getattr(hit, "section", "") or ""
     return f"{source} - {section}" if section else source
 
 

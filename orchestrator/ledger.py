@@ -14,6 +14,10 @@ in proportion to their count; decode time of output token ``i >= 1`` is
 (``reasoning``, ``tool_call``, ``output``, or ``rewritten_query`` for the
 tokens of a condense-question call).  ``spec_rejected`` counts drafted
 tokens that the verifier discarded (not part of the completion).
+``budget_cut`` counts, per prompt class, tokens of content the context
+budget left out of the prompt (a retrieved chunk cut at a sentence boundary or
+dropped: :meth:`orchestrator.context.ContextBuilder.fit_retrieval`); they are
+not part of the prompt and are recorded on the first call of the turn.
 
 Cost comes from a :class:`PriceTable` (API-style USD per million tokens: input,
 cached input, output; reasoning and tool calls are billed as output) plus an
@@ -75,6 +79,7 @@ class Ledger:
     prompt: dict[str, PromptClassUsage] = field(default_factory=lambda: {c: PromptClassUsage() for c in PROMPT_CLASSES})
     output: dict[str, OutputClassUsage] = field(default_factory=lambda: {c: OutputClassUsage() for c in OUTPUT_CLASSES})
     spec_rejected: int = 0
+    budget_cut: dict[str, int] = field(default_factory=dict)
     num_calls: int = 0
     ttft_ms: float = 0.0
     e2e_ms: float = 0.0
@@ -194,6 +199,8 @@ class Ledger:
                 t2.decode_ms += o.decode_ms
                 t2.cost += o.cost
             out.spec_rejected += led.spec_rejected
+            for name, n in led.budget_cut.items():
+                out.budget_cut[name] = out.budget_cut.get(name, 0) + n
             out.num_calls += led.num_calls
             out.ttft_ms += led.ttft_ms
             out.e2e_ms += led.e2e_ms
@@ -227,6 +234,7 @@ class Ledger:
             "prompt": {k: {**asdict(v), "tokens": v.tokens} for k, v in self.prompt.items()},
             "output": {k: asdict(v) for k, v in self.output.items()},
             SPEC_REJECTED: self.spec_rejected,
+            "budget_cut": dict(self.budget_cut),
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
             "completion_tokens": self.completion_tokens,

@@ -41,6 +41,7 @@ class TurnRunner:
         self.turn = 1 + max((it.get("turn", 0) for it in self.items), default=0)
         self.result = RunResult(timings={"model": 0.0, "tools": 0.0, "retrieval": 0.0, "memory": 0.0})
         self.ledgers: list[Ledger] = []
+        self.budget_cut: dict[str, int] = {}  # tokens this turn's caps left out, per class (first call's ledger)
         self._pending: list[Item] = []
 
     def _store(self, new: list[Item]) -> None:
@@ -74,8 +75,10 @@ class TurnRunner:
                     queries, a.retrieval_k, identifier_queries=[self.message]))
             else:
                 hits = await self._timed("retrieval", a.retriever.search, queries[0], a.retrieval_k)
-        new = b.turn_items(self.items, self.turn, self.message, hits, memories)
-        self.result.retrieved = list(hits[: len(new[0]["sources"])]) if new[0]["kind"] == "retrieval" else []
+        fit = b.fit_retrieval(hits)
+        self.budget_cut = {"retrieval": fit.cut_tokens} if fit.cut_tokens else {}
+        new = b.turn_items(self.items, self.turn, self.message, fit, memories)
+        self.result.retrieved = list(fit.shown)
         self._store(new)
 
     async def _queries(self) -> list[str]:
@@ -163,6 +166,8 @@ class TurnRunner:
                 yield ev
             res.timings["model"] += (time.perf_counter() - t0) * 1000.0
             res.steps = step
+            if step == 1:
+                outcome.ledger.budget_cut.update(self.budget_cut)
             self.ledgers.append(outcome.ledger)
             res.timings.setdefault("ttft", outcome.ledger.ttft_ms)
             self._store_reply(outcome, step)

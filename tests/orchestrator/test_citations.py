@@ -112,3 +112,27 @@ def test_labels_with_quotes_and_commas_are_cited_whole():
     check = check_answer(f"Most sequence types support these operations [{label}].", [WITH, seq])
     assert [(s.label, s.cited) for s in check.sources] == [(label, True)] and check.unverified == []
     assert parse_citations('See [The "with" statement].') == ['The "with" statement']
+
+
+@dataclass
+class EntryHit:
+    document: str
+    section: str
+    text: str
+    title: str
+    metadata: dict
+
+
+CHOICES = EntryHit("/docs/library/random.rst", "random — Generate pseudo-random numbers > Functions for sequences",
+                   "random.choices(population, weights=None, *, cum_weights=None, k=1)\n\nReturn a k sized list "
+                   "of elements chosen from the population with replacement.", "random — Generate pseudo-random numbers",
+                   {"object": "random.choices", "objtype": "function", "module": "random"})
+
+
+def test_an_api_entry_is_labelled_module_then_name_and_cited_by_any_spelling():
+    assert citation_label(CHOICES) == "random — choices"
+    merge = EntryHit("/doc/orm/session_api.rst", "Session API", "sqlalchemy.orm.Session.merge(instance)", "Session API",
+                     {"object": "sqlalchemy.orm.Session.merge", "module": "sqlalchemy.orm"})
+    assert citation_label(merge) == "sqlalchemy.orm — Session.merge"
+    for cited in ("random — choices", "random.choices", "random - choices"):
+        assert match_citation(cited, [merge, CHOICES]) is CHOICES

@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.budget import ContextBudget
 from orchestrator.context import ContextBuilder
-from orchestrator.items import to_message
+from orchestrator.items import format_retrieval, to_message
 
 TOOLS = sorted([
     {"type": "function", "function": {"name": "search_documents", "description": "Search the docs.",
@@ -151,3 +151,25 @@ def test_unstable_template_is_detected_and_prompts_stay_prefix_extending(tokeniz
     assert not b.renderer.prefix_stable and "not prefix-stable" in caplog.text
     assert second[: len(first) + len(reply) + 1] == first + reply + b.renderer.trailer()
     assert tok.decode(items[-1]["token_ids"], skip_special_tokens=False) == "<|im_start|>user\nq2<|im_end|>\n"
+
+
+def test_top_hit_larger_than_the_retrieval_cap_still_yields_text(tokenizer) -> None:
+    """A first hit over the cap is cut at a sentence boundary, never left out; what was cut is recorded."""
+    b = ContextBuilder(tokenizer, "sys", budget=ContextBudget(max_model_len=2048, max_retrieval_tokens=80))
+    long = " ".join(f"Sentence number {i} explains one more detail of the API." for i in range(60))
+    fit = b.fit_retrieval([_Hit(long, "big.rst", "Big"), _Hit("Short entry.", "small.rst", "Small")])
+    (shown,) = [h for h in fit.shown if h.document == "big.rst"]
+    assert shown.text.endswith("API. [...]") and long.startswith(shown.text[:-len(" [...]")])
+    assert fit.truncated == ["big.rst - Big"] and fit.cut_tokens > 0
+    assert b.count_message_tokens(format_retrieval(fit.shown)) <= 80
+    (item, _user) = b.turn_items([], 1, "q", fit)
+    assert item["kind"] == "retrieval" and item["cut"]["truncated"] == ["big.rst - Big"]
+    assert "Sentence number 0" in item["content"]
+
+
+def test_hits_after_one_that_does_not_fit_are_still_taken_when_they_fit(tokenizer) -> None:
+    b = ContextBuilder(tokenizer, "sys", budget=ContextBudget(max_model_len=2048, max_retrieval_tokens=90))
+    hits = [_Hit("First short hit.", "a.md", "A"), _Hit("word " * 300, "b.md", "B"), _Hit("Third hit.", "c.md", "C")]
+    fit = b.fit_retrieval(hits)
+    assert [h.document for h in fit.shown] == ["a.md", "c.md"] and fit.dropped == ["b.md - B"]
+    assert b.fit_retrieval(hits[:1]).record() is None
