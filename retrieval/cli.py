@@ -40,6 +40,9 @@ def ingest(
                                         "folder (default all-MiniLM-L6-v2; fixed per index)."),
     chunk_tokens: Optional[int] = typer.Option(None, "--chunk-tokens", help="Chunk size in tokens."),
     overlap_tokens: Optional[int] = typer.Option(None, "--overlap-tokens", help="Overlap in tokens."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Serving model (name or folder) "
+                                            "whose tokenizer also bounds each chunk to --chunk-tokens "
+                                            "(fixed per index)."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Progress bar on a tty."),
 ) -> None:
     """Ingest documents into a retrieval index (re-ingesting unchanged files adds nothing).
@@ -56,12 +59,14 @@ def ingest(
         raise typer.BadParameter("give at least one PATH or --stdlib", param_hint="PATHS")
     try:
         r = Retriever.open(index, embedder=model, chunk_tokens=chunk_tokens,
-                           overlap_tokens=overlap_tokens)
+                           overlap_tokens=overlap_tokens, tokenizer=tokenizer)
         stats = r.ingest(paths, patterns=glob or DEFAULT_PATTERNS,
                          show_progress=None if progress else False)
     except (FileNotFoundError, ValueError) as exc:
         typer.secho(f"error: {exc}", fg="red", err=True)
         raise typer.Exit(2) from exc
+    for path, reason in stats.failures:
+        typer.secho(f"skipped {path}: {reason}", fg="yellow", err=True)
     typer.echo(stats.summary())
 
 

@@ -22,7 +22,7 @@ import logging
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,6 +52,8 @@ class IngestStats:
         chunks_removed: chunks of changed documents that no longer exist.
         chunks_total: chunks in the index afterwards.
         seconds: wall time of the ingestion (s).
+        failures: ``(path, one-line reason)`` of files that failed to load and
+            were skipped (the rest of the run went on).
     """
 
     documents: int = 0
@@ -61,6 +63,7 @@ class IngestStats:
     chunks_removed: int = 0
     chunks_total: int = 0
     seconds: float = 0.0
+    failures: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def chunks_per_s(self) -> float:
@@ -72,12 +75,16 @@ class IngestStats:
         return (f"{self.documents} documents ({self.documents_changed} new/changed, "
                 f"{self.documents_unchanged} unchanged): +{self.chunks_added} chunks, "
                 f"-{self.chunks_removed}, {self.chunks_total} in index, "
-                f"{self.seconds:.1f} s ({self.chunks_per_s:.1f} chunks/s)")
+                f"{self.seconds:.1f} s ({self.chunks_per_s:.1f} chunks/s)"
+                + (f"; {len(self.failures)} files skipped (failed to load)" if self.failures else ""))
 
 
-def load_documents(paths: Iterable[str | Path], patterns: Iterable[str] = DEFAULT_PATTERNS
-                   ) -> list[Document]:
+def load_documents(paths: Iterable[str | Path], patterns: Iterable[str] = DEFAULT_PATTERNS,
+                   failures: list[tuple[str, str]] | None = None) -> list[Document]:
     """Every document under ``paths``; all paths are checked before any is read.
+
+    A file that fails to load is skipped and, when ``failures`` is a list,
+    reported in it as ``(path, reason)`` (see :func:`retrieval.loaders.load_path`).
 
     Raises:
         FileNotFoundError: a path does not exist.
@@ -86,13 +93,14 @@ def load_documents(paths: Iterable[str | Path], patterns: Iterable[str] = DEFAUL
     for p in paths:
         if not p.startswith("stdlib:"):
             iter_files(p, patterns)  # raises before anything is ingested
-    return [doc for p in paths for doc in load_path(p, patterns)]
+    return [doc for p in paths for doc in load_path(p, patterns, failures)]
 
 
 def content_hash(doc: Document, settings: dict) -> str:
     """SHA-256 over the document and the chunking settings."""
     payload = json.dumps([doc.title, [(s.heading, s.text, s.metadata) for s in doc.sections], doc.metadata,
-                          settings["chunk_tokens"], settings["overlap_tokens"]], sort_keys=True,
+                          settings["chunk_tokens"], settings["overlap_tokens"], settings.get("tokenizer")],
+                         sort_keys=True,
                          default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
 

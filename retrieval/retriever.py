@@ -55,6 +55,9 @@ class Retriever:
         chunk_tokens: chunk size in embedder tokens (fixed when the index is
             created; default 192).
         overlap_tokens: overlap between chunks in tokens (default 32).
+        tokenizer: the serving model (a name ``loom serve --model`` takes, or a
+            folder) whose tokenizer also bounds each chunk to ``chunk_tokens``
+            (fixed when the index is created; default none: embedder tokens only).
         hnsw_threshold: vectors above which FAISS switches to HNSW (20,000).
         rebuild_ratio: HNSW tombstone fraction that triggers a compaction (0.2).
         ef_search: HNSW search beam width (128: recall@10 0.986 against exact
@@ -72,7 +75,7 @@ class Retriever:
 
     def __init__(self, index_dir: str | Path, embedder: Embedder | str | None = None,
                  chunk_tokens: int | None = None, overlap_tokens: int | None = None,
-                 hnsw_threshold: int = 20_000, rebuild_ratio: float = 0.2,
+                 tokenizer: str | None = None, hnsw_threshold: int = 20_000, rebuild_ratio: float = 0.2,
                  ef_search: int = 128, candidates: int = 50,
                  identifier_weight: float = 3.0) -> None:
         if not 0 < rebuild_ratio <= 1:
@@ -82,7 +85,7 @@ class Retriever:
         self.store = ChunkStore(self.index_dir / STORE_FILE)
         meta = self.store.get_meta()
         model = embedder.model_name if isinstance(embedder, Embedder) else embedder
-        self.settings = self._settle(meta, model, chunk_tokens, overlap_tokens)
+        self.settings = self._settle(meta, model, chunk_tokens, overlap_tokens, tokenizer)
         if isinstance(embedder, Embedder):
             self.embedder = embedder
         else:
@@ -114,10 +117,11 @@ class Retriever:
         return cls(index_dir, **kwargs)
 
     def _settle(self, meta: dict[str, Any], model: str | None, chunk_tokens: int | None,
-                overlap_tokens: int | None) -> dict[str, Any]:
-        wanted = {"model": model, "chunk_tokens": chunk_tokens, "overlap_tokens": overlap_tokens}
+                overlap_tokens: int | None, tokenizer: str | None) -> dict[str, Any]:
+        wanted = {"model": model, "chunk_tokens": chunk_tokens, "overlap_tokens": overlap_tokens,
+                  "tokenizer": tokenizer}
         defaults = {"model": DEFAULT_MODEL, "chunk_tokens": DEFAULT_CHUNK_TOKENS,
-                    "overlap_tokens": DEFAULT_OVERLAP_TOKENS}
+                    "overlap_tokens": DEFAULT_OVERLAP_TOKENS, "tokenizer": None}
         settings = {}
         for key, val in wanted.items():
             if key in meta and val is not None and val != meta[key]:
@@ -135,7 +139,7 @@ class Retriever:
         """Token-aware chunker over the embedder's tokenizer (built on first use)."""
         if self._chunker is None:
             self._chunker = Chunker(self.embedder.tokenizer, self.settings["chunk_tokens"],
-                                    self.settings["overlap_tokens"])
+                                    self.settings["overlap_tokens"], _model_tokenizer(self.settings["tokenizer"]))
         return self._chunker
 
     @property
@@ -201,13 +205,18 @@ class Retriever:
                show_progress: bool | None = None) -> "IngestStats":
         """Load files/folders/``stdlib:`` paths and add them. Returns ``IngestStats``.
 
+        A file that fails to load is skipped and listed in ``IngestStats.failures``.
+
         Raises:
             FileNotFoundError: a path does not exist (nothing is ingested).
         """
         from retrieval.ingest import load_documents
 
-        docs = load_documents(paths, patterns)
-        return self.add_documents(docs, show_progress=show_progress)
+        failures: list[tuple[str, str]] = []
+        docs = load_documents(paths, patterns, failures)
+        stats = self.add_documents(docs, show_progress=show_progress)
+        stats.failures = failures
+        return stats
 
     def delete_document(self, document: str) -> int:
         """Remove a document and its chunks; returns the number of chunks removed.
@@ -355,6 +364,17 @@ class Retriever:
         idx = self.vector_index
         return {"documents": len(self.documents()), "chunks": len(self), "vectors": idx.ntotal,
                 "tombstones": len(self.tombstones), "index": idx.kind, **self.settings}
+
+
+def _model_tokenizer(model: str | None) -> Any:
+    """The serving model's tokenizer, resolved as ``LLM(model)`` resolves it (``None`` for none)."""
+    if not model:
+        return None
+    from transformers import AutoTokenizer
+
+    from runtime.models.loader import resolve_model_path
+
+    return AutoTokenizer.from_pretrained(str(resolve_model_path(model)))
 
 
 def _check(k: Any, mode: Any) -> None:

@@ -209,3 +209,31 @@ def test_searches_run_while_another_thread_ingests(tmp_path: Path, corpus: Path,
     assert not errors
     assert seen and all(titles == ["Garden notes"] for titles in seen)
     assert len(r) == 6 and r.vector_index.ntotal == 6
+
+
+def test_a_file_that_fails_to_load_is_reported_and_skipped(index: Retriever, corpus: Path) -> None:
+    bad = corpus / "broken.md"
+    bad.write_bytes(b"# Broken\n\n\xff\xfe not utf-8")
+    stats = index.ingest([corpus], show_progress=False)
+    assert [p for p, _ in stats.failures] == [str(bad.resolve())]
+    assert "1 files skipped" in stats.summary()
+    assert str(bad.resolve()) not in index.documents() and len(index.documents()) == 4
+
+
+def test_chunks_fit_the_serving_models_tokens_too(tmp_path: Path, embedder, real_model) -> None:
+    from transformers import AutoTokenizer
+
+    from retrieval.chunking import Chunker
+    from retrieval.types import Document, Section
+
+    model_tok = AutoTokenizer.from_pretrained(str(real_model))
+    # identifiers with digits: one MiniLM word piece each, several BPE tokens each in SmolLM2
+    text = " ".join(f"x{i}q{i * 7}z{i * 13}" for i in range(400))
+    doc = Document("code", "Code", (Section("", text),))
+    plain = Chunker(embedder.tokenizer, 64, 8).chunk(doc)
+    both = Chunker(embedder.tokenizer, 64, 8, model_tokenizer=model_tok).chunk(doc)
+    count = lambda t: len(model_tok(t, add_special_tokens=False)["input_ids"])  # noqa: E731
+    assert max(count(c.text) for c in plain) > 64  # the embedder's count alone overflows the model's
+    assert all(count(c.text) <= 64 and c.num_tokens <= 64 for c in both)
+    assert all(c.metadata["model_tokens"] == count(c.text) for c in both)
+    assert " ".join(c.text for c in both).count("x399q") >= 1  # nothing lost at the end
