@@ -150,3 +150,23 @@ async def test_retrieval_on_demand_through_search_documents(llm, retriever) -> N
     kinds = [it["kind"] for it in session.get_items()]
     assert "retrieval" not in kinds and "tool_result" in kinds
     assert result.usage.calls[1].prompt["tool_result"].tokens > 0
+
+
+async def test_retrieval_cap_smaller_than_the_top_hit_still_shows_text_and_records_the_cut(llm, tmp_path) -> None:
+    from retrieval import Retriever
+
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "locks.md").write_text("# Locks\n\n" + " ".join(
+        f"Rule {i}: an asyncio lock is held by one task at a time and released on exit." for i in range(12)))
+    retriever = Retriever.open(tmp_path / "index")
+    retriever.ingest([tmp_path / "docs"], show_progress=False)
+    agent = Agent(llm, retriever=retriever, retrieval_k=1,
+                  budget=ContextBudget(reserved_output=8, max_retrieval_tokens=120))
+    session = InMemorySession()
+    result = await agent.arun("How do asyncio locks work?", session=session)
+    (shown,) = result.retrieved
+    assert shown.text.endswith("on exit. [...]")  # cut after a whole sentence
+    assert result.usage.budget_cut["retrieval"] > 0
+    assert result.usage.calls[0].budget_cut == result.usage.budget_cut  # on the turn's first call
+    (item,) = [it for it in session.get_items() if it["kind"] == "retrieval"]
+    assert item["cut"]["tokens"] == result.usage.budget_cut["retrieval"]
