@@ -40,7 +40,15 @@ class OwnerRetriever:
         """``Retriever.search`` restricted to ``metadata.owner == owner``."""
         return self._retriever.search(query, k=k, filters={**(filters or {}), "owner": self.owner})
 
+    def search_many(self, queries: Any, k: int = 5, filters: dict[str, Any] | None = None,
+                    **kwargs: Any) -> list[Any]:
+        """``Retriever.search_many`` restricted to ``metadata.owner == owner``."""
+        return self._retriever.search_many(queries, k=k, filters={**(filters or {}), "owner": self.owner},
+                                           **kwargs)
+
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("search"):  # never an unfiltered search through the view
+            raise AttributeError(name)
         return getattr(self._retriever, name)
 
 
@@ -88,6 +96,7 @@ def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Any:
         sampling=sampling,
         tool_choice=tool_choice_arg(cfg.tool_choice),
         auto_retrieve=cfg.index,
+        condense_question=cfg.condense_question,
         tool_call_parser=services.tool_format,
     )
 

@@ -26,7 +26,7 @@ DEFAULT_SYSTEM = "You are a helpful assistant."
 
 
 def _build_agent(model: str, index: Path | None, db: str | None, namespace: str, system: str,
-                 max_tokens: int) -> tuple[Any, Any]:
+                 max_tokens: int, condense_question: bool = True) -> tuple[Any, Any]:
     from orchestrator import Agent, ContextBudget
     from runtime import AsyncLLM, SamplingParams
     from tools.builtin import calculator, memory_tools, search_documents_tool
@@ -46,7 +46,8 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
     llm = AsyncLLM(model)
     agent = Agent(llm, tools=tools, retriever=retriever, memory=memory, memory_namespace=namespace,
                   system_prompt=system, budget=ContextBudget(reserved_output=max_tokens),
-                  sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens))
+                  sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens),
+                  condense_question=condense_question)
     return llm, agent
 
 
@@ -99,6 +100,9 @@ def chat(
     system: Optional[str] = typer.Option(None, "--system", help="System prompt (default: a helpful "
                                          "assistant; with --index, one that asks for citations)."),
     max_tokens: int = typer.Option(256, "--max-tokens", help="Output tokens per model call."),
+    condense_question: bool = typer.Option(True, "--condense-question/--no-condense-question",
+                                           help="With --index: rewrite a follow-up into a standalone question "
+                                           "with the model before retrieving."),
 ) -> None:
     """Chat with the agent in the terminal (streaming; /usage shows the ledger).
 
@@ -115,7 +119,7 @@ def chat(
         system = DEFAULT_SYSTEM + (" Answer from the retrieved documents when they help. " + CITE_INSTRUCTION
                                    if index is not None else "")
     try:
-        llm, agent = _build_agent(path, index, db, namespace, system, max_tokens)
+        llm, agent = _build_agent(path, index, db, namespace, system, max_tokens, condense_question)
     except LoomError as exc:
         console.print(f"[red]error:[/] {escape(exc.message)}")
         raise typer.Exit(2) from None

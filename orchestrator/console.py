@@ -119,7 +119,11 @@ def sources_line(check: CitationCheck, result: RunResult) -> str:
 
 
 def print_retrieved(console: Console, result: RunResult) -> None:
-    """One dim line naming the sections retrieved this turn (nothing when none were)."""
+    """One dim line naming the sections retrieved this turn (nothing when none were),
+    preceded by the follow-up's rewrite when one was searched with (``orchestrator.condense``)."""
+    if result.rewritten_query:
+        console.print(f"  searched as: {result.rewritten_query}", style="dim", markup=False, highlight=False,
+                      soft_wrap=True)
     if result.retrieved:
         labels = dict.fromkeys(citation_label(h) for h in result.retrieved)
         console.print("  retrieved: " + " · ".join(labels), style="dim", markup=False, highlight=False,

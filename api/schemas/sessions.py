@@ -36,6 +36,9 @@ class SessionCreate(_Strict):
                                   description=f"Built-in tools to enable: {', '.join(BUILTIN_TOOLS)}.")
     index: bool = Field(default=False, description="Ground turns in the owner's documents "
                         "(the server's index): automatic retrieval before each turn.")
+    condense_question: bool = Field(default=True, description="With index: rewrite a follow-up into a "
+                                    "standalone question with the model before retrieving (its tokens are "
+                                    "the ledger's query_rewrite / rewritten_query classes).")
     memory_namespace: str | None = Field(default=None, max_length=200,
                                          description="Long-term memory namespace (per owner).")
     sampling: SessionSampling = Field(default_factory=SessionSampling)

@@ -47,3 +47,18 @@ def test_memories_add_list_search_delete_and_isolation(alice, bob):
     assert alice.delete(f"/v1/memories/{ev['id']}", params={"namespace": "prefs"}).json()["deleted"] is True
     assert alice.get("/v1/memories", params={"namespace": "prefs"}).json()["data"] == []
     _error(alice.delete(f"/v1/memories/{ev['id']}", params={"namespace": "prefs"}), 404)
+
+
+def test_follow_up_turns_are_condensed_unless_switched_off(alice, bob):
+    bob.post("/v1/documents", json={"id": "bob-secret", "text": "The vault code for backups is 4417. Backups run hourly."})
+    alice.post("/v1/documents", json={"id": "alice-ops", "text": DOC})
+    sid = alice.post("/v1/sessions", json={"index": True, "sampling": {"temperature": 0, "max_tokens": 8}}).json()["id"]
+    alice.post(f"/v1/sessions/{sid}/messages", json={"content": "When do backups run?"})
+    turn = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "and the vault code for them?"}).json()
+    assert turn["state"] == "done"
+    assert turn["ledger"]["prompt"]["query_rewrite"]["tokens"] > 0  # the follow-up was rewritten
+    off = alice.post("/v1/sessions", json={"index": True, "condense_question": False,
+                                           "sampling": {"temperature": 0, "max_tokens": 8}}).json()["id"]
+    alice.post(f"/v1/sessions/{off}/messages", json={"content": "When do backups run?"})
+    turn = alice.post(f"/v1/sessions/{off}/messages", json={"content": "and hourly?"}).json()
+    assert turn["ledger"]["prompt"]["query_rewrite"]["tokens"] == 0
