@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
-from retrieval.loaders import (iter_files, load_file, load_html, load_markdown, load_path,
-                               load_rst, load_text)
+from retrieval import loaders
+from retrieval.loaders import iter_files, load_file, load_markdown, load_path, load_rst, load_text
 from retrieval.stdlib import load_stdlib
 
 
@@ -22,22 +23,12 @@ def test_markdown_loader_strips_markup_and_keeps_heading_path() -> None:
     ]
 
 
-def test_rst_loader_uses_docutils_title_and_nested_sections() -> None:
+def test_rst_loader_uses_docutils_title_and_nested_sections() -> None:  # more: test_loaders_rst
     doc = load_rst("Manual\n======\n\nFirst para with ``code``.\n\nUsage\n-----\n\n"
                    "Run *it*.\n", "m.rst")
     assert doc.title == "Manual"
     assert [(s.heading, s.text) for s in doc.sections] == [
         ("Manual", "First para with code."), ("Manual > Usage", "Run it.")]
-
-
-def test_html_loader_drops_scripts_and_styles_and_keeps_headings() -> None:
-    doc = load_html("<html><head><title>T</title><style>b{}</style></head><body>"
-                    "<script>alert(1)</script><p>before</p><h1>Top</h1><p>one <b>bold</b></p>"
-                    "<h2>Sub</h2><ul><li>a</li><li>b</li></ul></body></html>", "x.html")
-    assert doc.title == "T"
-    assert [(s.heading, s.text) for s in doc.sections] == [
-        ("", "before"), ("Top", "one\nbold"), ("Top > Sub", "a\nb")]
-    assert "alert" not in doc.text
 
 
 def test_text_loader_title_is_first_non_empty_line() -> None:
@@ -67,6 +58,36 @@ def test_non_utf8_file_raises_value_error_and_is_skipped_in_folders(tmp_path: Pa
     with pytest.raises(ValueError, match="UTF-8"):
         load_file(tmp_path / "bad.txt")
     assert [d.title for d in load_path(str(tmp_path))] == ["fine"]
+
+
+def test_failing_file_is_skipped_and_reported_while_the_rest_load(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    def broken_loader(text: str, doc_id: str, title: str | None = None) -> NoReturn:
+        raise RuntimeError("loader bug\nsecond line of the message")
+
+    monkeypatch.setitem(loaders.LOADERS, ".rst", broken_loader)
+    (tmp_path / "a.md").write_text("# A\n\nfine")
+    (tmp_path / "b.rst").write_text("B\n=\n")
+    (tmp_path / "c.txt").write_bytes(b"\xff\xfe\x00bad")
+    (tmp_path / "d.txt").write_text("also fine")
+    failures: list[tuple[str, str]] = []
+    docs = list(load_path(str(tmp_path), failures=failures))
+    assert [d.title for d in docs] == ["A", "also fine"]
+    bad_utf8 = str((tmp_path / "c.txt").resolve())
+    assert failures == [
+        (str((tmp_path / "b.rst").resolve()), "RuntimeError: loader bug"),
+        (bad_utf8, f"ValueError: path: {bad_utf8} is not UTF-8 text (invalid start byte)"),
+    ]
+    warned = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warned) == 2 and "RuntimeError: loader bug" in warned[0]
+    assert [d.title for d in load_path(str(tmp_path))] == ["A", "also fine"]  # no list: logged only
+
+
+def test_markdown_front_matter_fields_reach_document_metadata_with_format(tmp_path: Path) -> None:
+    (tmp_path / "p.md").write_text("---\ntitle: Page\ntags: [a, b]\n---\n\n# Heading\n\nBody.\n")
+    doc = load_file(tmp_path / "p.md")
+    assert doc.title == "Page"
+    assert doc.metadata == {"tags": ["a", "b"], "format": "md"}
 
 
 def test_stdlib_topic_is_split_at_underlined_headings() -> None:

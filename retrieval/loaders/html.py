@@ -1,0 +1,138 @@
+"""HTML to a :class:`Document`: the page's main content only.
+
+Parsed with BeautifulSoup (stdlib ``html.parser`` backend).  Documentation
+sites are built by a few known tools, so the main content is found by their
+markup rather than by a readability heuristic (trafilatura, readability-lxml
+guess from text density, may drop short reference entries or code, and pull
+in several more dependencies): the first element matching
+:data:`MAIN_SELECTORS` (MkDocs Material's ``article.md-content__inner``,
+``[role=main]``, ``<main>``, Sphinx's ``div.body`` then ``div.document``,
+``<article>``), else ``<body>``.  Inside it, :data:`CHROME_SELECTORS` are
+removed: ``nav``, ``header``, ``footer``, ``aside`` (but not docutils' own
+``aside.topic``/``aside.footnote-list``...), Sphinx's sidebars, related bars
+and ``headerlink`` anchors, breadcrumbs, tables of contents, theme sidebars,
+prev/next buttons, search boxes; scripts, styles and forms go everywhere.
+
+The walk keeps document order: each ``<h1>``..``<h6>`` starts a section
+(heading path as in Markdown), each block element (``p``, ``li``, ``dd`` ...)
+is a text block with whitespace collapsed, ``<pre>`` is kept verbatim, and a
+table is one block of rows with cells joined by ``" | "``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from retrieval.loaders.sections import SectionBuilder
+from retrieval.types import Document
+
+MAIN_SELECTORS: tuple[str, ...] = (
+    "article.md-content__inner", "[role=main]", "main", "div.body", "div.document", "article",
+)
+CHROME_SELECTORS: tuple[str, ...] = (
+    "nav", "header", "footer", "aside:not(.topic):not(.footnote-list):not(.footnote)"
+    ":not(.citation-list):not(.sidebar):not(.admonition)",
+    "[role=navigation]", "[role=banner]", "[role=contentinfo]", "[role=search]",
+    ".sphinxsidebar", ".related", ".headerlink", ".breadcrumb", ".breadcrumbs",
+    "[aria-label=breadcrumbs]", ".toc", "#toc", "div.contents.topic", "aside.contents",
+    ".table-of-contents", ".md-sidebar", ".md-header", ".md-footer", ".md-tabs",
+    ".md-source-file", ".md-content__button", ".wy-nav-side", ".rst-footer-buttons",
+    ".bd-sidebar-primary", ".bd-sidebar-secondary", ".bd-header-article", ".prev-next-area",
+    ".toc-drawer", ".sidebar-drawer", "#searchbox", ".skip-link", ".footer",
+)
+_DROP_TAGS = ["script", "style", "noscript", "template", "svg", "form", "button", "head",
+              "iframe", "link", "meta"]
+_BLOCK_TAGS = {
+    "p", "div", "section", "article", "main", "body", "li", "ul", "ol", "dl", "dt", "dd",
+    "blockquote", "figure", "figcaption", "details", "summary", "hr", "address", "caption",
+    "center", "fieldset", "aside", "header", "footer", "nav", "tr", "td", "th",
+}
+_HEADING = re.compile(r"^h([1-6])$")
+
+
+def load_html(text: str, doc_id: str, title: str | None = None) -> Document:
+    """HTML (a documentation page) to a Document of its main content.
+
+    The title is the page's ``<title>``, else its first heading.  Never raises
+    on malformed HTML.
+    """
+    from bs4 import BeautifulSoup
+
+    soup = BeautifulSoup(text, "html.parser")
+    html_title = soup.title.get_text(" ", strip=True) if soup.title else None
+    for tag in soup(_DROP_TAGS):
+        tag.decompose()
+    main = next((m for sel in MAIN_SELECTORS for m in soup.select(sel, limit=1)), None)
+    main = main or soup.body or soup
+    for sel in CHROME_SELECTORS:
+        for tag in main.select(sel):
+            if tag is not main and not tag.decomposed:
+                tag.decompose()
+    walker = _Walker()
+    walker.walk(main)
+    walker.flush()
+    sb = walker.sb
+    return Document(doc_id, title or html_title or sb.first_heading or Path(doc_id).stem,
+                    sb.finish(), source=doc_id)
+
+
+class _Walker:
+    """Depth-first walk that collects inline text until a block boundary."""
+
+    def __init__(self) -> None:
+        self.sb = SectionBuilder()
+        self.inline: list[str] = []
+
+    def flush(self) -> None:
+        self.sb.block(" ".join("".join(self.inline).split()))
+        self.inline = []
+
+    def walk(self, el: Any) -> None:
+        from bs4 import NavigableString, Tag
+
+        for child in el.children:
+            if type(child) is NavigableString:  # not a Comment, Doctype, CData ...
+                self.inline.append(str(child))
+                continue
+            if not isinstance(child, Tag):
+                continue
+            name = child.name
+            level = _HEADING.match(name)
+            if level:
+                self.flush()
+                self.sb.heading(int(level[1]), " ".join(child.get_text().split()))
+            elif name == "pre":
+                self.flush()
+                self.sb.block(child.get_text())
+            elif name == "table":
+                self.flush()
+                self.sb.block(_table(child))
+            elif name == "br":
+                self.inline.append(" ")
+            elif name in _BLOCK_TAGS:
+                self.flush()
+                self.walk(child)
+                self.flush()
+            else:
+                self.walk(child)
+
+
+def _table(table: Any) -> str:
+    rows = []
+    for tr in table.find_all("tr"):
+        if tr.find_parent("table") is not table:
+            continue  # a nested table's rows are text of their cell
+        cells = [_flat(c) for c in tr.find_all(["td", "th"], recursive=False)]
+        if any(cells):
+            rows.append(" | ".join(cells))
+    return "\n".join(rows)
+
+
+def _flat(el: Any) -> str:
+    """The text of ``el`` on one line, blocks separated by a space."""
+    walker = _Walker()
+    walker.walk(el)
+    walker.flush()
+    return " ".join(" ".join(s.text.split()) for s in walker.sb.finish())
