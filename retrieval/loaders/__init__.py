@@ -13,7 +13,8 @@ document is a list of sections, each under its heading path
   registered (:mod:`~retrieval.loaders.sphinx`); each Python object entry is a
   section of its own with ``object``/``objtype``/``module`` metadata.
 * :mod:`~retrieval.loaders.html` — BeautifulSoup, main content only (no
-  navigation, header, footer or sidebars).
+  navigation, header, footer or sidebars); Sphinx-built object entries are
+  sections of their own, as in reST.
 
 ``load_path`` walks folders with glob patterns (sorted, so ingestion order and
 therefore chunk positions are deterministic), dispatches on the suffix, and

@@ -16,7 +16,13 @@ prev/next buttons, search boxes; scripts, styles and forms go everywhere.
 The walk keeps document order: each ``<h1>``..``<h6>`` starts a section
 (heading path as in Markdown), each block element (``p``, ``li``, ``dd`` ...)
 is a text block with whitespace collapsed, ``<pre>`` is kept verbatim, and a
-table is one block of rows with cells joined by ``" | "``.
+table is one block of rows with cells joined by ``" | "``.  A Sphinx object
+description (``<dl class="py method">``, its ``dt`` id the qualified name) is
+a section of its own, as in :mod:`~retrieval.loaders.rst`: the signature with
+the qualified name, then the body; metadata ``object`` (the id), ``objtype``
+(the ``dl`` class), ``module`` (the enclosing entry's; at top level the last
+``module-<name>`` target when it prefixes the name, else the name up to its
+last dot).  Members nested in a class follow the class's section.
 """
 
 from __future__ import annotations
@@ -84,6 +90,7 @@ class _Walker:
     def __init__(self) -> None:
         self.sb = SectionBuilder()
         self.inline: list[str] = []
+        self.module = ""  # the last Sphinx ``module-<name>`` target seen
 
     def flush(self) -> None:
         self.sb.block(" ".join("".join(self.inline).split()))
@@ -100,7 +107,12 @@ class _Walker:
                 continue
             name = child.name
             level = _HEADING.match(name)
-            if level:
+            if str(child.get("id", "")).startswith("module-"):
+                self.module = child["id"][len("module-"):]
+            if name == "dl" and _entry_name(child):
+                self.flush()
+                self.entry(child, "")
+            elif level:
                 self.flush()
                 self.sb.heading(int(level[1]), " ".join(child.get_text().split()))
             elif name == "pre":
@@ -119,6 +131,51 @@ class _Walker:
                 self.walk(child)
 
 
+    def entry(self, dl: Any, parent_module: str) -> None:
+        """A Sphinx object description (``dl.py``) as a section of its own, then the
+        entries nested in its body (a class's members)."""
+        obj = _entry_name(dl)
+        nested = [d for d in dl.find_all("dl") if _entry_name(d)
+                  and d.find_parent(lambda t: t.name == "dl" and _entry_name(t)) is dl]
+        for d in nested:
+            d.extract()
+        if parent_module:
+            module = parent_module
+        elif self.module and obj.startswith(self.module + "."):
+            module = self.module
+        else:
+            module = obj.rsplit(".", 1)[0] if "." in obj else ""
+        sig = "\n".join(_signature(dt, obj) for dt in dl.find_all("dt", recursive=False))
+        body = [_flat_blocks(dd) for dd in dl.find_all("dd", recursive=False)]
+        objtype = next((c for c in dl.get("class", []) if c != "py"), "")
+        self.sb.entry("\n\n".join(t for t in (sig, *body) if t),
+                      {"object": obj, "objtype": objtype, "module": module})
+        for d in nested:
+            self.entry(d, module)
+
+
+def _signature(dt: Any, obj: str) -> str:
+    """A ``dt``'s signature with the object's qualified name in place of the shown one
+    (``classmethod close_all() → None`` -> ``classmethod pkg.Cls.close_all() → None``)."""
+    text = " ".join(dt.get_text().split())
+    name = dt.find(class_="sig-name")
+    shown = " ".join(name.get_text().split()) if name else ""
+    at = text.find(shown) if shown else -1
+    if at < 0 or not obj.endswith(shown):
+        return text
+    prename = dt.find(class_="sig-prename")
+    head = text[:at].replace(" ".join(prename.get_text().split()), "") if prename else text[:at]
+    return f"{head}{obj}{text[at + len(shown):]}"
+
+
+def _entry_name(dl: Any) -> str:
+    """The object a Sphinx ``<dl class="py ...">`` describes (its ``dt`` id), or ``""``."""
+    if dl.name != "dl" or "py" not in dl.get("class", []):
+        return ""
+    dt = dl.find("dt", recursive=False)
+    return str(dt.get("id", "")) if dt is not None else ""
+
+
 def _table(table: Any) -> str:
     rows = []
     for tr in table.find_all("tr"):
@@ -130,9 +187,14 @@ def _table(table: Any) -> str:
     return "\n".join(rows)
 
 
-def _flat(el: Any) -> str:
-    """The text of ``el`` on one line, blocks separated by a space."""
+def _flat_blocks(el: Any) -> str:
+    """The text of ``el``, blocks separated by blank lines."""
     walker = _Walker()
     walker.walk(el)
     walker.flush()
-    return " ".join(" ".join(s.text.split()) for s in walker.sb.finish())
+    return "\n\n".join(s.text for s in walker.sb.finish())
+
+
+def _flat(el: Any) -> str:
+    """The text of ``el`` on one line, blocks separated by a space."""
+    return " ".join(_flat_blocks(el).split())

@@ -39,7 +39,7 @@ _SETTINGS = {
     "smart_quotes": False, "input_encoding": "unicode", "language_code": "en",
 }
 _SKIP = (nodes.system_message, nodes.comment, nodes.substitution_definition, nodes.docinfo,
-         nodes.pending, nodes.raw, nodes.transition, nodes.image)
+         nodes.pending, nodes.raw, nodes.transition, nodes.image, nodes.label)
 _SUBSTITUTION = re.compile(r"^\|[^|]+\|_{0,2}$")
 _ROLE = re.compile(r"^:(?P<name>[\w.:+-]+):`(?P<text>.*)`$", re.S)
 

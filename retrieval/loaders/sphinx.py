@@ -68,8 +68,8 @@ def role_text(name: str, text: str) -> str:
     base = name.lower().split(":")[-1]
     m = _EXPLICIT_TITLE.match(text)
     if m:
-        return utils.unescape(m.group(1))
-    shown = utils.unescape(text).strip()
+        return " ".join(utils.unescape(m.group(1)).split())
+    shown = " ".join(utils.unescape(text).split())
     if base in ("pep", "rfc"):
         return f"{base.upper()} {shown.split('#')[0]}"
     shown = shown.lstrip("!").lstrip(".")

@@ -91,10 +91,8 @@ def qualify(dotted: str, objtype: str, module: str, scope: str, autodoc: bool) -
 
 
 class PyObject(Base):
-    """A Python object description, native or autodoc, as a :class:`desc` node."""
-
-    required_arguments = 1
-    optional_arguments = 0
+    """A Python object description, native or autodoc, as a :class:`desc` node
+    (without a name: just its content)."""
 
     def run(self) -> list[nodes.Node]:
         base = self.name.split(":")[-1]
@@ -106,6 +104,8 @@ class PyObject(Base):
         if "module" in options:
             module, scope = options["module"], ""
         lines = [ln.strip() for ln in re.sub(r"\\\n", "", arg).splitlines()]
+        if not any(lines):
+            return [self.parse_content(nodes.container(), extra)]
         signatures, qualified = [], ""
         for line in filter(None, lines):
             m = _SIG.match(line)

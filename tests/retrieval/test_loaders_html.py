@@ -76,3 +76,43 @@ def test_page_without_main_markup_falls_back_to_body() -> None:
     assert [(s.heading, s.text) for s in doc.sections] == [
         ("", "before"), ("Top", "one bold"), ("Top > Sub", "a\n\nb")]
     assert "alert" not in _all(doc)
+
+
+def test_real_sphinx_autodoc_page_entries_are_sections_with_object_metadata() -> None:
+    doc = load_file(DATA / "sqlalchemy-2.0.36_core_inspection.sphinx-autodoc.html")
+    entries = [s for s in doc.sections if s.metadata]
+    assert [s.metadata for s in entries] == [
+        {"object": "sqlalchemy.inspect", "objtype": "function", "module": "sqlalchemy"}]
+    (inspect,) = entries
+    assert inspect.heading == "Runtime Inspection API"
+    assert inspect.text.startswith(
+        "sqlalchemy.inspect(subject: Type[_InspectableTypeProtocol[_IN]], raiseerr: bool = True)"
+        " → _IN\nsqlalchemy.inspect(subject: _InspectableProtocol[_IN], raiseerr: bool = True)")
+    assert "Produce an inspection object for the given target." in inspect.text
+    prose = [s for s in doc.sections if not s.metadata]
+    assert prose[0].text.startswith("The inspection module provides the _sa.inspect() function")
+    assert prose[-1].heading == "Runtime Inspection API > Available Inspection Targets"
+    for chrome in ("Quick search", "Show Source", "Created using Sphinx", "¶", "»"):
+        assert chrome not in _all(doc), chrome
+
+
+def test_sphinx_class_members_are_entries_of_their_own_after_the_class() -> None:
+    doc = load_html(
+        "<div class='body' role='main'><section><h1>API</h1>"
+        "<span class='target' id='module-pkg'></span>"
+        "<dl class='py class'><dt class='sig sig-object py' id='pkg.Session'>"
+        "<em class='property'>class </em><span class='sig-prename descclassname'>pkg.</span>"
+        "<span class='sig-name descname'>Session</span>(<em>bind</em>)"
+        "<a class='headerlink' href='#pkg.Session'>¶</a></dt>"
+        "<dd><p>Manages persistence.</p>"
+        "<dl class='py method'><dt class='sig sig-object py' id='pkg.Session.merge'>"
+        "<span class='sig-name descname'>merge</span>(<em>instance</em>) → object</dt>"
+        "<dd><p>Copy state.</p></dd></dl></dd></dl>"
+        "<p>After the class.</p></section></div>", "api.html")
+    assert [(s.heading, s.text, s.metadata) for s in doc.sections] == [
+        ("API", "class pkg.Session(bind)\n\nManages persistence.",
+         {"object": "pkg.Session", "objtype": "class", "module": "pkg"}),
+        ("API", "pkg.Session.merge(instance) → object\n\nCopy state.",
+         {"object": "pkg.Session.merge", "objtype": "method", "module": "pkg"}),
+        ("API", "After the class.", {}),
+    ]

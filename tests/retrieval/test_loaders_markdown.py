@@ -63,11 +63,8 @@ def test_real_fastapi_admonitions_and_content_tabs_keep_titles_and_bodies() -> N
 
 
 def test_real_fastapi_code_fences_lose_only_their_include_lines() -> None:
-    doc = load_file(DATA / "fastapi-0.110.2_tutorial_metadata.md")
-    _no_markers(doc)
-    text = _text(doc)
-    assert "Tip\n\nYou can write Markdown in the description field" in text
-    assert "tutorial001.py" not in text and "hl_lines" not in text
+    text = _text(load_file(DATA / "fastapi-0.110.2_tutorial_request-forms-and-files.md"))
+    assert "tutorial001" not in text and "docs_src" not in text and "hl_lines" not in text
     doc = load_markdown("# Code\n\n```python\n{!> ../docs_src/app.py!}\nx = {'a': 1}  # {% raw %}\n"
                         "\n    indented()\n```\n", "c.md")
     assert doc.sections[0].text == "x = {'a': 1}  # {% raw %}\n\n    indented()"
