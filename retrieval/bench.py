@@ -7,7 +7,7 @@ documents already there unchanged are skipped, so a second run embeds nothing.
 It prints tables, and writes everything as JSON with ``--json``:
 
 1. ingestion: documents, chunks, load (parse) and embed+store seconds, chunks/s
-   (only meaningful on a run that ingested the corpus);
+   (a table only when DIR started empty; otherwise what changed);
 2. recall@5 and MRR@10 of hybrid (identifier-weighted RRF, the default) vs
    plain RRF vs dense-only vs BM25-only on each known-item set
    :mod:`retrieval.evalset` builds from the index;
@@ -35,6 +35,7 @@ import json
 import logging
 import os
 import random
+import sys
 import time
 from pathlib import Path
 
@@ -174,8 +175,6 @@ QUALITY_ROWS = (("hybrid", "hybrid (default)"), ("hybrid_plain_rrf", "hybrid, pl
 def corpus_source(name: str) -> tuple[str, str]:
     """(ingest path, ``<name>-<version>`` label) of a corpus, fetching it when needed."""
     if name == "stdlib":
-        import sys
-
         return "stdlib:", f"stdlib-py{sys.version_info.major}.{sys.version_info.minor}"
     c = ensure_corpus(name)
     return str(c.docs), f"{name}-{c.spec.version}"
@@ -190,7 +189,8 @@ def ingest_corpus(r: Retriever, path: str) -> dict:
     total = load_s + st.seconds
     logger.info("ingest: %s (+ %.1f s parsing)", st.summary(), load_s)
     return {"documents": st.documents, "documents_changed": st.documents_changed,
-            "chunks_added": st.chunks_added, "chunks_total": st.chunks_total,
+            "chunks_added": st.chunks_added, "chunks_removed": st.chunks_removed,
+            "chunks_total": st.chunks_total,
             "load_s": load_s, "add_s": st.seconds,
             "chunks_per_s": st.chunks_added / total if total > 0 else 0.0,
             "chunks_per_s_add": st.chunks_per_s}
@@ -215,8 +215,13 @@ def print_tables(result: dict) -> None:
     from rich.table import Table
 
     con = Console(width=max(100, Console().width))
-    ing = result.get("ingest")
-    if ing:
+    ing = result["ingest"]
+    if not ing["fresh"]:
+        con.print(f"index {result['index']} reused: {ing['documents_changed']} of "
+                  f"{ing['documents']} documents changed, +{ing['chunks_added']} "
+                  f"-{ing['chunks_removed']} chunks, {ing['chunks_total']} in index "
+                  "(ingestion rate: run with an empty --index)")
+    else:
         t = Table(title=f"ingestion: {result['corpus']}")
         for col in ("documents", "chunks added", "in index", "parse s", "embed+store s",
                     "chunks/s (wall)", "chunks/s (embed+store)"):
@@ -267,15 +272,13 @@ def main(argv: list[str] | None = None) -> dict:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for name in ("faiss.loader", "sentence_transformers", "bm25s"):
         logging.getLogger(name).setLevel(logging.WARNING)
-    result: dict = {"corpus": args.corpus, "load_avg_1m": os.getloadavg()[0],
-                    "cpus": os.cpu_count()}
     path, label = corpus_source(args.corpus)
     index = args.index or loom_cache_root() / "bench" / label / "index"
-    result["corpus"], result["index"] = label, str(index)
+    result: dict = {"corpus": label, "index": str(index), "load_avg_1m": os.getloadavg()[0],
+                    "cpus": os.cpu_count()}
     r = Retriever.open(index)
-    ing = ingest_corpus(r, path)
-    if ing["chunks_added"]:
-        result["ingest"] = ing
+    fresh = len(r) == 0
+    result["ingest"] = {**ingest_corpus(r, path), "fresh": fresh}
     quality, queries = quality_of(r, args.per_set)
     result["quality"] = quality
     texts = [q.text for q in random.Random(1).sample(queries, min(args.queries, len(queries)))]
