@@ -36,7 +36,7 @@ from retrieval.types import Document
 _SETTINGS = {
     "report_level": 5, "halt_level": 5, "warning_stream": False, "traceback": True,
     "file_insertion_enabled": False, "raw_enabled": False, "syntax_highlight": "none",
-    "smart_quotes": False, "input_encoding": "unicode", "language_code": "en",
+    "smart_quotes": True, "input_encoding": "unicode", "language_code": "en",
 }
 _SKIP = (nodes.system_message, nodes.comment, nodes.substitution_definition, nodes.docinfo,
          nodes.pending, nodes.raw, nodes.transition, nodes.image, nodes.label)

@@ -108,7 +108,7 @@ def _entries(doc: Document) -> list[tuple[str, str, str]]:
 
 def test_each_object_description_is_a_section_with_qualified_name_and_metadata() -> None:
     doc = _doc()
-    assert doc.title == "random --- Generate pseudo-random numbers"
+    assert doc.title == "random — Generate pseudo-random numbers"
     assert _entries(doc) == [
         ("random.choice", "function", "random"),
         ("random.choices", "function", "random"),
@@ -127,7 +127,7 @@ def test_each_object_description_is_a_section_with_qualified_name_and_metadata()
 def test_entry_text_starts_with_qualified_signature_under_enclosing_heading() -> None:
     by_object = {s.metadata.get("object"): s for s in _doc().sections}
     choices = by_object["random.choices"]
-    assert choices.heading == "random --- Generate pseudo-random numbers > Functions for sequences"
+    assert choices.heading == "random — Generate pseudo-random numbers > Functions for sequences"
     assert choices.text == (
         "random.choices(population, weights=None, *, cum_weights=None, k=1)\n\n"
         "Return a k sized list of elements chosen from the population with\n"
@@ -136,7 +136,7 @@ def test_entry_text_starts_with_qualified_signature_under_enclosing_heading() ->
         "Changed in version 3.9: Added the weights parameter.\n\n"
         "Note: The weights are floats.")
     seed = by_object["random.Random.seed"]
-    assert seed.heading == "random --- Generate pseudo-random numbers > Alternative generators"
+    assert seed.heading == "random — Generate pseudo-random numbers > Alternative generators"
     assert seed.text == ("random.Random.seed(a=None, version=2)\n\nInitialise the generator.\n\n"
                          "Deprecated since version 3.11: Seeding with a set is removed.")
     assert by_object["random.Random"].text == (

@@ -51,7 +51,8 @@ def test_index_reloads_lazily_with_identical_results(index: Retriever, embedder)
     again = _open(index.index_dir, embedder)
     assert again._index is None and again._bm25 is None
     assert again.search("sourdough starter", k=3) == want
-    assert again.settings == {"model": "all-MiniLM-L6-v2", "chunk_tokens": 192, "overlap_tokens": 32}
+    assert again.settings == {"model": "all-MiniLM-L6-v2", "chunk_tokens": 192, "overlap_tokens": 32,
+                              "tokenizer": None}
 
 
 def test_delete_document_removes_its_chunks_from_flat_index(index: Retriever, corpus: Path) -> None:
