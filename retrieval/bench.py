@@ -79,6 +79,7 @@ def build_synthetic(real: Retriever, folder: Path, size: int, hnsw_threshold: in
     rng, nrng = random.Random(seed), np.random.default_rng(seed)
     vocab = sorted({w for row in rows for w in row["text"].split()})
     out_rows, out_vecs, docs = [], [], {}
+    seen = {row["chunk_id"] for row in rows}
     copy = 0
     while len(out_rows) < size:
         for row, vec in zip(rows, vecs):
@@ -86,12 +87,16 @@ def build_synthetic(real: Retriever, folder: Path, size: int, hnsw_threshold: in
                 break
             new = dict(row)
             if copy:
-                words = row["text"].split()
-                for i in rng.sample(range(len(words)), max(1, len(words) // 10)):
-                    words[i] = rng.choice(vocab)
                 new["document"] = f"{row['document']}#copy{copy}"
-                new["text"] = " ".join(words)
-                new["chunk_id"] = chunk_id_for(new["document"], row["section"], new["text"])
+                # a one-word chunk (an autodoc entry's bare name) can come out equal to
+                # a sibling's copy: draw again until the chunk id is new
+                while new["chunk_id"] in seen:
+                    words = row["text"].split()
+                    for i in rng.sample(range(len(words)), max(1, len(words) // 10)):
+                        words[i] = rng.choice(vocab)
+                    new["text"] = " ".join(words)
+                    new["chunk_id"] = chunk_id_for(new["document"], row["section"], new["text"])
+                seen.add(new["chunk_id"])
                 new["faiss_id"] = chunk_faiss_id(new["chunk_id"])
                 new["bm25_tokens"] = " ".join(bm25_tokenize(
                     embedding_text(row["title"], row["section"], new["text"])))

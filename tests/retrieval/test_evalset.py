@@ -153,3 +153,17 @@ def test_score_is_hit_at_5_and_reciprocal_rank_at_10() -> None:
     assert score(["a", "b", "c"], rel) == (1.0, 1 / 3)
     assert score(["x"] * 6 + ["c"], rel) == (0.0, 1 / 7)
     assert score(["x"] * 10 + ["c"], rel) == (0.0, 0.0)
+
+
+def test_synthetic_copies_of_one_word_chunks_get_distinct_ids(tmp_path: Path, embedder) -> None:
+    # bench.build_synthetic (tested here, beside the sets the bench measures): autodoc
+    # entries are bare names, and two one-word siblings could copy into one chunk id
+    from retrieval.bench import build_synthetic
+
+    names = ("alpha", "beta", "gamma", "delta")
+    doc = Document("/docs/api.rst", "API", tuple(
+        Section("API", f"pkg.{n}", {"object": f"pkg.{n}"}) for n in names))
+    real = Retriever.open(tmp_path / "real", embedder=embedder)
+    real.add_documents([doc], show_progress=False)
+    syn = build_synthetic(real, tmp_path / "syn", 40, hnsw_threshold=1000)
+    assert len(syn) == 40 and syn.vector_index.ntotal == 40
