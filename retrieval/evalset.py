@@ -113,7 +113,7 @@ def _cut(sentence: str, words: list[str]) -> str:
         # a dotted reference ending in the word goes with it (".Session.merge()")
         sentence = re.sub(rf"(?<!\w)\.?(?:\w+\.)*{re.escape(w)}(?:\(\))?(?!\w)", " ",
                           sentence, flags=re.IGNORECASE)
-    sentence = re.sub(r"\(\s*\)|``|` `", " ", sentence)  # what the cut emptied
+    sentence = re.sub(r"\(\s*\)|``|`\s*`|“\s*”|‘\s*’|\"\s*\"", " ", sentence)  # emptied by the cut
     return re.sub(r"\s+([,.;:!?)])", r"\1", " ".join(sentence.split()))
 
 
