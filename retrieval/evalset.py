@@ -124,7 +124,8 @@ def _sample(keys: list, seed: int) -> list:
 
 
 def stdlib_queries(rows: list[_Row], per_set: int, seed: int) -> list[Query]:
-    """``topic``, ``api`` and ``describe`` of the ``stdlib:`` documents (as since issue 9)."""
+    """``topic``, ``api`` and ``describe`` of the ``stdlib:`` documents (rules unchanged, so
+    figures stay comparable with earlier runs)."""
     by_topic: dict[str, set[str]] = defaultdict(set)
     by_section: dict[tuple[str, str], set[str]] = defaultdict(set)
     first_text: dict[tuple[str, str], tuple[int, str]] = {}
@@ -154,7 +155,7 @@ def _description(obj: str, text: str) -> str:
     paras = [p for p in re.split(r"\n\s*\n", text) if p.strip()]
     last = obj.rsplit(".", 1)[-1]
     if paras and last in paras[0].split("\n", 1)[0]:
-        head, _, rest = paras[0].partition("\n")  # signature line, maybe text under it
+        _, _, rest = paras[0].partition("\n")  # signature line, maybe text under it
         paras = ([rest] if rest.strip() else []) + paras[1:]
     return _sentence(" ".join(" ".join(paras[:1]).split()))
 
