@@ -99,7 +99,7 @@ def build_synthetic(real: Retriever, folder: Path, size: int, hnsw_threshold: in
                 seen.add(new["chunk_id"])
                 new["faiss_id"] = chunk_faiss_id(new["chunk_id"])
                 new["bm25_tokens"] = " ".join(bm25_tokenize(
-                    embedding_text(row["title"], row["section"], new["text"])))
+                    embedding_text(row["title"], row["section"], new["text"], (row["meta"] or {}).get("object", ""))))
                 vec = vec + nrng.normal(0, 0.025, vec.shape).astype(np.float32)
                 vec /= np.linalg.norm(vec)
             docs[new["document"]] = row["title"]

@@ -171,6 +171,7 @@ def _write_group(r: "Retriever", group: list[tuple[Document, list[Chunk]]],
                                   len(chunks), doc.metadata)
         s.flush()
         store.add_chunks(s, to_add, [" ".join(bm25_tokenize(c.embedding_text())) for c in to_add])
+        store.refresh_chunks(s, [c for fid, c in new.items() if fid in old])  # positions may move
         _remove_vectors(r, s, removed)
         store.clear_tombstones(s, [c.faiss_id for c in revived])
         r.tombstones.difference_update(c.faiss_id for c in revived)
@@ -253,7 +254,7 @@ def reconcile(r: "Retriever") -> None:
         r.store.clear_tombstones(s, revive)
         r.tombstones.difference_update(revive)
         todo = [row for row in r.store.texts_of(missing) if row[0] not in in_faiss]
-        texts = [embedding_text(t, sec, txt) for _, t, sec, txt in todo]
+        texts = [embedding_text(t, sec, txt, obj) for _, t, sec, txt, obj in todo]
         if texts:
             idx.add(np.array([row[0] for row in todo], np.int64),
                     r.embedder.encode(texts, show_progress=False))

@@ -91,9 +91,14 @@ def iter_topics() -> Iterator[Document]:
         yield topic_document(name, topics[name])
 
 
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
 def _signature(obj: object) -> str:
+    """``(a, *p)``; default reprs lose their memory address (``<object object>``), which
+    changes every process and would re-embed the chunk at every ingest."""
     try:
-        return str(inspect.signature(obj))  # type: ignore[arg-type]
+        return _ADDRESS.sub("", str(inspect.signature(obj)))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return "(...)"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (JSON, BigInteger, DateTime, ForeignKey, Integer, String, Text,
-                        create_engine, delete, event, func, select)
+                        create_engine, delete, event, func, select, update)
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from retrieval.types import Chunk, chunk_faiss_id
@@ -186,12 +186,18 @@ class ChunkStore:
         with self.session() as s:
             return list(s.scalars(select(ChunkRow.faiss_id).order_by(ChunkRow.faiss_id)))
 
-    def texts_of(self, faiss_ids: Sequence[int]) -> list[tuple[int, str, str, str]]:
-        """(faiss id, title, section, text) rows, used to re-embed after a crash."""
+    def texts_of(self, faiss_ids: Sequence[int]) -> list[tuple[int, str, str, str, str]]:
+        """(faiss id, title, section, text, object) rows, used to re-embed after a crash."""
         with self.session() as s:
-            return [tuple(r) for r in s.execute(  # type: ignore[misc]
-                select(ChunkRow.faiss_id, ChunkRow.title, ChunkRow.section, ChunkRow.text)
+            return [(fid, t, sec, txt, (meta or {}).get("object", "")) for fid, t, sec, txt, meta in s.execute(
+                select(ChunkRow.faiss_id, ChunkRow.title, ChunkRow.section, ChunkRow.text, ChunkRow.meta)
                 .where(ChunkRow.faiss_id.in_(list(faiss_ids))))]
+
+    def refresh_chunks(self, s: Session, chunks: Sequence[Chunk]) -> None:
+        """Update position and metadata of kept chunks (same id: same document, section and text)."""
+        for c in chunks:
+            s.execute(update(ChunkRow).where(ChunkRow.faiss_id == chunk_faiss_id(c.chunk_id))
+                      .values(position=c.position, title=c.title, meta=c.metadata))
 
     def filter_faiss_ids(self, filters: dict[str, Any]) -> set[int]:
         """FAISS ids of chunks matching every filter.

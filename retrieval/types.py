@@ -89,13 +89,20 @@ class Chunk:
         return chunk_faiss_id(self.chunk_id)
 
     def embedding_text(self) -> str:
-        """Text that is embedded and BM25-indexed: heading path, then the chunk."""
-        return embedding_text(self.title, self.section, self.text)
+        """Text that is embedded and BM25-indexed: heading path (or object name), then the chunk."""
+        return embedding_text(self.title, self.section, self.text, self.metadata.get("object", ""))
 
 
-def embedding_text(title: str, section: str, text: str) -> str:
-    """``"title > section\ntext"`` (empty parts left out)."""
-    head = " > ".join(p for p in (title, section) if p)
+def embedding_text(title: str, section: str, text: str, obj: str = "") -> str:
+    """``"title > section\ntext"`` (empty parts left out); an API entry's chunk is
+    headed by its qualified name instead (``obj``, metadata ``object``).
+
+    Hundreds of entries of one reference page share its heading path, which
+    then dominates their vectors (dense recall@5 on SQLAlchemy API names was
+    0.625 with it); the name is what tells the entries apart, and it heads a
+    long entry's later chunks too, which do not start with the signature.
+    """
+    head = obj or " > ".join(p for p in (title, section) if p)
     return f"{head}\n{text}" if head else text
 
 

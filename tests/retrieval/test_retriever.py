@@ -238,3 +238,24 @@ def test_chunks_fit_the_serving_models_tokens_too(tmp_path: Path, embedder, real
     assert all(count(c.text) <= 64 and c.num_tokens <= 64 for c in both)
     assert all(c.metadata["model_tokens"] == count(c.text) for c in both)
     assert " ".join(c.text for c in both).count("x399q") >= 1  # nothing lost at the end
+
+
+def test_kept_chunks_follow_their_documents_metadata_and_positions(index: Retriever, corpus: Path) -> None:
+    from retrieval.types import Document, Section
+
+    doc = Document("api", "API", (Section("S", "Alpha entry text."), Section("T", "Beta entry text.")))
+    index.add_documents([doc], show_progress=False)
+    moved = Document("api", "API", (Section("R", "New first entry."), Section("S", "Alpha entry text.",
+                                                                                {"object": "pkg.alpha"}),
+                                    Section("T", "Beta entry text.")))
+    index.add_documents([moved], show_progress=False)
+    hit = index.search("Alpha entry", k=1, filters={"document": "api"})[0]
+    row = index.store.rows_by_faiss_ids([int(hit.chunk_id, 16)])[int(hit.chunk_id, 16)]
+    assert hit.metadata["object"] == "pkg.alpha" and row.position == 1
+
+
+def test_stdlib_signatures_carry_no_memory_addresses() -> None:
+    from retrieval.stdlib import module_document
+
+    doc = module_document(__import__("dataclasses"))
+    assert not any(" at 0x" in s.text for s in doc.sections)
