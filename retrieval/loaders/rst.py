@@ -11,7 +11,9 @@ then the doctree is turned into sections:
   enclosing heading path: its qualified signature(s), then its body; metadata
   ``{"object", "objtype", "module"}``.  A class's entry comes before those of
   the members nested in it; text after an entry starts a new section under the
-  same heading, so document order is kept.
+  same heading, so document order is kept.  Autodoc entries are filled from
+  the documented package's source, found from the page's path ``doc_id``
+  (:mod:`~retrieval.loaders.autodoc`), and their members are entries too.
 * everything else is rendered to text by :func:`render`, which never emits
   parser output: ``system_message`` and comment nodes are skipped, a
   ``problematic`` node (an undefined ``|substitution|``, an unknown target)
@@ -53,7 +55,7 @@ def load_rst(text: str, doc_id: str, title: str | None = None) -> Document:
     from docutils.core import publish_doctree
 
     with sphinx_markup():
-        tree = publish_doctree(text, settings_overrides=_SETTINGS)
+        tree = publish_doctree(text, source_path=doc_id, settings_overrides=_SETTINGS)
     sb = SectionBuilder()
     doc_title = next((render(n) for n in tree.children if isinstance(n, nodes.title)), None)
     if doc_title:  # the promoted title heads every section, as an h1 does in Markdown

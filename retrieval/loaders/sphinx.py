@@ -25,7 +25,9 @@ What the handlers make (:mod:`~retrieval.loaders.sphinx_python`,
   ``attribute``, ``data``, ``exception``, ``decorator``, ``classmethod``,
   ``staticmethod``, ``property``, ``type``) and the autodoc forms
   (``autoclass``, ``autofunction``, ``automodule`` ...) become a ``desc`` node
-  with the qualified name, object type and module.
+  with the qualified name, object type and module; autodoc entries get their
+  signature, docstring and members from the parsed source where it is found
+  (:mod:`~retrieval.loaders.autodoc`).
 * ``versionadded``/``versionchanged``/``deprecated``/``versionremoved`` become
   a ``labelled`` block, "Added in version 3.9: ..." (Sphinx 7.3 wording);
   ``seealso`` becomes "See also: ...".

@@ -10,6 +10,15 @@ option, or ``automodule``) and the enclosing class for nested entries
 ``sqlalchemy.orm`` is ``sqlalchemy.orm.Session.merge``); autodoc's dotted
 module-level names are import paths.  On SQLAlchemy 2.0.36's API pages the
 names and object types equal those of the ``objects.inv`` Sphinx builds.
+
+An autodoc entry whose name :mod:`~retrieval.loaders.autodoc` finds in the
+source (parsed, never imported) is filled in as Sphinx's autodoc fills it: the
+signature after the name, the docstring parsed as reST before the content
+written in the page, then, for ``:members:`` (``:exclude-members:`` honoured),
+one native entry per member, generated as reST and parsed like the page's own
+(``.. py:method:: merge(instance, *, load=True, options=None)``), except the
+members the page documents itself.  An unresolved name keeps its name-only
+entry.
 """
 
 from __future__ import annotations
@@ -18,7 +27,9 @@ import re
 from dataclasses import dataclass, field
 
 from docutils import nodes
+from docutils.statemachine import StringList
 
+from retrieval.loaders.autodoc import ApiObject, SourceTree, resolve
 from retrieval.loaders.sphinx_directives import Base
 
 
@@ -27,8 +38,8 @@ class desc(nodes.General, nodes.Element):
     a :class:`desc_signature` child, then the body."""
 
 
-class desc_signature(nodes.General, nodes.TextElement):
-    """The qualified signature line(s) of a :class:`desc`."""
+class desc_signature(nodes.General, nodes.FixedTextElement):
+    """The qualified signature line(s) of a :class:`desc` (code: no smart quotes)."""
 
 
 @dataclass
@@ -90,6 +101,41 @@ def qualify(dotted: str, objtype: str, module: str, scope: str, autodoc: bool) -
     return ".".join(p for p in (module, scope, dotted) if p), module
 
 
+_ENTRY = re.compile(r"^\s*\.\.\s+(?:py:)?\w+::\s*([\w.]+)")
+
+
+def _documented(lines: StringList) -> set[str]:
+    """Last name parts of the entries written under an autodoc directive (not
+    generated again as members)."""
+    return {m[1].rsplit(".", 1)[-1] for m in map(_ENTRY.match, lines) if m}
+
+
+def _indented(text: str, indent: str) -> list[str]:
+    return [indent + line if line.strip() else "" for line in text.splitlines()]
+
+
+def _names(value: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in re.split(r"[,;]", value) if n.strip())
+
+
+def _members(tree: SourceTree, obj: ApiObject, options: dict[str, str], skip: set[str],
+             indent: str) -> list[str]:
+    """``:members:`` as native reST entries (as Sphinx's autodoc generates them), a
+    module's classes with their own members."""
+    if "members" not in options:
+        return []
+    skip = skip | set(_names(options.get("exclude-members", "")))
+    lines: list[str] = []
+    for m in obj.members(tree, _names(options["members"])):
+        if m.name in skip or m.kind == "module":
+            continue
+        lines += ["", f"{indent}.. py:{m.kind}:: {m.name}{m.signature}", ""]
+        lines += _indented(m.docstring, indent + "   ")
+        if m.kind == "class" and obj.kind == "module":
+            lines += _members(tree, m, {"members": ""}, set(), indent + "   ")
+    return lines
+
+
 class PyObject(Base):
     """A Python object description, native or autodoc, as a :class:`desc` node
     (without a name: just its content)."""
@@ -118,6 +164,14 @@ class PyObject(Base):
             signatures.append(qual + m["rest"].rstrip())
         if not qualified:
             qualified, obj_module = (signatures[0] if signatures else ""), module
+        lines = self.body(extra)
+        found = autodoc and resolve(self.state.document.get("source"), qualified)
+        if found:  # what Sphinx's autodoc imports for, read from the source instead
+            tree, obj = found
+            if signatures and signatures[0] == qualified:
+                signatures[0] += obj.signature
+            lines = StringList([*_indented(obj.docstring, ""), "", *lines,
+                                *_members(tree, obj, options, _documented(lines), "")])
         sig = "\n".join(signatures)
         node = desc(object=qualified, objtype=objtype, module=obj_module)
         node += desc_signature(sig, sig)
@@ -129,7 +183,8 @@ class PyObject(Base):
                 obj_module + ".") else qualified
             ctx.scopes.append((obj_module, rel))
         try:
-            self.parse_content(node, extra)
+            if lines:
+                self.state.nested_parse(lines, self.content_offset, node)
         finally:
             if pushed:
                 ctx.scopes.pop()
