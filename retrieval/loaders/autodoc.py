@@ -26,13 +26,19 @@ Name [as Other]`` re-exports and ``from .x import *`` up to :data:`MAX_HOPS`
 modules deep, then in class bodies and, for a name a class does not define,
 in its statically resolvable base classes.
 
+Members (``:members:``) are the public names with a docstring a module or
+class defines, in source order (Sphinx's ``autodoc_member_order = "bysource"``),
+or those listed in ``:members: a, b`` or the module's ``__all__``, documented
+or not; ``:inherited-members:`` adds those of the bases that resolve
+statically (breadth first, not C3).  A class's docstring is followed by its
+``__init__``'s (``autoclass_content = "both"``), its signature is its
+``__init__``'s.  Signatures drop annotations and ``self``/``cls``.
+
 Limits: what only exists at run time is not seen (attributes set in
 ``__init__``, generated methods, docstrings assigned to ``__doc__``, C
-extensions); ``#:`` comment docstrings are not read; ``:inherited-members:``
-and ``:undoc-members:`` are ignored (members are the public ones a class or
-module itself defines with a docstring, or those listed in ``:members: a, b``
-or the module's ``__all__``); signatures drop annotations (SQLAlchemy's docs
-show them without).
+extensions, a signature a class inherits); ``#:`` comment docstrings are not
+read; ``:undoc-members:``, ``:private-members:`` and ``:special-members:`` are
+ignored; overload stubs are skipped for the implementation.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from pathlib import Path
 WALK_UP = 5
 MAX_HOPS = 8
 
-_Def = ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+MAX_BASES = 64
 
 
 @dataclass(frozen=True)
@@ -88,15 +94,21 @@ class ApiObject:
             return ast.get_docstring(self.node) or ""
         return self.attribute_doc
 
-    def members(self, tree: SourceTree, only: tuple[str, ...] = ()) -> list[ApiObject]:
-        """Public documented members in source order; with ``only``, those names
-        (documented or not).  Empty for what is neither a class nor a module."""
+    def members(self, tree: SourceTree, only: tuple[str, ...] = (),
+                inherited: bool = False) -> list[ApiObject]:
+        """Public documented members in source order (with ``inherited``, then those
+        of the statically resolvable bases, nearest first); with ``only``, those
+        names (documented or not).  Empty for what is neither a class nor a module."""
         if not isinstance(self.node, (ast.Module, ast.ClassDef)):
             return []
-        scope = "" if self.kind == "module" else "class"
-        own = {o.name: o for o in _defined(self.node.body, scope, self.module)}
-        if self.kind == "module" and not only:
-            only = _dunder_all(self.node)
+        if self.kind == "module":
+            own = {o.name: o for o in _defined(self.node.body, "", self.module)}
+            only = only or _dunder_all(self.node)
+        else:
+            own = {}
+            for cls in (tree.mro(self) if inherited or only else [self]):
+                for o in _defined(cls.node.body, "class", cls.module):
+                    own.setdefault(o.name, o)
         if only:
             found = (own.get(n) or tree.resolve(f"{self._path()}.{n}") for n in only)
             return [o for o in found if o is not None]
@@ -137,7 +149,8 @@ class SourceTree:
                 return self._submodule(mod)
             found = self._in_module(mod, tree, parts[i], MAX_HOPS)
             for name in parts[i + 1:]:
-                found = found and self._in_class(found, name, MAX_HOPS)
+                found = found and (self._in_class(found, name) if isinstance(found.node, ast.ClassDef)
+                                  else self._attribute(found, name))
             return found
         return None
 
@@ -172,22 +185,43 @@ class SourceTree:
                 return found
         return None
 
-    def _in_class(self, cls: ApiObject, name: str, hops: int) -> ApiObject | None:
-        if not isinstance(cls.node, ast.ClassDef) or hops <= 0:
-            return None
-        for obj in _defined(cls.node.body, "class", cls.module):
-            if obj.name == name:
-                return obj
-        tree = self.module(cls.module)
-        for base in cls.node.bases:  # inherited: bases named in the defining module
-            dotted = ast.unparse(base.value if isinstance(base, ast.Subscript) else base)
-            head, _, rest = dotted.partition(".")
-            base_obj = tree and self._in_module(cls.module, tree, head, MAX_HOPS)
-            for part in filter(None, rest.split(".")):
-                base_obj = base_obj and self._in_class(base_obj, part, hops - 1)
-            found = base_obj and self._in_class(base_obj, name, hops - 1)
-            if found:
-                return found
+    def _in_class(self, cls: ApiObject, name: str) -> ApiObject | None:
+        """``name`` as ``cls`` or, first found, one of its bases defines it."""
+        for c in self.mro(cls):
+            for obj in _defined(c.node.body, "class", c.module):
+                if obj.name == name:
+                    return obj
+        return None
+
+    def mro(self, cls: ApiObject) -> list[ApiObject]:
+        """``cls`` and its bases that resolve statically, breadth first (not C3;
+        at most :data:`MAX_BASES`)."""
+        order: list[ApiObject] = []
+        queue, seen = [cls], set()
+        while queue and len(order) < MAX_BASES:
+            c = queue.pop(0)
+            if not isinstance(c.node, ast.ClassDef) or id(c.node) in seen:
+                continue
+            seen.add(id(c.node))
+            order.append(c)
+            tree = self.module(c.module)
+            for base in c.node.bases if tree else ():
+                expr = base.value if isinstance(base, ast.Subscript) else base  # Generic[T]
+                head, *rest = ast.unparse(expr).split(".")
+                found = self._in_module(c.module, tree, head, MAX_HOPS)
+                for part in rest:
+                    found = found and self._attribute(found, part)
+                if found:
+                    queue.append(found)
+        return order
+
+    def _attribute(self, obj: ApiObject, name: str) -> ApiObject | None:
+        """``name`` in a module (following re-exports) or a class body (own only)."""
+        if isinstance(obj.node, ast.Module):
+            return self._in_module(obj.module, obj.node, name, MAX_HOPS)
+        if isinstance(obj.node, ast.ClassDef):
+            return next((o for o in _defined(obj.node.body, "class", obj.module)
+                         if o.name == name), None)
         return None
 
 

@@ -14,7 +14,8 @@ names and object types equal those of the ``objects.inv`` Sphinx builds.
 An autodoc entry whose name :mod:`~retrieval.loaders.autodoc` finds in the
 source (parsed, never imported) is filled in as Sphinx's autodoc fills it: the
 signature after the name, the docstring parsed as reST before the content
-written in the page, then, for ``:members:`` (``:exclude-members:`` honoured),
+written in the page, then, for ``:members:`` (``:exclude-members:`` and
+``:inherited-members:`` honoured),
 one native entry per member, generated as reST and parsed like the page's own
 (``.. py:method:: merge(instance, *, load=True, options=None)``), except the
 members the page documents itself.  An unresolved name keeps its name-only
@@ -126,7 +127,7 @@ def _members(tree: SourceTree, obj: ApiObject, options: dict[str, str], skip: se
         return []
     skip = skip | set(_names(options.get("exclude-members", "")))
     lines: list[str] = []
-    for m in obj.members(tree, _names(options["members"])):
+    for m in obj.members(tree, _names(options["members"]), "inherited-members" in options):
         if m.name in skip or m.kind == "module":
             continue
         lines += ["", f"{indent}.. py:{m.kind}:: {m.name}{m.signature}", ""]

@@ -207,3 +207,21 @@ def test_source_beside_the_page_wins_over_the_installed_package(tmp_path: Path) 
 def test_names_outside_any_source_resolve_to_nothing() -> None:
     assert resolve(None, "loom_no_such_package.x") is None
     assert resolve(None, "") is None and resolve(None, "3bad.Name") is None
+
+
+def test_inherited_members_option_adds_the_documented_members_of_resolvable_bases(
+        sdist: Path) -> None:
+    page = sdist.with_name("inherited.rst")
+    page.write_text(".. autoclass:: loomtestpkg.Thing\n   :members: area\n   :inherited-members:\n"
+                    "\n.. autoclass:: loomtestpkg.core.Thing\n   :members:\n"
+                    "   :inherited-members:\n   :exclude-members: grow, limit, area, empty\n")
+    assert [s.metadata["object"] for s in load_file(page).sections] == [
+        "loomtestpkg.Thing", "loomtestpkg.Thing.area",
+        "loomtestpkg.core.Thing", "loomtestpkg.core.Thing.size"]
+
+
+def test_real_session_inherited_members_come_from_its_mixin_base() -> None:
+    entries = _by_object(load_file(SESSION_API))
+    assert entries["sqlalchemy.orm.Session.identity_key"].startswith(
+        "sqlalchemy.orm.Session.identity_key(class_=None, ident=None, *, instance=None,")
+    assert "sqlalchemy.orm.SessionTransaction.identity_key" not in entries  # no option there
