@@ -77,6 +77,8 @@ def citation_label(hit: Any) -> str:
         return name or section
     if name and section.startswith(name + "."):
         section = section[len(name) + 1:]
+    elif name and section.startswith(name + " > "):  # a heading path under the document's own title
+        section = section[len(name) + 3:]
     return f"{name}{DASH}{section}" if name else section
 
 

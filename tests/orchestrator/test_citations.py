@@ -39,6 +39,8 @@ def test_labels_drop_the_module_prefix_and_fall_back_to_the_document_id():
     assert citation_label(WITH) == 'The "with" statement'
     assert citation_label(COUNTER) == "collections — Counter.copy"  # no title: the id's last part
     assert citation_label(Hit("stdlib:module/json", "json", "doc", "json")) == "json"
+    files = Hit("/docs/tutorial/request-files.md", "Request Files > Multiple File Uploads", "...", "Request Files")
+    assert citation_label(files) == "Request Files — Multiple File Uploads"  # the title is not repeated
 
 
 def test_parse_finds_bracket_citations_in_order_without_duplicates():
