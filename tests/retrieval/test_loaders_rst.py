@@ -241,7 +241,7 @@ def test_real_sqlalchemy_session_api_entries_match_sphinx_inventory_names() -> N
     doc = load_file(DATA / "sqlalchemy-2.0.36_orm_session_api.rst")
     assert doc.title == "Session API"
     orm, attrs = "sqlalchemy.orm", "sqlalchemy.orm.attributes"
-    assert _entries(doc) == [
+    expected = [
         *((f"{orm}.{n}", "class", orm) for n in (
             "sessionmaker", "ORMExecuteState", "Session", "SessionTransaction",
             "SessionTransactionOrigin")),
@@ -259,6 +259,13 @@ def test_real_sqlalchemy_session_api_entries_match_sphinx_inventory_names() -> N
         (f"{attrs}.set_committed_value", "function", attrs),
         (f"{attrs}.History", "class", attrs),
     ]
+    # every entry the page names, in page order; autodoc adds only members of its classes
+    got = _entries(doc)
+    it = iter(got)
+    assert all(e in it for e in expected)
+    classes = tuple(name + "." for name, kind, _ in expected if kind == "class")
+    extra = [e[0] for e in got if e not in expected]
+    assert extra and all(name.startswith(classes) for name in extra), extra
     state = next(s for s in doc.sections if s.metadata.get("object") == f"{attrs}.instance_state")
     assert state.heading == "Session API > Attribute and State Management Utilities"
     assert state.text.startswith(f"{attrs}.instance_state\n\nReturn the InstanceState for a given")
@@ -270,9 +277,9 @@ def test_real_sqlalchemy_pages_have_a_section_for_every_object_directive() -> No
         doc = load_file(DATA / name)
         objects = [s.metadata["object"] for s in doc.sections if "object" in s.metadata]
         wanted = _OBJECT_DIRECTIVE.findall(source)
-        assert len(objects) == len(wanted)
-        for (_, target), obj in zip(wanted, objects, strict=True):
-            assert obj == target or obj.endswith("." + target), (target, obj)
+        it = iter(objects)  # each directive's entry, in page order (autodoc members come in between)
+        for _, target in wanted:
+            assert any(obj == target or obj.endswith("." + target) for obj in it), target
         for s in doc.sections:
             assert not any(leak in s.text for leak in LEAKS), s.text
 
