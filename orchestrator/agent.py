@@ -96,7 +96,7 @@ class Agent:
         condense_question: before retrieving for a follow-up turn, rewrite the
             message into a standalone question with the model and search with
             both (``orchestrator.condense``; default on).
-        condense_tokens: ``max_tokens`` of that rewrite (default 48).
+        condense_tokens: ``max_tokens`` of that rewrite (default 32).
 
     Raises:
         ValueError: bad arguments, naming the field.

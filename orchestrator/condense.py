@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 #: The instruction appended (never stored) after the history; ``{question}`` is the follow-up.
 INSTRUCTION = ("Rewrite this follow-up question as one standalone question that makes sense without "
                "the conversation above. Reply with the question only.\nQuestion: {question}")
-DEFAULT_CONDENSE_TOKENS = 48
+DEFAULT_CONDENSE_TOKENS = 32  # a standalone question; a longer reply is an answer, not a rewrite
 PROMPT_CLASS, OUTPUT_CLASS = "query_rewrite", "rewritten_query"
 _LEAD = re.compile(r"^\s*(standalone question|rewritten question|question)\s*:\s*", re.IGNORECASE)
 
