@@ -19,6 +19,7 @@ from fastapi import FastAPI
 
 from api.errors import install_error_handlers
 from api.services import Services
+from api.text_guard import TextGuard
 from api.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -89,5 +90,6 @@ def create_app(settings: Settings) -> FastAPI:
     install_error_handlers(app)
     for module in (chat, sessions, resources, system):
         app.include_router(module.router)
+    app.add_middleware(TextGuard)  # lone surrogates: a 400 before any route (api.text_guard)
     app.add_middleware(_Accounting, services=services)
     return app
