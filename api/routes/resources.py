@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from typing import Annotated
 
 import anyio
-from fastapi import APIRouter, Depends, Query, Request
+
+from fastapi import APIRouter, Depends, Path, Query, Request
 
 from api.auth import require_owner
 from api.schemas.resources import (
@@ -103,7 +105,8 @@ async def list_memories(request: Request, namespace: str = Query("default", min_
 
 
 @router.delete("/v1/memories/{memory_id}", response_model=Deleted, summary="Forget one memory")
-async def delete_memory(memory_id: int, request: Request,
+async def delete_memory(memory_id: Annotated[int, Path(ge=0, le=2**63 - 1, description="A memory id (int64).")],
+                        request: Request,
                         namespace: str = Query("default", min_length=1, max_length=200),
                         owner: str = Depends(require_owner)) -> Deleted:
     """Delete a memory of the caller's namespace (404 when it is not theirs)."""

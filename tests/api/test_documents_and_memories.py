@@ -62,3 +62,10 @@ def test_follow_up_turns_are_condensed_unless_switched_off(alice, bob):
     alice.post(f"/v1/sessions/{off}/messages", json={"content": "When do backups run?"})
     turn = alice.post(f"/v1/sessions/{off}/messages", json={"content": "and hourly?"}).json()
     assert turn["ledger"]["prompt"]["query_rewrite"]["tokens"] == 0
+
+
+def test_memory_id_outside_int64_is_a_400_naming_it(alice):
+    err = _error(alice.delete("/v1/memories/124418009808678961152"), 400)
+    assert err["param"] == "memory_id"
+    _error(alice.delete("/v1/memories/-1"), 400)
+    _error(alice.delete("/v1/memories/9223372036854775807"), 404)  # in range, not theirs: not found
