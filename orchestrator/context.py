@@ -275,7 +275,7 @@ class ContextBuilder:
     def _cut_hit(self, hit: Any, cap: int) -> Any | None:
         """A copy of ``hit`` with the longest sentence prefix that fits ``cap`` (``None``: not even a word)."""
         text = hit.text
-        ends = [m.start() for m in _SENTENCE_END.finditer(text)] or []
+        ends = [m.start() for m in _SENTENCE_END.finditer(text)]
         words = [m.start() for m in re.finditer(r"\s+", text)]
 
         def fits(end: int) -> bool:

@@ -42,13 +42,32 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*|\d+(?:\
 _CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 
 
-_IDENT = re.compile(r"[A-Za-z_]\w*\.[A-Za-z_]|[A-Za-z0-9]_[A-Za-z0-9]|[a-z][A-Z]|\w\(\)")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?:\(\))?")
+_IDENT_WORD = re.compile(r"\.|[A-Za-z0-9]_[A-Za-z0-9]|[a-z][A-Z]|\(\)$")
+
+
+def query_identifiers(query: str) -> list[str]:
+    """Code identifiers in ``query``, in order, ``()`` dropped, no duplicates: dotted
+    names (``os.path``), snake_case, camelCase/CamelCase inner capitals, ``f()``.
+
+    >>> query_identifiers("json.dumps indent")
+    ['json.dumps']
+    >>> query_identifiers("how does move_to_end() work on an OrderedDict")
+    ['move_to_end', 'OrderedDict']
+    """
+    out: list[str] = []
+    for m in _NAME.finditer(query):
+        word = m.group()
+        if _IDENT_WORD.search(word):
+            name = word.removesuffix("()").strip(".")
+            if name and name not in out:
+                out.append(name)
+    return out
 
 
 def looks_like_identifier(query: str) -> bool:
-    """True when the query holds a code identifier: a dotted name
-    (``os.path``), snake_case, camelCase/CamelCase inner capital, or ``f()``."""
-    return bool(_IDENT.search(query))
+    """True when the query holds a code identifier (see :func:`query_identifiers`)."""
+    return bool(query_identifiers(query))
 
 
 def bm25_tokenize(text: str) -> list[str]:

@@ -4,9 +4,10 @@ Loaders that know API entries (Sphinx object descriptions, the stdlib's
 documented functions and classes) give each entry's section the metadata
 ``object`` = its qualified name (``os.path.join``,
 ``sqlalchemy.orm.Session.merge``).  :class:`ObjectIndex` maps those names to
-the entry's chunks, and :func:`query_identifiers` finds the code identifiers a
-query names: dotted names, snake_case, CamelCase and ``name()`` forms (the
-same test as :func:`retrieval.bm25.looks_like_identifier`).
+the entry's chunks; the code identifiers a query names (dotted names,
+snake_case, CamelCase, ``name()``) come from
+:func:`retrieval.bm25.query_identifiers`, the one test of "looks like code"
+that the BM25 weighting uses too.
 
 An identifier matches an object when it equals the qualified name or is a
 dotted suffix of it on component boundaries (``Session.merge`` matches
@@ -26,31 +27,10 @@ ingest or delete, like the BM25 cache.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Iterable
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*(?:\(\))?")
-_IDENT_WORD = re.compile(r"\.|[A-Za-z0-9]_[A-Za-z0-9]|[a-z][A-Z]|\(\)$")
-
-
-def query_identifiers(query: str) -> list[str]:
-    """Code identifiers in ``query``, in order, ``()`` dropped, no duplicates.
-
-    >>> query_identifiers("json.dumps indent")
-    ['json.dumps']
-    >>> query_identifiers("how does move_to_end() work on an OrderedDict")
-    ['move_to_end', 'OrderedDict']
-    """
-    out: list[str] = []
-    for m in _NAME.finditer(query):
-        word = m.group()
-        if _IDENT_WORD.search(word):
-            name = word.removesuffix("()").strip(".")
-            if name and name not in out:
-                out.append(name)
-    return out
-
+from retrieval.bm25 import query_identifiers
 
 class ObjectIndex:
     """Qualified object name → the faiss id of the entry's first chunk.

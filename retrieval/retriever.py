@@ -317,10 +317,9 @@ class Retriever:
     def _defining_first(self, query: str, ranked: list[tuple[int, float]],
                         allowed: set[int] | None) -> list[tuple[int, float]]:
         """``ranked`` with the chunks defining the query's identifiers moved to the front."""
-        first = self.object_index().defining_chunks(query, allowed)
+        first = self.object_index().defining_chunks(query, allowed)  # built from live rows only
         if not first:
             return ranked
-        first = [f for f in first if f not in self.tombstones]
         top = ranked[0][1] if ranked else 0.0
         moved = set(first)
         return [(f, top) for f in first] + [(i, s) for i, s in ranked if i not in moved]
