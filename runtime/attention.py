@@ -8,9 +8,15 @@ attends, so a request may read prefix blocks another request of the same step
 is writing (prefix caching relies on this).
 
 The batch is flattened into one token dimension, decodes first (vLLM's
-reordering).  Backends, chosen at start:
+reordering).  Backends, chosen at start (``EngineConfig.attention_backend``):
 
-* PyTorch (CPU, or CUDA without flash-attn): decodes are batched, sorted by
+* ``cpu_paged`` (CPU, float32; the CPU default): Loom's compiled kernel
+  (``runtime.kernels``) reads each block where it lies in the cache for every
+  request with at most ``KERNEL_MAX_QUERY_LEN`` query tokens this step
+  (decodes, verification of drafted tokens, short suffixes), all of them in
+  one call per layer; longer prefill chunks take the reference path below.
+* ``torch_sdpa`` — the reference (CPU, or CUDA without flash-attn; what tests
+  compare the kernel against): decodes are batched, sorted by
   context length and cut into groups of ``DECODE_GROUP`` requests so each
   group pads only to its own longest context — their K/V blocks are gathered whole (one ``index_select`` of contiguous
   ``block_size * Hkv * D`` rows into a workspace reused by every layer and
@@ -31,6 +37,7 @@ transformers: key ``j`` is visible to query ``i`` when ``i - window < j <= i``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -94,6 +101,11 @@ class AttentionMetadata:
         prefills: the remaining requests, in batch order.
         block_tables / cu_seqlens_q / cu_seqlens_k / block_size: flash-attn
             inputs (CUDA only).
+        kernel: the compiled CPU kernel (``runtime.kernels``) or ``None``.
+        kernel_rows: the first ``kernel_rows`` tokens belong to requests the
+            kernel attends (their ``decode_groups`` stay empty).
+        kernel_args: ``(q_start [N], q_len [N], ctx_len [N], block_tables [N, W])``
+            int32, for those requests.
     """
 
     slot_mapping: torch.Tensor
@@ -108,6 +120,9 @@ class AttentionMetadata:
     max_seqlen_q: int = 0
     max_seqlen_k: int = 0
     use_flash: bool = False
+    kernel: Any = None
+    kernel_rows: int = 0
+    kernel_args: tuple[torch.Tensor, ...] = ()
     _masks: dict = field(default_factory=dict)
 
     def decode_mask(self, index: int, window: int | None) -> torch.Tensor:
@@ -176,7 +191,12 @@ class PagedAttention(torch.nn.Module):
             self.v_cache.index_copy_(0, meta.slot_mapping, v)
         if meta.use_flash:
             return self._flash(q, meta)
-        out = torch.empty_like(q)
+        if meta.kernel_rows:
+            out = meta.kernel(
+                q.contiguous(), self.k_cache, self.v_cache, *meta.kernel_args, meta.block_size, self.scale, self.sliding_window or 0
+            )
+        else:
+            out = torch.empty_like(q)
         for i, group in enumerate(meta.decode_groups):
             out[group.start:group.end] = self._decode(q[group.start:group.end], meta, i)
         for i, seq in enumerate(meta.prefills):

@@ -18,6 +18,7 @@ from typing import Any
 
 _DTYPES = ("float32", "bfloat16", "float16", "auto")
 _LOAD_FORMATS = ("auto", "safetensors", "dummy")
+_ATTENTION_BACKENDS = ("auto", "cpu_paged", "torch_sdpa", "flash_attn")
 
 
 @dataclass
@@ -49,6 +50,12 @@ class EngineConfig:
         max_waiting: most requests waiting to be scheduled before
             ``QueueFullError``.
         enforce_eager: never capture CUDA graphs (no effect on CPU).
+        attention_backend: ``"auto"`` (flash-attn on CUDA when installed, Loom's
+            compiled ``cpu_paged`` kernel on CPU in float32, else
+            ``torch_sdpa``), or one of ``"cpu_paged"``, ``"torch_sdpa"`` (the
+            gather + SDPA reference), ``"flash_attn"``; vLLM's
+            ``VLLM_ATTENTION_BACKEND``.  A named backend that cannot run here
+            falls back to ``torch_sdpa`` with a log line.
 
     Raises:
         ValueError: naming the field, for any invalid value.
@@ -70,6 +77,7 @@ class EngineConfig:
     speculative_config: Any = None
     max_waiting: int = 4096
     enforce_eager: bool = False
+    attention_backend: str = "auto"
     tokenizer: str | None = None
     hf_overrides: dict[str, Any] = field(default_factory=dict)
 
@@ -94,6 +102,10 @@ class EngineConfig:
         if self.load_format not in _LOAD_FORMATS:
             raise ValueError(f"load_format: must be one of {_LOAD_FORMATS}, got {self.load_format!r}")
         _positive("max_waiting", self.max_waiting)
+        if self.attention_backend not in _ATTENTION_BACKENDS:
+            raise ValueError(
+                f"attention_backend: must be one of {_ATTENTION_BACKENDS}, got {self.attention_backend!r}"
+            )
         if self.speculative_config is not None:
             from runtime.spec.config import SpeculativeConfig
 

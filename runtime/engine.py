@@ -56,7 +56,9 @@ class LLMEngine:
             load_format=config.load_format, max_positions=config.max_model_len, seed=config.seed,
         )
         num_blocks = num_kv_blocks(config, self.hf_config, self.dtype, self.device)
-        self.runner = ModelRunner(model, self.hf_config, num_blocks, config.block_size, self.device, self.dtype)
+        self.runner = ModelRunner(
+            model, self.hf_config, num_blocks, config.block_size, self.device, self.dtype, config.attention_backend
+        )
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len)
         self.sampler = Sampler(config.seed, self.device)

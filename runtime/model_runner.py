@@ -11,8 +11,12 @@ not reach the end of the prompt).
 
 The KV cache is one tensor ``[2, num_layers, num_blocks * block_size,
 num_kv_heads, head_dim]`` allocated once; each attention layer gets views.
-On CUDA the flash-attn backend is used when installed and ``block_size`` is a
-multiple of 256; CUDA graphs are not implemented (decode runs eagerly).
+Attention backends (``runtime.attention``): on CPU in float32 Loom's compiled
+kernel reads the KV cache in place for decodes and short chunks (requests
+with at most ``KERNEL_MAX_QUERY_LEN`` query tokens go first in the flattened
+batch, so the kernel covers rows ``[0, kernel_rows)``); on CUDA flash-attn is
+used when installed and ``block_size`` is a multiple of 256; otherwise the
+gather + SDPA reference.  CUDA graphs are not implemented (decode runs eagerly).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 import torch
 
 from runtime.attention import DECODE_GROUP, AttentionMetadata, DecodeGroup, PrefillSeq, flash_attn_varlen_func
+from runtime.kernels import KERNEL_MAX_QUERY_LEN, cpu_paged_attention
 from runtime.models.llama import LlamaForCausalLM
 from runtime.scheduler import ScheduledRequest
 
@@ -47,6 +52,7 @@ class ModelRunner:
         hf_config: its transformers config.
         num_blocks / block_size: KV pool shape.
         device / dtype: where and in what the cache lives.
+        attention_backend: ``EngineConfig.attention_backend``.
     """
 
     def __init__(
@@ -57,6 +63,7 @@ class ModelRunner:
         block_size: int,
         device: torch.device,
         dtype: torch.dtype,
+        attention_backend: str = "auto",
     ) -> None:
         self.model = model
         self.block_size = block_size
@@ -69,8 +76,12 @@ class ModelRunner:
         for i, layer in enumerate(layers):
             layer.k_cache, layer.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
         self._ws: tuple[torch.Tensor, torch.Tensor] = (torch.empty(0, 0), torch.empty(0, 0))
-        self.use_flash = device.type == "cuda" and flash_attn_varlen_func is not None and block_size % 256 == 0
-        logger.info("attention backend: %s", "flash-attn" if self.use_flash else "torch SDPA")
+        self.attention_backend = _pick_backend(attention_backend, device, dtype, block_size)
+        self.use_flash = self.attention_backend == "flash_attn"
+        self.kernel = cpu_paged_attention() if self.attention_backend == "cpu_paged" else None
+        if self.attention_backend == "cpu_paged" and self.kernel is None:
+            self.attention_backend = "torch_sdpa"
+        logger.info("attention backend: %s", self.attention_backend)
 
     @torch.inference_mode()
     def execute_model(self, scheduled: Sequence[ScheduledRequest], num_logits: Sequence[int]) -> torch.Tensor:
@@ -97,11 +108,15 @@ class ModelRunner:
     def _prepare(
         self, scheduled: Sequence[ScheduledRequest]
     ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
-        # Decodes first, shortest context first (so decode groups pad little), then the rest.
-        order = sorted(
-            range(len(scheduled)),
-            key=lambda i: (scheduled[i].num_new_tokens != 1, scheduled[i].request.num_computed_tokens),
-        )
+        # Kernel backend: requests the kernel attends first.  Reference: decodes
+        # first, shortest context first (so decode groups pad little), then the rest.
+        if self.kernel is not None:
+            order = sorted(range(len(scheduled)), key=lambda i: scheduled[i].num_new_tokens > KERNEL_MAX_QUERY_LEN)
+        else:
+            order = sorted(
+                range(len(scheduled)),
+                key=lambda i: (scheduled[i].num_new_tokens != 1, scheduled[i].request.num_computed_tokens),
+            )
         offsets = [0] * len(scheduled)
         token_ids: list[int] = []
         starts, counts, tables = [], [], []
@@ -138,9 +153,22 @@ class ModelRunner:
         meta = AttentionMetadata(slot_mapping=slot_mapping.to(dev), block_size=bs)
         if self.use_flash:  # pragma: no cover - CUDA only
             return self._flash_metadata(meta, block_tables, counts, ctx_lens)
-        num_decodes = sum(1 for c in counts if c == 1)
-        meta.num_decodes = num_decodes
         rows = 0
+        if self.kernel is not None:
+            num_kernel = sum(1 for c in counts if c <= KERNEL_MAX_QUERY_LEN)
+            num_decodes = 0
+            if num_kernel:
+                counts_t = torch.tensor(counts[:num_kernel], dtype=torch.int32)
+                meta.kernel, meta.kernel_rows = self.kernel, int(counts_t.sum())
+                meta.kernel_args = (
+                    torch.cumsum(counts_t, 0, dtype=torch.int32) - counts_t,
+                    counts_t,
+                    torch.tensor(ctx_lens[:num_kernel], dtype=torch.int32),
+                    block_tables[:num_kernel].to(torch.int32),
+                )
+        else:
+            num_kernel = num_decodes = sum(1 for c in counts if c == 1)
+        meta.num_decodes = num_decodes
         for start in range(0, num_decodes, DECODE_GROUP):
             end = min(start + DECODE_GROUP, num_decodes)
             nblk = -(-max(ctx_lens[start:end]) // bs)
@@ -148,8 +176,8 @@ class ModelRunner:
             lens = torch.tensor(ctx_lens[start:end], device=dev)
             meta.decode_groups.append(DecodeGroup(start, end, block_ids, nblk, lens))
             rows = max(rows, (end - start) * nblk)
-        q_start = num_decodes
-        for j in range(num_decodes, len(counts)):
+        q_start = meta.kernel_rows or num_decodes
+        for j in range(num_kernel, len(counts)):
             block_ids = None
             if starts[j] > 0:
                 nblk = -(-ctx_lens[j] // bs)
@@ -178,3 +206,15 @@ class ModelRunner:
         meta.cu_seqlens_k = torch.tensor([0, *torch.tensor(ctx_lens).cumsum(0).tolist()], dtype=torch.int32, device=dev)
         meta.max_seqlen_q, meta.max_seqlen_k = max(counts), max(ctx_lens)
         return meta
+
+
+def _pick_backend(requested: str, device: torch.device, dtype: torch.dtype, block_size: int) -> str:
+    """The attention backend to use: ``requested`` when it can run here, else ``torch_sdpa``."""
+    flash_ok = device.type == "cuda" and flash_attn_varlen_func is not None and block_size % 256 == 0
+    kernel_ok = device.type == "cpu" and dtype == torch.float32
+    if requested == "auto":
+        return "flash_attn" if flash_ok else "cpu_paged" if kernel_ok else "torch_sdpa"
+    if (requested == "flash_attn" and not flash_ok) or (requested == "cpu_paged" and not kernel_ok):
+        logger.warning("attention backend %s cannot run here (%s, %s); using torch_sdpa", requested, device, dtype)
+        return "torch_sdpa"
+    return requested
