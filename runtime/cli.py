@@ -122,3 +122,4 @@ def register_bench(name: str, module: str, attr: str) -> None:
 register_bench("sessions", "orchestrator.bench", "sessions")
 register_bench("throughput", "runtime.bench.throughput", "throughput")
 register_bench("spec", "runtime.bench.spec", "spec")
+register_bench("overhead", "runtime.bench.overhead", "overhead")

@@ -34,6 +34,9 @@ from runtime.structured_output.manager import StructuredOutputManager
 
 logger = logging.getLogger(__name__)
 
+STEP_PHASES = ("schedule", "prepare_inputs", "model", "sampler", "output_processing")
+"""Phases of ``LLMEngine.step`` whose host time ``step_times`` accumulates (seconds)."""
+
 
 class LLMEngine:
     """The in-process engine. Not thread-safe: one thread calls it (see ``AsyncLLM``).
@@ -79,6 +82,7 @@ class LLMEngine:
             )
         self.num_steps = 0
         self.num_generated_tokens = 0
+        self.step_times = dict.fromkeys(STEP_PHASES, 0.0)
 
     # -- submission ----------------------------------------------------------
 
@@ -182,25 +186,40 @@ class LLMEngine:
     # -- stepping ------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        """Run one scheduled step; return outputs of requests that changed."""
+        """Run one scheduled step; return outputs of requests that changed.
+
+        Host time per phase accumulates in ``step_times`` (seconds; keys
+        ``schedule``, ``prepare_inputs``, ``model``, ``sampler``,
+        ``output_processing``); ``loom bench overhead`` prints it per step.
+        """
         outputs, self._pending = self._pending, []
+        t0 = time.perf_counter()
         if self.spec is not None:
             self.spec.propose(self.scheduler.running, self.kv)
         sched = self.scheduler.schedule()
         if sched.is_empty:
             return outputs
         num_logits = [1 + s.num_spec_tokens if s.samples else 0 for s in sched.scheduled]
+        t1 = time.perf_counter()
         logits = self.runner.execute_model(sched.scheduled, num_logits)
+        t2 = time.perf_counter()
         self.scheduler.update_after_step(sched)
         self.num_steps += 1
         rows = [s for s in sched.scheduled if s.samples]
+        times = self.step_times
+        times["schedule"] += t1 - t0 + time.perf_counter() - t2
+        times["prepare_inputs"] += self.runner.last_prepare_s
+        times["model"] += t2 - t1 - self.runner.last_prepare_s
         if not rows:
             return outputs
+        t3 = time.perf_counter()
         if self.spec is not None:
             results = self.spec.sample(logits, rows, self.sampler, self.logits_processors, self.structured)
         else:
             sampled = self.sampler(logits, [s.request for s in rows], self.logits_processors)
             results = [([t], [lp], 0) for t, lp in zip(sampled.token_ids, sampled.logprobs)]
+        t4 = time.perf_counter()
+        times["sampler"] += t4 - t3
         now = time.monotonic()
         for s, (tokens, logprobs, num_accepted) in zip(rows, results):
             req = s.request
@@ -215,6 +234,7 @@ class LLMEngine:
             outputs.append(self._output(req))
             if req.is_finished:
                 self.requests.pop(req.request_id, None)
+        times["output_processing"] += time.perf_counter() - t4
         return outputs
 
     def _append_token(self, req: Request, token: int, logprobs: dict[int, float] | None, now: float) -> None:

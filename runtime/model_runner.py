@@ -22,6 +22,7 @@ gather + SDPA reference.  CUDA graphs are not implemented (decode runs eagerly).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,6 +77,7 @@ class ModelRunner:
         for i, layer in enumerate(layers):
             layer.k_cache, layer.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
         self._ws: tuple[torch.Tensor, torch.Tensor] = (torch.empty(0, 0), torch.empty(0, 0))
+        self.last_prepare_s = 0.0  # host seconds the last step spent preparing inputs
         self.attention_backend = _pick_backend(attention_backend, device, dtype, block_size)
         self.use_flash = self.attention_backend == "flash_attn"
         self.kernel = cpu_paged_attention() if self.attention_backend == "cpu_paged" else None
@@ -95,7 +97,9 @@ class ModelRunner:
             ``[sum(num_logits), vocab]`` float32 logits, grouped by request in
             ``scheduled`` order, positions ascending within a request.
         """
+        start = time.perf_counter()
         input_ids, positions, meta, offsets = self._prepare(scheduled)
+        self.last_prepare_s = time.perf_counter() - start
         hidden = self.model(input_ids, positions, meta)
         index: list[int] = []
         for i, sched in enumerate(scheduled):
