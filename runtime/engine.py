@@ -30,6 +30,7 @@ from runtime.sampler import LogitsProcessor, Sampler
 from runtime.sampling_params import SamplingParams
 from runtime.scheduler import Scheduler
 from runtime.spec.decoder import SpecDecoder
+from runtime.threads import cap_cpu_threads
 from runtime.structured_output.manager import StructuredOutputManager
 
 logger = logging.getLogger(__name__)
@@ -51,6 +52,8 @@ class LLMEngine:
         self.hf_config = load_hf_config(self.model_path, config.hf_overrides)
         config.resolve(self.hf_config)
         self.device = config.torch_device()
+        if self.device.type == "cpu":
+            cap_cpu_threads()
         self.dtype = config.torch_dtype(self.hf_config)
         torch.manual_seed(config.seed)
         self.tokenizer = _load_tokenizer(config.tokenizer or str(self.model_path))

@@ -6,8 +6,14 @@ Workloads (random token ids, seeded):
   (uniform).  Loom gets every request at once (continuous batching); HF runs
   them in order in left-padded batches of ``--hf-batch-size``, each batch
   generating as many tokens as its longest request needs.
-* ``b`` — N requests sharing a 1,024-token prefix, each with a distinct
-  64-token suffix and ``--output-len-b`` output tokens (prefix caching).
+* ``b`` — cold start with a shared prefix: N requests (default 32) submitted
+  together, sharing a 512-token prefix that nothing warmed, each with a
+  distinct 32-token suffix and ``--output-len-b`` (32) output tokens.
+* ``c`` — long context: N requests (default 32) with prompts of 1,000-2,000
+  tokens and 64 output tokens (decode over long contexts dominates).
+
+Loom's KV pool is sized to hold every request at once (HF's cache does too),
+so neither side preempts.
 
 Both sides decode greedily with EOS ignored, so each request yields exactly its
 output length.  Throughput = requested output tokens / wall time (vLLM's
@@ -41,7 +47,7 @@ class Workload:
 
 
 def make_workload(name: str, num_requests: int, vocab_size: int, seed: int, output_len_b: int = 32) -> Workload:
-    """Build workload ``a`` or ``b`` (see module docstring); ids avoid the last 64 (special) ids."""
+    """Build workload ``a``, ``b`` or ``c`` (see module docstring); ids avoid the last 64 (special) ids."""
     rng = random.Random(seed)
     top = vocab_size - 64
 
@@ -52,9 +58,14 @@ def make_workload(name: str, num_requests: int, vocab_size: int, seed: int, outp
         prompts = [ids(rng.randint(32, 512)) for _ in range(num_requests)]
         return Workload("a", prompts, [rng.randint(16, 256) for _ in range(num_requests)])
     if name == "b":
-        prefix = ids(1024)
-        return Workload("b", [prefix + ids(64) for _ in range(num_requests)], [output_len_b] * num_requests)
-    raise ValueError(f"workload: must be 'a' or 'b', got {name!r}")
+        prefix = ids(512)
+        return Workload("b", [prefix + ids(32) for _ in range(num_requests)], [output_len_b] * num_requests)
+    if name == "c":
+        return Workload("c", [ids(rng.randint(1000, 2000)) for _ in range(num_requests)], [64] * num_requests)
+    raise ValueError(f"workload: must be 'a', 'b' or 'c', got {name!r}")
+
+
+DEFAULT_REQUESTS = {"a": 64, "b": 32, "c": 32}
 
 
 def run_loom(model: str, wl: Workload, threads: int, engine_args: dict[str, Any]) -> dict[str, Any]:
@@ -64,6 +75,8 @@ def run_loom(model: str, wl: Workload, threads: int, engine_args: dict[str, Any]
     from runtime import LLM, SamplingParams
 
     torch.set_num_threads(threads)
+    tokens = sum(len(p) + n for p, n in zip(wl.prompts, wl.output_lens))
+    engine_args = {"num_kv_blocks": tokens // 16 + 2 * len(wl.prompts) + 16, **engine_args}
     llm = LLM(model, **engine_args)
     params = [SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True) for n in wl.output_lens]
     llm.generate(prompt_token_ids=[[1, 2, 3]], sampling_params=SamplingParams(max_tokens=2), use_tqdm=False)
@@ -111,10 +124,10 @@ def run_hf(model: str, wl: Workload, threads: int, batch_size: int) -> dict[str,
     }
 
 
-def _child(fn_name: str, args: tuple, conn: Any) -> None:
+def _child(fn: Any, args: tuple, conn: Any) -> None:
     logging.basicConfig(level=logging.WARNING)
     try:
-        result = globals()[fn_name](*args)
+        result = fn(*args)
         result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         conn.send(result)
     except BaseException as exc:  # noqa: BLE001 - report any failure to the parent
@@ -123,15 +136,20 @@ def _child(fn_name: str, args: tuple, conn: Any) -> None:
         conn.close()
 
 
-def _in_process(fn_name: str, *args: Any) -> dict[str, Any]:
+def in_process(fn: Any, *args: Any) -> dict[str, Any]:
+    """``fn(*args)`` (a module-level function returning a dict) in a fresh spawned process.
+
+    The dict comes back with ``peak_rss_mib`` (that process's ``ru_maxrss``).
+    Raises ``RuntimeError`` naming ``fn`` when it failed.
+    """
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(fn_name, args, child))
+    proc = ctx.Process(target=_child, args=(fn, args, child))
     proc.start()
     result = parent.recv()
     proc.join()
     if "error" in result:
-        raise RuntimeError(f"{fn_name} failed: {result['error']}")
+        raise RuntimeError(f"{fn.__name__} failed: {result['error']}")
     return result
 
 
@@ -139,11 +157,11 @@ def throughput(
     model: str = typer.Option(None, help="Checkpoint folder; default: the cached random-weight ARCH/PRESET one."),
     arch: str = typer.Option("qwen3", help="Architecture of the default checkpoint."),
     preset: str = typer.Option("small", help="Preset of the default checkpoint (tiny | small)."),
-    workload: str = typer.Option("ab", help="a, b or ab."),
-    num_requests: int = typer.Option(64, help="Requests per workload."),
+    workload: str = typer.Option("abc", help="Any of a, b, c (e.g. abc)."),
+    num_requests: int = typer.Option(None, help="Requests per workload (default a: 64, b: 32, c: 32)."),
     hf_batch_size: int = typer.Option(16, help="HF generate batch size (left padding)."),
     output_len_b: int = typer.Option(32, help="Output tokens per request in workload b."),
-    threads: int = typer.Option(0, help="torch threads per side (0 = all cores)."),
+    threads: int = typer.Option(0, help="torch threads per side (0 = physical cores available)."),
     max_num_batched_tokens: int = typer.Option(2048, help="Loom per-step token budget."),
     skip_hf: bool = typer.Option(False, help="Run Loom only."),
     seed: int = typer.Option(0, help="Workload seed."),
@@ -152,17 +170,17 @@ def throughput(
 
     Example: loom bench throughput --workload a --num-requests 16
     """
-    import os
 
     from rich.console import Console
     from rich.table import Table
     from transformers import AutoConfig
 
     from runtime.checkpoint import ensure_checkpoint
+    from runtime.threads import default_num_threads
 
     path = model or str(ensure_checkpoint(arch, preset))
     vocab = AutoConfig.from_pretrained(path).vocab_size
-    threads = threads or os.cpu_count() or 1
+    threads = threads or default_num_threads()
     engine_args = {"max_num_batched_tokens": max_num_batched_tokens}
     console = Console(width=200)
     table = Table(title=f"loom bench throughput — {path} ({threads} threads)")
@@ -171,26 +189,26 @@ def throughput(
     for col in cols:
         table.add_column(col)
     for name in workload:
-        wl = make_workload(name, num_requests, vocab, seed, output_len_b)
-        loom = _in_process("run_loom", path, wl, threads, engine_args)
+        wl = make_workload(name, num_requests or DEFAULT_REQUESTS[name], vocab, seed, output_len_b)
+        loom = in_process(run_loom, path, wl, threads, engine_args)
         loom_tps = loom["output_tokens"] / loom["seconds"]
         note = f"cached {loom['cached_tokens']} tok, {loom['preemptions']} preemptions, {loom['steps']} steps"
         console.print(f"workload {name}: Loom {loom_tps:.1f} tok/s ({loom['seconds']:.1f} s, {loom['cpu_seconds']:.1f} CPU s; {note})")
         row_hf = None
         if not skip_hf:
-            hf = _in_process("run_hf", path, wl, threads, hf_batch_size)
+            hf = in_process(run_hf, path, wl, threads, hf_batch_size)
             hf_tps = hf["output_tokens"] / hf["seconds"]
             console.print(f"workload {name}: HF {hf_tps:.1f} tok/s ({hf['seconds']:.1f} s, {hf['cpu_seconds']:.1f} CPU s)")
             row_hf = (hf, hf_tps)
         loom_cpu = loom["output_tokens"] / loom["cpu_seconds"]
         ratio = f"{loom_tps / row_hf[1]:.2f}x" if row_hf else "-"
         ratio_cpu = f"{loom_cpu / (row_hf[0]['output_tokens'] / row_hf[0]['cpu_seconds']):.2f}x" if row_hf else "-"
-        table.add_row(name, "Loom", str(num_requests), str(loom["output_tokens"]), f"{loom['seconds']:.1f}",
+        table.add_row(name, "Loom", str(len(wl.prompts)), str(loom["output_tokens"]), f"{loom['seconds']:.1f}",
                       f"{loom_tps:.1f}", ratio, f"{loom['cpu_seconds']:.1f}", f"{loom_cpu:.1f}", ratio_cpu,
                       f"{loom['peak_rss_mib']:.0f}", note)
         if row_hf:
             hf, hf_tps = row_hf
-            table.add_row(name, f"HF generate (batch {hf_batch_size})", str(num_requests), str(hf["output_tokens"]),
+            table.add_row(name, f"HF generate (batch {hf_batch_size})", str(len(wl.prompts)), str(hf["output_tokens"]),
                           f"{hf['seconds']:.1f}", f"{hf_tps:.1f}", "1.00x", f"{hf['cpu_seconds']:.1f}",
                           f"{hf['output_tokens'] / hf['cpu_seconds']:.1f}", "1.00x", f"{hf['peak_rss_mib']:.0f}",
                           f"{hf['generated_incl_padding']} tok generated incl. padding")
