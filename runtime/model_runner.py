@@ -24,8 +24,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
 
+import numpy as np
 import torch
 
 from runtime.attention import DECODE_GROUP, AttentionMetadata, DecodeGroup, PrefillSeq, flash_attn_varlen_func
@@ -137,16 +139,23 @@ class ModelRunner:
             counts.append(n)
             tables.append(req.block_ids)
         dev = self.device
-        width = max(len(t) for t in tables)
-        block_tables = torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long)
-        counts_t = torch.tensor(counts)
-        seq_of_token = torch.repeat_interleave(torch.arange(len(order)), counts_t)
-        cu = torch.cumsum(counts_t, 0) - counts_t
-        positions = torch.arange(len(token_ids)) - cu[seq_of_token] + torch.tensor(starts)[seq_of_token]
-        slot_mapping = block_tables[seq_of_token, positions // self.block_size] * self.block_size
-        slot_mapping += positions % self.block_size
-        meta = self._metadata(slot_mapping, block_tables, starts, counts)
+        # Index arithmetic in NumPy (a microsecond per op against torch's ~5-10 µs
+        # dispatch on CPU), handed to torch without copies.
+        n_seq = len(order)
+        lens = np.fromiter(map(len, tables), dtype=np.int64, count=n_seq)
+        bt = np.zeros((n_seq, int(lens.max())), dtype=np.int64)
+        bt[np.repeat(np.arange(n_seq), lens), np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens)] = (
+            np.fromiter(chain.from_iterable(tables), dtype=np.int64, count=int(lens.sum()))
+        )
+        counts_np = np.asarray(counts, dtype=np.int64)
+        seq_of_token = np.repeat(np.arange(n_seq), counts_np)
+        cu = np.cumsum(counts_np) - counts_np
+        positions = np.arange(len(token_ids)) - cu[seq_of_token] + np.asarray(starts, dtype=np.int64)[seq_of_token]
+        slot_mapping = bt[seq_of_token, positions // self.block_size] * self.block_size + positions % self.block_size
+        block_tables = torch.from_numpy(bt)
+        meta = self._metadata(torch.from_numpy(slot_mapping), block_tables, starts, counts)
         input_ids = torch.tensor(token_ids, dtype=torch.long, device=dev)
+        positions = torch.from_numpy(positions)
         return input_ids, positions.to(dev), meta, offsets
 
     def _metadata(
@@ -162,12 +171,12 @@ class ModelRunner:
             num_kernel = sum(1 for c in counts if c <= KERNEL_MAX_QUERY_LEN)
             num_decodes = 0
             if num_kernel:
-                counts_t = torch.tensor(counts[:num_kernel], dtype=torch.int32)
-                meta.kernel, meta.kernel_rows = self.kernel, int(counts_t.sum())
+                counts_np = np.asarray(counts[:num_kernel], dtype=np.int32)
+                meta.kernel, meta.kernel_rows = self.kernel, int(counts_np.sum())
                 meta.kernel_args = (
-                    torch.cumsum(counts_t, 0, dtype=torch.int32) - counts_t,
-                    counts_t,
-                    torch.tensor(ctx_lens[:num_kernel], dtype=torch.int32),
+                    torch.from_numpy(np.cumsum(counts_np, dtype=np.int32) - counts_np),
+                    torch.from_numpy(counts_np),
+                    torch.from_numpy(np.asarray(ctx_lens[:num_kernel], dtype=np.int32)),
                     block_tables[:num_kernel].to(torch.int32),
                 )
         else:

@@ -34,7 +34,10 @@ class RequestStatus(enum.Enum):
 
     @property
     def finished(self) -> bool:
-        return self in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED)
+        # identity checks: ``in (tuple)`` goes through Enum.__eq__ and was 0.4 µs per call,
+        # several calls per request per step
+        cls = RequestStatus
+        return self is cls.FINISHED_STOPPED or self is cls.FINISHED_LENGTH or self is cls.FINISHED_ABORTED
 
 
 @dataclass(eq=False)
