@@ -234,7 +234,8 @@ class LLMEngine:
                 self.spec.record(req, s.num_spec_tokens, num_accepted)
                 if not req.is_finished:
                     self.spec.release(req, num_accepted, self.kv)
-            outputs.append(self._output(req))
+            if req.is_finished or req.sampling_params.output_kind != "final_only":
+                outputs.append(self._output(req))
             if req.is_finished:
                 self.requests.pop(req.request_id, None)
         times["output_processing"] += time.perf_counter() - t4
@@ -266,15 +267,22 @@ class LLMEngine:
         req.finish_time = now
 
     def _output(self, req: Request) -> RequestOutput:
-        new_ids = req.all_token_ids[req.num_prompt_tokens + req.num_output_sent:]
+        start = req.num_prompt_tokens + req.num_output_sent
+        new_ids = req.all_token_ids[start:]
+        delta = req.sampling_params.output_kind == "delta"
+        first_new = req.num_output_sent
         req.num_output_sent = req.num_output_tokens
+        new_text = req.detokenizer.delta(req.is_finished) if req.detokenizer else ""
+        logprobs = req.logprobs
+        if logprobs is not None:
+            logprobs = logprobs[first_new:] if delta else list(logprobs)
         return RequestOutput(
             request_id=req.request_id,
             prompt_token_ids=req.prompt_token_ids,
-            token_ids=req.output_token_ids,
-            text=req.detokenizer.text if req.detokenizer else "",
+            token_ids=new_ids if delta else req.output_token_ids,
+            text=new_text if delta else (req.detokenizer.text if req.detokenizer else ""),
             new_token_ids=new_ids,
-            new_text=req.detokenizer.delta(req.is_finished) if req.detokenizer else "",
+            new_text=new_text,
             finished=req.is_finished,
             finish_reason=req.finish_reason,
             stop_reason=req.stop_reason,
@@ -282,8 +290,8 @@ class LLMEngine:
             arrival_time=req.arrival_time,
             first_token_time=req.first_token_time,
             finish_time=req.finish_time,
-            token_times=list(req.token_times),
-            logprobs=list(req.logprobs) if req.logprobs is not None else None,
+            token_times=req.token_times[first_new:] if delta else list(req.token_times),
+            logprobs=logprobs,
             num_drafts=req.num_drafts,
             num_draft_tokens=req.num_draft_tokens,
             num_accepted_tokens=req.num_accepted_tokens,

@@ -53,7 +53,8 @@ class LLM:
                 of ``LLMEngine.add_request`` (checked for every prompt before any runs).
         """
         batch = self._token_batches(prompts, prompt_token_ids)
-        params = self._params_list(sampling_params, len(batch))
+        # only finished outputs are returned, so the engine builds no others (vLLM does the same)
+        params = [p.clone(output_kind="final_only") for p in self._params_list(sampling_params, len(batch))]
         requests = [self.engine.make_request(ids, p) for ids, p in zip(batch, params)]
         order: dict[str, int] = {}
         for req in requests:

@@ -16,6 +16,9 @@ from runtime.errors import InvalidRequestError
 _GREEDY_EPS = 1e-5
 
 
+OUTPUT_KINDS = ("cumulative", "delta", "final_only")
+
+
 @dataclass
 class SamplingParams:
     """Per-request sampling and stopping parameters.
@@ -43,6 +46,11 @@ class SamplingParams:
         include_stop_str_in_output: keep the matched stop string in ``text``.
         skip_special_tokens: leave special tokens out of ``text``.
         structured_output: a ``runtime.structured_output.StructuredOutputParams``.
+        output_kind: vLLM's ``RequestOutputKind``: ``"cumulative"`` (every step's
+            output holds everything so far, plus the ``new_*`` delta),
+            ``"delta"`` (``token_ids`` / ``text`` / ``token_times`` /
+            ``logprobs`` hold only what is new) or ``"final_only"`` (no output
+            until the request finishes; ``LLM.generate`` uses it).
 
     Raises:
         InvalidRequestError: (a ``ValueError``) naming the field at fault.
@@ -64,6 +72,7 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     structured_output: Any = None
+    output_kind: str = "cumulative"
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -82,6 +91,8 @@ class SamplingParams:
         _integer("max_tokens", self.max_tokens, low=1)
         if self.logprobs is not None:
             _integer("logprobs", self.logprobs, low=0)
+        if self.output_kind not in OUTPUT_KINDS:
+            raise InvalidRequestError(f"output_kind: must be one of {OUTPUT_KINDS}", param="output_kind")
         for s in self.stop:
             if not isinstance(s, str) or not s:
                 raise InvalidRequestError("stop: every stop string must be a non-empty str", param="stop")

@@ -43,8 +43,8 @@ KERNEL_MAX_QUERY_LEN = 16
 """Longest query chunk (tokens) a request may have this step to go through the kernel."""
 
 _SOURCE = Path(__file__).with_name("paged_attention_cpu.cpp")
-_CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-mprefer-vector-width=512"]
-_LDFLAGS = ["-lmvec"]
+_CFLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-mprefer-vector-width=512")
+_LDFLAGS = ("-lmvec",)
 _lock = threading.Lock()
 _loaded: dict[str, Callable | None] = {}
 
@@ -106,7 +106,9 @@ def _build(name: str) -> Callable | None:
 
     try:
         module = load(
-            name=name, sources=[str(_SOURCE)], extra_cflags=_CFLAGS, extra_ldflags=_LDFLAGS,
+            # copies: torch's ``load`` appends its own flags to the lists it is given,
+            # which would change the build name of every later call
+            name=name, sources=[str(_SOURCE)], extra_cflags=list(_CFLAGS), extra_ldflags=list(_LDFLAGS),
             build_directory=str(_build_dir(name)), verbose=False,
         )
     except Exception as exc:  # noqa: BLE001 - no compiler, no headers: fall back, say why

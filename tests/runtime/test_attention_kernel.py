@@ -113,3 +113,12 @@ def test_reference_backend_still_matches_transformers(arch_checkpoint, arch):
         final = run_to_completion(engine, [(str(i), p, greedy(12)) for i, p in enumerate(prompts)])
         outs[backend] = [final[str(i)].token_ids for i in range(len(prompts))]
     assert outs["torch_sdpa"] == outs["cpu_paged"] == hf_greedy_many(path, prompts, [12] * len(prompts))
+
+
+def test_loading_the_kernel_twice_reuses_one_build():
+    """torch's ``load`` appends to the flag lists it is given; the build name must not drift."""
+    from runtime import kernels
+
+    name = kernels._build_name()
+    assert kernels.cpu_paged_attention() is kernel
+    assert kernels._build_name() == name
