@@ -28,22 +28,22 @@ def loom_cache_root() -> Path:
     return Path(root) if root else Path.home() / ".cache" / "loom"
 
 
-def is_complete(folder: Path) -> bool:
-    """Whether ``folder`` is a finished cache entry."""
-    return (folder / COMPLETE_MARKER).is_file()
+def is_complete(folder: Path, marker: str = COMPLETE_MARKER) -> bool:
+    """Whether ``folder`` is a finished cache entry (holds ``marker``)."""
+    return (folder / marker).is_file()
 
 
-def build_atomically(final: Path, build: Callable[[Path], None]) -> Path:
+def build_atomically(final: Path, build: Callable[[Path], None], marker: str = COMPLETE_MARKER) -> Path:
     """Create ``final`` by calling ``build(tmp)`` on an empty temporary sibling, then renaming it.
 
-    Returns ``final`` at once when it is already complete. When another process
+    Returns ``final`` at once when it is already complete (holds ``marker``). When another process
     renamed its own copy first, that copy is kept and ours is discarded.
 
     Raises:
         whatever ``build`` raises; the temporary folder is removed first and
         ``final`` is left as it was (absent).
     """
-    if is_complete(final):
+    if is_complete(final, marker):
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
@@ -53,7 +53,7 @@ def build_atomically(final: Path, build: Callable[[Path], None]) -> Path:
         try:
             os.rename(tmp, final)
         except OSError:
-            if not is_complete(final):
+            if not is_complete(final, marker):
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

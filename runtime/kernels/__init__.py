@@ -12,9 +12,11 @@ bandwidth at 4,096), the gather path moves every byte three times.
 How it is built: ``torch.utils.cpp_extension.load`` compiles
 ``paged_attention_cpu.cpp`` once per machine (about 25 s, g++ with
 ``-O3 -march=native -fopenmp``; threads come from ``at::parallel_for``, i.e.
-``torch.set_num_threads``) into ``$LOOM_CACHE/torch_extensions/<name>``, the
-name hashing the source, the compiler flags and the CPU's flags so a cache
-copied to another machine is never reused.  Without a C++ compiler (or with
+``torch.set_num_threads``) into ``$LOOM_CACHE/torch_extensions/<name>``
+(built in a temporary folder, renamed into place; later processes import the
+library directly), the name hashing the source, the compiler flags, torch's
+version and the CPU's flags so a cache copied to another machine is never
+reused.  Without a C++ compiler (or with
 ``LOOM_CPU_ATTENTION_KERNEL=0``) :func:`cpu_paged_attention` returns ``None``
 and the engine uses the reference path, saying so once in the log.
 
@@ -67,14 +69,6 @@ def _build_name() -> str:
     return f"loom_paged_attention_{key.hexdigest()[:12]}"
 
 
-def _build_dir(name: str) -> Path:
-    from runtime.checkpoint.cache import loom_cache_root
-
-    path = loom_cache_root() / "torch_extensions" / name
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def cpu_paged_attention() -> Callable | None:
     """The compiled kernel, built on first use; ``None`` when it cannot be had.
 
@@ -102,17 +96,41 @@ def cpu_paged_attention() -> Callable | None:
 
 
 def _build(name: str) -> Callable | None:
-    from torch.utils.cpp_extension import load
+    """Import the kernel from the cache, compiling it there first when missing.
+
+    The build runs in a temporary folder renamed into place when done
+    (``build_atomically``), so a process killed mid-build leaves no half-built
+    library and no stale lock behind; a finished build is imported directly,
+    without torch's JIT machinery (which takes a lock file on every load).
+    """
+    from runtime.checkpoint.cache import build_atomically, loom_cache_root
+
+    library = f"{name}.so"
+    built: dict[str, object] = {}
+
+    def compile_into(folder: Path) -> None:
+        from torch.utils.cpp_extension import load
+
+        # copies: torch's ``load`` appends its own flags to the lists it is given
+        built["module"] = load(
+            name=name, sources=[str(_SOURCE)], extra_cflags=list(_CFLAGS), extra_ldflags=list(_LDFLAGS),
+            build_directory=str(folder), verbose=False,
+        )
 
     try:
-        module = load(
-            # copies: torch's ``load`` appends its own flags to the lists it is given,
-            # which would change the build name of every later call
-            name=name, sources=[str(_SOURCE)], extra_cflags=list(_CFLAGS), extra_ldflags=list(_LDFLAGS),
-            build_directory=str(_build_dir(name)), verbose=False,
-        )
+        folder = build_atomically(loom_cache_root() / "torch_extensions" / name, compile_into, marker=library)
+        module = built.get("module") or _import(name, folder / library)
     except Exception as exc:  # noqa: BLE001 - no compiler, no headers: fall back, say why
         logger.warning("CPU paged-attention kernel unavailable (%s); using the gather + SDPA path",
-                       str(exc).splitlines()[0][:200])
+                       str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
         return None
     return module.paged_attention
+
+
+def _import(name: str, path: Path) -> object:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

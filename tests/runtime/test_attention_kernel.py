@@ -122,3 +122,19 @@ def test_loading_the_kernel_twice_reuses_one_build():
     name = kernels._build_name()
     assert kernels.cpu_paged_attention() is kernel
     assert kernels._build_name() == name
+
+
+def test_without_a_compiler_the_engine_says_so_and_uses_the_reference(tiny_checkpoint, monkeypatch, tmp_path, caplog):
+    from runtime import kernels
+
+    monkeypatch.setenv("LOOM_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", "/bin/false")  # torch's cpp_extension compiles with $CXX
+    monkeypatch.setattr(kernels, "_loaded", {})
+    with caplog.at_level("WARNING", logger="runtime.kernels"):
+        engine = make_engine(tiny_checkpoint("qwen3"))
+    assert engine.runner.attention_backend == "torch_sdpa"
+    assert "kernel unavailable" in caplog.text
+    assert not list((tmp_path / "torch_extensions").glob("loom_paged_attention_*"))  # no half-built entry
+    prompt = random_prompts(4096, [12], seed=2)[0]
+    final = run_to_completion(engine, [("r", prompt, greedy(5))])
+    assert final["r"].token_ids == hf_greedy_many(tiny_checkpoint("qwen3"), [prompt], [5])[0]
