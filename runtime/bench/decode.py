@@ -76,7 +76,8 @@ def hf_step(path: str, batch: int, ctx: int, steps: int, threads: int, seed: int
 
 
 def decode(
-    model: str = typer.Option(None, help="Checkpoint folder; default: the cached random-weight ARCH/PRESET one."),
+    model: str = typer.Option(None, help="Any model Loom accepts (a registered name such as smollm2-135m-instruct, a "
+                              "folder, a .gguf); default: the cached random-weight ARCH/PRESET checkpoint."),
     arch: str = typer.Option("qwen3", help="Architecture of the default checkpoint."),
     preset: str = typer.Option("small", help="Preset of the default checkpoint."),
     batch: int = typer.Option(16, help="Decoding requests."),
@@ -96,7 +97,9 @@ def decode(
     from runtime.checkpoint import ensure_checkpoint
     from runtime.threads import default_num_threads
 
-    path = model or str(ensure_checkpoint(arch, preset))
+    from runtime.models.loader import resolve_model_path
+
+    path = str(resolve_model_path(model)) if model else str(ensure_checkpoint(arch, preset))
     threads = threads or default_num_threads()
     table = Table(title=f"loom bench decode — {path}, batch {batch}, {threads} threads, ms per decode step")
     for col in ("context", "Loom ms", "Loom growth", "HF ms", "HF growth", "Loom / HF", "Loom RSS MiB",

@@ -154,7 +154,8 @@ def in_process(fn: Any, *args: Any) -> dict[str, Any]:
 
 
 def throughput(
-    model: str = typer.Option(None, help="Checkpoint folder; default: the cached random-weight ARCH/PRESET one."),
+    model: str = typer.Option(None, help="Any model Loom accepts (a registered name such as smollm2-135m-instruct, a "
+                              "folder, a .gguf); default: the cached random-weight ARCH/PRESET checkpoint."),
     arch: str = typer.Option("qwen3", help="Architecture of the default checkpoint."),
     preset: str = typer.Option("small", help="Preset of the default checkpoint (tiny | small)."),
     workload: str = typer.Option("abc", help="Any of a, b, c (e.g. abc)."),
@@ -178,7 +179,9 @@ def throughput(
     from runtime.checkpoint import ensure_checkpoint
     from runtime.threads import default_num_threads
 
-    path = model or str(ensure_checkpoint(arch, preset))
+    from runtime.models.loader import resolve_model_path
+
+    path = str(resolve_model_path(model)) if model else str(ensure_checkpoint(arch, preset))
     vocab = AutoConfig.from_pretrained(path).vocab_size
     threads = threads or default_num_threads()
     engine_args = {"max_num_batched_tokens": max_num_batched_tokens}
