@@ -11,6 +11,9 @@ reference honest.
 
 from __future__ import annotations
 
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -115,13 +118,28 @@ def test_reference_backend_still_matches_transformers(arch_checkpoint, arch):
     assert outs["torch_sdpa"] == outs["cpu_paged"] == hf_greedy_many(path, prompts, [12] * len(prompts))
 
 
-def test_loading_the_kernel_twice_reuses_one_build():
-    """torch's ``load`` appends to the flag lists it is given; the build name must not drift."""
+def test_a_build_that_appends_to_its_flag_lists_leaves_the_build_name_unchanged(monkeypatch, tmp_path):
+    """torch's ``load`` appends its own flags to the lists it is given (seen: ``-lc10 -ltorch ...``
+    on ``extra_ldflags``); that once changed the build name so every engine rebuilt the kernel."""
+    import torch.utils.cpp_extension as cpp_extension
+
     from runtime import kernels
 
+    def appending_load(name, sources, extra_cflags, extra_ldflags, build_directory, verbose):
+        extra_cflags.append("-DAPPENDED")
+        extra_ldflags.append("-ltorch")
+        (Path(build_directory) / f"{name}.so").write_bytes(b"")
+        return SimpleNamespace(paged_attention=kernel)
+
+    monkeypatch.setenv("LOOM_CACHE", str(tmp_path))
+    monkeypatch.setattr(cpp_extension, "load", appending_load)
+    monkeypatch.setattr(kernels, "_loaded", {})
+    kernels._build_name.cache_clear()
     name = kernels._build_name()
     assert kernels.cpu_paged_attention() is kernel
+    kernels._build_name.cache_clear()
     assert kernels._build_name() == name
+    assert (tmp_path / "torch_extensions" / name / f"{name}.so").is_file()
 
 
 def test_without_a_compiler_the_engine_says_so_and_uses_the_reference(tiny_checkpoint, monkeypatch, tmp_path, caplog):
