@@ -3,29 +3,11 @@
 
 import pytest
 
+from memory import LongTermMemory
+from retrieval import Retriever
+from retrieval.types import Document, Section
 from tools import ToolRegistry
 from tools.builtin import memory_tools, search_documents_tool
-
-
-def _import_retriever():
-    try:
-        from retrieval import Retriever
-    except ImportError:
-        try:
-            from retrieval.retriever import Retriever
-        except ImportError:
-            pytest.skip("retrieval.Retriever has not landed yet (issue: retrieval)")
-    from retrieval.types import Document, Section
-
-    return Retriever, Document, Section
-
-
-def _import_memory():
-    try:
-        from memory import LongTermMemory
-    except ImportError:
-        pytest.skip("memory.LongTermMemory has not landed yet (issue: memory)")
-    return LongTermMemory
 
 
 DOCS = [
@@ -41,7 +23,6 @@ DOCS = [
 
 @pytest.fixture(scope="module")
 def retriever(tmp_path_factory):
-    Retriever, Document, Section = _import_retriever()
     r = Retriever(tmp_path_factory.mktemp("index"))
     r.add_documents(
         Document(id=doc_id, title=title, sections=tuple(Section(h, t) for h, t in sections))
@@ -84,7 +65,6 @@ def test_search_documents_tool_rejects_bad_setup(retriever):
 
 @pytest.fixture
 def memory(tmp_path):
-    LongTermMemory = _import_memory()
     mem = LongTermMemory(f"sqlite:///{tmp_path / 'memory.db'}")
     yield mem
     mem.close()

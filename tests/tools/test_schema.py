@@ -4,6 +4,7 @@ import enum
 import json
 from typing import Annotated, Literal, Optional
 
+import llguidance
 import pytest
 from pydantic import BaseModel, Field
 
@@ -145,7 +146,6 @@ async def test_recursive_model_is_still_validated_fully_below_the_unrolled_level
 def test_schemas_have_no_refs_so_they_nest_inside_a_tool_call_schema():
     """Forced tool calls nest each tool's parameters under ``arguments``; a root
     ``#/$defs`` pointer would dangle there, so llguidance must compile the nest."""
-    llguidance = pytest.importorskip("llguidance")
     from runtime.structured_output.tool_call import tool_call_schema
 
     def f(color: Color, origin: Point, tree: Tree | None = None) -> None:
