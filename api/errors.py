@@ -23,12 +23,21 @@ from runtime.errors import LoomError
 
 log = logging.getLogger(__name__)
 
+class SessionBusyError(LoomError):
+    """A session turn (or delete) while another turn on the same session runs (409)."""
+
+    http_status = 409
+    error_type = "invalid_request_error"
+    code = "session_busy"
+
+
 _HTTP_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    409: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
 }

@@ -4,26 +4,41 @@ One ``Store`` per process wraps an engine on ``Settings.db`` (a SQLite file by
 default, any SQLAlchemy URL such as ``postgresql+psycopg://...``).  A turn row
 is written (``state="running"``) *before* the model runs, so the user's message
 is committed even if the client disconnects or the server is killed mid-turn;
-on start-up any turn still ``running`` is marked ``interrupted``.  The agent's
+on start-up any turn still ``running`` whose lease is gone is marked
+``interrupted``.  The agent's
 own conversation items (the exact rendered history) live in the orchestrator's
 ``SQLSession`` tables of the same database, keyed by the same session id.
+
+Turns on one session are serialised by a lease row (``api_turn_leases``) that
+every worker process sharing the database sees: claiming it is one atomic
+statement (an INSERT on the session's primary key, or a compare-and-set
+UPDATE of an expired lease), so of two concurrent turns exactly one wins and
+the other is refused.  The holder renews the lease while its turn runs; a
+crashed holder's lease expires after ``ttl_s`` (at once when the holder was a
+process on this host that no longer exists), so no session stays locked.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Integer, String, Text, create_engine, event, select, update
+from sqlalchemy import JSON, ForeignKey, Integer, String, Text, create_engine, delete, event, select, update
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+_ORPHANED = "server stopped during the turn"
 
 
 class Base(DeclarativeBase):
@@ -73,6 +88,41 @@ class Turn(Base):
     error: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[dt.datetime] = mapped_column(default=_now)
     finished_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+
+
+class TurnLease(Base):
+    """Who may run a turn on a session right now, until when (one row per busy session)."""
+
+    __tablename__ = "api_turn_leases"
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("api_sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    holder: Mapped[str] = mapped_column(String(200))  # "host:pid:token" (see new_holder)
+    expires_at: Mapped[dt.datetime] = mapped_column()
+
+
+def new_holder() -> str:
+    """A unique lease holder name that also says which process holds it."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+
+
+def _holder_gone(holder: str) -> bool:
+    """True when ``holder`` was a process on this host that has exited (its lease is free now)."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False  # another host: only the expiry can tell
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False  # exists, owned by someone else
+    return False
+
+
+def _lease_free(lease: TurnLease | None, now: dt.datetime) -> bool:
+    return lease is None or lease.expires_at <= now or _holder_gone(lease.holder)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -135,16 +185,62 @@ class Store:
     def delete_session(self, session_id: str) -> None:
         """Delete a session and its turns."""
         with self.tx() as s:
-            for turn in s.scalars(select(Turn).where(Turn.session_id == session_id)):
-                s.delete(turn)
-            row = s.get(ChatSession, session_id)
-            if row is not None:
-                s.delete(row)
+            s.execute(delete(TurnLease).where(TurnLease.session_id == session_id))
+            s.execute(delete(Turn).where(Turn.session_id == session_id))
+            s.execute(delete(ChatSession).where(ChatSession.id == session_id))
+
+    # turn leases ------------------------------------------------------------------
+    def claim_lease(self, session_id: str, holder: str, ttl_s: float) -> bool:
+        """Take the session's turn lease for ``ttl_s`` seconds; ``False`` when a live turn holds it.
+
+        Atomic across processes: a free session gets an INSERT (the primary key
+        lets one of two racing inserts through); an expired or orphaned lease is
+        taken over by an UPDATE conditioned on the old holder (compare-and-set).
+        """
+        now = _now()
+        expires = now + dt.timedelta(seconds=ttl_s)
+        try:
+            with self.tx() as s:
+                lease = s.get(TurnLease, session_id)
+                if lease is None:
+                    s.add(TurnLease(session_id=session_id, holder=holder, expires_at=expires))
+                    return True
+                if not _lease_free(lease, now):
+                    return False
+                res = s.execute(update(TurnLease).where(
+                    TurnLease.session_id == session_id, TurnLease.holder == lease.holder,
+                    TurnLease.expires_at == lease.expires_at).values(holder=holder, expires_at=expires))
+                return bool(res.rowcount)
+        except IntegrityError:  # another worker inserted first, or the session is gone
+            return False
+
+    def renew_lease(self, session_id: str, holder: str, ttl_s: float) -> bool:
+        """Extend ``holder``'s lease by ``ttl_s`` from now; ``False`` when it no longer holds it."""
+        with self.tx() as s:
+            res = s.execute(update(TurnLease).where(
+                TurnLease.session_id == session_id, TurnLease.holder == holder)
+                .values(expires_at=_now() + dt.timedelta(seconds=ttl_s)))
+            return bool(res.rowcount)
+
+    def release_lease(self, session_id: str, holder: str) -> None:
+        """Give the lease back (no-op when ``holder`` does not hold it)."""
+        with self.tx() as s:
+            s.execute(delete(TurnLease).where(TurnLease.session_id == session_id,
+                                              TurnLease.holder == holder))
 
     # turns ----------------------------------------------------------------------
     def start_turn(self, session_id: str, user_message: str) -> Turn:
-        """Commit the user's message as a ``running`` turn before the model runs."""
+        """Commit the user's message as a ``running`` turn before the model runs.
+
+        Call it holding the session's lease: a turn still ``running`` then belongs
+        to a holder that died, and is marked ``interrupted`` first.
+
+        Raises:
+            IntegrityError: the session no longer exists.
+        """
         with self.tx() as s:
+            s.execute(update(Turn).where(Turn.session_id == session_id, Turn.state == "running")
+                      .values(state="interrupted", error=_ORPHANED, finished_at=_now()))
             count = len(list(s.scalars(select(Turn.id).where(Turn.session_id == session_id))))
             turn = Turn(session_id=session_id, index=count, user_message=user_message)
             s.add(turn)
@@ -165,11 +261,19 @@ class Store:
             return list(s.scalars(q))
 
     def interrupt_running_turns(self) -> int:
-        """Mark turns left ``running`` by a killed process as ``interrupted``; returns how many."""
+        """Mark turns left ``running`` by a dead process as ``interrupted``; returns how many.
+
+        A turn whose session lease is still live belongs to another worker on
+        the same database and is left alone.
+        """
+        now = _now()
         with self.tx() as s:
-            res = s.execute(
-                update(Turn)
-                .where(Turn.state == "running")
-                .values(state="interrupted", error="server stopped during the turn")
-            )
-            return int(res.rowcount or 0)
+            running = list(s.scalars(select(Turn).where(Turn.state == "running")))
+            leases = {lease.session_id: lease for lease in s.scalars(select(TurnLease))}
+            orphans = [t for t in running if _lease_free(leases.get(t.session_id), now)]
+            for turn in orphans:
+                turn.state, turn.error, turn.finished_at = "interrupted", _ORPHANED, now
+                lease = leases.pop(turn.session_id, None)
+                if lease is not None:
+                    s.delete(lease)
+            return len(orphans)

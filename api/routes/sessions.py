@@ -15,11 +15,12 @@ from typing import Any
 import anyio
 from fastapi import APIRouter, Depends, Query, Request
 from sse_starlette.sse import EventSourceResponse
+from starlette.background import BackgroundTask
 
 from api import turns as T
 from api.auth import require_owner
 from api.engine_io import settle, until_disconnect
-from api.errors import error_body, loom_error_body
+from api.errors import SessionBusyError, error_body, loom_error_body
 from api.schemas.sessions import (
     Deleted,
     MessageCreate,
@@ -31,7 +32,8 @@ from api.schemas.sessions import (
 )
 from api.services import Services
 from api.store import ChatSession
-from runtime.errors import LoomError, NotFoundError, RequestAbortedError
+from api.turn_lease import TurnLeaseKeeper
+from runtime.errors import LoomError, NotFoundError
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
@@ -95,81 +97,133 @@ async def list_messages(session_id: str, request: Request, owner: str = Depends(
 
 @router.delete("/{session_id}", response_model=Deleted, summary="Delete a session")
 async def delete_session(session_id: str, request: Request, owner: str = Depends(require_owner)) -> Deleted:
-    """Delete the session, its turns and its agent history."""
+    """Delete the session, its turns and its agent history (409 while a turn runs on it)."""
     services = _services(request)
     _own_session(services, session_id, owner)
-    services.store.delete_session(session_id)
-    T.agent_session(services, session_id).clear()
+    lease = await _claim(services, session_id, owner)
+    try:
+        services.store.delete_session(session_id)
+        T.agent_session(services, session_id).clear()
+    finally:
+        await lease.release()
     return Deleted(id=session_id, object="session")
+
+
+async def _claim(services: Services, session_id: str, owner: str) -> TurnLeaseKeeper:
+    try:
+        return await TurnLeaseKeeper.claim(services.store, session_id, services.settings.turn_lease_s)
+    except SessionBusyError:
+        _own_session(services, session_id, owner)  # deleted meanwhile: 404, not 409
+        raise
 
 
 @router.post("/{session_id}/messages", response_model=TurnOut, responses=_TURN_DOC,
              summary="Send a message (runs one agent turn)")
 async def post_message(session_id: str, body: MessageCreate, request: Request,
                        owner: str = Depends(require_owner)) -> Any:
-    """Run one agent turn; the user's message is stored before the model runs."""
+    """Run one agent turn; the user's message is stored before the model runs.
+
+    One turn at a time per session: a message sent while another turn on the
+    same session runs (in any worker) is refused with 409 ``session_busy``.
+    """
     services = _services(request)
     row = _own_session(services, session_id, owner)
     cfg = SessionCreate.model_validate(row.config)
-    agent = T.build_agent(services, owner, cfg)
-    history = T.agent_session(services, session_id)
-    choice = T.tool_choice_arg(body.tool_choice) if body.tool_choice is not None else None
-    turn = services.store.start_turn(session_id, body.content)
-    events = T.agent_events(agent, body.content, history, choice)
-    if body.stream:
-        first = await _first_event(services, turn.id, events)  # errors before the model runs: 4xx
-        return EventSourceResponse(_stream_turn(services, turn.id, session_id, events, first), ping=15)
-    return await _run_turn(services, request, turn.id, session_id, events)
-
-
-async def _first_event(services: Services, turn_id: int, events: AsyncIterator[Any]) -> Any:
+    run = _TurnRun(services, session_id, await _claim(services, session_id, owner))
+    handed_off = False
     try:
-        return await events.__anext__()
+        agent = T.build_agent(services, owner, cfg)
+        history = T.agent_session(services, session_id)
+        choice = T.tool_choice_arg(body.tool_choice) if body.tool_choice is not None else None
+        run.turn_id = services.store.start_turn(session_id, body.content).id
+        run.events = T.agent_events(agent, body.content, history, choice)
+        if body.stream:
+            first = await _first_event(run)  # errors before the model runs: 4xx
+            handed_off = True  # the stream owns the turn now; the background task is its last resort
+            return EventSourceResponse(_stream_turn(run, first), ping=15, background=BackgroundTask(run.close))
+        return await _run_turn(run, request)
+    finally:
+        if not handed_off:
+            await run.close()
+
+
+class _TurnRun:
+    """One running turn: records its outcome once, and on close aborts the agent and frees the lease."""
+
+    def __init__(self, services: Services, session_id: str, lease: TurnLeaseKeeper) -> None:
+        self.services, self.session_id, self.lease = services, session_id, lease
+        self.turn_id: int | None = None
+        self.events: Any = None  # the agent's event stream (AsyncIterator; aclose() aborts it)
+        self.settled = False
+
+    def finish(self, **fields: Any) -> None:
+        """Record the turn's outcome (the first outcome wins)."""
+        if self.settled or self.turn_id is None:
+            return
+        self.settled = True
+        self.services.store.finish_turn(self.turn_id, **fields)
+
+    def done(self, result: Any) -> None:
+        """Record a finished agent run (answer, ledger) and its metrics."""
+        self.finish(**T.result_fields(result))
+        T.record_metrics(self.services, result)
+
+    def stored(self) -> TurnOut:
+        """The turn as stored now.
+
+        Raises:
+            NotFoundError: the turn is gone (its session was deleted after the lease lapsed).
+        """
+        for t in self.services.store.turns(self.session_id):
+            if t.id == self.turn_id:
+                return T.turn_out(t)
+        raise NotFoundError(f"Session {self.session_id!r} was deleted during the turn.", param="session_id")
+
+    async def close(self) -> None:
+        """Idempotent last step of every turn: mark it interrupted if nothing was recorded, close the
+        agent's stream (which aborts its engine request), release the lease."""
+        self.finish(state="interrupted", error="client disconnected")
+        with anyio.CancelScope(shield=True):
+            events, self.events = self.events, None
+            if events is not None:
+                await events.aclose()
+            await self.lease.release()
+
+
+def _error_text(exc: BaseException) -> str:
+    return exc.message if isinstance(exc, LoomError) else str(exc) or type(exc).__name__
+
+
+async def _first_event(run: _TurnRun) -> Any:
+    try:
+        return await run.events.__anext__()
     except StopAsyncIteration:
         return None
     except BaseException as exc:
-        message = exc.message if isinstance(exc, LoomError) else str(exc) or type(exc).__name__
-        services.store.finish_turn(turn_id, state="error", error=message)
-        with anyio.CancelScope(shield=True):
-            await events.aclose()
+        run.finish(state="error", error=_error_text(exc))
         raise
 
 
-def _finish_result(services: Services, turn_id: int, result: Any) -> None:
-    services.store.finish_turn(turn_id, **T.result_fields(result))
-    T.record_metrics(services, result)
-
-
-def _stored(services: Services, session_id: str, turn_id: int) -> TurnOut:
-    return next(T.turn_out(t) for t in services.store.turns(session_id) if t.id == turn_id)
-
-
-async def _run_turn(services: Services, request: Request, turn_id: int, session_id: str,
-                    events: AsyncIterator[Any]) -> TurnOut:
+async def _run_turn(run: _TurnRun, request: Request) -> TurnOut:
     async def consume() -> Any:
         result = None
-        async for ev in events:
+        async for ev in run.events:
             if getattr(ev, "type", None) == "done":
                 result = ev.result
         return result
 
     work = asyncio.ensure_future(consume())
     try:
-        result = await until_disconnect(request, work, on_disconnect=lambda: services.store.finish_turn(
-            turn_id, state="interrupted", error="client disconnected"))
-    except LoomError as exc:
-        if not isinstance(exc, RequestAbortedError):
-            services.store.finish_turn(turn_id, state="error", error=exc.message)
-        raise
+        result = await until_disconnect(request, work, on_disconnect=lambda: run.finish(
+            state="interrupted", error="client disconnected"))
     except Exception as exc:
-        services.store.finish_turn(turn_id, state="error", error=str(exc))
+        run.finish(state="error", error=_error_text(exc))  # after a disconnect: already interrupted
         raise
     finally:
         with anyio.CancelScope(shield=True):
             await settle(work)  # a cancelled consumer must unwind before the stream can close
-            await events.aclose()
-    _finish_result(services, turn_id, result)
-    return _stored(services, session_id, turn_id)
+    run.done(result)
+    return run.stored()
 
 
 async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
@@ -179,32 +233,23 @@ async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
             yield ev
 
 
-async def _stream_turn(services: Services, turn_id: int, session_id: str,
-                       events: AsyncIterator[Any], first: Any) -> AsyncIterator[dict[str, str]]:
-    finished = False
+async def _stream_turn(run: _TurnRun, first: Any) -> AsyncIterator[dict[str, str]]:
     try:
-        async for ev in _chain(first, events):
+        async for ev in _chain(first, run.events):
             if getattr(ev, "type", None) == "done":
-                _finish_result(services, turn_id, ev.result)
-                finished = True
+                run.done(ev.result)
             yield {"data": json.dumps(T.event_json(ev))}
-        if finished:
-            turn = _stored(services, session_id, turn_id)
-            yield {"data": json.dumps({"type": "turn", "turn": turn.model_dump(mode="json")})}
+        if run.settled:
+            yield {"data": json.dumps({"type": "turn", "turn": run.stored().model_dump(mode="json")})}
         yield {"data": "[DONE]"}
     except LoomError as exc:
-        services.store.finish_turn(turn_id, state="error", error=exc.message)
-        finished = True
+        run.finish(state="error", error=exc.message)
         yield {"data": json.dumps(loom_error_body(exc))}
     except (asyncio.CancelledError, GeneratorExit):
-        raise
+        raise  # client went away mid-turn: close() below marks the turn interrupted
     except Exception as exc:
         log.exception("session turn failed")
-        services.store.finish_turn(turn_id, state="error", error=str(exc))
-        finished = True
+        run.finish(state="error", error=str(exc))
         yield {"data": json.dumps(error_body("Internal server error", "internal_error"))}
     finally:
-        if not finished:  # client went away mid-turn
-            services.store.finish_turn(turn_id, state="interrupted", error="client disconnected")
-        with anyio.CancelScope(shield=True):  # closing the agent aborts its engine request
-            await events.aclose()
+        await run.close()
