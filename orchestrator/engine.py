@@ -1,8 +1,9 @@
 """One small model interface for the orchestrator (smolagents' ``Model`` idea).
 
 ``EngineClient`` wraps ``runtime.AsyncLLM`` (streams as it decodes) or
-``runtime.LLM`` (one blocking ``generate`` in a worker thread, serialised by a
-lock; the whole reply arrives as one output).  Everything else in the
+``runtime.LLM`` (one blocking ``generate`` in a worker thread; ``LLM`` is
+thread-safe and batches concurrent callers together; the whole reply arrives
+as one output).  Any number of clients may share one engine.  Everything else in the
 orchestrator talks only to :meth:`EngineClient.stream` with prompt token ids.
 """
 
@@ -10,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
 import uuid
 from typing import Any, AsyncIterator
+
+from runtime.errors import EngineStepError
 
 DEFAULT_WINDOW = 4096
 
@@ -39,7 +41,6 @@ class EngineClient:
         self.llm = llm
         self.tokenizer = llm.tokenizer
         self.is_async = _is_async_engine(llm)
-        self._lock = threading.Lock()
 
     @property
     def max_model_len(self) -> int:
@@ -59,7 +60,8 @@ class EngineClient:
 
         Raises:
             whatever the engine raises at submission (``ContextLengthError``,
-            ``KVCapacityError``, ``QueueFullError``, ``ValueError``).
+            ``KVCapacityError``, ``QueueFullError``, ``ValueError``);
+            ``EngineStepError`` when the engine could not serve the request.
         """
         request_id = request_id or f"agent-{uuid.uuid4().hex[:12]}"
         if self.is_async:
@@ -69,11 +71,12 @@ class EngineClient:
             return
 
         def run() -> Any:
-            with self._lock:
-                return self.llm.generate(prompt_token_ids=[prompt_token_ids],
-                                         sampling_params=sampling_params, use_tqdm=False)[0]
+            return self.llm.generate(prompt_token_ids=[prompt_token_ids],
+                                     sampling_params=sampling_params, use_tqdm=False)[0]
 
         out = await asyncio.to_thread(run)
+        if out.finish_reason == "error":
+            raise EngineStepError(f"request failed: {out.error}")
         out.new_token_ids = list(out.token_ids)
         yield out
 

@@ -8,11 +8,20 @@ step, so an asyncio server stays responsive.  Validation
 (``LLMEngine.make_request``) runs in the caller, so bad input raises at once
 in ``generate`` and never reaches the engine thread.  A consumer that stops
 iterating (break, cancel, disconnect) aborts its request and frees its blocks.
+
+Inside the engine every submission gets its own id (``"<request_id>#<n>"``):
+a caller may reuse a ``request_id`` as soon as its previous stream has ended,
+even while that stream's abort is still on its way to the engine, and the old
+request's final output can never reach the new stream.  Outputs carry the
+caller's ``request_id``.  A request the engine could not serve (its model step
+failed, its grammar broke: ``finish_reason="error"``) raises
+``EngineStepError`` in its own stream only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
 import uuid
@@ -21,7 +30,7 @@ from typing import Any
 
 from runtime.config import EngineConfig
 from runtime.engine import LLMEngine
-from runtime.errors import InvalidRequestError, LoomError, QueueFullError
+from runtime.errors import EngineStepError, InvalidRequestError, LoomError, QueueFullError
 from runtime.outputs import RequestOutput
 from runtime.request import Request
 from runtime.sampling_params import SamplingParams
@@ -48,8 +57,10 @@ class AsyncLLM:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._inbox: list[tuple[str, Any]] = []
-        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
-        self._active: set[str] = set()
+        # engine id -> (loop, queue, caller's request_id); caller's id -> engine id
+        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue, str]] = {}
+        self._active: dict[str, str] = {}
+        self._seq = itertools.count()
         self._stats = engine.stats()
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="loom-engine", daemon=True)
@@ -66,14 +77,17 @@ class AsyncLLM:
 
         Raises (on the first iteration, before anything is queued):
             ContextLengthError, KVCapacityError, QueueFullError, ValueError.
+        Raises (later): EngineStepError when the engine could not serve this
+            request (the other streams go on).
         """
         if prompt_token_ids is None:
             if prompt is None:
                 raise InvalidRequestError("prompt_token_ids: give prompt_token_ids or prompt", param="prompt_token_ids")
             prompt_token_ids = self.tokenizer.encode(prompt)
-        req = self.engine.make_request(prompt_token_ids, sampling_params, request_id or uuid.uuid4().hex)
+        caller_id = request_id or uuid.uuid4().hex
+        req = self.engine.make_request(prompt_token_ids, sampling_params, caller_id)
         queue: asyncio.Queue = asyncio.Queue()
-        self._submit(req, asyncio.get_running_loop(), queue)
+        self._submit(req, caller_id, asyncio.get_running_loop(), queue)
         finished = False
         try:
             while True:
@@ -82,25 +96,29 @@ class AsyncLLM:
                     finished = True
                     raise item
                 finished = item.finished
+                if item.finish_reason == "error":
+                    raise EngineStepError(f"request {caller_id!r} failed: {item.error}")
                 yield item
                 if finished:
                     return
         finally:
             with self._lock:
-                self._active.discard(req.request_id)
+                if self._active.get(caller_id) == req.request_id:
+                    del self._active[caller_id]
             if not finished:
                 self._post(("abort", req.request_id))
 
-    def _submit(self, req: Request, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> None:
+    def _submit(self, req: Request, caller_id: str, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue) -> None:
         with self._lock:
             if self._stopped:
                 raise LoomError("AsyncLLM is shut down")
-            if req.request_id in self._active:
-                raise InvalidRequestError(f"request_id: {req.request_id!r} is already running", param="request_id")
+            if caller_id in self._active:
+                raise InvalidRequestError(f"request_id: {caller_id!r} is already running", param="request_id")
             if self._stats["num_waiting"] + len(self._inbox) >= self.config.max_waiting:
                 raise QueueFullError("too many requests waiting (max_waiting)")
-            self._active.add(req.request_id)
-            self._inbox.append(("add", (req, loop, queue)))
+            req.request_id = f"{caller_id}#{next(self._seq)}"
+            self._active[caller_id] = req.request_id
+            self._inbox.append(("add", (req, loop, queue, caller_id)))
         self._wake.set()
 
     def _post(self, item: tuple[str, Any]) -> None:
@@ -109,8 +127,14 @@ class AsyncLLM:
         self._wake.set()
 
     async def abort(self, request_id: str) -> None:
-        """Abort ``request_id``; its stream ends with ``finish_reason="abort"``."""
-        self._post(("abort", request_id))
+        """Abort the running request ``request_id``; its stream ends with ``finish_reason="abort"``.
+
+        Does nothing when no request with that id is running.
+        """
+        with self._lock:
+            engine_id = self._active.get(request_id)
+        if engine_id is not None:
+            self._post(("abort", engine_id))
 
     def stats(self) -> dict[str, Any]:
         """Engine counters as of the last step (``LLMEngine.stats``)."""
@@ -153,13 +177,13 @@ class AsyncLLM:
     def _handle_inbox(self, inbox: list[tuple[str, Any]]) -> None:
         for kind, payload in inbox:
             if kind == "add":
-                req, loop, queue = payload
+                req, loop, queue, caller_id = payload
                 try:
                     self.engine.add_prepared(req)
                 except LoomError as exc:
                     _put(loop, queue, exc)
                     continue
-                self._streams[req.request_id] = (loop, queue)
+                self._streams[req.request_id] = (loop, queue, caller_id)
             else:
                 self.engine.abort_request(payload)
 
@@ -167,6 +191,7 @@ class AsyncLLM:
         for out in outputs:
             target = self._streams.pop(out.request_id, None) if out.finished else self._streams.get(out.request_id)
             if target is not None:
+                out.request_id = target[2]
                 _put(target[0], target[1], out)
         stats = self.engine.stats()
         with self._lock:
@@ -176,8 +201,8 @@ class AsyncLLM:
         for request_id in list(self.engine.requests):
             self.engine.abort_request(request_id)
         self.engine.step()
-        for loop, queue in self._streams.values():
-            _put(loop, queue, LoomError(f"engine step failed: {exc}"))
+        for loop, queue, _ in self._streams.values():
+            _put(loop, queue, EngineStepError(f"the engine step failed ({type(exc).__name__})"))
         self._streams.clear()
 
 

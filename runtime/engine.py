@@ -191,6 +191,15 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """Run one scheduled step; return outputs of requests that changed.
 
+        A step that fails (the forward pass or sampling raises: CUDA OOM, a
+        kernel error) fails only the requests it scheduled: each finishes with
+        ``finish_reason="error"``, its blocks go back to the pool, the hashes
+        the step registered are dropped (``KVCacheManager.discard_uncommitted``)
+        and the engine keeps serving the others.  A request whose own input
+        breaks (its grammar cannot continue) fails alone the same way.
+        ``KeyboardInterrupt`` and other ``BaseException``s clean up the same
+        way and propagate.
+
         Host time per phase accumulates in ``step_times`` (seconds; keys
         ``schedule``, ``prepare_inputs``, ``model``, ``sampler``,
         ``output_processing``); ``loom bench overhead`` prints it per step.
@@ -198,13 +207,29 @@ class LLMEngine:
         outputs, self._pending = self._pending, []
         t0 = time.perf_counter()
         if self.spec is not None:
-            self.spec.propose(self.scheduler.running, self.kv)
+            try:
+                self.spec.propose(self.scheduler.running, self.kv)
+            except Exception:  # noqa: BLE001 - a failed draft costs only this step's speedup
+                logger.exception("drafting failed; this step decodes without speculation")
+                for req in self.scheduler.running:
+                    req.spec_token_ids = []
         sched = self.scheduler.schedule()
         if sched.is_empty:
             return outputs
+        try:
+            self._run_step(sched, outputs, t0)
+        except BaseException as exc:
+            self._fail_step(sched, exc, outputs)
+            if not isinstance(exc, Exception):
+                self._pending = outputs + self._pending  # delivered by the next step
+                raise
+        return outputs
+
+    def _run_step(self, sched: Any, outputs: list[RequestOutput], t0: float) -> None:
         num_logits = [1 + s.num_spec_tokens if s.samples else 0 for s in sched.scheduled]
         t1 = time.perf_counter()
         logits = self.runner.execute_model(sched.scheduled, num_logits)
+        self.kv.commit()
         t2 = time.perf_counter()
         self.scheduler.update_after_step(sched)
         self.num_steps += 1
@@ -214,7 +239,7 @@ class LLMEngine:
         times["prepare_inputs"] += self.runner.last_prepare_s
         times["model"] += t2 - t1 - self.runner.last_prepare_s
         if not rows:
-            return outputs
+            return
         t3 = time.perf_counter()
         if self.spec is not None:
             results = self.spec.sample(logits, rows, self.sampler, self.logits_processors, self.structured)
@@ -226,10 +251,12 @@ class LLMEngine:
         now = time.monotonic()
         for s, (tokens, logprobs, num_accepted) in zip(rows, results):
             req = s.request
+            if req.error is not None:  # its grammar broke while masking: it alone fails
+                self._finish(req, RequestStatus.FINISHED_ERROR, now)
             for token, lp in zip(tokens, logprobs):
-                self._append_token(req, token, lp, now)
                 if req.is_finished:
                     break
+                self._append_token(req, token, lp, now)
             if s.num_spec_tokens:
                 self.spec.record(req, s.num_spec_tokens, num_accepted)
                 if not req.is_finished:
@@ -239,7 +266,22 @@ class LLMEngine:
             if req.is_finished:
                 self.requests.pop(req.request_id, None)
         times["output_processing"] += time.perf_counter() - t4
-        return outputs
+
+    def _fail_step(self, sched: Any, exc: BaseException, outputs: list[RequestOutput]) -> None:
+        """Finish every unfinished request of a failed step with ``FINISHED_ERROR``."""
+        self.kv.discard_uncommitted()
+        if isinstance(exc, Exception):
+            logger.exception("engine step failed; failing its %d requests", len(sched.scheduled))
+        now = time.monotonic()
+        reason = f"the model step failed ({type(exc).__name__})"
+        for s in sched.scheduled:
+            req = s.request
+            if req.is_finished or self.requests.get(req.request_id) is not req:
+                continue
+            req.error = reason
+            self._finish(req, RequestStatus.FINISHED_ERROR, now)
+            outputs.append(self._output(req))
+            self.requests.pop(req.request_id, None)
 
     def _append_token(self, req: Request, token: int, logprobs: dict[int, float] | None, now: float) -> None:
         req.append_output_token(token, now)
@@ -295,6 +337,9 @@ class LLMEngine:
             num_drafts=req.num_drafts,
             num_draft_tokens=req.num_draft_tokens,
             num_accepted_tokens=req.num_accepted_tokens,
+            num_recompute_tokens=req.num_recompute_tokens,
+            num_recompute_cached_tokens=req.num_recompute_cached_tokens,
+            error=req.error,
         )
 
     def stats(self) -> dict[str, Any]:

@@ -80,6 +80,16 @@ class RequestAbortedError(LoomError):
     code = "aborted"
 
 
+class EngineStepError(LoomError):
+    """The engine could not serve this request: its model step failed (CUDA OOM, a
+    kernel error) or its output constraint broke mid-generation.  Other requests
+    go on; retrying may succeed."""
+
+    http_status = 503
+    error_type = "server_error"
+    code = "engine_step_failed"
+
+
 class ModelLoadError(LoomError):
     """A model that cannot be had: a failed package install, a wrong file hash, a
     missing or unreadable checkpoint file. The message is one line naming the cause."""

@@ -13,8 +13,17 @@ of the free queue but keeps its hash, so a later request with the same prefix
 can take it back.  Allocation pops the head of the free queue, i.e. evicts the
 least recently freed block (LRU), dropping its hash.  A block's hash is
 registered when the step that computes its last token is scheduled (as vLLM
-does); this is safe because each layer writes every token's K/V into the cache
-before any token attends.
+does), so a request admitted later in the same step already shares it; this is
+safe because each layer writes every token's K/V into the cache before any
+token attends.  Registrations stay *uncommitted* until that step's forward pass
+has returned (``commit``): if it raises, ``discard_uncommitted`` drops their
+hashes, so no later request is ever served KV that was never written.
+
+Prefix-cache counters (``prefix_cache_queries`` / ``prefix_cache_hits``,
+tokens) count once per admission, when the request's blocks are allocated
+(``record_admission``), as vLLM does: a request waiting for free blocks is not
+counted again at every step it waits, and a preempted request is counted again
+when it is admitted again (its recomputed tokens are real queries).
 
 Invariant (``check_invariants``): free blocks + blocks with ``ref_cnt > 0`` ==
 pool, and each ref count equals the number of block tables holding the block.
@@ -65,6 +74,7 @@ class KVCacheManager:
         self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.cached: dict[int, int] = {}
         self._num_registered: dict[str, int] = {}
+        self._uncommitted: list[int] = []
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
 
@@ -96,9 +106,35 @@ class KVCacheManager:
             if block_id is None or not self._same_tokens(request, i, block_id):
                 break
             hits.append(block_id)
-        self.prefix_cache_queries += request.num_tokens
-        self.prefix_cache_hits += len(hits) * self.block_size
         return hits, len(hits) * self.block_size
+
+    def record_admission(self, request: Request, num_hit_tokens: int) -> None:
+        """Count one admission of ``request`` in the prefix-cache counters (tokens).
+
+        Called once the admission's blocks are allocated; with prefix caching
+        off nothing is counted (as vLLM).
+        """
+        if self.enable_prefix_caching:
+            self.prefix_cache_queries += request.num_tokens
+            self.prefix_cache_hits += num_hit_tokens
+
+    def commit(self) -> None:
+        """The step's forward pass wrote its KV: its registered blocks become reusable for good."""
+        self._uncommitted.clear()
+
+    def discard_uncommitted(self) -> None:
+        """The step's forward pass failed: forget the hashes registered since ``commit``.
+
+        Their blocks stay in their requests' tables (the caller frees or
+        recomputes those requests) but no later lookup can hit them.
+        """
+        for block_id in self._uncommitted:
+            block = self.blocks[block_id]
+            if block.block_hash is not None and self.cached.get(block.block_hash) == block_id:
+                del self.cached[block.block_hash]
+            block.block_hash = None
+            block.token_ids = ()
+        self._uncommitted.clear()
 
     def allocate_slots(
         self,
@@ -236,6 +272,7 @@ class KVCacheManager:
                 block.block_hash = block_hash
                 block.token_ids = tuple(request.all_token_ids[i * bs:(i + 1) * bs])
                 self.cached[block_hash] = block.block_id
+                self._uncommitted.append(block.block_id)
         self._num_registered[request.request_id] = num_full
 
     def _same_tokens(self, request: Request, index: int, block_id: int) -> bool:

@@ -3,10 +3,20 @@
 ``generate`` submits every prompt, steps the engine until all are finished
 (with a tqdm progress bar for long batches) and returns the final outputs in
 the order of the prompts.
+
+Thread-safe: any number of threads may call ``generate`` on one ``LLM`` (two
+agents, a LangChain model and a script sharing one engine).  The engine is
+touched only under one lock; whichever caller holds it runs the next step for
+*every* caller's requests, so concurrent callers batch together instead of
+queueing whole ``generate`` calls, and finished outputs are handed to their
+own caller.  A waiting caller looks for its results every few milliseconds.
+A caller interrupted mid-call (``KeyboardInterrupt``) aborts its own requests
+and leaves the engine clean for the others.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +26,7 @@ from runtime.outputs import RequestOutput
 from runtime.sampling_params import SamplingParams
 
 _TQDM_MIN_REQUESTS = 8
+_POLL_S = 0.005  # how often a caller waiting for the engine lock checks its results (s)
 
 
 class LLM:
@@ -26,17 +37,21 @@ class LLM:
     """
 
     def __init__(self, model: str, **engine_args: Any) -> None:
-        self.engine = LLMEngine(EngineConfig(model=model, **engine_args))
-        self.tokenizer = self.engine.tokenizer
-        self._next_id = 0
+        self._start(LLMEngine(EngineConfig(model=model, **engine_args)))
 
     @classmethod
     def from_config(cls, config: EngineConfig) -> LLM:
         llm = cls.__new__(cls)
-        llm.engine = LLMEngine(config)
-        llm.tokenizer = llm.engine.tokenizer
-        llm._next_id = 0
+        llm._start(LLMEngine(config))
         return llm
+
+    def _start(self, engine: LLMEngine) -> None:
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self._next_id = 0
+        self._lock = threading.Lock()  # guards the engine, _next_id and _owners
+        # engine request id -> the result slots of the caller that submitted it
+        self._owners: dict[str, _Call] = {}
 
     def generate(
         self,
@@ -56,32 +71,58 @@ class LLM:
         # only finished outputs are returned, so the engine builds no others (vLLM does the same)
         params = [p.clone(output_kind="final_only") for p in self._params_list(sampling_params, len(batch))]
         requests = [self.engine.make_request(ids, p) for ids, p in zip(batch, params)]
-        order: dict[str, int] = {}
-        for req in requests:
-            req.request_id = f"{self._next_id}"
-            self._next_id += 1
-            order[req.request_id] = len(order)
-            self.engine.add_prepared(req)
-        return self._run(order, use_tqdm and len(batch) >= _TQDM_MIN_REQUESTS)
-
-    def _run(self, order: dict[str, int], use_tqdm: bool) -> list[RequestOutput]:
-        results: list[RequestOutput | None] = [None] * len(order)
+        call = _Call(len(requests))
+        with self._lock:
+            for i, req in enumerate(requests):
+                req.request_id = f"{self._next_id}"
+                self._next_id += 1
+                call.order[req.request_id] = i
+            try:
+                for req in requests:
+                    self.engine.add_prepared(req)
+                    self._owners[req.request_id] = call
+            except BaseException:
+                self._abort(call)
+                raise
         bar = None
-        if use_tqdm:
+        if use_tqdm and len(batch) >= _TQDM_MIN_REQUESTS:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(order), desc="generate", unit="req", dynamic_ncols=True)
-        remaining = len(order)
-        while remaining:
-            for out in self.engine.step():
-                if out.finished and out.request_id in order:
-                    results[order[out.request_id]] = out
-                    remaining -= 1
-                    if bar is not None:
-                        bar.update(1)
-        if bar is not None:
-            bar.close()
-        return results  # type: ignore[return-value]
+            bar = tqdm(total=len(batch), desc="generate", unit="req", dynamic_ncols=True)
+        try:
+            self._run(call, bar)
+        finally:
+            if bar is not None:
+                bar.close()
+        return call.results  # type: ignore[return-value]
+
+    def _run(self, call: _Call, bar: Any) -> None:
+        shown = 0
+        try:
+            while not call.done.is_set():
+                if not self._lock.acquire(timeout=_POLL_S):
+                    continue
+                try:
+                    if not call.done.is_set():
+                        for out in self.engine.step():
+                            owner = self._owners.pop(out.request_id, None) if out.finished else None
+                            if owner is not None:
+                                owner.deliver(out)
+                finally:
+                    self._lock.release()
+                if bar is not None and call.num_done > shown:
+                    bar.update(call.num_done - shown)
+                    shown = call.num_done
+        except BaseException:
+            with self._lock:
+                self._abort(call)
+            raise
+
+    def _abort(self, call: _Call) -> None:
+        """Abort ``call``'s unfinished requests (lock held)."""
+        for request_id, i in call.order.items():
+            if call.results[i] is None and self._owners.pop(request_id, None) is not None:
+                self.engine.abort_request(request_id)
 
     def _token_batches(self, prompts: Any, prompt_token_ids: Any) -> list[list[int]]:
         if (prompts is None) == (prompt_token_ids is None):
@@ -108,3 +149,21 @@ class LLM:
     def stats(self) -> dict[str, Any]:
         """The engine's counters (``LLMEngine.stats``)."""
         return self.engine.stats()
+
+
+class _Call:
+    """Result slots of one ``generate`` call, filled by whichever caller steps."""
+
+    def __init__(self, num_requests: int) -> None:
+        self.order: dict[str, int] = {}
+        self.results: list[RequestOutput | None] = [None] * num_requests
+        self.num_done = 0
+        self.done = threading.Event()
+        if num_requests == 0:
+            self.done.set()
+
+    def deliver(self, out: RequestOutput) -> None:
+        self.results[self.order[out.request_id]] = out
+        self.num_done += 1
+        if self.num_done == len(self.results):
+            self.done.set()

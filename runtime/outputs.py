@@ -25,9 +25,14 @@ class RequestOutput:
         new_text: text produced since the previous output.
         finished: True on the last output of the request.
         finish_reason: ``"stop"`` (EOS, stop token or string), ``"length"``
-            (``max_tokens`` or ``max_model_len``), ``"abort"`` or ``None``.
+            (``max_tokens`` or ``max_model_len``), ``"abort"``, ``"error"``
+            (the engine could not serve it; ``error`` says why) or ``None``.
         stop_reason: the stop string or stop token id that matched, if any.
         num_cached_tokens: prompt tokens served from the prefix cache (tokens).
+        num_recompute_tokens / num_recompute_cached_tokens: tokens looked up
+            again after preemptions and how many the cache served (tokens; 0
+            without preemption).
+        error: one-line reason when ``finish_reason == "error"``.
         arrival_time / first_token_time / finish_time: monotonic seconds.
         token_times: monotonic time of each output token (one per token).
         logprobs: per output token, ``{token_id: logprob}`` of the top-n tokens
@@ -46,6 +51,8 @@ class RequestOutput:
     finish_reason: str | None = None
     stop_reason: str | int | None = None
     num_cached_tokens: int = 0
+    num_recompute_tokens: int = 0
+    num_recompute_cached_tokens: int = 0
     arrival_time: float = 0.0
     first_token_time: float | None = None
     finish_time: float | None = None
@@ -54,3 +61,4 @@ class RequestOutput:
     num_drafts: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
+    error: str | None = None

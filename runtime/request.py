@@ -23,7 +23,12 @@ if TYPE_CHECKING:
 
 
 class RequestStatus(enum.Enum):
-    """Life cycle: WAITING -> RUNNING (-> PREEMPTED -> RUNNING)* -> FINISHED_*."""
+    """Life cycle: WAITING -> RUNNING (-> PREEMPTED -> RUNNING)* -> FINISHED_*.
+
+    ``FINISHED_ERROR`` (finish reason ``"error"``, as vLLM's): the engine could
+    not serve this request (its model step failed, or its grammar could not
+    continue); the others in the batch go on.
+    """
 
     WAITING = "waiting"
     RUNNING = "running"
@@ -31,6 +36,7 @@ class RequestStatus(enum.Enum):
     FINISHED_STOPPED = "stop"
     FINISHED_LENGTH = "length"
     FINISHED_ABORTED = "abort"
+    FINISHED_ERROR = "error"
 
     @property
     def finished(self) -> bool:
@@ -40,7 +46,7 @@ class RequestStatus(enum.Enum):
 
 
 for _status in RequestStatus:
-    _status._finished = _status.value in ("stop", "length", "abort")
+    _status._finished = _status.value in ("stop", "length", "abort", "error")
 del _status
 
 
@@ -59,6 +65,12 @@ class Request:
         num_computed_tokens: leading tokens whose KV is in the cache.
         num_cached_tokens: prompt tokens served from the prefix cache at the
             first scheduling (``-1`` until then).
+        num_recompute_tokens / num_recompute_cached_tokens: tokens looked up
+            again (prompt and output so far) each time the request is admitted
+            again after a preemption, and how many of them the prefix cache
+            served.  With ``num_cached_tokens`` they add up, over all requests,
+            to the engine's ``prefix_cache_queries`` / ``prefix_cache_hits``.
+        error: why the request finished with ``FINISHED_ERROR`` (one line, no internals).
         block_ids: the block table (KV block ids in token order).
         block_hashes: chained hashes of the request's full blocks so far.
         spec_token_ids: drafted tokens to verify next step (speculative decoding).
@@ -75,6 +87,8 @@ class Request:
     status: RequestStatus = RequestStatus.WAITING
     num_computed_tokens: int = 0
     num_cached_tokens: int = -1
+    num_recompute_tokens: int = 0
+    num_recompute_cached_tokens: int = 0
     block_ids: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)
     spec_token_ids: list[int] = field(default_factory=list)
@@ -91,6 +105,7 @@ class Request:
     num_accepted_tokens: int = 0
     num_output_sent: int = 0
     structured_state: Any = None
+    error: str | None = None
 
     def __post_init__(self) -> None:
         if not self.all_token_ids:
@@ -122,6 +137,15 @@ class Request:
     @property
     def finish_reason(self) -> str | None:
         return self.status.value if self.status.finished else None
+
+    def record_admission(self, num_hit_tokens: int) -> None:
+        """Account one admission: the first fixes ``num_cached_tokens``, later ones
+        (after preemption) add to the recompute counters (tokens)."""
+        if self.num_cached_tokens < 0:
+            self.num_cached_tokens = min(num_hit_tokens, self.num_prompt_tokens)
+        else:
+            self.num_recompute_tokens += self.num_tokens
+            self.num_recompute_cached_tokens += num_hit_tokens
 
     def append_output_token(self, token_id: int, now: float) -> None:
         """Record one sampled token and its time (monotonic seconds)."""

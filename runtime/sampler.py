@@ -31,7 +31,12 @@ import torch
 from runtime.request import Request
 
 LogitsProcessor = Callable[[torch.Tensor, Sequence[Request]], None]
-"""Hook ``fn(logits [N, V] float32, rows)`` editing logits in place before sampling."""
+"""Hook ``fn(logits [N, V] float32, rows)`` editing logits in place before sampling.
+
+``rows[i]`` is the request of row ``i``.  Under speculative decoding a request
+verifying ``n`` drafts fills ``1 + n`` consecutive rows (its output so far does
+not include those drafts), so a processor sees every position it could emit.
+"""
 
 
 @dataclass
@@ -81,10 +86,30 @@ class Sampler:
             u[unseeded] = torch.rand(len(unseeded), 1, generator=self.generator, device=probs.device, dtype=probs.dtype)
         for i, req in enumerate(rows):
             if req.generator is not None:
-                u[i] = torch.rand(1, generator=req.generator, device=probs.device, dtype=probs.dtype)
-        cdf = probs.cumsum(dim=-1)
-        tokens = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
-        return tokens.clamp_(max=probs.shape[-1] - 1).squeeze(1)
+                u[i] = seeded_uniform(req.generator, probs)
+        return inverse_cdf(probs, u)
+
+
+def seeded_uniform(generator: torch.Generator, probs: torch.Tensor) -> torch.Tensor:
+    """The next uniform of a seeded request's stream, ``[1]`` in ``probs``' dtype and device.
+
+    The plain sampler and the speculative verifier (``runtime.spec``) both take
+    exactly one per emitted token through here, so a seeded request's tokens
+    do not depend on whether its drafts were verified or it decoded plainly.
+    """
+    return torch.rand(1, generator=generator, device=probs.device, dtype=probs.dtype)
+
+
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Tokens ``[N]`` int64: row ``i``'s first id whose cumulative probability exceeds ``u[i]``.
+
+    Args:
+        probs: ``[N, V]`` float, rows need not be normalised (scaled by their sum).
+        u: ``[N, 1]`` uniforms in [0, 1), same dtype.
+    """
+    cdf = probs.cumsum(dim=-1)
+    tokens = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)
+    return tokens.clamp_(max=probs.shape[-1] - 1).squeeze(1)
 
 
 def row_argmax(logits: torch.Tensor) -> torch.Tensor:

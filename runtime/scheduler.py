@@ -136,9 +136,10 @@ class Scheduler:
             if not self.kv.allocate_slots(req, num_new, hit_blocks):
                 break
             self.waiting.popleft()
+            if req.num_computed_tokens == 0:
+                self.kv.record_admission(req, num_hit)
+                req.record_admission(num_hit)
             req.num_computed_tokens += num_hit
-            if req.num_cached_tokens < 0:
-                req.num_cached_tokens = min(num_hit, req.num_prompt_tokens)
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             out.scheduled.append(ScheduledRequest(req, num_new))

@@ -13,8 +13,11 @@ One step of an engine with speculation (vLLM v1's flow):
 2. The scheduler reserves KV slots for the drafts (lookahead) and the model
    runner computes the real token plus the drafts in the same target forward
    pass as every other request, returning ``1 + n_i`` logits rows each.
-3. ``verify(logits, ...)``: grammar masks per drafted position, the sampling
-   filters (temperature, top-k/p, min-p), then ``rejection_sample``.
+3. ``verify(logits, ...)``: grammar masks per drafted position, the engine's
+   other logits processors on every row, the sampling filters (temperature,
+   top-k/p, min-p), then ``rejection_sample`` (for the deterministic drafts
+   Loom proposes: the target's own token drawn per position as the plain
+   sampler draws it, so seeded requests reproduce with or without speculation).
 4. ``record`` + ``release(request, n_accepted)``: ``num_computed_tokens`` keeps the
    accepted drafts and the blocks past the kept length go back to the pool.
 """
@@ -28,7 +31,7 @@ from typing import Any
 
 import torch
 
-from runtime.sampler import filtered_probs
+from runtime.sampler import filtered_probs, row_argmax
 from runtime.scheduler import ScheduledRequest
 from runtime.spec.config import ADAPTIVE_PAUSE_STEPS, SpeculativeConfig
 from runtime.spec.metrics import SpecDecodeStats
@@ -138,24 +141,33 @@ class SpecDecoder:
 
     @torch.inference_mode()
     def verify(self, logits: torch.Tensor, scheduled: Sequence[ScheduledRequest],
-               generator: torch.Generator, grammar: Any = None) -> VerifyResult:
+               generator: torch.Generator, grammar: Any = None,
+               processors: Sequence[Any] = ()) -> VerifyResult:
         """Accept or reject each request's drafts against the target logits.
 
         Args:
             logits: float ``[sum_i (1 + n_i), V]``, request i's rows in order
-                (edited in place by grammar masks).
+                (edited in place by grammar masks and ``processors``).
             scheduled: the speculating requests, ``n_i = num_spec_tokens``.
             generator: the engine sampler's generator (unseeded requests).
-            grammar: the ``StructuredOutputManager`` (constrained requests).
+            grammar: the ``StructuredOutputManager`` (constrained requests;
+                masks each drafted position by the grammar state after the
+                drafts before it).
+            processors: the engine's other logits processors, called once
+                with one row per position (``rows`` repeats request i
+                ``1 + n_i`` times), exactly as the plain sampler calls them.
         """
         reqs = [s.request for s in scheduled]
         drafts = [s.request.spec_token_ids[:s.num_spec_tokens] for s in scheduled]
         start = 0
         for req, d in zip(reqs, drafts):
             if req.structured_state is not None:
-                grammar.mask_draft_rows(logits, start, req.structured_state, d)
+                grammar.mask_draft_rows(logits, start, req, d)
             start += len(d) + 1
         row_reqs = [r for r, d in zip(reqs, drafts) for _ in range(len(d) + 1)]
+        for proc in processors:
+            if proc is not grammar:
+                proc(logits, row_reqs)
         probs = None
         sampled = [i for i, r in enumerate(row_reqs) if not r.sampling_params.greedy]
         if sampled:  # greedy rows only need the argmax
@@ -164,7 +176,7 @@ class SpecDecoder:
             probs[idx] = filtered_probs(logits[idx], [row_reqs[i] for i in sampled])
         gens = {i: r.generator for i, r in enumerate(reqs) if r.generator is not None}
         return rejection_sample(probs, drafts, [r.sampling_params.greedy for r in reqs],
-                                target_argmax=logits.argmax(-1), generators=gens,
+                                target_argmax=row_argmax(logits), generators=gens,
                                 default_generator=generator)
 
     def sample(self, logits: torch.Tensor, rows: Sequence[ScheduledRequest], sampler: Any,
@@ -197,7 +209,7 @@ class SpecDecoder:
         if spec:
             idx = torch.tensor([starts[i] + j for i in spec for j in range(1 + rows[i].num_spec_tokens)],
                                device=logits.device)
-            res = self.verify(logits[idx], [rows[i] for i in spec], sampler.generator, grammar)
+            res = self.verify(logits[idx], [rows[i] for i in spec], sampler.generator, grammar, processors)
             for i, toks, n in zip(spec, res.token_ids, res.num_accepted):
                 out[i] = (toks, [None] * len(toks), n)
         return out

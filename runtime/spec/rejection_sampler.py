@@ -16,10 +16,19 @@ sequence has exactly the target's distribution.  Deterministic drafts (n-gram
 lookup, a greedy draft model) are q = one-hot on the drafted token, so the
 acceptance probability is p(x) and the residual is p with x removed.
 
-Batched over requests with different numbers of drafts; per-request
-``torch.Generator``s make seeded requests reproducible.  Categorical draws use
-the exponential race (argmax of p / Exp(1)), the same trick vLLM uses, so a
-batch of draws is one tensor op.
+Deterministic drafts — every proposer Loom has — take ``match_drafts``: the
+target's token is drawn at each position by inverse CDF, exactly as the plain
+sampler draws it, and drafts are accepted while they equal it.  With q one-hot
+this *is* the rule above: x is accepted with probability p(x), and a rejected
+position's token is distributed as p without x, renormalised, which is
+norm(max(0, p - q)).  Because a seeded request takes one uniform from its own
+generator per emitted token (``runtime.sampler.seeded_uniform``), its output
+is the same whether its drafts were verified or it decoded plainly, alone or in
+any batch (speculation switches off at ``disable_by_batch_size``).
+
+General q (``draft_probs``) takes the accept / residual path; its categorical
+draws use the exponential race (argmax of p / Exp(1)), so a batch of draws is
+one tensor op.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import torch
+
+from runtime.sampler import inverse_cdf, seeded_uniform
 
 
 @dataclass
@@ -77,6 +88,9 @@ def rejection_sample(
         if target_argmax is None:
             target_argmax = target_probs.argmax(-1)
         return _greedy(target_argmax.tolist(), draft_token_ids)
+    if draft_probs is None:
+        return match_drafts(target_probs, draft_token_ids, is_greedy, target_argmax,
+                            generators, default_generator)
     device = target_probs.device
     b = len(draft_token_ids)
     n = torch.tensor([len(d) for d in draft_token_ids], dtype=torch.long, device=device)
@@ -114,6 +128,59 @@ def rejection_sample(
     drafts_l, acc_l, final_l = drafts.tolist(), num_acc.tolist(), final.tolist()
     out = [drafts_l[i][:acc_l[i]] + [final_l[i]] for i in range(b)]
     return VerifyResult(token_ids=out, num_accepted=acc_l)
+
+
+def match_drafts(
+    target_probs: torch.Tensor,
+    draft_token_ids: Sequence[Sequence[int]],
+    is_greedy: Sequence[bool],
+    target_argmax: torch.Tensor | None = None,
+    generators: Mapping[int, torch.Generator] | None = None,
+    default_generator: torch.Generator | None = None,
+) -> VerifyResult:
+    """Verify deterministic (one-hot) drafts by drawing the target's own token at each position.
+
+    Arguments as ``rejection_sample``.  Greedy requests use ``target_argmax``.
+    Unseeded sampling requests draw all their positions' uniforms in one call
+    from ``default_generator``; a seeded request draws one uniform per
+    position it reaches from its own generator, and stops at the first
+    position whose token differs from the draft (that token is emitted), so it
+    consumes its stream exactly as plain decoding would.
+
+    Returns:
+        ``VerifyResult``; ``token_ids[i]`` is the accepted drafts then one token.
+    """
+    if target_argmax is None:
+        target_argmax = target_probs.argmax(-1)
+    tokens = target_argmax.tolist()
+    gens = generators or {}
+    starts, pos = [], 0
+    for d in draft_token_ids:
+        starts.append(pos)
+        pos += len(d) + 1
+    batch_rows = [starts[i] + j for i, d in enumerate(draft_token_ids)
+                  if not is_greedy[i] and i not in gens for j in range(len(d) + 1)]
+    if batch_rows:
+        idx = torch.tensor(batch_rows, device=target_probs.device)
+        u = torch.rand(len(batch_rows), 1, generator=default_generator,
+                       device=target_probs.device, dtype=target_probs.dtype)
+        for row, tok in zip(batch_rows, inverse_cdf(target_probs[idx], u).tolist()):
+            tokens[row] = tok
+    out, accepted = [], []
+    for i, d in enumerate(draft_token_ids):
+        row, g = starts[i], gens.get(i)
+        n = 0
+        while True:
+            if g is not None and not is_greedy[i]:
+                p = target_probs[row + n:row + n + 1]
+                tokens[row + n] = int(inverse_cdf(p, seeded_uniform(g, p).view(1, 1))[0])
+            if n < len(d) and tokens[row + n] == d[n]:
+                n += 1
+                continue
+            break
+        out.append(list(d[:n]) + [tokens[row + n]])
+        accepted.append(n)
+    return VerifyResult(token_ids=out, num_accepted=accepted)
 
 
 def _greedy(argmax: list[int], drafts: Sequence[Sequence[int]]) -> VerifyResult:

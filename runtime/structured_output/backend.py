@@ -25,7 +25,8 @@ from typing import Any
 import llguidance
 import llguidance.hf
 
-from runtime.structured_output.matcher import GrammarMatcher
+from runtime.structured_output.bitmask import allocate_bitmask
+from runtime.structured_output.matcher import GrammarError, GrammarMatcher
 from runtime.structured_output.params import StructuredOutputParams
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ class GrammarBackend:
         is_error, messages = llguidance.LLMatcher.validate_grammar_with_warnings(
             grammar, self.ll_tokenizer)
         if is_error:
-            raise ValueError(f"structured_output.{params.kind}: cannot compile: {messages[0]}")
+            raise ValueError(f"structured_output.{params.kind}: cannot compile: {_one_line(messages[0])}")
         for warning in messages:
             log.warning("structured_output.%s: %s", params.kind, warning)
         compiled = CompiledGrammar(key=key, grammar=grammar)
@@ -111,11 +112,28 @@ class GrammarBackend:
                 return llguidance.LLMatcher.grammar_from_regex(params.regex)
             return llguidance.LLMatcher.grammar_from_lark(params.grammar)
         except (ValueError, TypeError) as exc:
-            raise ValueError(f"structured_output.{kind}: cannot compile: {exc}") from exc
+            raise ValueError(f"structured_output.{kind}: cannot compile: {_one_line(str(exc))}") from exc
 
     def matcher(self, compiled: CompiledGrammar) -> GrammarMatcher:
-        """A fresh per-request matcher at the start of the grammar."""
+        """A fresh per-request matcher at the start of the grammar.
+
+        The first position's mask is computed here once, so a constraint that
+        compiles but admits no output at all (a JSON schema that only refers
+        to itself, ``{"$ref": "#"}``) fails at submission, not in a batch.
+
+        Raises:
+            ValueError: the matcher cannot start (one line, no grammar internals).
+        """
         ll = llguidance.LLMatcher(self.ll_tokenizer, compiled.grammar, log_level=0)
-        if ll.is_error():
-            raise ValueError(f"structured_output: cannot compile: {ll.get_error()}")
-        return GrammarMatcher(ll, self.eos_token_ids)
+        try:
+            matcher = GrammarMatcher(ll, self.eos_token_ids)
+            matcher.fill_bitmask(allocate_bitmask(1, self.vocab_size), 0)
+        except GrammarError as exc:
+            raise ValueError(f"structured_output: the constraint admits no output ({exc})") from None
+        return matcher
+
+
+def _one_line(message: str, limit: int = 200) -> str:
+    """First line of llguidance's message, cut to ``limit`` characters (no state dumps)."""
+    line = message.strip().splitlines()[0] if message.strip() else "invalid"
+    return line if len(line) <= limit else line[:limit] + "..."

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from runtime.structured_output.bitmask import allocate_bitmask, apply_bitmask_
+from runtime.structured_output.matcher import GrammarError
 from runtime.structured_output.params import StructuredOutputParams
 
 log = logging.getLogger(__name__)
@@ -75,24 +76,36 @@ class StructuredOutputManager:
         """Logits processor: mask row ``i`` by ``rows[i].structured_state`` when set.
 
         ``logits`` is float ``[N, V]`` with one row per request, edited in place.
+        A request whose grammar breaks gets ``error`` set and its row left
+        unmasked; the engine then finishes it with ``finish_reason="error"``
+        and the rest of the batch is untouched.
         """
         idx = [i for i, r in enumerate(rows) if r.structured_state is not None]
         if not idx:
             return
         mask = allocate_bitmask(len(idx), self.vocab_size)
         for j, i in enumerate(idx):
-            rows[i].structured_state.fill_bitmask(mask, j)
+            try:
+                rows[i].structured_state.fill_bitmask(mask, j)
+            except GrammarError as exc:  # this request fails alone (the engine finishes it)
+                rows[i].error = f"structured output: {exc}"
         apply_bitmask_(logits, mask, torch.tensor(idx, dtype=torch.long))
 
-    def mask_draft_rows(self, logits: torch.Tensor, start: int, matcher: Any,
+    def mask_draft_rows(self, logits: torch.Tensor, start: int, request: Any,
                         drafts: Sequence[int]) -> None:
-        """Mask rows ``start .. start + len(drafts)`` for a request verifying ``drafts``.
+        """Mask rows ``start .. start + len(drafts)`` for ``request`` verifying ``drafts``.
 
         Row ``start + j`` gets the grammar's mask after the first ``j`` drafts
-        (which must already be cut with ``matcher.validate_tokens``).
+        (which must already be cut with ``matcher.validate_tokens``).  A
+        grammar that breaks sets ``request.error`` (the engine fails that
+        request alone).
         """
+        matcher = request.structured_state
         mask = allocate_bitmask(len(drafts) + 1, self.vocab_size)
-        matcher.fill_bitmasks(mask, 0, list(drafts))
+        try:
+            matcher.fill_bitmasks(mask, 0, list(drafts))
+        except GrammarError as exc:
+            request.error = f"structured output: {exc}"
         rows = torch.arange(start, start + len(drafts) + 1, dtype=torch.long)
         apply_bitmask_(logits, mask, rows)
 

@@ -23,6 +23,14 @@ import torch
 log = logging.getLogger(__name__)
 
 
+class GrammarError(RuntimeError):
+    """The grammar cannot go on (llguidance's matcher is in error).
+
+    The message is one line for users; llguidance's state dump (grammar
+    internals) is logged at DEBUG only.
+    """
+
+
 class GrammarMatcher:
     """Grammar state of one request (llguidance ``LLMatcher``, Earley + lexer).
 
@@ -41,7 +49,8 @@ class GrammarMatcher:
 
     def _check(self) -> None:
         if self._m.is_error():
-            raise RuntimeError(f"grammar matcher error: {self._m.get_error()}")
+            log.debug("grammar matcher error: %s", self._m.get_error())
+            raise GrammarError("the output constraint cannot be continued by any token")
 
     @property
     def is_terminated(self) -> bool:
@@ -91,7 +100,8 @@ class GrammarMatcher:
         if not prefix:
             return self._m.is_accepting() or self._m.is_stopped()
         if not self._m.consume_tokens(prefix):
-            raise RuntimeError(f"grammar matcher error: {self._m.get_error()}")
+            log.debug("grammar matcher error: %s", self._m.get_error())
+            raise GrammarError("the output constraint cannot be continued by any token")
         ok = self._m.is_accepting() or self._m.is_stopped()
         self._m.rollback(len(prefix))
         return ok
@@ -106,7 +116,8 @@ class GrammarMatcher:
         self._terminated = False
         self._eos_lag = 0
         if grammar_tokens > 0 and not self._m.rollback(grammar_tokens):
-            raise RuntimeError(f"grammar rollback failed: {self._m.get_error()}")
+            log.debug("grammar rollback failed: %s", self._m.get_error())
+            raise GrammarError("the output constraint could not be rolled back")
         self._num_tokens -= num_tokens
 
     def fill_bitmask(self, bitmask: torch.Tensor, index: int = 0) -> None:

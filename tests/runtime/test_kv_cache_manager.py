@@ -18,6 +18,8 @@ def _admit(kv: KVCacheManager, req: Request) -> int:
     """Prefix lookup + allocation of the whole prompt, as the scheduler does."""
     hits, num_hit = kv.get_computed_blocks(req)
     assert kv.allocate_slots(req, req.num_tokens - num_hit, hits)
+    kv.record_admission(req, num_hit)
+    kv.commit()  # the step's forward pass wrote the KV
     req.num_computed_tokens = req.num_tokens
     return num_hit
 
