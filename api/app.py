@@ -1,10 +1,13 @@
 """The FastAPI app factory: ``create_app(settings)``.
 
 The lifespan builds ``Services`` once (database, engine, index) and on shutdown
-drains in-flight requests before stopping the engine.  A small ASGI middleware
-counts in-flight requests (for the drain) and records
-``loom_http_requests{method,route,status}`` with the route *template*
-(``/v1/sessions/{session_id}``) so ids do not explode label cardinality.
+drains in-flight requests before stopping the engine.  ASGI middlewares,
+outermost first: in-flight and status accounting; the API-key check from the
+headers alone (``api.auth.AuthGate``: no body is read before it); the lone
+surrogate guard (``api.text_guard``).  The accounting one counts in-flight
+requests (for the drain) and records ``loom_http_requests{method,route,status}``
+with the route *template* (``/v1/sessions/{session_id}``) so ids do not explode
+label cardinality.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from api.auth import AuthGate
 from api.errors import install_error_handlers
 from api.services import Services
 from api.text_guard import TextGuard
@@ -91,5 +95,6 @@ def create_app(settings: Settings) -> FastAPI:
     for module in (chat, sessions, resources, system):
         app.include_router(module.router)
     app.add_middleware(TextGuard)  # lone surrogates: a 400 before any route (api.text_guard)
+    app.add_middleware(AuthGate, services=services)  # 401 from the headers, before any body is read
     app.add_middleware(_Accounting, services=services)
     return app

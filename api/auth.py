@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from typing import Any
 
-from fastapi import Request
+import anyio
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
 
+from api.errors import loom_error_body
 from api.store import ApiKey, Store
 from runtime.errors import AuthenticationError
 
@@ -66,8 +72,60 @@ def owner_of(store: Store, key: str) -> str | None:
         return row.owner if row is not None and not row.revoked else None
 
 
-def require_owner(request: Request) -> str:
-    """FastAPI dependency: the caller's owner name from its bearer key.
+def check_key(store: Store, authorization: str) -> str:
+    """Owner of the key in an ``Authorization`` header value.
+
+    Raises:
+        AuthenticationError: header missing, not ``Bearer``, or an unknown/revoked key.
+    """
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthenticationError(
+            "Missing API key: send 'Authorization: Bearer <key>' (create one with "
+            "`loom keys create --owner NAME`)."
+        )
+    owner = owner_of(store, token.strip())
+    if owner is None:
+        raise AuthenticationError("Invalid API key.")
+    return owner
+
+
+class AuthGate:
+    """ASGI middleware: a ``/v1/`` request is authenticated from its headers alone.
+
+    Runs before anything reads the body, so a request without a valid key is
+    answered 401 at once whatever it sends (a 50 MB body is never read or
+    parsed).  The owner goes to ``scope["state"]["owner"]`` for
+    :func:`require_owner`.
+    """
+
+    def __init__(self, app: Any, services: Any) -> None:
+        self.app = app
+        self.services = services
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/") or self.services.settings.no_auth:
+            await self.app(scope, receive, send)
+            return
+        header = Headers(scope=scope).get("authorization", "")
+        try:
+            owner = await anyio.to_thread.run_sync(check_key, self.services.store, header)
+        except AuthenticationError as exc:
+            # Connection: close, so the server stops receiving a body it will never read
+            response = JSONResponse(loom_error_body(exc), status_code=401,
+                                    headers={"WWW-Authenticate": "Bearer", "Connection": "close"})
+            await response(scope, receive, send)
+            return
+        scope.setdefault("state", {})["owner"] = owner
+        await self.app(scope, receive, send)
+
+
+_bearer = HTTPBearer(auto_error=False, description="An API key: `loom keys create --owner NAME`.")
+
+
+async def require_owner(request: Request,
+                        _credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> str:
+    """FastAPI dependency: the caller's owner name (checked by :class:`AuthGate` before the body).
 
     Raises:
         AuthenticationError: header missing, not ``Bearer``, or an unknown/revoked key.
@@ -75,14 +133,7 @@ def require_owner(request: Request) -> str:
     services = request.app.state.services
     if services.settings.no_auth:
         return LOCAL_OWNER
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise AuthenticationError(
-            "Missing API key: send 'Authorization: Bearer <key>' (create one with "
-            "`loom keys create --owner NAME`)."
-        )
-    owner = owner_of(services.store, token.strip())
-    if owner is None:
-        raise AuthenticationError("Invalid API key.")
-    return owner
+    owner = getattr(request.state, "owner", None)
+    if owner is not None:
+        return owner
+    return await anyio.to_thread.run_sync(check_key, services.store, request.headers.get("authorization", ""))
