@@ -40,20 +40,22 @@ from orchestrator.condense import DEFAULT_CONDENSE_TOKENS
 from orchestrator.context import ContextBuilder
 from orchestrator.engine import EngineClient
 from orchestrator.events import AgentEvent, DoneEvent, RunResult, UsageEvent
+from orchestrator.formats import ToolCallFormat
 from orchestrator.ledger import Ledger, PriceTable
+from orchestrator.parts import AgentParts
+from orchestrator.protocols import Engine, Memory, Retriever, eos_token_ids
 from orchestrator.runner import TurnRunner
 from orchestrator.session import InMemorySession, Session
 
 logger = logging.getLogger(__name__)
 
-# Chosen from `loom bench sessions --reasoning` (notes/orchestrator.md): stripping earlier turns' reasoning
-# re-prefills only the previous reply (~10% more computed tokens per turn, a constant), while keeping it
-# grows every later prompt by all past reasoning (+18-22% prompt tokens per turn, growing with the session),
-# costs 16-50% more wall time in decode, and fills the window (compaction = full cache miss) sooner.
+# Earlier turns' reasoning leaves the prompt only when a compaction rebuilds the view (everything after
+# the cut is prefilled again then, so dropping it costs no cache hit); between compactions the prompt
+# is append-only whatever this says. False: compactions free the window that old reasoning took.
 DEFAULT_KEEP_REASONING = False
 
 
-def _registry(tools: Any, retriever: Any, auto_retrieve: bool, timeout_s: float) -> Any:
+def _registry(tools: Any, retriever: Retriever | None, auto_retrieve: bool, timeout_s: float) -> Any:
     from tools import ToolRegistry
 
     reg = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools or (), default_timeout_s=timeout_s)
@@ -81,9 +83,11 @@ class Agent:
         tool_choice: default tool choice (see the module docstring).
         auto_retrieve: retrieve before the first call of each turn; when False
             and a retriever is given, a ``search_documents`` tool is added.
-        keep_reasoning: keep earlier turns' reasoning in the history (default False:
-            earlier turns are shown without their ``<think>`` block; the current
-            turn's tool steps always keep it).
+        keep_reasoning: keep earlier turns' reasoning when a compaction rebuilds the
+            view (default False: from the next compaction on, earlier turns are shown
+            without their ``<think>`` block). Between compactions every prompt
+            extends the previous one token for token, reasoning included, so the
+            prefix cache serves it whatever this says.
         memory_namespace: namespace for memory reads and write-back.
         prices: :class:`PriceTable` for ledger costs.
         retrieval_k / memory_k: hits to fetch.
@@ -102,7 +106,8 @@ class Agent:
         ValueError: bad arguments, naming the field.
     """
 
-    def __init__(self, llm: Any, tools: Any = None, retriever: Any = None, memory: Any = None,
+    def __init__(self, llm: Engine, tools: Any = None, retriever: Retriever | None = None,
+                 memory: Memory | None = None,
                  system_prompt: str = "", budget: ContextBudget | None = None, max_steps: int = 6,
                  sampling: Any = None, tool_choice: Any = "auto", auto_retrieve: bool = True,
                  keep_reasoning: bool = DEFAULT_KEEP_REASONING, memory_namespace: str | None = None,
@@ -112,29 +117,36 @@ class Agent:
                  condense_tokens: int = DEFAULT_CONDENSE_TOKENS) -> None:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
-        self.engine = EngineClient(llm)
-        self.registry = _registry(tools, retriever, auto_retrieve, tool_timeout_s)
-        self.retriever, self.memory = retriever, memory
-        self.budget = (budget or ContextBudget()).with_window(self.engine.max_model_len)
-        if self.budget.max_model_len > self.engine.max_model_len:
-            raise InvalidRequestError(f"max_model_len: budget window {self.budget.max_model_len} exceeds the "
-                                      f"engine's {self.engine.max_model_len} tokens", param="max_model_len")
-        self.max_steps, self.auto_retrieve, self.keep_reasoning = max_steps, auto_retrieve, keep_reasoning
-        self.memory_namespace = memory_namespace or "default"
-        self.prices = prices or PriceTable()
-        self.retrieval_k, self.memory_k = retrieval_k, memory_k
-        self.memory_write_back = memory_write_back
+        engine = EngineClient(llm)
+        registry = _registry(tools, retriever, auto_retrieve, tool_timeout_s)
+        budget = (budget or ContextBudget()).with_window(engine.max_model_len)
+        if budget.max_model_len > engine.max_model_len:
+            raise InvalidRequestError(f"max_model_len: budget window {budget.max_model_len} exceeds the "
+                                      f"engine's {engine.max_model_len} tokens", param="max_model_len")
         if not isinstance(condense_tokens, int) or condense_tokens < 1:
             raise InvalidRequestError(f"condense_tokens: must be an int >= 1, got {condense_tokens!r}",
                                       param="condense_tokens")
-        self.condense_question, self.condense_tokens = bool(condense_question), condense_tokens
+        builder = ContextBuilder(engine.tokenizer, system_prompt, registry.schemas() or None, budget,
+                                 keep_reasoning, _format(engine.tokenizer, tool_call_parser))
+        self.parts = AgentParts(
+            engine=engine, builder=builder, registry=registry,
+            sampling=sampling if sampling is not None else _greedy(), prices=prices or PriceTable(),
+            eos_token_ids=eos_token_ids(llm), retriever=retriever, memory=memory, max_steps=max_steps,
+            auto_retrieve=auto_retrieve, memory_namespace=memory_namespace or "default",
+            retrieval_k=retrieval_k, memory_k=memory_k, memory_write_back=memory_write_back,
+            condense_question=bool(condense_question), condense_tokens=condense_tokens)
         self.tool_timeout_s = tool_timeout_s
-        self.sampling = sampling if sampling is not None else _greedy()
-        self.builder = ContextBuilder(self.engine.tokenizer, system_prompt, self.registry.schemas() or None,
-                                      self.budget, keep_reasoning, _format(self.engine.tokenizer, tool_call_parser))
-        self.format = self.builder.fmt
         self.tool_choice = self.check_tool_choice(tool_choice)
         self.num_compactions = 0
+
+    # the collaborators, read-only (AgentParts is frozen: one turn never changes them)
+    engine = property(lambda self: self.parts.engine, doc="The model client (``EngineClient``).")
+    builder = property(lambda self: self.parts.builder, doc="The prompt builder.")
+    registry = property(lambda self: self.parts.registry, doc="The callable tools.")
+    retriever = property(lambda self: self.parts.retriever, doc="The retriever, or ``None``.")
+    memory = property(lambda self: self.parts.memory, doc="The long-term memory, or ``None``.")
+    budget = property(lambda self: self.parts.budget, doc="The context budget (window set).")
+    format = property(lambda self: self.parts.format, doc="The model's tool-call format.")
 
     def check_tool_choice(self, choice: Any) -> str | dict[str, Any]:
         """Normalise a tool choice to ``auto|none|required`` or ``{"name": ...}``.
@@ -165,7 +177,7 @@ class Agent:
         if not isinstance(message, str) or not message.strip():
             raise InvalidRequestError("message: must be a non-empty string", param="message")
         choice = self.check_tool_choice(tool_choice) if tool_choice is not None else self.tool_choice
-        runner = TurnRunner(self, session if session is not None else InMemorySession(), message, choice)
+        runner = TurnRunner(self.parts, session if session is not None else InMemorySession(), message, choice)
         t0 = time.perf_counter()
         result = runner.result
         try:
@@ -203,8 +215,8 @@ class Agent:
         return asyncio.run(self.arun(message, session=session, tool_choice=tool_choice))
 
 
-def _format(tokenizer: Any, parser: Any) -> Any:
-    from orchestrator.formats import ToolCallFormat, detect_format
+def _format(tokenizer: Any, parser: Any) -> ToolCallFormat:
+    from orchestrator.formats import detect_format
 
     if isinstance(parser, ToolCallFormat):
         return parser

@@ -20,7 +20,7 @@ from typing import Any
 
 from orchestrator.items import Item, is_message
 
-__all__ = ["View", "compute_view", "plan_drop"]
+__all__ = ["View", "compute_view", "last_compaction_turn", "plan_drop"]
 
 
 @dataclass
@@ -53,6 +53,15 @@ def compute_view(items: list[Item], turn: int) -> View:
         else:
             view.tail.append(i)
     return view
+
+
+def last_compaction_turn(items: list[Item]) -> int:
+    """The turn of the newest compaction marker (0 when the view was never compacted).
+
+    Every item of an earlier turn still shown after that marker was prefilled
+    again when it was made (the hidden turns were the oldest ones shown).
+    """
+    return max((it.get("turn", 0) for it in items if it.get("kind") == "compaction"), default=0)
 
 
 def _turn_groups(items: list[Item], indices: list[int]) -> list[list[int]]:

@@ -37,15 +37,14 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from typing import TYPE_CHECKING
 
 from runtime.errors import LoomError
+from runtime.sampling_params import SamplingParams
 
 from orchestrator.items import Item, message_item
 from orchestrator.ledger import Ledger
-
-if TYPE_CHECKING:
-    from orchestrator.agent import Agent
+from orchestrator.parts import AgentParts
+from orchestrator.step import StepOutcome, model_call
 
 logger = logging.getLogger(__name__)
 
@@ -75,12 +74,12 @@ def search_queries(message: str, rewrite: str | None) -> list[str]:
     return out if len(out) < 2 or out[0].casefold() != out[1].casefold() else out[:1]
 
 
-async def condense_question(agent: "Agent", items: list[Item], turn: int, message: str
+async def condense_question(parts: AgentParts, items: list[Item], turn: int, message: str
                             ) -> tuple[str | None, Ledger | None]:
     """Rewrite ``message`` into a standalone question with the model.
 
     Args:
-        agent: the agent (engine, builder, budget, prices, ``condense_tokens``).
+        parts: the agent's parts (engine, builder, prices, ``condense_tokens``).
         items: the session's stored items before this turn's.
         turn: the turn being run.
         message: the user's message as typed.
@@ -89,11 +88,7 @@ async def condense_question(agent: "Agent", items: list[Item], turn: int, messag
         ``(rewrite or None, the call's ledger or None when no call was made)``.
         Errors never propagate: the turn goes on without a rewrite.
     """
-    from runtime.sampling_params import SamplingParams
-
-    from orchestrator.step import StepOutcome, model_call
-
-    b = agent.builder
+    b = parts.builder
     ask = message_item("user", turn, "user", INSTRUCTION.format(question=message), [])
     try:
         b.render_items(items, [ask])
@@ -103,13 +98,11 @@ async def condense_question(agent: "Agent", items: list[Item], turn: int, messag
         return None, None
     for seg in ctx.segments:
         seg.cls = PROMPT_CLASS
-    eos = b.renderer.eos_id
-    sp = SamplingParams(temperature=0.0, max_tokens=agent.condense_tokens, stop=["\n"],
-                        stop_token_ids=[eos], skip_special_tokens=False)
+    sp = SamplingParams(temperature=0.0, max_tokens=parts.condense_tokens, stop=["\n"], skip_special_tokens=False)
     outcome = StepOutcome()
     outcome.parser.parse_tools = False
     try:
-        async for _ in model_call(agent.engine, ctx, sp, outcome, turn, 0, agent.prices,
+        async for _ in model_call(parts.engine, ctx, sp, outcome, turn, 0, parts.prices,
                                   f"rewrite-{uuid.uuid4().hex[:12]}", output_class=OUTPUT_CLASS):
             pass
     except Exception as exc:  # noqa: BLE001 - a failed side call must not end the turn

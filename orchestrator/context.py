@@ -30,6 +30,7 @@ from runtime.errors import ContextLengthError
 
 from orchestrator import compaction as comp
 from orchestrator.budget import ContextBudget
+from orchestrator.events import ToolResultRecord
 from orchestrator.items import (
     Item,
     format_memory,
@@ -126,7 +127,8 @@ class ContextBuilder:
             (the template may still render a system turn for the tools).
         tools: OpenAI-style tool dicts, sorted by name (``ToolRegistry.schemas()``).
         budget: a :class:`ContextBudget` with ``max_model_len`` set.
-        keep_reasoning: show earlier turns' reasoning (else their stripped ids).
+        keep_reasoning: keep earlier turns' reasoning when a compaction rebuilds the
+            view (else their stripped ids from then on; see :meth:`item_ids`).
         fmt: the model's tool-call format (detected from the tokenizer when ``None``).
     """
 
@@ -195,10 +197,10 @@ class ContextBuilder:
         new.append(message_item("user", turn, "user", user_text, []))
         return self.render_items(items, new)
 
-    def tool_items(self, items: Sequence[Item], turn: int, results: Sequence[tuple[str, str, str, bool]]) -> list[Item]:
-        """Tool results ``(call_id, name, content, is_error)`` of one step, rendered as one group."""
-        new = [message_item("tool_result", turn, "tool", self.truncate(content), [], tool_call_id=cid,
-                            name=name, is_error=err) for cid, name, content, err in results]
+    def tool_items(self, items: Sequence[Item], turn: int, results: Sequence[ToolResultRecord]) -> list[Item]:
+        """Tool results of one step, rendered as one group."""
+        new = [message_item("tool_result", turn, "tool", self.truncate(r.content), [], tool_call_id=r.id,
+                            name=r.name, is_error=r.is_error) for r in results]
         return self.render_items(items, new) if new else []
 
     def summary_item(self, items: Sequence[Item], turn: int, text: str) -> Item:
@@ -210,19 +212,28 @@ class ContextBuilder:
 
     def assistant_item(self, turn: int, output_ids: Sequence[int], prefix_ids: Sequence[int] = (),
                        suffix_ids: Sequence[int] = (), reasoning_mask: Sequence[bool] = (),
-                       **message: Any) -> Item:
+                       eos_token_ids: frozenset[int] = frozenset(), **message: Any) -> Item:
         """The stored assistant turn: generation prompt + ids as generated + trailer.
 
         Args:
-            output_ids: generated ids (eos ``<|im_end|>`` included when generated).
+            output_ids: generated ids (the end-of-sequence id included when generated).
             prefix_ids / suffix_ids: ids forced around the generated ones.
             reasoning_mask: per output id, True for reasoning tokens; when any,
                 ``stripped_token_ids`` drops them (and the blank line after).
+            eos_token_ids: the engine's end-of-sequence ids (``LLMEngine.eos_token_ids``);
+                a reply that ended on one other than the template's end of turn
+                ends on the template's instead (that last id was never prefilled,
+                so no cached token changes).
             message: content, reasoning_content, tool_calls.
         """
-        body = list(prefix_ids) + list(output_ids) + list(suffix_ids)
-        if not body or body[-1] != self.renderer.eos_id:
-            body.append(self.renderer.eos_id)
+        end = self.renderer.end_of_turn_id
+
+        def closed(ids: list[int]) -> list[int]:
+            if ids and ids[-1] in eos_token_ids:
+                ids[-1] = end
+            return ids if ids and ids[-1] == end else ids + [end]
+
+        body = closed(list(prefix_ids) + list(output_ids) + list(suffix_ids))
         ids = self.gen_prompt_ids + body + self.renderer.trailer()
         item = message_item("assistant", turn, "assistant", message.pop("content", ""), ids, **message)
         if any(reasoning_mask):
@@ -230,9 +241,7 @@ class ContextBuilder:
             while kept and not self.renderer.tokenizer.decode([kept[0]]).strip():
                 kept.pop(0)
             rest = list(output_ids[len(reasoning_mask):])
-            stripped = list(prefix_ids) + kept + rest + list(suffix_ids)
-            if not stripped or stripped[-1] != self.renderer.eos_id:
-                stripped.append(self.renderer.eos_id)
+            stripped = closed(list(prefix_ids) + kept + rest + list(suffix_ids))
             item["stripped_token_ids"] = self.gen_prompt_ids + stripped + self.renderer.trailer()
         return item
 
@@ -303,16 +312,26 @@ class ContextBuilder:
         return kept + f"\n[truncated: {len(ids) - cap} more tokens]"
 
     # -- assembly ----------------------------------------------------------
-    def item_ids(self, item: Item, turn: int) -> list[int]:
-        """The ids an item shows in a prompt of ``turn`` (stripped reasoning for earlier turns)."""
-        if not self.keep_reasoning and item.get("turn", 0) < turn and "stripped_token_ids" in item:
+    def item_ids(self, item: Item, turn: int, compacted_turn: int = 0) -> list[int]:
+        """The ids an item shows in a prompt of ``turn``.
+
+        ``compacted_turn``: the turn of the newest compaction marker (0: none).
+        With ``keep_reasoning=False`` an earlier turn's reply is shown without its
+        reasoning only once a compaction made after that turn rebuilt the view:
+        the cut re-prefills everything after it anyway, so dropping reasoning
+        there costs no cache hit, while dropping it between compactions would
+        break the append-only prompt at the previous reply (issue 14).
+        """
+        if (not self.keep_reasoning and item.get("turn", 0) < compacted_turn
+                and "stripped_token_ids" in item):
             return item["stripped_token_ids"]
         return item["token_ids"]
 
     def plan_compaction(self, items: list[Item], turn: int) -> list[list[int]] | None:
         """Item groups to hide before the next call of ``turn`` (``None``: it fits)."""
         view = comp.compute_view(items, turn)
-        sizes = {i: len(self.item_ids(items[i], turn)) for i in view.snapshot + view.history + view.tail}
+        cut = comp.last_compaction_turn(items)
+        sizes = {i: len(self.item_ids(items[i], turn, cut)) for i in view.snapshot + view.history + view.tail}
         fixed = len(self.header_ids) + len(self.gen_prompt_ids) + sum(sizes[i] for i in view.snapshot + view.tail)
         fixed += len(view.summary["token_ids"]) if view.summary else 0
         cap = self.budget.history_cap(fixed)
@@ -328,6 +347,7 @@ class ContextBuilder:
                 (call :meth:`plan_compaction` and append its marker first).
         """
         view = comp.compute_view(items, turn)
+        cut = comp.last_compaction_turn(items)
         ctx = Context(token_ids=[], prompt_limit=self.budget.prompt_limit)
 
         def add(cls: str, ids: list[int], index: int | None = None) -> None:
@@ -337,15 +357,15 @@ class ContextBuilder:
         for cls, ids in self.header:
             add(cls, ids)
         for i in view.snapshot:
-            add("memory", self.item_ids(items[i], turn), i)
+            add("memory", self.item_ids(items[i], turn, cut), i)
         start_history = len(ctx.token_ids)
         if view.summary is not None:
             add("history", view.summary["token_ids"])
         for i in view.history:
-            add(prompt_class(items[i], turn), self.item_ids(items[i], turn), i)
+            add(prompt_class(items[i], turn), self.item_ids(items[i], turn, cut), i)
         ctx.history_tokens = len(ctx.token_ids) - start_history
         for i in view.tail:
-            add(prompt_class(items[i], turn), self.item_ids(items[i], turn), i)
+            add(prompt_class(items[i], turn), self.item_ids(items[i], turn, cut), i)
         add(ctx.segments[-1].cls if view.tail else "user", self.gen_prompt_ids)
         ctx.history_cap = self.budget.history_cap(len(ctx.token_ids) - ctx.history_tokens)
         if len(ctx.token_ids) > ctx.prompt_limit:

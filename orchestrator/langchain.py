@@ -32,15 +32,18 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr
 
+from runtime.sampling_params import SamplingParams
+
 from orchestrator.budget import ContextBudget
 from orchestrator.context import Context, ContextBuilder
 from orchestrator.engine import EngineClient
 from orchestrator.events import ContentDelta, ReasoningDelta, ToolCallEvent
 from orchestrator.items import Item, message_item
 from orchestrator.ledger import PriceTable
-from orchestrator.formats import ToolCallFormat, detect_format, forced_call_grammar
+from orchestrator.formats import ToolCallFormat, detect_format
+from orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
 from orchestrator.parsers import StreamingParser
-from orchestrator.step import FORCED_MIN_TOKENS, StepOutcome, model_call
+from orchestrator.step import StepOutcome, model_call
 
 
 def _to_items(messages: Sequence[BaseMessage]) -> tuple[str | None, list[Item]]:
@@ -80,7 +83,7 @@ class LoomChatModel(BaseChatModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    llm: Any = Field(exclude=True)
+    llm: Any = Field(exclude=True)  # an orchestrator.protocols.Engine (pydantic cannot check a Protocol)
     model_name: str = "loom"
     temperature: float = 0.0
     top_p: float = 1.0
@@ -146,22 +149,16 @@ class LoomChatModel(BaseChatModel):
         schemas = [_schema(t) for t in tools] if tools else None
         return len(self._context(messages, schemas).token_ids)
 
-    def _sampling(self, stop: list[str] | None, tools: list[dict[str, Any]] | None, tool_choice: Any) -> Any:
-        from runtime.sampling_params import SamplingParams
-
-        tok = self.client.tokenizer
-        extra: dict[str, Any] = {}
-        if tools and tool_choice not in (None, "auto", "none"):
-            from runtime.structured_output import StructuredOutputParams
-
-            name = None if tool_choice in ("required", "any") else (
-                tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else tool_choice)
-            extra["structured_output"] = StructuredOutputParams(
-                grammar=forced_call_grammar(self.tool_format, tools, name, bound=True))
-        max_tokens = max(self.max_tokens, FORCED_MIN_TOKENS) if extra else self.max_tokens
-        return SamplingParams(temperature=self.temperature, top_p=self.top_p, max_tokens=max_tokens,
-                              seed=self.seed, stop=list(stop or []), skip_special_tokens=False,
-                              stop_token_ids=[tok.convert_tokens_to_ids(tok.eos_token)], **extra)
+    def _sampling(self, stop: list[str] | None, tools: list[dict[str, Any]] | None,
+                  tool_choice: Any) -> SamplingParams:
+        """The call's ``SamplingParams``; the engine stops on its own end-of-sequence ids."""
+        sp = SamplingParams(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens,
+                            seed=self.seed, stop=list(stop or []), skip_special_tokens=False)
+        if not tools or tool_choice in (None, "auto", "none"):
+            return sp
+        name = None if tool_choice in ("required", "any") else (
+            tool_choice.get("function", {}).get("name") if isinstance(tool_choice, dict) else tool_choice)
+        return force_call(sp, self.tool_format, tools, name, bound=True, min_tokens=FORCED_MIN_TOKENS)
 
     # -- streaming core ------------------------------------------------------
     async def _chunks(self, messages: list[BaseMessage], stop: list[str] | None,

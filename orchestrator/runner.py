@@ -1,7 +1,9 @@
 """``TurnRunner``: the state and steps of one user turn of an :class:`~orchestrator.agent.Agent`.
 
-Kept apart from ``Agent`` so the agent holds configuration only and a turn's
-mutable state (items, ledgers, the result being built) lives and dies here.
+Kept apart from ``Agent`` so the agent holds configuration only (its
+:class:`~orchestrator.parts.AgentParts`, which is all a turn reads) and a
+turn's mutable state (items, ledgers, the result being built) lives and dies
+here.
 Items are written to the session as soon as they exist (this turn's inputs
 before the first call, each reply together with its tool results), so an
 interrupted turn loses nothing and never leaves a tool call without results.
@@ -13,21 +15,20 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator
 
 from orchestrator import compaction as comp
 from orchestrator import condense as cond
 from orchestrator.events import AgentEvent, RunResult, ToolCallRecord, ToolResultEvent, ToolResultRecord
+from orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
 from orchestrator.items import Item, tool_call_id
 from orchestrator.ledger import Ledger
+from orchestrator.parsers import ParsedToolCall, StreamingParser
+from orchestrator.parts import AgentParts
+from orchestrator.protocols import MultiQueryRetriever
 from orchestrator.session import Session
-from orchestrator.formats import forced_call_grammar
-from orchestrator.parsers import StreamingParser
-from orchestrator.step import FORCED_MIN_TOKENS, StepOutcome, model_call
+from orchestrator.step import StepOutcome, model_call
 from orchestrator.summarize import summarize_items
-
-if TYPE_CHECKING:
-    from orchestrator.agent import Agent
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +36,8 @@ logger = logging.getLogger(__name__)
 class TurnRunner:
     """Runs one turn; ``result`` and ``ledgers`` fill in as it goes."""
 
-    def __init__(self, agent: "Agent", session: Session, message: str, choice: Any) -> None:
-        self.agent, self.session, self.message, self.choice = agent, session, message, choice
+    def __init__(self, parts: AgentParts, session: Session, message: str, choice: Any) -> None:
+        self.parts, self.session, self.message, self.choice = parts, session, message, choice
         self.items: list[Item] = session.get_items()
         self.turn = 1 + max((it.get("turn", 0) for it in self.items), default=0)
         self.result = RunResult(timings={"model": 0.0, "tools": 0.0, "retrieval": 0.0, "memory": 0.0})
@@ -56,7 +57,7 @@ class TurnRunner:
             self.result.timings[key] += (time.perf_counter() - t0) * 1000.0
 
     async def _prepare(self) -> None:
-        a, b = self.agent, self.agent.builder
+        a, b = self.parts, self.parts.builder
         shown: set[Any] = {i for it in self.items for i in it.get("memory_ids") or []}
         memories: list[Any] = []
         if a.memory is not None:
@@ -70,8 +71,9 @@ class TurnRunner:
         hits = []
         if a.retriever is not None and a.auto_retrieve:
             queries = await self._queries()
-            if len(queries) > 1 and hasattr(a.retriever, "search_many"):
-                hits = await self._timed("retrieval", lambda: a.retriever.search_many(
+            retriever = a.retriever
+            if len(queries) > 1 and isinstance(retriever, MultiQueryRetriever):
+                hits = await self._timed("retrieval", lambda: retriever.search_many(
                     queries, a.retrieval_k, identifier_queries=[self.message]))
             else:
                 hits = await self._timed("retrieval", a.retriever.search, queries[0], a.retrieval_k)
@@ -83,7 +85,7 @@ class TurnRunner:
 
     async def _queries(self) -> list[str]:
         """This turn's search queries: the condensed follow-up (when made), then the message."""
-        a = self.agent
+        a = self.parts
         if not (a.condense_question and cond.needs_rewrite(self.items)):
             return [self.message]
         t0 = time.perf_counter()
@@ -95,7 +97,7 @@ class TurnRunner:
         return cond.search_queries(self.message, rewrite)
 
     async def _compact(self) -> None:
-        a = self.agent
+        a = self.parts
         groups = a.builder.plan_compaction(self.items, self.turn)
         if not groups:
             return
@@ -110,29 +112,29 @@ class TurnRunner:
         logger.info("compacted session view at turn %d: hid %d items", self.turn, sum(map(len, groups)))
 
     def _sampling(self, forced: bool, prompt_len: int) -> Any:
-        a = self.agent
-        eos = a.builder.renderer.eos_id
-        room = a.budget.max_model_len - prompt_len
-        extra: dict[str, Any] = {}
-        if forced:
-            from runtime.structured_output import StructuredOutputParams
+        """The call's ``SamplingParams``: the agent's, with ``max_tokens`` fitted to the window.
 
-            name = self.choice["name"] if isinstance(self.choice, dict) else None
-            grammar = forced_call_grammar(a.format, a.registry.schemas(), name, bound=True)
-            extra["structured_output"] = StructuredOutputParams(grammar=grammar)
-        want = max(a.budget.max_tokens, FORCED_MIN_TOKENS) if forced else a.budget.max_tokens
-        return a.sampling.clone(max_tokens=max(1, min(want, room)), skip_special_tokens=False,
-                                stop_token_ids=sorted(set(a.sampling.stop_token_ids) | {eos}), **extra)
+        The engine stops on its own end-of-sequence ids; special tokens stay in
+        the text (the parser needs ``<think>`` / ``<tool_call>``).
+        """
+        a = self.parts
+        room = max(1, a.budget.max_model_len - prompt_len)
+        sp = a.sampling.clone(max_tokens=max(1, min(a.budget.max_tokens, room)), skip_special_tokens=False)
+        if not forced:
+            return sp
+        name = self.choice["name"] if isinstance(self.choice, dict) else None
+        return force_call(sp, a.format, a.registry.schemas(), name, bound=True,
+                          min_tokens=min(FORCED_MIN_TOKENS, room))
 
     async def _run_tools(self, outcome: StepOutcome, step: int) -> AsyncIterator[AgentEvent]:
-        a = self.agent
+        a = self.parts
 
-        async def one(call: Any) -> tuple[str, str, str, bool, float]:
+        async def one(call: ParsedToolCall) -> ToolResultRecord:
             cid = tool_call_id(self.turn, step, call.index)
             if call.error is not None:
-                return cid, call.name or "", f"Error: malformed tool call: {call.error}", True, 0.0
+                return ToolResultRecord(cid, call.name or "", f"Error: malformed tool call: {call.error}", True, step)
             res = await a.registry.call(call.name, call.arguments)
-            return cid, call.name, res.content, res.is_error, res.elapsed_ms
+            return ToolResultRecord(cid, call.name or "", res.content, res.is_error, step, res.elapsed_ms)
 
         t0 = time.perf_counter()
         results = await asyncio.gather(*(one(c) for c in outcome.calls))
@@ -140,17 +142,17 @@ class TurnRunner:
         for call in outcome.calls:
             self.result.tool_calls.append(ToolCallRecord(tool_call_id(self.turn, step, call.index), call.name or "",
                                                          dict(call.arguments), step, call.error))
-        for cid, name, content, err, ms in results:
-            self.result.tool_results.append(ToolResultRecord(cid, name, content, err, step, ms))
-            yield ToolResultEvent(cid, name, content, err)
-        tool_items = a.builder.tool_items(self.items, self.turn, [r[:4] for r in results])
+        for r in results:
+            self.result.tool_results.append(r)
+            yield ToolResultEvent(r.id, r.name, r.content, r.is_error)
+        tool_items = a.builder.tool_items(self.items, self.turn, results)
         self.session.add_items(self._pending + tool_items)
         self.items.extend(tool_items)
         self._pending = []
 
     async def run(self) -> AsyncIterator[AgentEvent]:
         """Yield the turn's events; ``result`` holds the outcome afterwards."""
-        a, res = self.agent, self.result
+        a, res = self.parts, self.result
         await self._prepare()
         res.final_state = "max_steps"
         for step in range(1, a.max_steps + 1):
@@ -192,8 +194,9 @@ class TurnRunner:
         reasoning = p.reasoning.strip()
         if reasoning:
             self.result.reasoning += ("\n" if self.result.reasoning else "") + reasoning
-        item = self.agent.builder.assistant_item(
-            self.turn, outcome.output_ids, reasoning_mask=[c == "reasoning" for c in outcome.classes],
+        item = self.parts.builder.assistant_item(
+            self.turn, outcome.output_ids, eos_token_ids=self.parts.eos_token_ids,
+            reasoning_mask=[c == "reasoning" for c in outcome.classes],
             content=p.content.strip(), reasoning_content=reasoning or None,
             tool_calls=outcome.tool_calls_field(self.turn, step) or None)
         item["step"] = step

@@ -1,10 +1,10 @@
 """One model call of the agent loop: stream, parse, classify tokens, account.
 
-Each generated token is detokenized incrementally, fed to the streaming
-parser, and given an output class from the parser's state around it
-(``reasoning`` if the token touches the ``<think>`` block, ``tool_call`` if it
-touches a ``<tool_call>`` block, else ``output``); the classes drive the
-ledger's decode-time split and the stripped rendering of the reply.
+The engine's own text (``RequestOutput.new_text``: detokenized once, stop
+strings cut, eos left out) is fed to the streaming parser; each generated
+token gets an output class from the parser state around the text it produced
+(:mod:`orchestrator.classify`); the classes drive the ledger's decode-time
+split and the reasoning mask of the stored reply.
 """
 
 from __future__ import annotations
@@ -13,18 +13,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
+from runtime.sampling_params import SamplingParams
+
 from orchestrator.context import Context
-from orchestrator.detok import IncrementalDetokenizer
-from orchestrator.engine import EngineClient
+from orchestrator.classify import OutputClassifier
 from orchestrator.events import AgentEvent, ContentDelta, ReasoningDelta, ToolCallEvent
 from orchestrator.items import tool_call_id
 from orchestrator.ledger import Ledger, PriceTable
 from orchestrator.parsers import ParsedToolCall, ParserEvent, StreamingParser
-
-
-# A forced call gets at least this many output tokens: room for the markers, the name and two
-# string arguments at their bound (orchestrator.formats.grammar.FORCED_STRING_MAX characters).
-FORCED_MIN_TOKENS = 320
+from orchestrator.protocols import ModelClient
 
 
 @dataclass
@@ -50,14 +47,6 @@ class StepOutcome:
                 for c in self.calls]
 
 
-def _classify(before: str, after: str, events: list[ParserEvent]) -> str:
-    if "reasoning" in (before, after):
-        return "reasoning"
-    if "tool_call" in (before, after) or any(e.kind.startswith("tool_call") for e in events):
-        return "tool_call"
-    return "output"
-
-
 def _to_events(events: list[ParserEvent], turn: int, step: int) -> list[AgentEvent]:
     out: list[AgentEvent] = []
     for e in events:
@@ -75,7 +64,7 @@ def _to_events(events: list[ParserEvent], turn: int, step: int) -> list[AgentEve
     return out
 
 
-async def model_call(engine: EngineClient, ctx: Context, sampling_params: Any, outcome: StepOutcome,
+async def model_call(engine: ModelClient, ctx: Context, sampling_params: SamplingParams, outcome: StepOutcome,
                      turn: int, step: int, prices: PriceTable, request_id: str | None = None,
                      output_class: str | None = None) -> AsyncIterator[AgentEvent]:
     """Run one call; yield its events; fill ``outcome`` (ledger last).
@@ -86,23 +75,17 @@ async def model_call(engine: EngineClient, ctx: Context, sampling_params: Any, o
     Raises:
         whatever the engine raises at submission.
     """
-    tok = engine.tokenizer
-    eos = tok.convert_tokens_to_ids(tok.eos_token) if tok.eos_token else None
-    detok = IncrementalDetokenizer(tok, skip_ids={eos} if eos is not None else set())
-    parser = outcome.parser
+    classifier = OutputClassifier(outcome.parser, output_class)
     last = None
     async for out in engine.stream(ctx.token_ids, sampling_params, request_id):
         last = out
-        for tid in out.new_token_ids:
-            before = parser.state
-            events = parser.feed(detok.add(tid))
-            outcome.output_ids.append(tid)
-            outcome.classes.append(output_class or _classify(before, parser.state, events))
-            for ev in _to_events(events, turn, step):
-                yield ev
-    tail = parser.feed(detok.flush()) + parser.finish()
-    for ev in _to_events(tail, turn, step):
+        events = classifier.feed(out.new_text, len(out.new_token_ids))
+        outcome.output_ids += out.new_token_ids
+        for ev in _to_events(events, turn, step):
+            yield ev
+    for ev in _to_events(classifier.finish(), turn, step):
         yield ev
+    outcome.classes = classifier.classes
     if last is None:
         return
     if len(outcome.output_ids) != len(last.token_ids):  # engine gave no per-step deltas

@@ -10,14 +10,12 @@ turns are untouched.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from orchestrator.compaction import compute_view
+from orchestrator.context import Context, Segment
 from orchestrator.items import Item
 from orchestrator.ledger import Ledger
-
-if TYPE_CHECKING:
-    from orchestrator.agent import Agent
+from orchestrator.parts import AgentParts
+from orchestrator.step import StepOutcome, model_call
 
 INSTRUCTION = ("Summarise the conversation below in a few sentences. Keep facts, decisions, "
                "tool results and open questions; drop pleasantries.")
@@ -38,29 +36,26 @@ def transcript(items: list[Item]) -> str:
     return "\n".join(lines)
 
 
-async def summarize_items(agent: "Agent", items: list[Item], hidden: list[Item], turn: int) -> tuple[str, Ledger]:
+async def summarize_items(parts: AgentParts, items: list[Item], hidden: list[Item], turn: int
+                          ) -> tuple[str, Ledger]:
     """Summary text of ``hidden`` (plus the current summary) and the call's ledger."""
-    from orchestrator.context import Context, Segment
-    from orchestrator.step import StepOutcome, model_call
-
-    renderer = agent.builder.renderer
+    renderer = parts.builder.renderer
     previous = compute_view(items, turn).summary
     text = transcript(([previous] if previous else []) + hidden)
     sys_msgs = [{"role": "system", "content": INSTRUCTION}]
     sys_ids = renderer.encode(renderer.render(sys_msgs, tools=None))
-    room = agent.budget.prompt_limit - len(sys_ids) - 16
+    room = parts.budget.prompt_limit - len(sys_ids) - 16
     body_ids = renderer.encode(text)
     if len(body_ids) > room:
         text = renderer.tokenizer.decode(body_ids[-room:], skip_special_tokens=False)
     full = renderer.render(sys_msgs + [{"role": "user", "content": text}], add_generation_prompt=True, tools=None)
     ids = renderer.encode(full)
-    ctx = Context(token_ids=ids, prompt_limit=agent.budget.prompt_limit)
+    ctx = Context(token_ids=ids, prompt_limit=parts.budget.prompt_limit)
     ctx.segments = [Segment("system", 0, len(sys_ids)), Segment("history", len(sys_ids), len(ids))]
-    sp = agent.sampling.clone(max_tokens=agent.budget.summary_tokens, skip_special_tokens=False,
-                              stop_token_ids=[renderer.eos_id])
+    sp = parts.sampling.clone(max_tokens=parts.budget.summary_tokens, skip_special_tokens=False)
     outcome = StepOutcome()
     outcome.parser.parse_tools = False
-    async for _ in model_call(agent.engine, ctx, sp, outcome, turn, 0, agent.prices):
+    async for _ in model_call(parts.engine, ctx, sp, outcome, turn, 0, parts.prices):
         pass
     summary = (outcome.parser.content or outcome.parser.reasoning).strip() or "(no summary)"
     return summary, outcome.ledger

@@ -21,6 +21,11 @@ Either way the prompt is the stored ids of everything before plus the new
 suffix, so turn N+1's prompt always begins with turn N's prompt plus reply;
 for an unstable template that prompt differs from what the template would
 render for the whole conversation (e.g. old reasoning is kept as first shown).
+
+:func:`render_chat` is the one place a conversation meets the chat template
+(tool schemas injected the model's way by its
+:class:`~orchestrator.formats.ToolCallFormat`); the agent's renderer and
+``/v1/chat/completions`` (:func:`prompt_ids`) both go through it.
 """
 
 from __future__ import annotations
@@ -28,9 +33,45 @@ from __future__ import annotations
 import logging
 from typing import Any, Sequence
 
+from runtime.errors import InvalidRequestError
+
+from orchestrator.formats import ToolCallFormat
+
 logger = logging.getLogger(__name__)
 
 _ANCHOR = [{"role": "system", "content": ""}, {"role": "user", "content": "."}]
+
+
+def render_chat(tokenizer: Any, fmt: ToolCallFormat, messages: Sequence[dict[str, Any]],
+                tools: list[dict[str, Any]] | None, add_generation_prompt: bool = False) -> str:
+    """The chat template's text for ``messages`` and ``tools`` in the model's format.
+
+    ``fmt.prepare`` puts them in the shape the template takes (``tools=`` for a
+    template that renders tools; the schemas in the system message and calls
+    as text for one that cannot, such as SmolLM2's); nothing is tokenized.
+    """
+    msgs, template_tools = fmt.prepare(list(messages), tools)
+    return tokenizer.apply_chat_template(msgs, tools=template_tools, tokenize=False,
+                                         add_generation_prompt=add_generation_prompt)
+
+
+def prompt_ids(tokenizer: Any, fmt: ToolCallFormat, messages: Sequence[dict[str, Any]],
+               tools: list[dict[str, Any]] | None, suffix: str = "") -> list[int]:
+    """Prompt token ids of a whole conversation: the template with a generation prompt, plus ``suffix``.
+
+    Tokenized without adding special tokens, so the ids are exactly what the template spells.
+
+    Raises:
+        InvalidRequestError: the template rejects the conversation (its own
+            message, e.g. "Conversation roles must alternate"; never the template source).
+    """
+    try:
+        text = render_chat(tokenizer, fmt, messages, tools, add_generation_prompt=True)
+    except Exception as exc:  # jinja TemplateError / raise_exception in the template
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise InvalidRequestError(f"the model's chat template cannot render these messages: {reason}",
+                                  param="messages") from exc
+    return list(tokenizer.encode(text + suffix, add_special_tokens=False))
 
 
 def common_prefix_len(a: str, b: str) -> int:
@@ -57,7 +98,8 @@ class TemplateRenderer:
         ValueError: the tokenizer has no chat template.
     """
 
-    def __init__(self, tokenizer: Any, tools: list[dict[str, Any]] | None = None, fmt: Any = None) -> None:
+    def __init__(self, tokenizer: Any, tools: list[dict[str, Any]] | None = None,
+                 fmt: ToolCallFormat | None = None) -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("tokenizer: has no chat_template; Loom renders prompts through it")
         from orchestrator.formats import detect_format
@@ -65,8 +107,10 @@ class TemplateRenderer:
         self.tokenizer = tokenizer
         self.tools = tools or None
         self.fmt = fmt if fmt is not None else detect_format(tokenizer)
-        self.eos_token = tokenizer.eos_token or "<|im_end|>"
-        self.eos_id: int = tokenizer.convert_tokens_to_ids(self.eos_token)
+        # the token that closes a message in the template (ChatML's <|im_end|>); the engine's
+        # stop set is its own (LLMEngine.eos_token_ids), this is only how a stored turn ends
+        self.end_of_turn = tokenizer.eos_token or "<|im_end|>"
+        self.end_of_turn_id: int = tokenizer.convert_tokens_to_ids(self.end_of_turn)
         self.prefix_stable = True
         self._trailer: list[int] | None = None
 
@@ -77,9 +121,7 @@ class TemplateRenderer:
         tools = self.tools if tools == "default" else tools
         if not messages:
             return self._empty(tools) + (self._gen_text() if add_generation_prompt else "")
-        msgs, tools = self.fmt.prepare(list(messages), tools)
-        return self.tokenizer.apply_chat_template(
-            msgs, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return render_chat(self.tokenizer, self.fmt, messages, tools, add_generation_prompt)
 
     def _empty(self, tools: Any) -> str:
         """What the template renders before the first message when there is none (the tool block)."""
@@ -183,8 +225,8 @@ class TemplateRenderer:
         """Ids the template puts after an assistant turn's ``<|im_end|>`` (``"\\n"``)."""
         if self._trailer is None:
             text = self.render(_ANCHOR + [{"role": "assistant", "content": "."}], tools=None)
-            pos = text.rfind(self.eos_token)
-            self._trailer = self.encode(text[pos + len(self.eos_token):]) if pos >= 0 else []
+            pos = text.rfind(self.end_of_turn)
+            self._trailer = self.encode(text[pos + len(self.end_of_turn):]) if pos >= 0 else []
         return self._trailer
 
     def _warn_unstable(self) -> None:

@@ -4,8 +4,9 @@ The engine's text deltas (special tokens kept: ``skip_special_tokens=False``;
 stop strings already cut; eos left out) are fed to
 ``orchestrator.parsers.StreamingParser``, which splits
 ``<think>`` reasoning, content and ``<tool_call>`` blocks; each output token is
-classed ``reasoning`` / ``tool_call`` / ``output`` by the parser state around it
-(a closing marker belongs to the block it closes), which gives the exact
+classed ``reasoning`` / ``tool_call`` / ``output`` by
+``orchestrator.classify.OutputClassifier`` (the agent's own rule: a closing
+marker belongs to the block it closes), which gives the exact
 ``completion_tokens_details.reasoning_tokens``.  A forced tool call is a
 grammar-constrained call in the model's format (``orchestrator.formats``),
 parsed like any other; it is never shown as content: when ``max_tokens`` cut
@@ -38,9 +39,8 @@ from api.schemas.chat import (
     ToolCall,
     Usage,
 )
+from orchestrator.classify import OutputClassifier
 from orchestrator.parsers import ParsedToolCall, ParserEvent, StreamingParser
-
-_CLASS_OF_STATE = {"reasoning": "reasoning", "tool_call": "tool_call", "content": "output"}
 
 
 @dataclass
@@ -67,6 +67,7 @@ class CompletionRun:
         if not p.json_output:
             self.parser = StreamingParser(parse_tools=p.parse_tools or p.forced_tool_call, fmt=p.fmt,
                                           tool_names=p.tool_names or None)
+            self._classifier = OutputClassifier(self.parser, classes=self.output_classes)
         self.json_text = ""
 
     # feeding -------------------------------------------------------------------------
@@ -81,13 +82,9 @@ class CompletionRun:
             self.json_text += text
             self.output_classes += ["output"] * n
             return [ParserEvent("content", text=text)] if text else []
-        before = self.parser.state
-        events = self.parser.feed(text) if text else []
-        after = self.parser.state
-        state = before if before != "content" and after == "content" else after
-        self.output_classes += [_CLASS_OF_STATE[state]] * n
+        events = self._classifier.feed(text, n)
         if out.finished:
-            events += self.parser.finish()
+            events += self._classifier.finish()
         return events
 
     # shaping -------------------------------------------------------------------------

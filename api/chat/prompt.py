@@ -1,16 +1,15 @@
 """Turn a chat-completions request into prompt token ids and ``SamplingParams``.
 
-Messages are rendered once through the model's own chat template
-(``tokenizer.apply_chat_template``), after the model's tool-call format
-(``orchestrator.formats``) has put them in the shape that template takes:
-``tools=`` for a template that renders tools, the tool schemas in the system
-message for one that cannot (SmolLM2's). They are then tokenized without
-adding special tokens, so the ids are exactly what the template spells.
-``tool_choice="required"`` or a named tool forces a call: the output is
-constrained (llguidance Lark grammar from the same format object) to exactly
-one call in the model's own format, so even a random model emits a valid
-call.  ``response_format`` ``json_object`` / ``json_schema`` constrain the
-whole output the same way.
+This module only reads the request (OpenAI messages, tools, ``tool_choice``,
+``response_format``) and checks it, naming the field at fault; the prompt is
+built by the orchestrator, as the agent's is: messages are rendered once
+through the model's own chat template with the tool schemas injected the
+model's way (``orchestrator.template.prompt_ids``), and
+``tool_choice="required"`` or a named tool forces exactly one call in the
+model's own format (``orchestrator.formats.grammar.force_call``, llguidance
+Lark grammar from the same format object), so even a random model emits a
+valid call.  ``response_format`` ``json_object`` / ``json_schema`` constrain
+the whole output the same way.
 """
 
 from __future__ import annotations
@@ -20,10 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from api.schemas.chat import AssistantMessage, ChatCompletionRequest, Content, NamedToolChoice, ToolMessage
-from orchestrator.formats import ToolCallFormat, detect_format, forced_call_grammar
-from orchestrator.formats.grammar import compact
+from orchestrator.formats import ToolCallFormat, detect_format
+from orchestrator.formats.grammar import compact, force_call
 from orchestrator.parsers import HERMES_THINK
+from orchestrator.template import prompt_ids
 from runtime.errors import InvalidRequestError
+from runtime.sampling_params import SamplingParams
 
 
 def _text(content: Content | None) -> str:
@@ -112,32 +113,12 @@ def forced_tool(req: ChatCompletionRequest) -> tuple[bool, str | None]:
     return True, None
 
 
-def render(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-           fmt: ToolCallFormat, suffix: str = "") -> list[int]:
-    """Prompt token ids: the chat template with a generation prompt, plus ``suffix``.
-
-    Raises:
-        InvalidRequestError: the template rejects the conversation (its own
-            message, e.g. "Conversation roles must alternate"; never the template source).
-    """
-    msgs, template_tools = fmt.prepare(messages, tools)
-    try:
-        text = tokenizer.apply_chat_template(
-            msgs, tools=template_tools, add_generation_prompt=True, tokenize=False
-        )
-    except Exception as exc:  # jinja TemplateError / raise_exception in the template
-        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise InvalidRequestError(f"the model's chat template cannot render these messages: {reason}",
-                                  param="messages") from exc
-    return list(tokenizer.encode(text + suffix, add_special_tokens=False))
-
-
 @dataclass
 class PreparedChat:
     """What the engine needs for one completion and how to read its output."""
 
     prompt_token_ids: list[int]
-    sampling_params: Any  # runtime.SamplingParams
+    sampling_params: SamplingParams
     forced_tool_call: bool  # output is the JSON of exactly one tool call
     json_output: bool  # output is constrained JSON (response_format)
     parse_tools: bool  # look for tool-call blocks in free text
@@ -155,13 +136,10 @@ def check_schema(schema: dict[str, Any], param: str) -> None:
         raise InvalidRequestError(f"invalid JSON schema: {exc.message}", param=param) from exc
 
 
-def _structured(req: ChatCompletionRequest, tools: list[dict[str, Any]] | None,
-                forced: bool, name: str | None, fmt: ToolCallFormat) -> Any:
+def _response_format(req: ChatCompletionRequest) -> Any:
+    """``StructuredOutputParams`` of ``response_format`` (``None`` for plain text)."""
     from runtime.structured_output import StructuredOutputParams
 
-    if forced:
-        # the user's schemas exactly as given (bound=False): an API must not narrow them
-        return StructuredOutputParams(grammar=forced_call_grammar(fmt, tools or [], name))
     rf = req.response_format
     if rf is None or rf.type == "text":
         return None
@@ -185,7 +163,6 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
         InvalidRequestError / ValueError: invalid combination or value (field named).
         ContextLengthError: the prompt alone fills the model window.
     """
-    from runtime import SamplingParams
     from runtime.errors import ContextLengthError
 
     if req.response_format is not None and req.response_format.type != "text" and req.tools \
@@ -199,7 +176,7 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
     forced, name = forced_tool(req)
     fmt = fmt if fmt is not None else detect_format(tokenizer)
     messages = template_messages(req)
-    ids = render(tokenizer, messages, tools, fmt)
+    ids = prompt_ids(tokenizer, fmt, messages, tools)
     if max_model_len is not None and len(ids) >= max_model_len:
         raise ContextLengthError(
             f"This model's maximum context length is {max_model_len} tokens, but the "
@@ -214,7 +191,7 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
             f"This model's maximum context length is {max_model_len} tokens. However, you requested "
             f"{len(ids) + max_tokens} tokens ({len(ids)} in the messages, {max_tokens} in the "
             "completion).", param="max_tokens")
-    structured = _structured(req, tools, forced, name, fmt)
+    structured = None if forced else _response_format(req)
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     kwargs: dict[str, Any] = {
         "temperature": 1.0 if req.temperature is None else req.temperature,
@@ -228,11 +205,14 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
     for opt in ("top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
         if getattr(req, opt) is not None:
             kwargs[opt] = getattr(req, opt)
+    params = SamplingParams(**kwargs)
+    if forced:  # the user's schemas exactly as given (bound=False): an API must not narrow them
+        params = force_call(params, fmt, tools or [], name)
     return PreparedChat(
         prompt_token_ids=ids,
-        sampling_params=SamplingParams(**kwargs),
+        sampling_params=params,
         forced_tool_call=forced,
-        json_output=structured is not None and not forced,
+        json_output=structured is not None,
         parse_tools=bool(tools) and req.tool_choice != "none" and not forced,
         fmt=fmt,
         tool_names=frozenset(t.function.name for t in req.tools or []),

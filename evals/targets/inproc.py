@@ -9,8 +9,8 @@ bunch up and fake near-zero ITLs); that lag is recorded per request as
 ``client_lag_ms`` (mean receipt minus engine time).  The engine's timestamps
 (arrival, first token, per-token) also feed the ledger.
 Every output token gets a class (``reasoning``, ``tool_call``, ``output``)
-from ``orchestrator.parsers.StreamingParser`` run over its text, as the agent
-classifies its own tokens.
+from the engine's text delta (``orchestrator.classify.OutputClassifier``, the
+agent's own classifier).
 """
 
 from __future__ import annotations
@@ -24,27 +24,6 @@ from evals.records import Outcome
 from evals.targets.base import EngineTarget, Request
 
 logger = logging.getLogger(__name__)
-
-
-class OutputClassifier:
-    """Classifies output tokens one at a time by the parser state around each."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        from orchestrator.detok import IncrementalDetokenizer
-        from orchestrator.parsers import StreamingParser
-
-        eos = tokenizer.convert_tokens_to_ids(tokenizer.eos_token) if tokenizer.eos_token else None
-        self.detok = IncrementalDetokenizer(tokenizer, skip_ids={eos} if eos is not None else set())
-        self.parser = StreamingParser()
-
-    def add(self, token_id: int) -> str:
-        before = self.parser.state
-        events = self.parser.feed(self.detok.add(token_id))
-        if "reasoning" in (before, self.parser.state):
-            return "reasoning"
-        if "tool_call" in (before, self.parser.state) or any(e.kind.startswith("tool_call") for e in events):
-            return "tool_call"
-        return "output"
 
 
 class InprocTarget(EngineTarget):
@@ -72,7 +51,9 @@ class InprocTarget(EngineTarget):
 
         params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, ignore_eos=req.ignore_eos,
                                 seed=req.seed)
-        classify = OutputClassifier(self.tokenizer)
+        from orchestrator.classify import OutputClassifier
+
+        classify = OutputClassifier()
         res = Outcome(send_time=time.monotonic(), prompt_tokens=len(req.prompt_ids))
         last = None
         lags: list[float] = []
@@ -84,7 +65,9 @@ class InprocTarget(EngineTarget):
                 if out.new_token_ids:
                     stamp = out.token_times[-1] if out.token_times else now
                     lags.append(now - stamp)
-                    classes = [classify.add(t) for t in out.new_token_ids]
+                    start = len(classify.classes)
+                    classify.feed(out.new_text, len(out.new_token_ids))
+                    classes = classify.classes[start:]
                     res.output_classes.extend(classes)
                     res.chunks.append(Chunk(stamp, len(out.new_token_ids), any(c != "reasoning" for c in classes)))
         except Exception as exc:  # noqa: BLE001 - one failed request is recorded, the run goes on

@@ -13,17 +13,27 @@ so the reply is the call and nothing else.
 ``bound=True`` (the agent's choice; an API must not change a user's schema)
 also makes unbounded scalars finite, so a weak model cannot write digits or
 characters until its budget ends and the call never closes.
+
+:func:`force_call` is the one place a forced call's ``SamplingParams`` are
+made (the agent loop, ``LoomChatModel`` and ``/v1/chat/completions`` all call
+it).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.formats.format import ToolCallFormat
 
+if TYPE_CHECKING:
+    from runtime.sampling_params import SamplingParams
+
 FORCED_INT_BOUND = 10**9
 FORCED_STRING_MAX = 128
+# A forced call of the agent gets at least this many output tokens: room for the markers, the name
+# and two string arguments at their bound (FORCED_STRING_MAX characters).
+FORCED_MIN_TOKENS = 320
 
 # llguidance JSON options: no free whitespace (a weak model would pad its budget with it)
 # and the separators json.dumps / tojson write, so a call reads back byte-identical.
@@ -95,3 +105,21 @@ def forced_call_grammar(fmt: ToolCallFormat, tools: list[dict[str, Any]], name: 
             parts.append(json.dumps(fmt.separator))
         parts.append(_marker(fmt.call_close, fmt.close_token_id))
     return f"start: {' '.join(parts)}\ncall: %json {json.dumps(schema)}"
+
+
+def force_call(params: SamplingParams, fmt: ToolCallFormat, tools: list[dict[str, Any]],
+               name: str | None = None, bound: bool = False, min_tokens: int = 0) -> SamplingParams:
+    """``params`` constrained to exactly one call of ``fmt`` (:func:`forced_call_grammar`).
+
+    Stop strings are dropped (one inside the arguments would cut the call
+    short); ``max_tokens`` is raised to ``min_tokens`` when below it (the agent
+    passes :data:`FORCED_MIN_TOKENS`; an API keeps the caller's budget).
+
+    Raises:
+        ValueError: as :func:`forced_call_grammar`.
+    """
+    from runtime.structured_output import StructuredOutputParams
+
+    grammar = forced_call_grammar(fmt, tools, name, bound=bound)
+    return params.clone(structured_output=StructuredOutputParams(grammar=grammar), stop=[],
+                        max_tokens=max(params.max_tokens, min_tokens))

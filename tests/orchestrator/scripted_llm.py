@@ -1,7 +1,9 @@
 """``ScriptedLLM``: a scripted stand-in for the engine, for unit tests of orchestration logic only.
 
 It replies with the next text of a script (encoded with the real tokenizer,
-eos appended), streams one token per output, and reports
+eos appended), streams one token per output with its text from the runtime's
+own detokenizer (``runtime.detokenizer``: stop strings cut and the request
+finished as the engine does, eos left out of the text), and reports
 ``num_cached_tokens`` as a prefix cache with 16-token blocks would: the longest
 common prefix with any earlier prompt + reply, floored to whole blocks, never
 the whole prompt.  End-to-end tests use the real engine instead.
@@ -13,6 +15,7 @@ import asyncio
 import time
 from typing import Any, AsyncIterator
 
+from runtime.detokenizer import IncrementalDetokenizer
 from runtime.outputs import RequestOutput
 
 
@@ -21,6 +24,7 @@ class ScriptedLLM:
 
     def __init__(self, tokenizer: Any, replies: list[str], max_model_len: int = 4096, block_size: int = 16) -> None:
         self.tokenizer = tokenizer
+        self.eos_token_ids = frozenset({tokenizer.convert_tokens_to_ids(tokenizer.eos_token)})
         self.replies = list(replies)
         self.max_model_len = max_model_len
         self.block_size = block_size
@@ -50,6 +54,7 @@ class ScriptedLLM:
         ids = ids[: sampling_params.max_tokens]
         out = RequestOutput(request_id=request_id or "r", prompt_token_ids=list(prompt_token_ids),
                             num_cached_tokens=self._cached(prompt_token_ids), arrival_time=time.monotonic())
+        detok = IncrementalDetokenizer(self.tokenizer.backend_tokenizer, prompt_token_ids, sampling_params)
         for i, tid in enumerate(ids):
             await asyncio.sleep(0)
             now = time.monotonic()
@@ -58,9 +63,15 @@ class ScriptedLLM:
             out.token_ids.append(tid)
             out.token_times.append(now)
             out.new_token_ids = [tid]
-            out.finished = i == len(ids) - 1
+            stop = None if tid == eos else detok.add_token(tid)
+            out.finished = stop is not None or i == len(ids) - 1
+            out.new_text = detok.delta(out.finished)
+            out.text = detok.text
             if out.finished:
                 out.finish_time = now
-                out.finish_reason = "stop" if tid == eos else "length"
+                out.finish_reason = "stop" if tid == eos or stop is not None else "length"
+                out.stop_reason = stop
             yield out
-        self._seen.append(list(prompt_token_ids) + ids)
+            if out.finished:
+                break
+        self._seen.append(list(prompt_token_ids) + out.token_ids)

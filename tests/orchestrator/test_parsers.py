@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from orchestrator.detok import IncrementalDetokenizer
+from runtime.detokenizer import IncrementalDetokenizer
+from runtime.sampling_params import SamplingParams
 from orchestrator.parsers import StreamingParser, parse_tool_block
 
 REPLY = ('<think>\nadd them\n</think>\n\nSure.\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 40}}\n'
@@ -38,13 +39,14 @@ def test_any_chunking_gives_same_split(chunk: int) -> None:
 
 def test_token_by_token_with_real_tokenizer(tokenizer) -> None:
     ids = tokenizer(REPLY, add_special_tokens=False)["input_ids"]
-    detok = IncrementalDetokenizer(tokenizer)
+    detok = IncrementalDetokenizer(tokenizer.backend_tokenizer, [], SamplingParams(skip_special_tokens=False))
     parser = StreamingParser()
     states = []
     for tid in ids:
-        parser.feed(detok.add(tid))
+        detok.add_token(tid)
+        parser.feed(detok.delta(finished=False))
         states.append(parser.state)
-    parser.feed(detok.flush())
+    parser.feed(detok.delta(finished=True))
     parser.finish()
     assert tokenizer.convert_tokens_to_ids("<think>") in ids  # markers are single tokens
     assert len(parser.calls) == 2 and parser.reasoning == "\nadd them\n"

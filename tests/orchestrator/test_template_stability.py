@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator import compaction as comp
+from orchestrator.agent import DEFAULT_KEEP_REASONING
 from orchestrator.budget import ContextBudget
 from orchestrator.context import ContextBuilder
+from orchestrator.events import ToolResultRecord
 from orchestrator.items import format_retrieval, to_message
 
 TOOLS = sorted([
@@ -61,8 +64,13 @@ def shipped_tokenizer(request):
     return AutoTokenizer.from_pretrained(ensure_checkpoint(request.param, "tiny"))
 
 
-def test_each_prompt_starts_with_previous_prompt_plus_reply(shipped_tokenizer) -> None:
-    b = ContextBuilder(shipped_tokenizer, "You are a careful assistant.", TOOLS, ContextBudget(max_model_len=8192))
+def test_each_prompt_starts_with_previous_prompt_plus_reply_with_the_agents_default_reasoning(
+        shipped_tokenizer) -> None:
+    """Every reply reasons, and the builder runs with the Agent's default ``keep_reasoning``
+    (False), so a prompt that dropped earlier reasoning would not extend the previous one."""
+    assert DEFAULT_KEEP_REASONING is False
+    b = ContextBuilder(shipped_tokenizer, "You are a careful assistant.", TOOLS, ContextBudget(max_model_len=8192),
+                       keep_reasoning=DEFAULT_KEEP_REASONING)
     items: list = []
     items.append(b.snapshot_item(items, ["The user's name is Ada.", "Ada prefers metric units."]))
     prev_prompt: list[int] | None = None
@@ -86,8 +94,9 @@ def test_each_prompt_starts_with_previous_prompt_plus_reply(shipped_tokenizer) -
                 item, reply = _assistant(b, items, turn, reasoning_content=f"think {turn}", content="",
                                          tool_calls=calls)
                 items.append(item)
-                items += b.tool_items(items, turn, [(f"c{turn}a", "add", str(turn + 1), False),
-                                                    (f"c{turn}b", "search_documents", "Tasks run coroutines.", False)])
+                items += b.tool_items(items, turn, [
+                    ToolResultRecord(f"c{turn}a", "add", str(turn + 1), False, step),
+                    ToolResultRecord(f"c{turn}b", "search_documents", "Tasks run coroutines.", False, step)])
             else:
                 item, reply = _assistant(b, items, turn, reasoning_content="done", content=f"Answer {turn}.")
                 items.append(item)
@@ -114,20 +123,25 @@ def test_segments_carry_the_classes_of_architecture_order(tokenizer) -> None:
     assert decoded["user"].startswith("<|im_start|>user\nq2<|im_end|>\n<|im_start|>assistant\n")
 
 
-def test_stripped_reasoning_drops_only_the_think_block(tokenizer) -> None:
+def test_reasoning_stays_in_the_prompt_until_a_compaction_then_only_the_think_block_goes(tokenizer) -> None:
     b = ContextBuilder(tokenizer, "", None, ContextBudget(max_model_len=4096), keep_reasoning=False)
     items = b.turn_items([], 1, "hi")
+    first = b.build(items, 1).token_ids
     ids = tokenizer("<think>\nlong thoughts\n</think>\n\nHello!<|im_end|>", add_special_tokens=False)["input_ids"]
     think_end = ids.index(tokenizer.convert_tokens_to_ids("</think>"))
     mask = [i <= think_end for i in range(len(ids))]
     item = b.assistant_item(1, ids, reasoning_mask=mask, content="Hello!", reasoning_content="long thoughts")
     items.append(item)
     items += b.turn_items(items, 2, "again")
-    stripped = b.build(items, 2).token_ids
-    text = tokenizer.decode(stripped, skip_special_tokens=False)
+    second = b.build(items, 2).token_ids
+    assert second[: len(first) + len(ids)] == first + ids  # append-only: the reply exactly as generated
+    items += b.turn_items(items, 2, "more")
+    items.append(comp.marker(3, [[0]]))  # a compaction at turn 3 hides turn 1's user message
+    items += b.turn_items(items, 3, "third")
+    text = tokenizer.decode(b.build(items, 3).token_ids, skip_special_tokens=False)
     assert "long thoughts" not in text and "<|im_start|>assistant\nHello!<|im_end|>\n" in text
     keep = ContextBuilder(tokenizer, "", None, ContextBudget(max_model_len=4096), keep_reasoning=True)
-    assert "long thoughts" in tokenizer.decode(keep.build(items, 2).token_ids, skip_special_tokens=False)
+    assert "long thoughts" in tokenizer.decode(keep.build(items, 3).token_ids, skip_special_tokens=False)
     assert to_message(item, keep_reasoning=False).get("reasoning_content") is None
 
 

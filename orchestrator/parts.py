@@ -1,0 +1,65 @@
+"""``AgentParts``: what one turn of an agent runs on, named.
+
+:class:`~orchestrator.agent.Agent` checks its arguments and builds this once;
+:class:`~orchestrator.runner.TurnRunner` and the side calls
+(:mod:`orchestrator.condense`, :mod:`orchestrator.summarize`) take it (or the
+few fields they need) instead of reaching through the ``Agent``, so the
+modules form a line ``agent -> runner -> condense / summarize -> step``
+with no import back up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from orchestrator.budget import ContextBudget
+from orchestrator.context import ContextBuilder
+from orchestrator.formats import ToolCallFormat
+from orchestrator.ledger import PriceTable
+from orchestrator.protocols import Memory, ModelClient, Retriever
+from runtime.sampling_params import SamplingParams
+
+if TYPE_CHECKING:
+    from tools import ToolRegistry
+
+
+@dataclass(frozen=True)
+class AgentParts:
+    """The collaborators and settings of an agent (see ``Agent``'s arguments).
+
+    Attributes:
+        engine: the model client every call goes through.
+        builder: the prompt builder (system prompt, tools, budget, format).
+        registry: the callable tools.
+        sampling: base ``SamplingParams`` of every agent call.
+        prices: the ledger's price table.
+        eos_token_ids: the engine's end-of-sequence ids (``LLMEngine.eos_token_ids``).
+        retriever / memory: ``None`` when the agent has none.
+        max_steps ... condense_tokens: the agent's loop settings.
+    """
+
+    engine: ModelClient
+    builder: ContextBuilder
+    registry: ToolRegistry
+    sampling: SamplingParams
+    prices: PriceTable
+    eos_token_ids: frozenset[int]
+    retriever: Retriever | None = None
+    memory: Memory | None = None
+    max_steps: int = 6
+    auto_retrieve: bool = True
+    memory_namespace: str = "default"
+    retrieval_k: int = 4
+    memory_k: int = 4
+    memory_write_back: bool = True
+    condense_question: bool = True
+    condense_tokens: int = 32
+
+    @property
+    def budget(self) -> ContextBudget:
+        return self.builder.budget
+
+    @property
+    def format(self) -> ToolCallFormat:
+        return self.builder.fmt

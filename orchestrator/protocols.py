@@ -1,0 +1,107 @@
+"""The seams between Loom's packages, typed: what the orchestrator asks of an engine,
+a retriever and a long-term memory.
+
+Structural types (``typing.Protocol``), so anything with the methods fits:
+``runtime.LLM`` / ``runtime.AsyncLLM`` are :data:`Engine`\\ s,
+``retrieval.Retriever`` is a :class:`MultiQueryRetriever`,
+``memory.LongTermMemory`` is a :class:`Memory`; test stand-ins and user
+objects fit the same way.  The retriever and memory seams the built-in tools
+use (``tools.builtin``: ``SearchBackend``, ``MemoryBackend``) are the base of
+these, so each method is declared once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from typing import Any, Protocol, Union, runtime_checkable
+
+from runtime.outputs import RequestOutput
+from runtime.sampling_params import SamplingParams
+from tools.builtin.memory import MemoryBackend
+from tools.builtin.search import SearchBackend
+
+__all__ = ["AsyncEngine", "Engine", "Memory", "MemoryHit", "ModelClient", "MultiQueryRetriever",
+           "Retriever", "SearchHit", "SyncEngine", "Tokenizer", "eos_token_ids"]
+
+#: a Hugging Face fast tokenizer with a chat template (``transformers.PreTrainedTokenizerFast``)
+Tokenizer = Any
+
+
+class AsyncEngine(Protocol):
+    """``runtime.AsyncLLM``: streams each request's outputs as it decodes."""
+
+    tokenizer: Tokenizer
+
+    def generate(self, prompt_token_ids: Sequence[int] | None = None,
+                 sampling_params: SamplingParams | None = None,
+                 request_id: str | None = None) -> AsyncIterator[RequestOutput]: ...
+
+
+class SyncEngine(Protocol):
+    """``runtime.LLM``: one blocking, batched ``generate`` returning final outputs."""
+
+    tokenizer: Tokenizer
+
+    def generate(self, prompts: Any = None, sampling_params: Any = None,
+                 prompt_token_ids: Any = None, use_tqdm: bool = True) -> list[RequestOutput]: ...
+
+
+#: what ``Agent`` and ``LoomChatModel`` accept as ``llm``
+Engine = Union[AsyncEngine, SyncEngine]
+
+
+class ModelClient(Protocol):
+    """The one interface the agent loop talks to (``orchestrator.engine.EngineClient``)."""
+
+    tokenizer: Tokenizer
+
+    @property
+    def max_model_len(self) -> int: ...
+
+    def stream(self, prompt_token_ids: list[int], sampling_params: SamplingParams,
+               request_id: str | None = None) -> AsyncIterator[RequestOutput]: ...
+
+
+class SearchHit(Protocol):
+    """One retrieval hit as the prompt shows it (``retrieval.types.Hit``)."""
+
+    text: str
+    document: str
+    section: str
+    metadata: Mapping[str, Any]
+
+
+class Retriever(SearchBackend, Protocol):
+    """``search(query, k) -> hits``, best first (``retrieval.Retriever.search``)."""
+
+
+@runtime_checkable
+class MultiQueryRetriever(Retriever, Protocol):
+    """A retriever that fuses several phrasings of one need (``retrieval.Retriever.search_many``)."""
+
+    def search_many(self, queries: Iterable[str], k: int = 5,
+                    identifier_queries: Iterable[str] | None = None) -> Sequence[Any]: ...
+
+
+class MemoryHit(Protocol):
+    """One memory as the prompt shows it (``memory.types.MemoryHit``)."""
+
+    id: Any
+    text: str
+
+
+class Memory(MemoryBackend, Protocol):
+    """Long-term memory: ``search(query, namespace, k)`` and ``add(messages, namespace, source)``."""
+
+
+def eos_token_ids(llm: Any) -> frozenset[int]:
+    """The engine's end-of-sequence ids (``LLMEngine.eos_token_ids``: tokenizer, model
+    config and generation config), the one place they are worked out.
+
+    ``llm``: ``runtime.LLM`` / ``AsyncLLM`` (read through ``llm.engine``) or a
+    stand-in with its own ``eos_token_ids``; empty when it has neither.
+    """
+    ids = getattr(getattr(llm, "engine", None), "eos_token_ids", None)
+    if ids is None:
+        ids = getattr(llm, "eos_token_ids", None)
+    return frozenset(ids or ())
