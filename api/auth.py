@@ -21,9 +21,8 @@ from sqlalchemy import select
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
-from api.errors import loom_error_body
+from api.errors import AuthenticationError, loom_error_body
 from api.store import ApiKey, Store
-from runtime.errors import AuthenticationError
 
 LOCAL_OWNER = "local"
 KEY_PREFIX = "loom-"

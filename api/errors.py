@@ -1,12 +1,16 @@
 """The one place where errors become HTTP answers with OpenAI's error body.
 
-Body: ``{"error": {"message", "type", "param", "code"}}``.  ``runtime.errors.LoomError``
-subclasses carry their own ``http_status`` / ``error_type`` / ``code`` / ``param``;
-FastAPI's request validation errors (422) become 400 ``invalid_request_error``
-naming the field (``messages.0.content``); a plain ``ValueError`` escaping a
-handler is a client error too (invalid parameter, named in its message); HTTP
-errors raised by routing (404 unknown route, 405) keep their status.  Anything
-else is a 500 ``internal_error`` and is logged with its traceback.
+Body: ``{"error": {"message", "type", "param", "code"}}``.  ``LoomError``
+classes say what went wrong (message, ``param``, a machine ``code``); the
+table ``_LOOM_HTTP`` here alone says which HTTP status and OpenAI ``type``
+each one answers with (the engine's errors know nothing of HTTP).  A 5xx body
+never carries the exception's text (it may hold engine internals): the detail
+is logged.  FastAPI's request validation errors (422) become 400
+``invalid_request_error`` naming the field (``messages.0.content``); a plain
+``ValueError`` escaping a handler is a client error too (invalid parameter,
+named in its message); HTTP errors raised by routing (404 unknown route, 405)
+keep their status.  Anything else is a 500 ``internal_error`` and is logged
+with its traceback.
 """
 
 from __future__ import annotations
@@ -19,17 +23,39 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from runtime import errors as core
 from runtime.errors import LoomError
 
 log = logging.getLogger(__name__)
 
+
+class AuthenticationError(LoomError):
+    """Missing, malformed, unknown or revoked API key (401)."""
+
+    code = "invalid_api_key"
+
+
 class SessionBusyError(LoomError):
     """A session turn (or delete) while another turn on the same session runs (409)."""
 
-    http_status = 409
-    error_type = "invalid_request_error"
     code = "session_busy"
 
+
+# (class, HTTP status, OpenAI error type); the first class an error is an instance of wins
+_LOOM_HTTP: tuple[tuple[type[BaseException], int, str], ...] = (
+    (AuthenticationError, 401, "authentication_error"),
+    (SessionBusyError, 409, "invalid_request_error"),
+    (core.InvalidRequestError, 400, "invalid_request_error"),  # context length, KV capacity too
+    (core.NotFoundError, 404, "not_found_error"),
+    (core.QueueFullError, 429, "rate_limit_error"),
+    (core.RequestAbortedError, 499, "request_aborted"),
+    (core.EngineStepError, 503, "server_error"),
+    (getattr(core, "AuthenticationError", ()), 401, "authentication_error"),
+)
+_SERVER_MESSAGES = {
+    503: "The engine could not serve this request; retrying may succeed.",
+    500: "Internal server error",
+}
 
 _HTTP_TYPES = {
     400: "invalid_request_error",
@@ -43,6 +69,14 @@ _HTTP_TYPES = {
 }
 
 
+def http_status(exc: LoomError) -> tuple[int, str]:
+    """(HTTP status, OpenAI error ``type``) a ``LoomError`` answers with."""
+    for cls, status, type_ in _LOOM_HTTP:
+        if isinstance(exc, cls):
+            return status, type_
+    return 500, "internal_error"
+
+
 def error_body(
     message: str, type_: str, param: str | None = None, code: str | None = None
 ) -> dict[str, Any]:
@@ -51,8 +85,16 @@ def error_body(
 
 
 def loom_error_body(exc: LoomError) -> dict[str, Any]:
-    """Body for a ``LoomError`` (used by the handler and by streams that fail midway)."""
-    return error_body(exc.message, exc.error_type, exc.param, exc.code)
+    """Body for a ``LoomError`` (used by the handler and by streams that fail midway).
+
+    A server-side failure (5xx) gets a fixed message; its own text is logged, never sent.
+    """
+    status, type_ = http_status(exc)
+    if status >= 500:
+        log.error("%s: %s", type(exc).__name__, exc.message)
+        return error_body(_SERVER_MESSAGES.get(status, _SERVER_MESSAGES[500]), type_, None,
+                          getattr(exc, "code", None))
+    return error_body(exc.message, type_, exc.param, getattr(exc, "code", None))
 
 
 def _field(loc: tuple[Any, ...]) -> str | None:
@@ -86,10 +128,9 @@ async def _on_validation(request: Request, exc: RequestValidationError) -> JSONR
 
 
 async def _on_loom(request: Request, exc: LoomError) -> JSONResponse:
-    if exc.http_status >= 500:
-        log.error("%s: %s", type(exc).__name__, exc.message)
-    headers = {"Retry-After": "1"} if exc.http_status == 429 else None
-    return JSONResponse(loom_error_body(exc), status_code=exc.http_status, headers=headers)
+    status, _ = http_status(exc)
+    headers = {"Retry-After": "1"} if status in (429, 503) else None
+    return JSONResponse(loom_error_body(exc), status_code=status, headers=headers)
 
 
 async def _on_value(request: Request, exc: ValueError) -> JSONResponse:

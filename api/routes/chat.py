@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,7 +18,7 @@ from api.chat.prompt import prepare
 from api.engine_io import close_generation, engine_max_model_len, open_generation, settle, until_disconnect
 from api.errors import error_body, loom_error_body
 from api.schemas.chat import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
-from runtime.errors import LoomError, NotFoundError
+from runtime.errors import InvalidRequestError, LoomError, NotFoundError
 
 router = APIRouter(tags=["openai"])
 
@@ -32,6 +33,27 @@ async def list_models(request: Request, owner: str = Depends(require_owner)) -> 
     services = request.app.state.services
     return ModelList(data=[ModelCard(id=services.settings.model_name, created=int(services.started_at),
                                      max_model_len=engine_max_model_len(services.engine))])
+
+
+_ENGINE_PREFIX = re.compile(r"^structured_output(\.\w+)?: (cannot compile: )?")
+
+
+def _constraint_error(exc: InvalidRequestError, field: str) -> InvalidRequestError:
+    """The engine's "cannot compile this output constraint" as a 400 naming the request field.
+
+    The engine names its own parameter (``structured_output``); the client sent
+    ``response_format`` (or ``tools`` for a forced call).  The reason becomes one
+    line of at most 300 characters, cut before any dump of the grammar engine's
+    state (a line opening with ``<`` or ``{``).
+    """
+    lines = []
+    for line in exc.message.strip().splitlines():
+        if line.strip().startswith(("<", "{")):
+            break
+        lines.append(line.strip())
+    reason = _ENGINE_PREFIX.sub("", " ".join(x for x in lines if x))[:300] or "it cannot be compiled"
+    return InvalidRequestError(f"Invalid value for {field!r}: the schema cannot be enforced: {reason}",
+                               param=field)
 
 
 def _check_model(services: Any, model: str) -> None:
@@ -53,12 +75,22 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     prepared = prepare(body, engine.tokenizer, services.settings.default_max_tokens,
                        engine_max_model_len(engine), services.tool_format)
     run = CompletionRun(prepared, services.settings.model_name)
-    gen, first = await open_generation(engine, prepared.prompt_token_ids, prepared.sampling_params,
-                                       run.request_id)
-    if body.stream:
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return EventSourceResponse(_sse(services, run, gen, first, include_usage), ping=15)
-    return await _complete(services, request, run, gen, first)
+    try:
+        gen, first = await open_generation(engine, prepared.prompt_token_ids, prepared.sampling_params,
+                                           run.request_id)
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return EventSourceResponse(_sse(services, run, gen, first, include_usage), ping=15)
+        return await _complete(services, request, run, gen, first)
+    except InvalidRequestError as exc:
+        raise _client_field(exc, run) from None
+
+
+def _client_field(exc: InvalidRequestError, run: CompletionRun) -> InvalidRequestError:
+    """``exc`` naming the request's field when the engine named its own ``structured_output``."""
+    if exc.param != "structured_output":
+        return exc
+    return _constraint_error(exc, "tools" if run.prepared.forced_tool_call else "response_format")
 
 
 async def _complete(services: Any, request: Request, run: CompletionRun, gen: AsyncIterator[Any],
@@ -99,6 +131,8 @@ async def _sse(services: Any, run: CompletionRun, gen: AsyncIterator[Any], first
             yield {"data": chunk.model_dump_json(exclude_none=True)}
         yield {"data": "[DONE]"}
     except LoomError as exc:  # failure after the stream began: an error event, then stop
+        if isinstance(exc, InvalidRequestError):
+            exc = _client_field(exc, run)
         yield {"data": json.dumps(loom_error_body(exc))}
     except (asyncio.CancelledError, GeneratorExit):
         raise  # client went away: the finally below aborts the request
