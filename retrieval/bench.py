@@ -120,7 +120,7 @@ def build_synthetic(real: Retriever, folder: Path, size: int, hnsw_threshold: in
         logger.info("built %s index of %d vectors in %.1f s", r.vector_index.kind, size,
                     time.perf_counter() - t0)
         r.vector_index.save(folder / "vectors.faiss")
-    r._changed()
+    r.invalidate_derived()
     return r
 
 

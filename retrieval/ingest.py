@@ -12,6 +12,10 @@ transaction.  A crash between the two leaves vectors without rows (or, for a
 delete, rows without vectors); :func:`reconcile` repairs either case when the
 index is next loaded — extra vectors are dropped, missing ones re-embedded
 from the stored text — so nothing committed is lost.
+
+Ingestion works on an :class:`IndexTarget` (what a ``Retriever`` offers
+writers: its parts and its ``writer`` / ``exclusive`` / ``mutation``
+guards), so this module never imports the retriever, which imports it.
 """
 
 from __future__ import annotations
@@ -22,22 +26,51 @@ import logging
 import sys
 import time
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 
 from runtime.errors import NotFoundError
 from retrieval.bm25 import bm25_tokenize
+from retrieval.chunking import Chunker
+from retrieval.embedder import Embedder
+from retrieval.index import VectorIndex
 from retrieval.loaders import DEFAULT_PATTERNS, iter_files, load_path
+from retrieval.store import ChunkStore
 from retrieval.types import Chunk, Document, embedding_text
-
-if TYPE_CHECKING:
-    from retrieval.retriever import Retriever
 
 logger = logging.getLogger(__name__)
 FLUSH_CHUNKS = 2048
+
+
+class IndexTarget(Protocol):
+    """What ingestion needs of an index (``retrieval.Retriever``)."""
+
+    index_dir: Path
+    settings: dict[str, Any]
+    store: ChunkStore
+    embedder: Embedder
+    rebuild_ratio: float
+
+    @property
+    def chunker(self) -> Chunker: ...
+
+    @property
+    def vector_index(self) -> VectorIndex: ...
+
+    @property
+    def tombstones(self) -> set[int]: ...
+
+    def __len__(self) -> int: ...
+
+    def writer(self) -> AbstractContextManager[Any]: ...
+
+    def exclusive(self) -> AbstractContextManager[Any]: ...
+
+    def mutation(self) -> AbstractContextManager[None]: ...
 
 
 @dataclass
@@ -113,7 +146,7 @@ def _progress(total: int, show: bool | None):
     return tqdm(total=total, unit="chunk", desc="embedding", disable=not show or total == 0)
 
 
-def add_documents(r: "Retriever", documents: Iterable[Document],
+def add_documents(r: IndexTarget, documents: Iterable[Document],
                   show_progress: bool | None = None) -> IngestStats:
     """Add or replace ``documents`` in ``r`` (see the module docstring)."""
     t0 = time.perf_counter()
@@ -125,7 +158,7 @@ def add_documents(r: "Retriever", documents: Iterable[Document],
     stats.documents_changed = len(changed)
     stats.documents_unchanged = len(docs) - len(changed)
     plan = [(d, r.chunker.chunk(d)) for d in changed]
-    with r._write_lock, _progress(sum(len(c) for _, c in plan), show_progress) as bar:
+    with r.writer(), _progress(sum(len(c) for _, c in plan), show_progress) as bar:
         group: list[tuple[Document, list[Chunk]]] = []
         for item in plan:
             group.append(item)
@@ -139,19 +172,15 @@ def add_documents(r: "Retriever", documents: Iterable[Document],
     return stats
 
 
-def _flush(r: "Retriever", group: list[tuple[Document, list[Chunk]]], hashes: dict[str, str],
+def _flush(r: IndexTarget, group: list[tuple[Document, list[Chunk]]], hashes: dict[str, str],
            stats: IngestStats, bar) -> None:
-    try:
+    with r.mutation():
         _write_group(r, group, hashes, stats, bar)
-    except BaseException:
-        r._reset()  # the in-memory index may be ahead of disk: reload + reconcile
-        raise
-    r._changed()
 
 
-def _write_group(r: "Retriever", group: list[tuple[Document, list[Chunk]]],
+def _write_group(r: IndexTarget, group: list[tuple[Document, list[Chunk]]],
                  hashes: dict[str, str], stats: IngestStats, bar) -> None:
-    """Embed outside ``r._lock`` (searches go on meanwhile), then mutate under it."""
+    """Embed outside ``r.exclusive()`` (searches go on meanwhile), then mutate under it."""
     idx, store = r.vector_index, r.store
     with store.session() as s:
         old: set[int] = set()
@@ -164,7 +193,7 @@ def _write_group(r: "Retriever", group: list[tuple[Document, list[Chunk]]],
     removed = sorted(old - set(new))
     vecs = _embed(r, embed, bar)
     bar.update(len(revived))
-    with r._lock, store.session.begin() as s:
+    with r.exclusive(), store.session.begin() as s:
         store.delete_chunks(s, removed)
         for doc, chunks in group:
             store.upsert_document(s, doc.id, doc.title, doc.source, hashes[doc.id],
@@ -182,7 +211,7 @@ def _write_group(r: "Retriever", group: list[tuple[Document, list[Chunk]]],
     stats.chunks_removed += len(removed)
 
 
-def _embed(r: "Retriever", chunks: list[Chunk], bar) -> np.ndarray:
+def _embed(r: IndexTarget, chunks: list[Chunk], bar) -> np.ndarray:
     texts = [c.embedding_text() for c in chunks]
     out = []
     step = max(r.embedder.batch_size * 4, 1)
@@ -192,7 +221,7 @@ def _embed(r: "Retriever", chunks: list[Chunk], bar) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros((0, r.embedder.dim), np.float32)
 
 
-def _remove_vectors(r: "Retriever", s, faiss_ids: list[int]) -> None:
+def _remove_vectors(r: IndexTarget, s, faiss_ids: list[int]) -> None:
     """Remove vectors in place (flat) or tombstone them (HNSW); compact when due."""
     if not faiss_ids:
         return
@@ -209,7 +238,7 @@ def _remove_vectors(r: "Retriever", s, faiss_ids: list[int]) -> None:
         r.tombstones.clear()
 
 
-def delete_documents(r: "Retriever", documents: list[str]) -> int:
+def delete_documents(r: IndexTarget, documents: list[str]) -> int:
     """Delete documents and their chunks; returns the number of chunks removed.
 
     Raises:
@@ -219,27 +248,19 @@ def delete_documents(r: "Retriever", documents: list[str]) -> int:
     if missing:
         raise NotFoundError(f"document not in index: {sorted(missing)[0]}", param="document")
     idx = r.vector_index  # load (and reconcile) before the write transaction
-    with r._write_lock, r._lock:
-        try:
-            with r.store.session.begin() as s:
-                removed: list[int] = []
-                for doc in documents:
-                    removed += r.store.chunk_faiss_ids_of(s, doc)
-                    r.store.delete_document(s, doc)
-                _remove_vectors(r, s, removed)
-                r.store.bump_generation(s)
-                idx.save(r.index_dir / "vectors.faiss")
-        except BaseException:
-            r._reset()
-            raise
-    r._changed()
+    with r.writer(), r.exclusive(), r.mutation(), r.store.session.begin() as s:
+        removed: list[int] = []
+        for doc in documents:
+            removed += r.store.chunk_faiss_ids_of(s, doc)
+            r.store.delete_document(s, doc)
+        _remove_vectors(r, s, removed)
+        r.store.bump_generation(s)
+        idx.save(r.index_dir / "vectors.faiss")
     return len(removed)
 
 
-def reconcile(r: "Retriever") -> None:
-    """Make FAISS and the chunk store agree after a crash between their writes."""
-    idx = r._index
-    assert idx is not None
+def reconcile(r: IndexTarget, idx: VectorIndex) -> None:
+    """Make FAISS (``idx``, just loaded) and the chunk store agree after a crash between their writes."""
     in_faiss = set(idx.ids().tolist())
     in_store = set(r.store.all_faiss_ids())
     live = in_faiss - r.tombstones

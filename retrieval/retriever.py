@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -31,13 +32,12 @@ from retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, Chu
 from retrieval.embedder import DEFAULT_MODEL, Embedder
 from retrieval.fusion import order_by_score, rrf_fuse
 from retrieval.index import VectorIndex
+from retrieval.ingest import IngestStats, add_documents, delete_documents, load_documents, reconcile
 from retrieval.loaders import DEFAULT_PATTERNS
 from retrieval.objects import ObjectIndex
 from retrieval.store import ChunkStore
 from retrieval.types import Document, Hit
 
-if TYPE_CHECKING:
-    from retrieval.ingest import IngestStats
 
 logger = logging.getLogger(__name__)
 
@@ -151,9 +151,7 @@ class Retriever:
                 kw = {"hnsw_threshold": self.hnsw_threshold, "ef_search": self.ef_search}
                 if path.exists():
                     self._index = VectorIndex.load(path, **kw)
-                    from retrieval.ingest import reconcile
-
-                    reconcile(self)
+                    reconcile(self, self._index)
                 else:
                     self._index = VectorIndex(self.embedder.dim, **kw)
             return self._index
@@ -185,24 +183,43 @@ class Retriever:
                 self._objects = ObjectIndex(self.store.object_rows())
             return self._objects
 
-    def _changed(self) -> None:
-        """Drop derived state after a mutation (BM25 and objects are rebuilt lazily)."""
-        self._bm25 = self._objects = None
+    # -- writing (retrieval.ingest goes through these, never the fields) ----
+    def writer(self) -> threading.Lock:
+        """Held for a whole ingest or delete: one writer at a time (searches go on)."""
+        return self._write_lock
 
-    def _reset(self) -> None:
-        """Forget every loaded part; the next use reloads from disk and reconciles."""
-        self._index = self._bm25 = self._tombstones = self._objects = None
+    def exclusive(self) -> threading.RLock:
+        """Held while FAISS and the store are mutated: searches wait (FAISS cannot
+        add or remove during a search)."""
+        return self._lock
+
+    @contextmanager
+    def mutation(self) -> Iterator[None]:
+        """One write to the index files and the store.
+
+        On success the derived indexes (BM25, objects) are dropped and rebuilt
+        on next use; on any error every loaded part is dropped, so the next use
+        reloads from disk and reconciles (the in-memory index may be ahead of it).
+        """
+        try:
+            yield
+        except BaseException:
+            self._index = self._bm25 = self._tombstones = self._objects = None
+            raise
+        self.invalidate_derived()
+
+    def invalidate_derived(self) -> None:
+        """Drop the BM25 and object indexes; they are rebuilt from the store on next use."""
+        self._bm25 = self._objects = None
 
     # -- ingestion (see retrieval.ingest) -----------------------------------
     def add_documents(self, documents: Iterable[Document],
-                      show_progress: bool | None = None) -> "IngestStats":
+                      show_progress: bool | None = None) -> IngestStats:
         """Add or replace documents; unchanged ones are skipped. Returns ``IngestStats``."""
-        from retrieval.ingest import add_documents
-
         return add_documents(self, documents, show_progress=show_progress)
 
     def ingest(self, paths: Iterable[str | Path], patterns: Iterable[str] = DEFAULT_PATTERNS,
-               show_progress: bool | None = None) -> "IngestStats":
+               show_progress: bool | None = None) -> IngestStats:
         """Load files/folders/``stdlib:`` paths and add them. Returns ``IngestStats``.
 
         A file that fails to load is skipped and listed in ``IngestStats.failures``.
@@ -210,8 +227,6 @@ class Retriever:
         Raises:
             FileNotFoundError: a path does not exist (nothing is ingested).
         """
-        from retrieval.ingest import load_documents
-
         failures: list[tuple[str, str]] = []
         docs = load_documents(paths, patterns, failures)
         stats = self.add_documents(docs, show_progress=show_progress)
@@ -224,8 +239,6 @@ class Retriever:
         Raises:
             NotFoundError: no such document in the index.
         """
-        from retrieval.ingest import delete_documents
-
         return delete_documents(self, [document])
 
     # -- search -------------------------------------------------------------
