@@ -47,8 +47,8 @@ _COMMANDS = [
     ("retrieval.cli", "ingest", "ingest"),
     ("retrieval.cli", "search", "search"),
     ("api.serve_cli", "serve", "serve"),
-    ("orchestrator.chat_cli", "chat", "chat"),
-    ("orchestrator.demo", "demo", "demo"),
+    ("evals.chat_cli", "chat", "chat"),
+    ("evals.demo", "demo", "demo"),
 ]
 
 

@@ -7,6 +7,11 @@ in-process engine or an OpenAI-compatible HTTP server, once per variant
 (``compare``) and optionally through HF transformers (``baseline="hf"``), and
 writes per-request records (JSONL), summaries (JSON) and an HTML report.
 Metric formulas live in :mod:`evals.metrics` (vLLM's benchmark definitions).
+
+The terminal front-ends live here too, at the edge above the library
+packages: ``loom demo`` (:mod:`evals.demo`), ``loom chat``
+(:mod:`evals.chat_cli`), ``loom bench sessions`` (:mod:`evals.bench_sessions`)
+and the printing of agent turns they share (:mod:`evals.console`).
 """
 
 from __future__ import annotations

@@ -119,7 +119,7 @@ async def run_session(console: Console, model: str, retriever: Any, memory: Any,
     was stored in this session.
     """
     from orchestrator import Agent, ContextBudget, InMemorySession
-    from orchestrator.console import SOURCES_LEGEND, print_retrieved, print_sources, stream_turn
+    from evals.console import SOURCES_LEGEND, print_retrieved, print_sources, stream_turn
     from orchestrator.ledger_table import ledger_table
     from runtime import AsyncLLM, SamplingParams
     from tools.builtin import calculator, memory_tools
@@ -169,11 +169,8 @@ def _totals(console: Console, results: list[RunResult]) -> None:
 
 
 def _eval(console: Console, model: str, workdir: Path) -> None:
-    try:
-        import evals
-    except ImportError:
-        console.print("[yellow]evals package not available; skipping the sessions eval[/]")
-        return
+    import evals
+
     console.print("\n[bold]Short `sessions` eval[/] (prefix caching on vs off)")
     out = workdir / "eval-sessions"
     summary = evals.run(suite="sessions", model=model, out=out, small=True,

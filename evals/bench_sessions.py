@@ -12,7 +12,8 @@ their ratio and the prefix-cache hit rate from the token-class ledger.
 ``--reasoning`` instead measures ``keep_reasoning`` True vs False (both with
 caching): replies are forced by a grammar to open with a ``<think>`` block,
 and the table gives prefix-cache hit rate, prompt tokens and computed
-(uncached) prompt tokens per turn for each setting.
+(uncached) prompt tokens per turn for each setting (the two differ only from
+a compaction on: between compactions every prompt keeps earlier reasoning).
 
 Example::
 

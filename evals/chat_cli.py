@@ -53,7 +53,7 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
 
 async def _loop(console: Console, agent: Any, read: Any) -> None:
     from orchestrator import InMemorySession
-    from orchestrator.console import SOURCES_LEGEND, print_retrieved, print_sources, stream_turn
+    from evals.console import SOURCES_LEGEND, print_retrieved, print_sources, stream_turn
     from orchestrator.ledger import Ledger
     from orchestrator.ledger_table import ledger_table
 

@@ -8,7 +8,7 @@ import io
 import pytest
 from rich.console import Console
 
-from orchestrator.chat_cli import _build_agent, _loop
+from evals.chat_cli import _build_agent, _loop
 
 
 @pytest.fixture(scope="module")
