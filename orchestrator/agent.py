@@ -34,6 +34,7 @@ import time
 from typing import Any, AsyncIterator
 
 from runtime.errors import InvalidRequestError, LoomError
+from runtime.sampling_params import SamplingParams
 
 from orchestrator.budget import ContextBudget
 from orchestrator.condense import DEFAULT_CONDENSE_TOKENS
@@ -43,9 +44,10 @@ from orchestrator.events import AgentEvent, DoneEvent, RunResult, UsageEvent
 from orchestrator.formats import ToolCallFormat
 from orchestrator.ledger import Ledger, PriceTable
 from orchestrator.parts import AgentParts
-from orchestrator.protocols import Engine, Memory, Retriever, eos_token_ids
+from orchestrator.protocols import Engine, Memory, Retriever, Tokenizer, eos_token_ids
 from orchestrator.runner import TurnRunner
 from orchestrator.session import InMemorySession, Session
+from tools import ToolRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -55,9 +57,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_KEEP_REASONING = False
 
 
-def _registry(tools: Any, retriever: Retriever | None, auto_retrieve: bool, timeout_s: float) -> Any:
-    from tools import ToolRegistry
-
+def _registry(tools: Any, retriever: Retriever | None, auto_retrieve: bool, timeout_s: float) -> ToolRegistry:
     reg = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools or (), default_timeout_s=timeout_s)
     if retriever is not None and not auto_retrieve and "search_documents" not in reg:
         from tools.builtin import search_documents_tool
@@ -109,7 +109,7 @@ class Agent:
     def __init__(self, llm: Engine, tools: Any = None, retriever: Retriever | None = None,
                  memory: Memory | None = None,
                  system_prompt: str = "", budget: ContextBudget | None = None, max_steps: int = 6,
-                 sampling: Any = None, tool_choice: Any = "auto", auto_retrieve: bool = True,
+                 sampling: SamplingParams | None = None, tool_choice: Any = "auto", auto_retrieve: bool = True,
                  keep_reasoning: bool = DEFAULT_KEEP_REASONING, memory_namespace: str | None = None,
                  prices: PriceTable | None = None, retrieval_k: int = 4, memory_k: int = 4,
                  tool_timeout_s: float = 30.0, memory_write_back: bool = True,
@@ -215,7 +215,7 @@ class Agent:
         return asyncio.run(self.arun(message, session=session, tool_choice=tool_choice))
 
 
-def _format(tokenizer: Any, parser: Any) -> ToolCallFormat:
+def _format(tokenizer: Tokenizer, parser: str | ToolCallFormat | None) -> ToolCallFormat:
     from orchestrator.formats import detect_format
 
     if isinstance(parser, ToolCallFormat):
@@ -226,7 +226,5 @@ def _format(tokenizer: Any, parser: Any) -> ToolCallFormat:
         raise InvalidRequestError(str(exc), param="tool_call_parser") from exc
 
 
-def _greedy() -> Any:
-    from runtime.sampling_params import SamplingParams
-
+def _greedy() -> SamplingParams:
     return SamplingParams(temperature=0.0)

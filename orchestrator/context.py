@@ -31,6 +31,7 @@ from runtime.errors import ContextLengthError
 from orchestrator import compaction as comp
 from orchestrator.budget import ContextBudget
 from orchestrator.events import ToolResultRecord
+from orchestrator.formats import ToolCallFormat
 from orchestrator.items import (
     Item,
     format_memory,
@@ -41,6 +42,7 @@ from orchestrator.items import (
     source_label,
     to_message,
 )
+from orchestrator.protocols import MemoryHit, SearchHit, Tokenizer
 from orchestrator.template import TemplateRenderer
 
 
@@ -102,7 +104,7 @@ class RetrievalFit:
         cut_tokens: tokens of hit text left out of the prompt (both kinds).
     """
 
-    shown: list[Any] = field(default_factory=list)
+    shown: list[SearchHit] = field(default_factory=list)
     truncated: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     cut_tokens: int = 0
@@ -132,8 +134,9 @@ class ContextBuilder:
         fmt: the model's tool-call format (detected from the tokenizer when ``None``).
     """
 
-    def __init__(self, tokenizer: Any, system_prompt: str | None = "", tools: list[dict[str, Any]] | None = None,
-                 budget: ContextBudget | None = None, keep_reasoning: bool = True, fmt: Any = None) -> None:
+    def __init__(self, tokenizer: Tokenizer, system_prompt: str | None = "", tools: list[dict[str, Any]] | None = None,
+                 budget: ContextBudget | None = None, keep_reasoning: bool = True,
+                 fmt: ToolCallFormat | None = None) -> None:
         self.renderer = TemplateRenderer(tokenizer, tools, fmt)
         self.fmt = self.renderer.fmt
         self.system_messages = [] if system_prompt is None else [{"role": "system", "content": system_prompt}]
@@ -163,7 +166,7 @@ class ContextBuilder:
             item["token_ids"] = ids
         return new
 
-    def snapshot_item(self, items: Sequence[Item], memories: Sequence[Any]) -> Item | None:
+    def snapshot_item(self, items: Sequence[Item], memories: Sequence[str | MemoryHit]) -> Item | None:
         """The session's memory snapshot (turn 0), capped to ``max_memory_tokens``.
 
         ``memories``: strings or hits with ``.text`` (and ``.id``, stored as ``memory_ids``).
@@ -176,8 +179,9 @@ class ContextBuilder:
                             memory_ids=_ids(chosen))
         return self.render_items(items, [item])[0]
 
-    def turn_items(self, items: Sequence[Item], turn: int, user_text: str, hits: Sequence[Any] | RetrievalFit = (),
-                   memories: Sequence[str] = ()) -> list[Item]:
+    def turn_items(self, items: Sequence[Item], turn: int, user_text: str,
+                   hits: Sequence[SearchHit] | RetrievalFit = (),
+                   memories: Sequence[str | MemoryHit] = ()) -> list[Item]:
         """This turn's retrieval message, new-memory message and user message, rendered.
 
         ``hits``: retrieval hits (``.text``, ``.document``, ``.section``), in rank
@@ -255,7 +259,7 @@ class ContextBuilder:
             chosen.append(t)
         return chosen
 
-    def fit_retrieval(self, hits: Sequence[Any]) -> RetrievalFit:
+    def fit_retrieval(self, hits: Sequence[SearchHit]) -> RetrievalFit:
         """Hits that fit ``max_retrieval_tokens``, never none while there are hits.
 
         In rank order, a hit that fits whole is shown; the first hit that does
@@ -281,7 +285,7 @@ class ContextBuilder:
                 fit.cut_tokens += n - len(self.renderer.encode(cut.text[: -len(TRUNCATED_MARK)]))
         return fit
 
-    def _cut_hit(self, hit: Any, cap: int) -> Any | None:
+    def _cut_hit(self, hit: SearchHit, cap: int) -> SearchHit | None:
         """A copy of ``hit`` with the longest sentence prefix that fits ``cap`` (``None``: not even a word)."""
         text = hit.text
         ends = [m.start() for m in _SENTENCE_END.finditer(text)]
@@ -375,7 +379,7 @@ class ContextBuilder:
         return ctx
 
 
-def _with_text(hit: Any, text: str) -> Any:
+def _with_text(hit: SearchHit, text: str) -> SearchHit:
     """A copy of a hit (frozen dataclass or plain object) with another ``text``."""
     if dataclasses.is_dataclass(hit) and not isinstance(hit, type):
         return dataclasses.replace(hit, text=text)
@@ -384,10 +388,10 @@ def _with_text(hit: Any, text: str) -> Any:
     return out
 
 
-def _texts(memories: Sequence[Any]) -> list[str]:
+def _texts(memories: Sequence[str | MemoryHit]) -> list[str]:
     return [m if isinstance(m, str) else m.text for m in memories]
 
 
-def _ids(memories: Sequence[Any]) -> list[Any] | None:
+def _ids(memories: Sequence[str | MemoryHit]) -> list[Any] | None:
     ids = [getattr(m, "id", None) for m in memories]
     return ids if any(i is not None for i in ids) else None

@@ -17,6 +17,8 @@ import time
 import uuid
 from typing import Any, AsyncIterator
 
+from runtime.sampling_params import SamplingParams
+
 from orchestrator import compaction as comp
 from orchestrator import condense as cond
 from orchestrator.events import AgentEvent, RunResult, ToolCallRecord, ToolResultEvent, ToolResultRecord
@@ -25,7 +27,7 @@ from orchestrator.items import Item, tool_call_id
 from orchestrator.ledger import Ledger
 from orchestrator.parsers import ParsedToolCall, StreamingParser
 from orchestrator.parts import AgentParts
-from orchestrator.protocols import MultiQueryRetriever
+from orchestrator.protocols import MemoryHit, MultiQueryRetriever
 from orchestrator.session import Session
 from orchestrator.step import StepOutcome, model_call
 from orchestrator.summarize import summarize_items
@@ -59,7 +61,7 @@ class TurnRunner:
     async def _prepare(self) -> None:
         a, b = self.parts, self.parts.builder
         shown: set[Any] = {i for it in self.items for i in it.get("memory_ids") or []}
-        memories: list[Any] = []
+        memories: list[MemoryHit] = []
         if a.memory is not None:
             hits = await self._timed("memory", a.memory.search, self.message, a.memory_namespace, a.memory_k)
             if not self.items:  # first turn: the snapshot, fixed for the whole session
@@ -111,7 +113,7 @@ class TurnRunner:
         self.result.compactions += 1
         logger.info("compacted session view at turn %d: hid %d items", self.turn, sum(map(len, groups)))
 
-    def _sampling(self, forced: bool, prompt_len: int) -> Any:
+    def _sampling(self, forced: bool, prompt_len: int) -> SamplingParams:
         """The call's ``SamplingParams``: the agent's, with ``max_tokens`` fitted to the window.
 
         The engine stops on its own end-of-sequence ids; special tokens stay in

@@ -36,13 +36,14 @@ from typing import Any, Sequence
 from runtime.errors import InvalidRequestError
 
 from orchestrator.formats import ToolCallFormat
+from orchestrator.protocols import Tokenizer
 
 logger = logging.getLogger(__name__)
 
 _ANCHOR = [{"role": "system", "content": ""}, {"role": "user", "content": "."}]
 
 
-def render_chat(tokenizer: Any, fmt: ToolCallFormat, messages: Sequence[dict[str, Any]],
+def render_chat(tokenizer: Tokenizer, fmt: ToolCallFormat, messages: Sequence[dict[str, Any]],
                 tools: list[dict[str, Any]] | None, add_generation_prompt: bool = False) -> str:
     """The chat template's text for ``messages`` and ``tools`` in the model's format.
 
@@ -55,7 +56,7 @@ def render_chat(tokenizer: Any, fmt: ToolCallFormat, messages: Sequence[dict[str
                                          add_generation_prompt=add_generation_prompt)
 
 
-def prompt_ids(tokenizer: Any, fmt: ToolCallFormat, messages: Sequence[dict[str, Any]],
+def prompt_ids(tokenizer: Tokenizer, fmt: ToolCallFormat, messages: Sequence[dict[str, Any]],
                tools: list[dict[str, Any]] | None, suffix: str = "") -> list[int]:
     """Prompt token ids of a whole conversation: the template with a generation prompt, plus ``suffix``.
 
@@ -98,7 +99,7 @@ class TemplateRenderer:
         ValueError: the tokenizer has no chat template.
     """
 
-    def __init__(self, tokenizer: Any, tools: list[dict[str, Any]] | None = None,
+    def __init__(self, tokenizer: Tokenizer, tools: list[dict[str, Any]] | None = None,
                  fmt: ToolCallFormat | None = None) -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("tokenizer: has no chat_template; Loom renders prompts through it")
