@@ -47,12 +47,11 @@ class InprocTarget(EngineTarget):
         return cls(AsyncLLM.from_config(EngineConfig(model=model, **settings)))
 
     async def send(self, req: Request) -> Outcome:
+        from orchestrator.classify import OutputClassifier
         from runtime import SamplingParams
 
         params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, ignore_eos=req.ignore_eos,
                                 seed=req.seed)
-        from orchestrator.classify import OutputClassifier
-
         classify = OutputClassifier()
         res = Outcome(send_time=time.monotonic(), prompt_tokens=len(req.prompt_ids))
         last = None
@@ -67,12 +66,13 @@ class InprocTarget(EngineTarget):
                     lags.append(now - stamp)
                     start = len(classify.classes)
                     classify.feed(out.new_text, len(out.new_token_ids))
-                    classes = classify.classes[start:]
-                    res.output_classes.extend(classes)
-                    res.chunks.append(Chunk(stamp, len(out.new_token_ids), any(c != "reasoning" for c in classes)))
+                    visible = any(c != "reasoning" for c in classify.classes[start:])
+                    res.chunks.append(Chunk(stamp, len(out.new_token_ids), visible))
         except Exception as exc:  # noqa: BLE001 - one failed request is recorded, the run goes on
             logger.warning("request %s failed: %s", req.request_id, exc)
             res.error = f"{type(exc).__name__}: {exc}"
+        classify.finish()
+        res.output_classes = classify.classes
         if last is not None:
             self._fill(res, last)
             res.extra["client_lag_ms"] = 1000.0 * sum(lags) / len(lags) if lags else None

@@ -187,3 +187,19 @@ def test_hits_after_one_that_does_not_fit_are_still_taken_when_they_fit(tokenize
     fit = b.fit_retrieval(hits)
     assert [h.document for h in fit.shown] == ["a.md", "c.md"] and fit.dropped == ["b.md - B"]
     assert b.fit_retrieval(hits[:1]).record() is None
+
+
+def test_reply_ending_on_another_engine_eos_is_stored_closed_by_the_templates_end_of_turn(tokenizer) -> None:
+    """A model may stop on any of the engine's eos ids (``LLMEngine.eos_token_ids``); the stored
+    turn ends as the template spells it, so the next prompt equals the template's rendering."""
+    b = ContextBuilder(tokenizer, "sys", None, ContextBudget(max_model_len=2048))
+    items = b.turn_items([], 1, "hi")
+    end_of_text = tokenizer.convert_tokens_to_ids("<|endoftext|>")
+    eos_ids = frozenset({b.renderer.end_of_turn_id, end_of_text})
+    reply = tokenizer("Hello!", add_special_tokens=False)["input_ids"]
+    item = b.assistant_item(1, reply + [end_of_text], eos_token_ids=eos_ids, content="Hello!")
+    assert item["token_ids"] == b.gen_prompt_ids + reply + [b.renderer.end_of_turn_id] + b.renderer.trailer()
+    items.append(item)
+    items += b.turn_items(items, 2, "again")
+    ref = b.renderer.encode(b.renderer.render(b.messages(items), add_generation_prompt=True))
+    assert b.build(items, 2).token_ids == ref
