@@ -87,7 +87,8 @@ async def _lockstep(agents: dict[str, Any], n: int, turns: int) -> tuple[dict[st
             async def one(s: int) -> None:
                 q = QUESTIONS[(s + t) % len(QUESTIONS)] + f" (session {s})"
                 r = await agent.arun(q, session=sessions[name][s])
-                results[name][s].append(r.usage.calls[0])
+                # the turn's answer call (a follow-up's condense-question rewrite comes first)
+                results[name][s].append(next(c for c in r.usage.calls if not c.prompt["query_rewrite"].tokens))
 
             t0 = time.perf_counter()
             await asyncio.gather(*(one(s) for s in range(n)))
