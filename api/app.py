@@ -22,6 +22,7 @@ from fastapi import FastAPI
 
 from api.auth import AuthGate
 from api.errors import install_error_handlers
+from api.openapi import install_openapi
 from api.services import Services
 from api.text_guard import TextGuard
 from api.settings import Settings
@@ -92,6 +93,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.services = services
     install_error_handlers(app)
+    install_openapi(app)
     for module in (chat, sessions, resources, system):
         app.include_router(module.router)
     app.add_middleware(TextGuard)  # lone surrogates: a 400 before any route (api.text_guard)

@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.openapi import allowed_methods
 from runtime import errors as core
 from runtime.errors import LoomError
 
@@ -143,10 +144,13 @@ async def _on_http(request: Request, exc: StarletteHTTPException) -> JSONRespons
     type_ = _HTTP_TYPES.get(exc.status_code, "invalid_request_error")
     if exc.status_code >= 500:
         type_ = "internal_error"
+    headers = dict(getattr(exc, "headers", None) or {})
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(allowed_methods(request.app, request.url.path))
     return JSONResponse(
         error_body(str(exc.detail), type_, None, None),
         status_code=exc.status_code,
-        headers=getattr(exc, "headers", None),
+        headers=headers or None,
     )
 
 

@@ -17,14 +17,16 @@ from api.chat.completions import CompletionRun, stream_chunks
 from api.chat.prompt import prepare
 from api.engine_io import close_generation, engine_max_model_len, open_generation, settle, until_disconnect
 from api.errors import error_body, loom_error_body
+from api.schemas.errors import error_responses
 from api.schemas.chat import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
 from runtime.errors import InvalidRequestError, LoomError, NotFoundError
 
-router = APIRouter(tags=["openai"])
+router = APIRouter(tags=["openai"], responses=error_responses(400, 401))
 
-_STREAM_DOC = {200: {"description": "A ChatCompletion, or with `stream: true` server-sent "
-                     "events: `data: <ChatCompletionChunk JSON>` lines ending with `data: [DONE]`.",
-                     "content": {"text/event-stream": {}}}}
+_STREAM_DOC = error_responses(404, 429, 503, extra={200: {
+    "description": "A ChatCompletion, or with `stream: true` server-sent events: "
+    "`data: <ChatCompletionChunk JSON>` lines ending with `data: [DONE]`.",
+    "content": {"text/event-stream": {}}}})
 
 
 @router.get("/v1/models", response_model=ModelList, summary="List the served model")

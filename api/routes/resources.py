@@ -17,6 +17,7 @@ import anyio
 from fastapi import APIRouter, Depends, Path, Query, Request
 
 from api.auth import require_owner
+from api.schemas.errors import error_responses
 from api.schemas.resources import (
     DocumentCreate,
     DocumentOut,
@@ -29,7 +30,7 @@ from api.schemas.resources import (
 from api.schemas.sessions import Deleted
 from api.turns import OwnerRetriever, scoped_namespace
 
-router = APIRouter(tags=["documents and memory"])
+router = APIRouter(tags=["documents and memory"], responses=error_responses(400, 401))
 
 _LOADERS = {"text": "load_text", "markdown": "load_markdown", "html": "load_html", "rst": "load_rst"}
 
@@ -54,7 +55,8 @@ async def create_document(body: DocumentCreate, request: Request,
     return DocumentOut(id=doc_id, title=doc.title, num_chunks=stats.chunks_added)
 
 
-@router.delete("/v1/documents/{document_id}", response_model=Deleted, summary="Remove a document")
+@router.delete("/v1/documents/{document_id}", response_model=Deleted, responses=error_responses(404),
+               summary="Remove a document")
 async def delete_document(document_id: str, request: Request, owner: str = Depends(require_owner)) -> Deleted:
     """Remove one of the caller's documents and its chunks (404 when it is not theirs)."""
     services = request.app.state.services
@@ -104,7 +106,8 @@ async def list_memories(request: Request, namespace: str = Query("default", min_
     return MemoryList(data=[MemoryOut(id=r.id, text=r.text, namespace=namespace) for r in rows])
 
 
-@router.delete("/v1/memories/{memory_id}", response_model=Deleted, summary="Forget one memory")
+@router.delete("/v1/memories/{memory_id}", response_model=Deleted, responses=error_responses(404),
+               summary="Forget one memory")
 async def delete_memory(memory_id: Annotated[int, Path(ge=0, le=2**63 - 1, description="A memory id (int64).")],
                         request: Request,
                         namespace: str = Query("default", min_length=1, max_length=200),

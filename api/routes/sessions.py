@@ -21,6 +21,7 @@ from api import turns as T
 from api.auth import require_owner
 from api.engine_io import settle, until_disconnect
 from api.errors import SessionBusyError, error_body, loom_error_body
+from api.schemas.errors import error_responses
 from api.schemas.sessions import (
     Deleted,
     MessageCreate,
@@ -36,12 +37,13 @@ from api.turn_lease import TurnLeaseKeeper
 from runtime.errors import LoomError, NotFoundError
 
 log = logging.getLogger(__name__)
-router = APIRouter(prefix="/v1/sessions", tags=["sessions"])
+router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=error_responses(400, 401))
 
-_TURN_DOC = {200: {"description": "The finished turn, or with `stream: true` server-sent events: "
-                   "`data: {\"type\": ...}` agent events (reasoning_delta, content_delta, tool_call, "
-                   "tool_result, usage, done), then `data: {\"type\": \"turn\", \"turn\": {...}}` "
-                   "and `data: [DONE]`.", "content": {"text/event-stream": {}}}}
+_TURN_DOC = error_responses(404, 409, 429, 503, extra={200: {
+    "description": "The finished turn, or with `stream: true` server-sent events: `data: {\"type\": ...}` "
+    "agent events (reasoning_delta, content_delta, tool_call, tool_result, usage, done), then "
+    "`data: {\"type\": \"turn\", \"turn\": {...}}` and `data: [DONE]`.",
+    "content": {"text/event-stream": {}}}})
 
 
 def _services(request: Request) -> Services:
@@ -80,14 +82,16 @@ async def list_sessions(request: Request, limit: int = Query(100, ge=1, le=1000)
     return SessionList(data=[_session_out(services, row) for row in services.store.list_sessions(owner, limit)])
 
 
-@router.get("/{session_id}", response_model=SessionOut, summary="Get a session")
+@router.get("/{session_id}", response_model=SessionOut, responses=error_responses(404),
+            summary="Get a session")
 async def get_session(session_id: str, request: Request, owner: str = Depends(require_owner)) -> SessionOut:
     """The session's configuration and turn count."""
     services = _services(request)
     return _session_out(services, _own_session(services, session_id, owner))
 
 
-@router.get("/{session_id}/messages", response_model=TurnList, summary="List a session's turns")
+@router.get("/{session_id}/messages", response_model=TurnList, responses=error_responses(404),
+            summary="List a session's turns")
 async def list_messages(session_id: str, request: Request, owner: str = Depends(require_owner)) -> TurnList:
     """Every turn, oldest first, each with its state, usage and ledger."""
     services = _services(request)
@@ -95,7 +99,8 @@ async def list_messages(session_id: str, request: Request, owner: str = Depends(
     return TurnList(data=[T.turn_out(t) for t in services.store.turns(session_id)])
 
 
-@router.delete("/{session_id}", response_model=Deleted, summary="Delete a session")
+@router.delete("/{session_id}", response_model=Deleted, responses=error_responses(404, 409),
+               summary="Delete a session")
 async def delete_session(session_id: str, request: Request, owner: str = Depends(require_owner)) -> Deleted:
     """Delete the session, its turns and its agent history (409 while a turn runs on it)."""
     services = _services(request)

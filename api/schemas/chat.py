@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+def integral(value: Any) -> Any:
+    """``5.0`` as ``5`` (JSON Schema's integer includes it; strict validation alone would refuse it)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: `"stream": 0` or `"max_tokens": "5"` is a 400, as the documented types say
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class TextPart(_Strict):
@@ -118,7 +124,7 @@ class JsonSchemaSpec(_Strict):
     schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
     strict: bool | None = None
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
 
 
 class ResponseFormat(_Strict):
@@ -154,10 +160,13 @@ class ChatCompletionRequest(_Strict):
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1, description="int64.")
     n: int | None = Field(default=None, ge=1, le=1)
     response_format: ResponseFormat | None = None
     user: str | None = None
+
+    _integral = field_validator("top_k", "max_tokens", "max_completion_tokens", "seed", "n",
+                                mode="before")(integral)
 
 
 class PromptTokensDetails(BaseModel):

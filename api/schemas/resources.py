@@ -8,7 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: `"stream": 0` or `"max_tokens": "5"` is a 400, as the documented types say
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class DocumentCreate(_Strict):

@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
-from api.schemas.chat import NamedToolChoice
+from api.schemas.chat import NamedToolChoice, integral
 
 BUILTIN_TOOLS = ("calculator", "recall", "remember", "search_documents")
 ToolName = Literal["calculator", "recall", "remember", "search_documents"]
 
 
+def _utc(value: dt.datetime) -> dt.datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+
+
+# The store keeps naive UTC; answers carry the offset (RFC 3339 date-time, as documented)
+Timestamp = Annotated[dt.datetime, AfterValidator(_utc)]
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: `"stream": 0` or `"max_tokens": "5"` is a 400, as the documented types say
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class SessionSampling(_Strict):
@@ -24,8 +33,10 @@ class SessionSampling(_Strict):
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=-1)
     max_tokens: int = Field(default=256, ge=1)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1, description="int64.")
     stop: list[str] = Field(default_factory=list)
+
+    _integral = field_validator("top_k", "max_tokens", "seed", mode="before")(integral)
 
 
 class SessionCreate(_Strict):
@@ -46,14 +57,16 @@ class SessionCreate(_Strict):
     max_steps: int | None = Field(default=None, ge=1, le=32)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
+    _integral = field_validator("max_steps", mode="before")(integral)
+
 
 class SessionOut(BaseModel):
     """A session as the API returns it."""
 
     id: str
     object: Literal["session"] = "session"
-    created_at: dt.datetime
-    updated_at: dt.datetime
+    created_at: Timestamp
+    updated_at: Timestamp
     num_turns: int
     config: SessionCreate
 
@@ -92,8 +105,8 @@ class TurnOut(BaseModel):
     usage: dict[str, Any] | None = None
     ledger: dict[str, Any] | None = None
     error: str | None = None
-    created_at: dt.datetime
-    finished_at: dt.datetime | None = None
+    created_at: Timestamp
+    finished_at: Timestamp | None = None
 
 
 class TurnList(BaseModel):
