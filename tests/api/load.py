@@ -77,21 +77,25 @@ async def _stream(c: httpx.AsyncClient, run: ClientRun, what: str, url: str, bod
                   stop_after: int | None = None) -> Record:
     t0 = time.perf_counter()
     rec = Record(run.index, run.part, what, 0)
-    # json.dumps escapes non-ASCII, so a lone surrogate goes out as the JSON text "\ud800"
-    async with c.stream("POST", url, content=json.dumps(body), headers={"content-type": "application/json"}) as r:
-        rec.status = r.status_code
-        if r.status_code != 200:
-            rec.body = json.loads(await r.aread())
-        else:
-            async for line in r.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                if rec.ttft_s is None:
-                    rec.ttft_s = time.perf_counter() - t0
-                data = line[5:].strip()
-                rec.events.append(data if data == "[DONE]" else json.loads(data))
-                if stop_after is not None and len(rec.events) >= stop_after:
-                    break  # leaving the block closes the connection mid-stream
+    try:
+        # json.dumps escapes non-ASCII, so a lone surrogate goes out as the JSON text "\ud800"
+        async with c.stream("POST", url, content=json.dumps(body),
+                            headers={"content-type": "application/json"}) as r:
+            rec.status = r.status_code
+            if r.status_code != 200:
+                rec.body = json.loads(await r.aread())
+            else:
+                async for line in r.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    if rec.ttft_s is None:
+                        rec.ttft_s = time.perf_counter() - t0
+                    data = line[5:].strip()
+                    rec.events.append(data if data == "[DONE]" else json.loads(data))
+                    if stop_after is not None and len(rec.events) >= stop_after:
+                        break  # leaving the block closes the connection mid-stream
+    except httpx.TransportError as exc:  # status 0: the connection failed (counted, never retried)
+        rec.body = {"transport_error": type(exc).__name__}
     rec.e2e_s = time.perf_counter() - t0
     run.records.append(rec)
     return rec
@@ -151,13 +155,58 @@ async def _client(c: httpx.AsyncClient, i: int, model: str, turns: int, max_toke
 async def run_load(url: str, key: str, clients: int = 64, turns: int = 2, max_tokens: int = 8) -> tuple[
         list[ClientRun], float]:
     """Run every client at once; returns their runs and the wall time (s)."""
-    limits = httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8)
+    # idle connections dropped before uvicorn's 5 s keep-alive timeout closes them under a request
+    limits = httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8,
+                          keepalive_expiry=2.0)
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=300,
                                  limits=limits) as c:
         model = (await c.get("/v1/models")).json()["data"][0]["id"]
         t0 = time.perf_counter()
         runs = await asyncio.gather(*(_client(c, i, model, turns, max_tokens) for i in range(clients)))
         return list(runs), time.perf_counter() - t0
+
+
+def _types(events: list) -> list[str]:
+    return [e if isinstance(e, str) else e.get("type", "error" if "error" in e else "?") for e in events]
+
+
+def _malformed_problems(run: ClientRun) -> list[str]:
+    *bad, good = run.records
+    out = []
+    for rec in bad:
+        err = (rec.body or {}).get("error") if rec.status == 400 else None
+        if not (err and set(err) == {"message", "type", "param", "code"} and str(err["param"]).startswith("messages.")):
+            out.append(f"client {run.index} {rec.what}: {rec.status} {rec.body}")
+    if not (good.status == 200 and good.events and good.events[-1] == "[DONE]"):
+        out.append(f"client {run.index} {good.what}: {good.status} {good.body}")
+    return out
+
+
+def _session_problems(run: ClientRun, stored: list[dict]) -> list[str]:
+    if [t["user_message"] for t in stored] != run.sent:  # every message committed, in order, intact
+        return [f"client {run.index}: stored {[t['user_message'] for t in stored]} != sent {run.sent}"]
+    out = []
+    for rec, turn in zip([r for r in run.records if r.status == 200], stored, strict=True):
+        if rec.what == "hang-up turn":
+            if turn["state"] not in ("interrupted", "done"):
+                out.append(f"client {run.index}: abandoned turn {turn['index']} is {turn['state']}")
+        elif _types(rec.events)[-3:] != ["done", "turn", "[DONE]"] or rec.events[-2]["turn"] != turn \
+                or turn["state"] != "done":  # what was streamed is what was stored
+            out.append(f"client {run.index}: turn {turn['index']} streamed {_types(rec.events)[-3:]}, "
+                       f"stored {turn['state']}")
+    return out
+
+
+def problems(runs: list[ClientRun], url: str, key: str) -> list[str]:
+    """What differs from the expectations in the module docstring (empty when all is well)."""
+    out = []
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
+        for run in runs:
+            if run.part == "malformed":
+                out += _malformed_problems(run)
+            else:
+                out += _session_problems(run, c.get(f"/v1/sessions/{run.session_id}/messages").json()["data"])
+    return out
 
 
 def _pct(values: list[float], q: float) -> float | None:
@@ -180,6 +229,7 @@ def summary(runs: list[ClientRun], wall_s: float) -> dict[str, Any]:
     return {
         "clients": len(runs), "requests": len(records), "statuses": statuses,
         "server_errors": sum(r.status >= 500 for r in records),
+        "transport_errors": sum(r.status == 0 for r in records),
         "completed_streams": len(done), "hung_up": sum(r.what == "hang-up turn" for r in records),
         "conflicts_retried": sum(run.conflicts for run in runs),
         "wall_s": round(wall_s, 2), "requests_per_s": round(len(records) / wall_s, 2),
@@ -210,6 +260,7 @@ def main() -> None:
     try:
         runs, wall = asyncio.run(run_load(server.url, key, args.clients, args.turns, args.max_tokens))
         figures = summary(runs, wall)
+        figures["problems"] = problems(runs, server.url, key)
         health = server.wait_idle(timeout=300)["engine"]
         figures["kv_blocks_free_after"] = f"{health['kv_blocks_free']}/{health['kv_blocks_total']}"
         print(json.dumps(figures, indent=2))

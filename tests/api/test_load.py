@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.load import MALFORMED_TOOL_RESULTS, ClientRun, run_load, summary
+from tests.api.load import problems, run_load, summary
 from tests.api.server import Server, cli
 
 CLIENTS, TURNS, MAX_TOKENS = 64, 2, 8
@@ -35,33 +35,6 @@ def load_server(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     srv.stop()
 
 
-def _types(events: list) -> list[str]:
-    return [e if isinstance(e, str) else e.get("type", "error" if "error" in e else "?") for e in events]
-
-
-def _check_malformed(run: ClientRun) -> None:
-    *bad, good = run.records
-    assert len(bad) == len(MALFORMED_TOOL_RESULTS) + 1
-    for rec in bad:
-        assert rec.status == 400, (rec.what, rec.status, rec.body)
-        err = rec.body["error"]
-        assert set(err) == {"message", "type", "param", "code"} and err["param"].startswith("messages."), err
-    assert good.status == 200 and good.events[-1] == "[DONE]", (good.status, good.body)
-
-
-def _check_session(run: ClientRun, client: httpx.Client) -> None:
-    stored = client.get(f"/v1/sessions/{run.session_id}/messages").json()["data"]
-    assert [t["user_message"] for t in stored] == run.sent  # every message committed, in order, intact
-    streamed = [r for r in run.records if r.status == 200]
-    for rec, turn in zip(streamed, stored, strict=True):
-        if rec.what == "hang-up turn":
-            assert turn["state"] in ("interrupted", "done"), turn
-            continue
-        assert _types(rec.events)[-3:] == ["done", "turn", "[DONE]"], (rec.what, _types(rec.events))
-        assert rec.events[-2]["turn"] == turn  # what was streamed is what was stored
-        assert turn["state"] == "done"
-
-
 def test_64_streamed_sessions_with_hang_ups_and_malformed_tool_results_leave_no_5xx_no_leak(
         load_server, capsys):
     server, key = load_server
@@ -73,12 +46,8 @@ def test_64_streamed_sessions_with_hang_ups_and_malformed_tool_results_leave_no_
     assert figures["server_errors"] == 0, figures
     assert set(figures["statuses"]) <= {"200", "400", "409"}, figures
     assert sum(run.part == "hang_up" for run in runs) == CLIENTS // 4
-    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
-        for run in runs:
-            if run.part == "malformed":
-                _check_malformed(run)
-            else:
-                _check_session(run, c)
+    assert sum(run.part == "malformed" for run in runs) == 7  # clients 0, 10, ..., 60
+    assert problems(runs, server.url, key) == []
 
     health = server.wait_idle(timeout=120)
     assert health["engine"]["kv_blocks_free"] == health["engine"]["kv_blocks_total"], health["engine"]
