@@ -118,8 +118,8 @@ def register_bench(name: str, module: str, attr: str) -> None:
 # docstring with an example) and is registered here with ONE line, e.g.
 #   register_bench("throughput", "runtime.bench.throughput", "throughput")
 #   register_bench("spec", "runtime.bench.spec", "spec")
-#   register_bench("sessions", "orchestrator.bench_sessions", "sessions")
-register_bench("sessions", "orchestrator.bench", "sessions")
+#   register_bench("sessions", "evals.bench_sessions", "sessions")
+register_bench("sessions", "evals.bench_sessions", "sessions")
 register_bench("throughput", "runtime.bench.throughput", "throughput")
 register_bench("spec", "runtime.bench.spec", "spec")
 register_bench("overhead", "runtime.bench.overhead", "overhead")

@@ -113,7 +113,16 @@ async def test_submission_errors_raise_in_the_caller_and_engine_keeps_serving(al
 
 
 async def test_event_loop_stays_responsive_while_the_engine_steps(allm):
-    (prompt,) = random_prompts(allm.engine.vocab_size, [200], seed=43)
+    # each forward takes 0.3 s (sleeping, as a GPU forward releases the GIL): a loop
+    # that waited for model steps would see gaps of 0.3 s; it must keep ticking
+    step_s = 0.3
+    forward = allm.engine.runner.execute_model
+
+    def slow_forward(*args, **kwargs):
+        time.sleep(step_s)
+        return forward(*args, **kwargs)
+
+    allm.engine.runner.execute_model = slow_forward
     gaps, stop = [], asyncio.Event()
 
     async def ticker():
@@ -125,10 +134,34 @@ async def test_event_loop_stays_responsive_while_the_engine_steps(allm):
             last = now
 
     tick = asyncio.create_task(ticker())
-    await asyncio.gather(*(_collect(allm, prompt, greedy(20)) for _ in range(4)))
+    start = time.monotonic()
+    await asyncio.gather(*(_collect(allm, [1 + i, 2, 3], greedy(3)) for i in range(2)))
+    elapsed = time.monotonic() - start
     stop.set()
     await tick
-    assert len(gaps) > 5
+    assert elapsed >= 3 * step_s  # the streams really waited on several slow steps
+    assert max(gaps) < step_s / 2, f"the event loop stalled {max(gaps):.3f} s"
+
+
+async def test_a_request_id_reused_after_an_abort_gets_its_own_stream(allm_long):
+    prompt = [5, 6, 7, 8]
+    stream = allm_long.generate(prompt_token_ids=prompt, sampling_params=greedy(UNFINISHABLE), request_id="same")
+    await stream.__anext__()
+    await stream.aclose()  # posts the abort of the first "same"
+    outs = await _collect(allm_long, prompt, greedy(6), rid="same")
+    assert [o.request_id for o in outs] == ["same"] * len(outs)
+    assert outs[-1].finish_reason == "length" and len(outs[-1].token_ids) == 6
+    await _wait_idle(allm_long)
+
+
+async def test_an_explicit_abort_by_request_id_ends_that_stream(allm_long):
+    stream = allm_long.generate(prompt_token_ids=[1, 2, 3], sampling_params=greedy(UNFINISHABLE), request_id="x")
+    first = await stream.__anext__()
+    assert first.request_id == "x"
+    await allm_long.abort("x")
+    outs = [o async for o in stream]
+    assert outs[-1].finish_reason == "abort"
+    await _wait_idle(allm_long)
 
 
 async def test_shutdown_ends_in_flight_streams_with_abort(tiny_checkpoint):

@@ -55,22 +55,23 @@ def test_budget_smaller_than_every_prompt_chunks_prefill_and_matches(arch_checkp
     engine = make_engine(path, max_num_batched_tokens=13)
     prompts = random_prompts(engine.vocab_size, [40, 77, 20, 64], seed=4)
     subs = [(f"r{i}", p, greedy(12)) for i, p in enumerate(prompts)]
-    steps_with_chunks = 0
-    for rid, p, sp in subs:
-        engine.add_request(p, sp, request_id=rid)
-    outs = {}
-    while engine.has_unfinished_requests():
-        sched_budget = engine.scheduler.max_num_batched_tokens
-        for out in engine.step():
-            if out.finished:
-                outs[out.request_id] = out
-        engine.kv.check_invariants(engine.requests.values())
-        steps_with_chunks += 1
-        assert sched_budget == 13
+    plans = []  # per step: (request id, tokens computed) as scheduled
+    schedule = engine.scheduler.schedule
+
+    def recording_schedule():
+        out = schedule()
+        plans.append([(s.request.request_id, s.num_new_tokens) for s in out.scheduled])
+        return out
+
+    engine.scheduler.schedule = recording_schedule
+    outs = run_to_completion(engine, subs)
     for i, ref in enumerate(hf_greedy_many(path, prompts, [12] * len(prompts))):
         assert outs[f"r{i}"].token_ids == ref
-    # 201 prompt tokens at 13 per step cannot take fewer than 16 steps.
-    assert engine.num_steps >= (40 + 77 + 20 + 64) // 13
+    # every step stays within the budget, and every prompt (all longer than 13) is cut into chunks
+    assert max(sum(n for _, n in plan) for plan in plans) == 13
+    for i, prompt in enumerate(prompts):
+        chunks = [n for plan in plans for rid, n in plan if rid == f"r{i}"][: -(12 - 1)]
+        assert sum(chunks) == len(prompt) and len(chunks) >= -(-len(prompt) // 13)
     assert_pool_idle(engine)
 
 

@@ -99,3 +99,24 @@ def test_finish_frees_blocks_of_running_and_waiting_requests():
     s.finish(b, RequestStatus.FINISHED_ABORTED)
     assert not s.has_unfinished()
     assert s.kv.num_free_blocks == s.kv.num_blocks
+
+
+def test_prefix_cache_counters_count_a_waiting_request_once_when_admitted():
+    kv = KVCacheManager(num_blocks=6, block_size=4, enable_prefix_caching=True)
+    s = Scheduler(kv, max_num_seqs=8, max_num_batched_tokens=64, max_model_len=4096)
+    a, b = _req("a", 16), _req("bb", 12)
+    a.max_tokens, b.max_tokens = 6, 4
+    s.add_request(a)
+    s.add_request(b)
+    waited = 0
+    while s.has_unfinished():
+        plan, _ = _step(s)
+        kv.commit()
+        waited += b.status == RequestStatus.WAITING
+        for req in list(s.running):
+            if req.num_output_tokens >= req.max_tokens:
+                s.finish(req, RequestStatus.FINISHED_LENGTH)
+    assert waited >= 3  # b waited for a's blocks over several steps
+    stats = kv.stats()
+    assert stats["prefix_cache_queries"] == 16 + 12
+    assert b.num_cached_tokens == 0 and stats["prefix_cache_hits"] == 0

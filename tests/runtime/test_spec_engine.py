@@ -206,3 +206,48 @@ def test_sampling_with_speculation_keeps_the_target_distribution(checkpoint_fact
     pvalue = chisquare(obs, exp * obs.sum() / exp.sum()).pvalue
     print(method, pvalue, stats["spec_acceptance_rate"], big.sum())
     assert pvalue > ALPHA, (pvalue, stats["spec_acceptance_rate"])
+
+
+def test_logits_processors_also_constrain_the_rows_that_verify_drafts(tiny_checkpoint) -> None:
+    # a draft model equal to the target drafts the target's raw greedy tokens; a
+    # processor that allows one token must still decide every emitted token
+    path = tiny_checkpoint("llama")
+    spec = SpeculativeConfig(method="draft_model", draft_model=str(path), num_speculative_tokens=3,
+                             disable_by_batch_size=None)
+    engine = make_engine(path, speculative_config=spec)
+    allowed = 11
+
+    def only_one_token(logits: torch.Tensor, rows) -> None:
+        keep = logits[:, allowed].clone()
+        logits.fill_(float("-inf"))
+        logits[:, allowed] = keep
+
+    engine.logits_processors.append(only_one_token)
+    outs = run_to_completion(engine, [(f"r{i}", [5 + i, 6, 7, 8] * 4,
+                                       SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))
+                                      for i in range(2)])
+    assert engine.stats()["spec_num_draft_tokens"] > 0
+    for out in outs.values():
+        assert out.token_ids == [allowed] * 24
+
+
+def _seeded_tokens(path, spec, num_others: int) -> tuple[list[int], int]:
+    engine = make_engine(path, speculative_config=spec)
+    subs = [("seeded", [3, 4, 5, 6] * 6, SamplingParams(temperature=0.7, seed=1234, max_tokens=40,
+                                                        ignore_eos=True))]
+    subs += [(f"o{i}", [9 + i] * 12, SamplingParams(temperature=1.0, max_tokens=6 + 6 * i, ignore_eos=True))
+             for i in range(num_others)]
+    outs = run_to_completion(engine, subs)
+    return outs["seeded"].token_ids, outs["seeded"].num_draft_tokens
+
+
+def test_a_seeded_request_gives_the_same_tokens_with_or_without_speculation_in_any_batch(tiny_checkpoint) -> None:
+    path = tiny_checkpoint("llama")
+    spec = SpeculativeConfig(method="draft_model", draft_model=str(path), num_speculative_tokens=3,
+                             disable_by_batch_size=4)
+    plain, _ = _seeded_tokens(path, None, 0)
+    alone, drafted = _seeded_tokens(path, spec, 0)  # speculation on throughout
+    crowded, _ = _seeded_tokens(path, spec, 5)  # off while 6 run, on as they finish
+    assert drafted > 0
+    assert alone == plain
+    assert crowded == plain
