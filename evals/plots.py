@@ -22,7 +22,8 @@ from evals.summary import CLASSES  # noqa: E402
 
 COLORS = {"system": "#4c72b0", "tools": "#64b5cd", "memory": "#8172b2", "history": "#55a868",
           "retrieval": "#ccb974", "tool_result": "#c44e52", "user": "#dd8452", "reasoning": "#937860",
-          "tool_call": "#da8bc3", "output": "#8c8c8c", "spec_rejected": "#222222"}
+          "tool_call": "#da8bc3", "output": "#8c8c8c", "spec_rejected": "#222222",
+          "recompute": "#b0b0b0"}
 
 
 def _save(fig: Any, path: Path) -> Path:

@@ -28,6 +28,8 @@ class Outcome:
     chunks: list[Chunk] = field(default_factory=list)
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    recompute_tokens: int = 0
+    recompute_cached_tokens: int = 0
     output_ids: list[int] = field(default_factory=list)
     output_classes: list[str] = field(default_factory=list)
     text: str = ""
@@ -57,6 +59,10 @@ def class_table(ledger: Any, prices: Prices) -> dict[str, dict[str, float]]:
                      "ms": o.decode_ms, "cost": prices.output_cost(name, o.tokens)}
     out["spec_rejected"] = {"cached_tokens": 0, "computed_tokens": ledger.spec_rejected,
                             "tokens": ledger.spec_rejected, "ms": 0.0, "cost": 0.0}
+    r = ledger.recompute
+    out["recompute"] = {"cached_tokens": r.cached_tokens, "computed_tokens": r.computed_tokens,
+                        "tokens": r.tokens, "ms": 0.0,
+                        "cost": prices.prompt_cost(r.cached_tokens, r.computed_tokens)}
     return out
 
 
@@ -75,7 +81,9 @@ def ledger_for(outcome: Outcome, spans: list[tuple[str, int, int]]) -> Any:
     else:
         times = {}
     rejected = max(0, outcome.num_draft_tokens - outcome.num_accepted_tokens)
-    return Ledger.for_call(spans, outcome.cached_tokens, classes, spec_rejected=rejected, **times)
+    return Ledger.for_call(spans, outcome.cached_tokens, classes, spec_rejected=rejected,
+                           recompute_tokens=outcome.recompute_tokens,
+                           recompute_cached_tokens=outcome.recompute_cached_tokens, **times)
 
 
 def make_record(outcome: Outcome, spans: list[tuple[str, int, int]], prices: Prices, t0: float,
@@ -94,6 +102,8 @@ def make_record(outcome: Outcome, spans: list[tuple[str, int, int]], prices: Pri
         "send_s": outcome.send_time - t0,
         "prompt_tokens": outcome.prompt_tokens,
         "cached_tokens": outcome.cached_tokens,
+        "recompute_tokens": outcome.recompute_tokens,
+        "recompute_cached_tokens": outcome.recompute_cached_tokens,
         "output_tokens": len(outcome.output_ids) or lat.output_tokens,
         "finish_reason": outcome.finish_reason,
         "ttft_ms": lat.ttft_ms,

@@ -18,7 +18,8 @@ from evals.runner import VariantResult
 
 # MLPerf llama3.1-8b interactive p99 TTFT 500 ms, TPOT 30 ms (ARCHITECTURE.md).
 DEFAULT_SLOS_MS = {"ttft": 500.0, "tpot": 30.0}
-CLASSES = PROMPT_CLASSES + OUTPUT_CLASSES + ("spec_rejected",)
+EXTRA_CLASSES = ("spec_rejected", "recompute")  # work outside the prompt and the completion
+CLASSES = PROMPT_CLASSES + OUTPUT_CLASSES + EXTRA_CLASSES
 
 
 def summarize(res: VariantResult, prices: Prices, slos_ms: dict[str, float] | None = None) -> dict[str, Any]:
@@ -81,9 +82,9 @@ def class_summary(records: list[dict[str, Any]], prices: Prices, duration_s: flo
         tokens, ms, cost = int(t["tokens"]), t["ms"], t["cost"]
         gpu = gpu_usd * ms / all_ms if all_ms else 0.0
         out[name] = {
-            "kind": "prompt" if name in PROMPT_CLASSES else "output",
+            "kind": "prompt" if name in PROMPT_CLASSES else "output" if name in OUTPUT_CLASSES else name,
             "tokens": tokens, "cached_tokens": int(t["cached_tokens"]), "computed_tokens": int(t["computed_tokens"]),
-            "share": tokens / all_tokens if all_tokens and name != "spec_rejected" else 0.0,
+            "share": tokens / all_tokens if all_tokens and name not in EXTRA_CLASSES else 0.0,
             "ms": ms, "ms_per_1k_tokens": 1000.0 * ms / tokens if tokens else None,
             "token_cost_usd": cost, "gpu_cost_usd": gpu,
             "cost_per_1m_tokens": 1e6 * (cost + gpu) / tokens if tokens else None,
@@ -115,8 +116,11 @@ def cache_block(records: list[dict[str, Any]], before: dict | None, after: dict 
     """Prefix-cache hit rate from the records and from the engine's own counters."""
     cached = sum(r["cached_tokens"] for r in records)
     prompt = sum(r["prompt_tokens"] for r in records)
+    recompute = sum(r.get("recompute_tokens", 0) for r in records)
+    recompute_cached = sum(r.get("recompute_cached_tokens", 0) for r in records)
     q, h = _delta(before, after, "prefix_cache_queries"), _delta(before, after, "prefix_cache_hits")
     return {"hit_rate": metrics.hit_rate(cached, prompt), "cached_tokens": cached, "prompt_tokens": prompt,
+            "recompute_tokens": recompute, "recompute_cached_tokens": recompute_cached,
             "engine_queries": q, "engine_hits": h,
             "engine_hit_rate": metrics.hit_rate(h, q) if q else None}
 

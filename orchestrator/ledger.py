@@ -14,6 +14,14 @@ in proportion to their count; decode time of output token ``i >= 1`` is
 (``reasoning``, ``tool_call``, ``output``, or ``rewritten_query`` for the
 tokens of a condense-question call).  ``spec_rejected`` counts drafted
 tokens that the verifier discarded (not part of the completion).
+``recompute`` is the work a preemption caused: each time the engine preempts a
+request and admits it again, it looks up the request's prompt *and* output so
+far again (some of it served by the prefix cache, the rest computed again).
+Those tokens are not part of the prompt; the line carries them (cached and
+computed, priced as input) so that, over any run, prompt tokens + recompute
+tokens equal the engine's ``prefix_cache_queries`` and cached prompt tokens +
+recompute cached tokens its ``prefix_cache_hits``, preemption included.  Their
+time lies inside the decode gaps of the output tokens, where it is counted.
 ``budget_cut`` counts, per prompt class, tokens of content the context
 budget left out of the prompt (a retrieved chunk cut at a sentence boundary or
 dropped: :meth:`orchestrator.context.ContextBuilder.fit_retrieval`); they are
@@ -79,6 +87,7 @@ class Ledger:
     prompt: dict[str, PromptClassUsage] = field(default_factory=lambda: {c: PromptClassUsage() for c in PROMPT_CLASSES})
     output: dict[str, OutputClassUsage] = field(default_factory=lambda: {c: OutputClassUsage() for c in OUTPUT_CLASSES})
     spec_rejected: int = 0
+    recompute: PromptClassUsage = field(default_factory=PromptClassUsage)
     budget_cut: dict[str, int] = field(default_factory=dict)
     num_calls: int = 0
     ttft_ms: float = 0.0
@@ -108,7 +117,18 @@ class Ledger:
 
     @property
     def cost(self) -> float:
-        return sum(u.cost for u in self.prompt.values()) + sum(u.cost for u in self.output.values())
+        return (sum(u.cost for u in self.prompt.values()) + sum(u.cost for u in self.output.values())
+                + self.recompute.cost)
+
+    @property
+    def lookup_tokens(self) -> int:
+        """Tokens the engine looked up in its prefix cache: prompt + recompute (its ``prefix_cache_queries``)."""
+        return self.prompt_tokens + self.recompute.tokens
+
+    @property
+    def lookup_hit_tokens(self) -> int:
+        """Of ``lookup_tokens``, those the cache served (the engine's ``prefix_cache_hits``)."""
+        return self.cached_tokens + self.recompute.cached_tokens
 
     @property
     def cache_hit_rate(self) -> float:
@@ -128,6 +148,8 @@ class Ledger:
         token_times: Sequence[float] = (),
         finish_time: float | None = None,
         spec_rejected: int = 0,
+        recompute_tokens: int = 0,
+        recompute_cached_tokens: int = 0,
         prices: PriceTable | None = None,
     ) -> "Ledger":
         """Ledger of one call.
@@ -141,6 +163,9 @@ class Ledger:
             arrival_time, first_token_time, token_times, finish_time:
                 ``time.monotonic()`` seconds as in ``RequestOutput``.
             spec_rejected: drafted tokens the verifier rejected.
+            recompute_tokens / recompute_cached_tokens: tokens looked up again
+                after preemptions and how many the cache served
+                (``RequestOutput.num_recompute_tokens`` / ``..._cached_tokens``).
             prices: price table (default :class:`PriceTable`).
 
         Raises:
@@ -148,6 +173,8 @@ class Ledger:
         """
         prices = prices or PriceTable()
         led = cls(num_calls=1, spec_rejected=spec_rejected)
+        led.recompute = PromptClassUsage(cached_tokens=recompute_cached_tokens,
+                                         computed_tokens=recompute_tokens - recompute_cached_tokens)
         pos = 0
         for name, start, end in spans:
             if name not in led.prompt:
@@ -176,7 +203,7 @@ class Ledger:
 
     def _price(self, prices: PriceTable) -> None:
         per_ms = prices.gpu_second / 1000.0
-        for u in self.prompt.values():
+        for u in (*self.prompt.values(), self.recompute):
             u.cost = (u.cached_tokens * prices.cached_input + u.computed_tokens * prices.input) / 1e6 \
                 + u.prefill_ms * per_ms
         for o in self.output.values():
@@ -199,6 +226,9 @@ class Ledger:
                 t2.decode_ms += o.decode_ms
                 t2.cost += o.cost
             out.spec_rejected += led.spec_rejected
+            out.recompute.cached_tokens += led.recompute.cached_tokens
+            out.recompute.computed_tokens += led.recompute.computed_tokens
+            out.recompute.cost += led.recompute.cost
             for name, n in led.budget_cut.items():
                 out.budget_cut[name] = out.budget_cut.get(name, 0) + n
             out.num_calls += led.num_calls
@@ -234,6 +264,7 @@ class Ledger:
             "prompt": {k: {**asdict(v), "tokens": v.tokens} for k, v in self.prompt.items()},
             "output": {k: asdict(v) for k, v in self.output.items()},
             SPEC_REJECTED: self.spec_rejected,
+            "recompute": {**asdict(self.recompute), "tokens": self.recompute.tokens},
             "budget_cut": dict(self.budget_cut),
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,

@@ -97,4 +97,6 @@ async def model_call(engine: ModelClient, ctx: Context, sampling_params: Samplin
         ctx.spans(), last.num_cached_tokens, outcome.classes,
         arrival_time=last.arrival_time, first_token_time=last.first_token_time,
         token_times=last.token_times, finish_time=last.finish_time,
-        spec_rejected=max(0, last.num_draft_tokens - last.num_accepted_tokens), prices=prices)
+        spec_rejected=max(0, last.num_draft_tokens - last.num_accepted_tokens),
+        recompute_tokens=last.num_recompute_tokens, recompute_cached_tokens=last.num_recompute_cached_tokens,
+        prices=prices)

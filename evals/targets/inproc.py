@@ -85,6 +85,8 @@ class InprocTarget(EngineTarget):
         res.text = out.text
         res.finish_reason = out.finish_reason
         res.cached_tokens = out.num_cached_tokens
+        res.recompute_tokens = out.num_recompute_tokens
+        res.recompute_cached_tokens = out.num_recompute_cached_tokens
         res.arrival_time, res.first_token_time = out.arrival_time, out.first_token_time
         res.token_times, res.finish_time = list(out.token_times), out.finish_time
         res.num_drafts, res.num_draft_tokens = out.num_drafts, out.num_draft_tokens

@@ -65,3 +65,30 @@ def test_records_file_and_workload_repeat_exactly(prefix_run, tiny_model):
     again = build("prefix", tok, seed=0, num_requests=12, warmup=1, options=opts)
     saved = json.loads((prefix_run.out_dir / "workload.json").read_text())
     assert again.to_dict() == saved
+
+
+@pytest.fixture(scope="module")
+def preempted_run(tiny_model, tmp_path_factory):
+    # a KV pool too small for the 12 requests at once: the engine preempts and recomputes
+    out = tmp_path_factory.mktemp("preempt")
+    return evals.run("prefix", model=tiny_model, out=out, num_requests=12, warmup=0, report=False,
+                     options={"prefix_tokens": 96, "suffix_tokens": 16, "output_tokens": 24, "groups": 3},
+                     engine={"device": "cpu", "num_kv_blocks": 24, "block_size": 16})
+
+
+def test_ledger_adds_up_to_the_engine_counters_under_preemption(preempted_run):
+    vr = preempted_run.results[0]
+    before, after = vr.stats_before, vr.stats_after
+    records = vr.records
+    assert all(r["ok"] for r in records)
+    assert after["num_preemptions"] > before["num_preemptions"]
+    assert sum(r["recompute_tokens"] for r in records) > 0
+    queries = after["prefix_cache_queries"] - before["prefix_cache_queries"]
+    hits = after["prefix_cache_hits"] - before["prefix_cache_hits"]
+    assert sum(r["prompt_tokens"] + r["recompute_tokens"] for r in records) == queries
+    assert sum(r["cached_tokens"] + r["recompute_cached_tokens"] for r in records) == hits
+    for r in records:  # the ledger's recompute line carries the same tokens as the engine's output
+        assert r["classes"]["recompute"]["tokens"] == r["recompute_tokens"]
+        assert r["classes"]["recompute"]["cached_tokens"] == r["recompute_cached_tokens"]
+    block = preempted_run.variants["base"]["prefix_cache"]
+    assert block["recompute_tokens"] == sum(r["recompute_tokens"] for r in records)

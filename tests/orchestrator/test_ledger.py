@@ -77,3 +77,17 @@ def test_spans_must_tile_the_prompt() -> None:
         Ledger.for_call([("system", 0, 5), ("user", 6, 9)], 0, [])
     with pytest.raises(ValueError, match="unknown prompt class"):
         Ledger.for_call([("bogus", 0, 5)], 0, [])
+
+
+def test_recompute_after_preemption_is_its_own_priced_line_outside_the_prompt() -> None:
+    prices = PriceTable(input=2.0, cached_input=0.5, output=8.0)
+    led = Ledger.for_call(SPANS, 45, ["output"] * 4, recompute_tokens=130, recompute_cached_tokens=96,
+                          prices=prices)
+    assert led.prompt_tokens == 100 and led.cached_tokens == 45  # the prompt is unchanged
+    assert (led.recompute.cached_tokens, led.recompute.computed_tokens) == (96, 34)
+    assert led.lookup_tokens == 230 and led.lookup_hit_tokens == 141
+    assert led.recompute.cost == pytest.approx((96 * 0.5 + 34 * 2.0) / 1e6)
+    total = Ledger.sum([led, led])
+    assert total.recompute.tokens == 260 and total.lookup_hit_tokens == 282
+    assert total.cost == pytest.approx(2 * led.cost)
+    assert led.to_dict()["recompute"]["tokens"] == 130
