@@ -16,6 +16,7 @@ with its traceback.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -98,9 +99,15 @@ def loom_error_body(exc: LoomError) -> dict[str, Any]:
     return error_body(exc.message, type_, exc.param, getattr(exc, "code", None))
 
 
+# pydantic names the union member that failed in an error's location
+# ("tool_choice.literal['auto','none','required']", "messages.0.tool.content.str"); a
+# request field never looks like that, so such parts are dropped from ``param``
+_UNION_MEMBER = re.compile(r"^(str|int|float|bool|list|dict|none)$|[\[(]|^[A-Z]")
+
+
 def _field(loc: tuple[Any, ...]) -> str | None:
     parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
-    return ".".join(parts) or None
+    return ".".join(p for p in parts if not _UNION_MEMBER.search(p)) or None
 
 
 def _validation_message(err: dict[str, Any], field: str | None) -> str:

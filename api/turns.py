@@ -17,6 +17,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from api.engine_io import engine_max_model_len
 from api.schemas.sessions import SessionCreate, TurnOut
 from api.services import Services
 from api.store import Turn
@@ -72,6 +73,24 @@ def tool_choice_arg(choice: Any) -> Any:
     if isinstance(choice, str) or choice is None:
         return choice
     return choice.function.name  # named tool
+
+
+def check_budget(services: Services, cfg: SessionCreate) -> None:
+    """Refuse a session whose ``sampling.max_tokens`` leaves no room for a prompt in the window.
+
+    Raises:
+        InvalidRequestError: naming ``sampling.max_tokens`` (every turn would fail otherwise).
+    """
+    from orchestrator import ContextBudget
+    from runtime.errors import InvalidRequestError
+
+    window = engine_max_model_len(services.engine)
+    try:
+        ContextBudget(reserved_output=cfg.sampling.max_tokens, max_model_len=window)
+    except InvalidRequestError:
+        raise InvalidRequestError(
+            f"sampling.max_tokens: {cfg.sampling.max_tokens} output tokens leave no room for a prompt in "
+            f"the model's {window}-token window", param="sampling.max_tokens") from None
 
 
 def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Any:

@@ -68,6 +68,7 @@ async def create_session(body: SessionCreate, request: Request,
                          owner: str = Depends(require_owner)) -> SessionOut:
     """A session with its system prompt, tools, index use, memory namespace and sampling."""
     services = _services(request)
+    T.check_budget(services, body)
     if "search_documents" in body.tools or body.index:
         services.index()  # fail now (and load once) rather than mid-turn
     row = services.store.create_session(owner, body.model_dump(mode="json"))

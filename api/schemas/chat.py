@@ -159,7 +159,7 @@ class ChatCompletionRequest(_Strict):
     repetition_penalty: float | None = Field(default=None, gt=0.0)
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    stop: str | list[str] | None = None
+    stop: Annotated[str, Field(min_length=1)] | list[Annotated[str, Field(min_length=1)]] | None = None
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1, description="int64.")
     n: int | None = Field(default=None, ge=1, le=1)
     response_format: ResponseFormat | None = None

@@ -34,7 +34,7 @@ class SessionSampling(_Strict):
     top_k: int = Field(default=0, ge=-1)
     max_tokens: int = Field(default=256, ge=1)
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1, description="int64.")
-    stop: list[str] = Field(default_factory=list)
+    stop: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
 
     _integral = field_validator("top_k", "max_tokens", "seed", mode="before")(integral)
 
