@@ -14,7 +14,10 @@ import inspect
 import uuid
 from typing import Any, AsyncIterator
 
+from orchestrator.protocols import Engine
 from runtime.errors import EngineStepError
+from runtime.outputs import RequestOutput
+from runtime.sampling_params import SamplingParams
 
 DEFAULT_WINDOW = 4096
 
@@ -35,7 +38,7 @@ class EngineClient:
         TypeError: ``llm`` has no ``generate`` or no ``tokenizer``.
     """
 
-    def __init__(self, llm: Any) -> None:
+    def __init__(self, llm: Engine) -> None:
         if not hasattr(llm, "generate") or getattr(llm, "tokenizer", None) is None:
             raise TypeError("llm: expected a runtime.AsyncLLM or runtime.LLM (with .generate and .tokenizer)")
         self.llm = llm
@@ -54,8 +57,8 @@ class EngineClient:
                 return obj
         return DEFAULT_WINDOW
 
-    async def stream(self, prompt_token_ids: list[int], sampling_params: Any,
-                     request_id: str | None = None) -> AsyncIterator[Any]:
+    async def stream(self, prompt_token_ids: list[int], sampling_params: SamplingParams,
+                     request_id: str | None = None) -> AsyncIterator[RequestOutput]:
         """Yield ``RequestOutput``s of one request; the last has ``finished=True``.
 
         Raises:
@@ -70,7 +73,7 @@ class EngineClient:
                 yield out
             return
 
-        def run() -> Any:
+        def run() -> RequestOutput:
             return self.llm.generate(prompt_token_ids=[prompt_token_ids],
                                      sampling_params=sampling_params, use_tqdm=False)[0]
 
