@@ -52,7 +52,6 @@ _LOOM_HTTP: tuple[tuple[type[BaseException], int, str], ...] = (
     (core.QueueFullError, 429, "rate_limit_error"),
     (core.RequestAbortedError, 499, "request_aborted"),
     (core.EngineStepError, 503, "server_error"),
-    (getattr(core, "AuthenticationError", ()), 401, "authentication_error"),
 )
 _SERVER_MESSAGES = {
     503: "The engine could not serve this request; retrying may succeed.",

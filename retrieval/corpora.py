@@ -51,7 +51,6 @@ class CorpusError(LoomError, RuntimeError):
     """A corpus that cannot be had: unknown name, pip failure, wrong hash, no docs
     folder in the sdist. The message is one line naming the cause."""
 
-    error_type = "corpus_error"
     code = "corpus_unavailable"
 
 

@@ -1,9 +1,10 @@
 """Loom's one error hierarchy.
 
-The core (runtime, orchestrator, retrieval, memory, tools) raises these; only
-``api/`` maps them to HTTP status codes and OpenAI-style error bodies
-(``{"error": {"message", "type", "param", "code"}}``).  Each class carries the
-OpenAI ``type``/``code`` it maps to so the mapping stays in one place.
+The core (runtime, orchestrator, retrieval, memory, tools) raises these.  They
+say *what* went wrong, never how a transport answers it: the mapping to HTTP
+status codes and OpenAI-style error bodies
+(``{"error": {"message", "type", "param", "code"}}``) lives in ``api/errors.py``
+alone.  ``code`` is a stable machine-readable name (OpenAI's where one exists).
 """
 
 from __future__ import annotations
@@ -13,14 +14,11 @@ class LoomError(Exception):
     """Base class of every error Loom raises on purpose.
 
     Attributes:
-        http_status: status code ``api/`` answers with.
-        error_type: OpenAI error ``type`` field.
-        code: OpenAI error ``code`` field (``None`` when there is none).
+        message: one line for the caller (no tracebacks, no internals).
+        code: stable error code (``None`` when there is none).
         param: the request field at fault, when one is.
     """
 
-    http_status = 500
-    error_type = "internal_error"
     code: str | None = None
 
     def __init__(self, message: str, *, param: str | None = None) -> None:
@@ -31,9 +29,6 @@ class LoomError(Exception):
 
 class InvalidRequestError(LoomError, ValueError):
     """A request the caller can fix (bad parameter, unknown field)."""
-
-    http_status = 400
-    error_type = "invalid_request_error"
 
 
 class ContextLengthError(InvalidRequestError):
@@ -51,32 +46,18 @@ class KVCapacityError(InvalidRequestError):
 class NotFoundError(LoomError):
     """Unknown (or foreign) session, memory, document or model."""
 
-    http_status = 404
-    error_type = "not_found_error"
     code = "not_found"
-
-
-class AuthenticationError(LoomError):
-    """Missing or wrong API key."""
-
-    http_status = 401
-    error_type = "authentication_error"
-    code = "invalid_api_key"
 
 
 class QueueFullError(LoomError):
     """The engine's waiting queue is full; retry later."""
 
-    http_status = 429
-    error_type = "rate_limit_error"
     code = "queue_full"
 
 
 class RequestAbortedError(LoomError):
     """The request was aborted (client disconnect or explicit abort)."""
 
-    http_status = 499
-    error_type = "request_aborted"
     code = "aborted"
 
 
@@ -85,8 +66,6 @@ class EngineStepError(LoomError):
     kernel error) or its output constraint broke mid-generation.  Other requests
     go on; retrying may succeed."""
 
-    http_status = 503
-    error_type = "server_error"
     code = "engine_step_failed"
 
 
@@ -94,5 +73,4 @@ class ModelLoadError(LoomError):
     """A model that cannot be had: a failed package install, a wrong file hash, a
     missing or unreadable checkpoint file. The message is one line naming the cause."""
 
-    error_type = "model_load_error"
     code = "model_unavailable"
