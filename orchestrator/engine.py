@@ -15,7 +15,7 @@ import uuid
 from typing import Any, AsyncIterator
 
 from orchestrator.protocols import Engine
-from runtime.errors import EngineStepError
+from runtime.errors import request_error
 from runtime.outputs import RequestOutput
 from runtime.sampling_params import SamplingParams
 
@@ -64,7 +64,8 @@ class EngineClient:
         Raises:
             whatever the engine raises at submission (``ContextLengthError``,
             ``KVCapacityError``, ``QueueFullError``, ``ValueError``);
-            ``EngineStepError`` when the engine could not serve the request.
+            ``EngineStepError`` when its model step failed, ``InvalidRequestError``
+            naming ``structured_output`` when its constraint dead-ended.
         """
         request_id = request_id or f"agent-{uuid.uuid4().hex[:12]}"
         if self.is_async:
@@ -79,7 +80,7 @@ class EngineClient:
 
         out = await asyncio.to_thread(run)
         if out.finish_reason == "error":
-            raise EngineStepError(f"request failed: {out.error}")
+            raise request_error(out)
         out.new_token_ids = list(out.token_ids)
         yield out
 

@@ -13,9 +13,10 @@ Inside the engine every submission gets its own id (``"<request_id>#<n>"``):
 a caller may reuse a ``request_id`` as soon as its previous stream has ended,
 even while that stream's abort is still on its way to the engine, and the old
 request's final output can never reach the new stream.  Outputs carry the
-caller's ``request_id``.  A request the engine could not serve (its model step
-failed, its grammar broke: ``finish_reason="error"``) raises
-``EngineStepError`` in its own stream only.
+caller's ``request_id``.  A request the engine could not serve
+(``finish_reason="error"``) raises in its own stream only: ``EngineStepError``
+when its model step failed, ``InvalidRequestError`` naming
+``structured_output`` when its own constraint dead-ended mid-generation.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 from runtime.config import EngineConfig
 from runtime.engine import LLMEngine
-from runtime.errors import EngineStepError, InvalidRequestError, LoomError, QueueFullError
+from runtime.errors import EngineStepError, InvalidRequestError, LoomError, QueueFullError, request_error
 from runtime.outputs import RequestOutput
 from runtime.request import Request
 from runtime.sampling_params import SamplingParams
@@ -77,8 +78,9 @@ class AsyncLLM:
 
         Raises (on the first iteration, before anything is queued):
             ContextLengthError, KVCapacityError, QueueFullError, ValueError.
-        Raises (later): EngineStepError when the engine could not serve this
-            request (the other streams go on).
+        Raises (later): EngineStepError when its model step failed;
+            InvalidRequestError (``param="structured_output"``) when its
+            constraint dead-ended mid-generation (the other streams go on).
         """
         if prompt_token_ids is None:
             if prompt is None:
@@ -97,7 +99,7 @@ class AsyncLLM:
                     raise item
                 finished = item.finished
                 if item.finish_reason == "error":
-                    raise EngineStepError(f"request {caller_id!r} failed: {item.error}")
+                    raise request_error(item)
                 yield item
                 if finished:
                     return

@@ -340,6 +340,7 @@ class LLMEngine:
             num_recompute_tokens=req.num_recompute_tokens,
             num_recompute_cached_tokens=req.num_recompute_cached_tokens,
             error=req.error,
+            error_param=req.error_param,
         )
 
     def stats(self) -> dict[str, Any]:

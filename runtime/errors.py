@@ -74,3 +74,17 @@ class ModelLoadError(LoomError):
     missing or unreadable checkpoint file. The message is one line naming the cause."""
 
     code = "model_unavailable"
+
+
+def request_error(output: object) -> LoomError:
+    """The exception for a ``RequestOutput`` that finished with ``finish_reason="error"``.
+
+    Its own input at fault (``error_param`` set: a constraint that dead-ends
+    mid-generation) -> ``InvalidRequestError`` naming that field; otherwise
+    (a failed model step) -> ``EngineStepError``.
+    """
+    message = getattr(output, "error", None) or "the engine could not serve this request"
+    param = getattr(output, "error_param", None)
+    if param is not None:
+        return InvalidRequestError(message, param=param)
+    return EngineStepError(message)

@@ -33,6 +33,8 @@ class RequestOutput:
             again after preemptions and how many the cache served (tokens; 0
             without preemption).
         error: one-line reason when ``finish_reason == "error"``.
+        error_param: the request field at fault when its own input caused the
+            error (``"structured_output"``); ``None`` for a failed model step.
         arrival_time / first_token_time / finish_time: monotonic seconds.
         token_times: monotonic time of each output token (one per token).
         logprobs: per output token, ``{token_id: logprob}`` of the top-n tokens
@@ -62,3 +64,4 @@ class RequestOutput:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     error: str | None = None
+    error_param: str | None = None

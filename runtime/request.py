@@ -71,6 +71,8 @@ class Request:
             served.  With ``num_cached_tokens`` they add up, over all requests,
             to the engine's ``prefix_cache_queries`` / ``prefix_cache_hits``.
         error: why the request finished with ``FINISHED_ERROR`` (one line, no internals).
+        error_param: the request field at fault when the request's own input
+            caused the error (``"structured_output"``), else ``None``.
         block_ids: the block table (KV block ids in token order).
         block_hashes: chained hashes of the request's full blocks so far.
         spec_token_ids: drafted tokens to verify next step (speculative decoding).
@@ -106,6 +108,7 @@ class Request:
     num_output_sent: int = 0
     structured_state: Any = None
     error: str | None = None
+    error_param: str | None = None
 
     def __post_init__(self) -> None:
         if not self.all_token_ids:

@@ -134,6 +134,13 @@ class GrammarBackend:
 
 
 def _one_line(message: str, limit: int = 200) -> str:
-    """First line of llguidance's message, cut to ``limit`` characters (no state dumps)."""
-    line = message.strip().splitlines()[0] if message.strip() else "invalid"
+    """One line of llguidance's message, cut to ``limit`` characters (no state dumps).
+
+    Multi-line messages (a regex parse error: a header, the pattern, a caret,
+    then ``error: <reason>``) give their last ``error:`` line, the one that
+    says why; others their first line.
+    """
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()] or ["invalid"]
+    reasons = [line for line in lines if line.lower().startswith("error:")]
+    line = f"{lines[0]} {reasons[-1]}" if reasons and reasons[-1] != lines[0] else lines[0]
     return line if len(line) <= limit else line[:limit] + "..."

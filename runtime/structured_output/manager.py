@@ -88,7 +88,7 @@ class StructuredOutputManager:
             try:
                 rows[i].structured_state.fill_bitmask(mask, j)
             except GrammarError as exc:  # this request fails alone (the engine finishes it)
-                rows[i].error = f"structured output: {exc}"
+                _fail(rows[i], exc)
         apply_bitmask_(logits, mask, torch.tensor(idx, dtype=torch.long))
 
     def mask_draft_rows(self, logits: torch.Tensor, start: int, request: Any,
@@ -105,7 +105,7 @@ class StructuredOutputManager:
         try:
             matcher.fill_bitmasks(mask, 0, list(drafts))
         except GrammarError as exc:
-            request.error = f"structured output: {exc}"
+            _fail(request, exc)
         rows = torch.arange(start, start + len(drafts) + 1, dtype=torch.long)
         apply_bitmask_(logits, mask, rows)
 
@@ -115,3 +115,9 @@ class StructuredOutputManager:
         matcher = request.structured_state
         if matcher is not None and tokens and not matcher.accept_tokens(list(tokens)):
             log.warning("request %s: emitted a token its grammar rejects", request.request_id)
+
+
+def _fail(request: Any, exc: GrammarError) -> None:
+    """Mark ``request`` failed by its own constraint (the engine finishes it alone)."""
+    request.error = f"structured_output: {exc} (e.g. a schema that requires endless nesting)"
+    request.error_param = "structured_output"

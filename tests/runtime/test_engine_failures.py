@@ -95,6 +95,7 @@ def test_a_grammar_that_breaks_mid_generation_fails_only_its_request(tiny_checkp
     matcher.fill_bitmask = breaks
     outs = run_to_completion(engine)
     assert outs["broken"].finish_reason == "error"
-    assert outs["broken"].error.startswith("structured output:")
+    assert outs["broken"].error.startswith("structured_output:")
+    assert outs["broken"].error_param == "structured_output"
     assert all(outs[f"ok{i}"].finish_reason == "length" for i in range(3))
     assert_pool_idle(engine)
