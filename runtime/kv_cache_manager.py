@@ -109,11 +109,13 @@ class KVCacheManager:
         return hits, len(hits) * self.block_size
 
     def record_admission(self, request: Request, num_hit_tokens: int) -> None:
-        """Count one admission of ``request`` in the prefix-cache counters (tokens).
+        """Count one admission of ``request`` in the prefix-cache counters (tokens),
+        the engine's and the request's own (``Request.record_admission``).
 
         Called once the admission's blocks are allocated; with prefix caching
-        off nothing is counted (as vLLM).
+        off the engine counts nothing (as vLLM).
         """
+        request.record_admission(num_hit_tokens)
         if self.enable_prefix_caching:
             self.prefix_cache_queries += request.num_tokens
             self.prefix_cache_hits += num_hit_tokens
@@ -129,11 +131,7 @@ class KVCacheManager:
         recomputes those requests) but no later lookup can hit them.
         """
         for block_id in self._uncommitted:
-            block = self.blocks[block_id]
-            if block.block_hash is not None and self.cached.get(block.block_hash) == block_id:
-                del self.cached[block.block_hash]
-            block.block_hash = None
-            block.token_ids = ()
+            self._drop_hash(self.blocks[block_id])
         self._uncommitted.clear()
 
     def allocate_slots(
@@ -244,12 +242,16 @@ class KVCacheManager:
         block_id, _ = self.free_queue.popitem(last=False)
         block = self.blocks[block_id]
         if block.block_hash is not None:
-            if self.cached.get(block.block_hash) == block_id:
-                del self.cached[block.block_hash]
-            block.block_hash = None
-            block.token_ids = ()
+            self._drop_hash(block)
         block.ref_cnt = 1
         return block_id
+
+    def _drop_hash(self, block: KVBlock) -> None:
+        """Make ``block`` unhittable: out of ``cached``, no hash, no tokens."""
+        if block.block_hash is not None and self.cached.get(block.block_hash) == block.block_id:
+            del self.cached[block.block_hash]
+        block.block_hash = None
+        block.token_ids = ()
 
     def _update_hashes(self, request: Request) -> None:
         bs = self.block_size

@@ -138,7 +138,6 @@ class Scheduler:
             self.waiting.popleft()
             if req.num_computed_tokens == 0:
                 self.kv.record_admission(req, num_hit)
-                req.record_admission(num_hit)
             req.num_computed_tokens += num_hit
             req.status = RequestStatus.RUNNING
             self.running.append(req)

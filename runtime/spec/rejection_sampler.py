@@ -84,11 +84,7 @@ def rejection_sample(
     Returns:
         ``VerifyResult`` with ``1 <= len(token_ids[i]) <= n_i + 1``.
     """
-    if all(is_greedy):
-        if target_argmax is None:
-            target_argmax = target_probs.argmax(-1)
-        return _greedy(target_argmax.tolist(), draft_token_ids)
-    if draft_probs is None:
+    if draft_probs is None or all(is_greedy):
         return match_drafts(target_probs, draft_token_ids, is_greedy, target_argmax,
                             generators, default_generator)
     device = target_probs.device
@@ -180,19 +176,6 @@ def match_drafts(
             break
         out.append(list(d[:n]) + [tokens[row + n]])
         accepted.append(n)
-    return VerifyResult(token_ids=out, num_accepted=accepted)
-
-
-def _greedy(argmax: list[int], drafts: Sequence[Sequence[int]]) -> VerifyResult:
-    """All-greedy batch: accept while draft == argmax, then the argmax (plain lists)."""
-    out, accepted, row = [], [], 0
-    for d in drafts:
-        n = 0
-        while n < len(d) and d[n] == argmax[row + n]:
-            n += 1
-        out.append(list(d[:n]) + [argmax[row + n]])
-        accepted.append(n)
-        row += len(d) + 1
     return VerifyResult(token_ids=out, num_accepted=accepted)
 
 
