@@ -43,6 +43,14 @@ class SamplingParams:
         ignore_eos: keep generating past the EOS token.
         logprobs: number of top log-probabilities to return per output token
             (the sampled token's is always included); ``None`` = none.
+        prompt_logprobs: number of top log-probabilities to return per prompt
+            token (the prompt token's own is always included; the first
+            token has none); ``None`` = none.  Such a request computes its
+            whole prompt (no prefix-cache hits), as in vLLM.
+        logit_bias: ``{token_id: bias}`` added to the logits before sampling
+            (OpenAI semantics, each bias in [-100, 100]); ``None`` = none.
+        min_tokens: EOS, ``stop_token_ids`` and stop strings cannot end the
+            output before this many tokens (vLLM's ``min_tokens``).
         include_stop_str_in_output: keep the matched stop string in ``text``.
         skip_special_tokens: leave special tokens out of ``text``.
         structured_output: a ``runtime.structured_output.StructuredOutputParams``.
@@ -69,6 +77,9 @@ class SamplingParams:
     max_tokens: int = 16
     ignore_eos: bool = False
     logprobs: int | None = None
+    prompt_logprobs: int | None = None
+    logit_bias: dict[int, float] | None = None
+    min_tokens: int = 0
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     structured_output: Any = None
@@ -91,6 +102,29 @@ class SamplingParams:
         _integer("max_tokens", self.max_tokens, low=1)
         if self.logprobs is not None:
             _integer("logprobs", self.logprobs, low=0)
+        if self.prompt_logprobs is not None:
+            _integer("prompt_logprobs", self.prompt_logprobs, low=0)
+        _integer("min_tokens", self.min_tokens, low=0)
+        if self.min_tokens > self.max_tokens:
+            raise InvalidRequestError(
+                f"min_tokens: must be <= max_tokens ({self.max_tokens}), got {self.min_tokens}",
+                param="min_tokens")
+        if self.logit_bias:
+            bias = {}
+            for token, value in dict(self.logit_bias).items():
+                try:
+                    token = int(token)  # JSON object keys arrive as strings
+                except (TypeError, ValueError):
+                    raise InvalidRequestError(f"logit_bias: keys must be token ids, got {token!r}",
+                                              param="logit_bias") from None
+                if token < 0:
+                    raise InvalidRequestError(f"logit_bias: token ids must be >= 0, got {token}",
+                                              param="logit_bias")
+                _number("logit_bias", value, low=-100.0, high=100.0)
+                bias[token] = float(value)
+            self.logit_bias = bias
+        else:
+            self.logit_bias = None
         if self.output_kind not in OUTPUT_KINDS:
             raise InvalidRequestError(f"output_kind: must be one of {OUTPUT_KINDS}", param="output_kind")
         for s in self.stop:
