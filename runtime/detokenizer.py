@@ -91,14 +91,18 @@ class IncrementalDetokenizer:
                 return context
         return []
 
-    def add_token(self, token_id: int) -> str | None:
-        """Append ``token_id``; return the stop string it completed, if any."""
+    def add_token(self, token_id: int, check_stop: bool = True) -> str | None:
+        """Append ``token_id``; return the stop string it completed, if any.
+
+        ``check_stop=False`` (an output still short of ``min_tokens``) appends
+        without looking for stop strings.
+        """
         piece = self.stream.step(self.tokenizer, token_id)
         if not piece:
             return None
         start = len(self.text)
         self.text += piece
-        return self._check_stop(start)
+        return self._check_stop(start) if check_stop else None
 
     def _check_stop(self, piece_start: int) -> str | None:
         """Earliest stop string the new piece completed; cuts ``text`` there."""

@@ -227,9 +227,12 @@ class LLMEngine:
 
     def _run_step(self, sched: Any, outputs: list[RequestOutput], t0: float) -> None:
         num_logits = [1 + s.num_spec_tokens if s.samples else 0 for s in sched.scheduled]
+        prompt_rows = [_prompt_logprob_rows(s) for s in sched.scheduled]
         t1 = time.perf_counter()
-        logits = self.runner.execute_model(sched.scheduled, num_logits)
+        logits = self.runner.execute_model(sched.scheduled, [n + p for n, p in zip(num_logits, prompt_rows)])
         self.kv.commit()
+        if any(prompt_rows):
+            logits = _take_prompt_logprobs(logits, sched.scheduled, prompt_rows, num_logits)
         t2 = time.perf_counter()
         self.scheduler.update_after_step(sched)
         self.num_steps += 1
@@ -292,8 +295,10 @@ class LLMEngine:
             req.logprobs.append(logprobs or {})
         params = req.sampling_params
         stop_token = token in req.eos_token_ids or token in params.stop_token_ids
+        if req.num_output_tokens < params.min_tokens:  # vLLM: no stop of any kind before min_tokens
+            stop_token = False
         if not stop_token or params.include_stop_str_in_output:
-            stop_str = req.detokenizer.add_token(token)
+            stop_str = req.detokenizer.add_token(token, check_stop=req.num_output_tokens >= params.min_tokens)
             if stop_str is not None:
                 req.stop_reason = stop_str
                 return self._finish(req, RequestStatus.FINISHED_STOPPED, now)
@@ -318,6 +323,10 @@ class LLMEngine:
         logprobs = req.logprobs
         if logprobs is not None:
             logprobs = logprobs[first_new:] if delta else list(logprobs)
+        prompt_logprobs = req.prompt_logprobs
+        if prompt_logprobs is not None and (len(prompt_logprobs) < req.num_prompt_tokens
+                                            or (delta and first_new > 0)):
+            prompt_logprobs = None  # not complete yet, or (delta) already delivered
         return RequestOutput(
             request_id=req.request_id,
             prompt_token_ids=req.prompt_token_ids,
@@ -334,6 +343,7 @@ class LLMEngine:
             finish_time=req.finish_time,
             token_times=req.token_times[first_new:] if delta else list(req.token_times),
             logprobs=logprobs,
+            prompt_logprobs=prompt_logprobs,
             num_drafts=req.num_drafts,
             num_draft_tokens=req.num_draft_tokens,
             num_accepted_tokens=req.num_accepted_tokens,
@@ -354,6 +364,54 @@ class LLMEngine:
             "num_generated_tokens": self.num_generated_tokens,
             **(self.spec.stats.as_dict() if self.spec is not None else {}),
         }
+
+
+def _prompt_logprob_rows(s: Any) -> int:
+    """Logits rows a scheduled chunk needs for ``prompt_logprobs`` besides its sampling rows.
+
+    Position ``p`` of the prompt gives the logprob of prompt token ``p + 1``;
+    the chunk ``[a, b)`` covers the positions not yet computed up to the
+    prompt's second-to-last (the last one's logits are the sampling row).
+    After a preemption the recomputed positions are not counted again.  The
+    rows are the chunk's trailing ones, just before its sampling row.
+    """
+    req = s.request
+    if req.prompt_logprobs is None:
+        return 0
+    a = req.num_computed_tokens
+    b = a + s.num_new_tokens - s.num_spec_tokens
+    start = max(a, len(req.prompt_logprobs) - 1)
+    return max(0, min(b, req.num_prompt_tokens - 1) - start)
+
+
+def _take_prompt_logprobs(logits: torch.Tensor, scheduled: Sequence[Any], prompt_rows: Sequence[int],
+                          num_logits: Sequence[int]) -> torch.Tensor:
+    """Append each request's prompt logprobs from its rows of ``logits``; return the sampling rows.
+
+    ``logits`` is ``[sum(prompt_rows + num_logits), V]`` float32, per request
+    its ``prompt_rows[i]`` rows then its ``num_logits[i]`` sampling rows.
+    Each entry is ``{prompt token: logprob}`` plus the top-n (n =
+    ``SamplingParams.prompt_logprobs``), raw model log-probabilities.
+    """
+    keep: list[int] = []
+    row = 0
+    for s, n_prompt, n_sample in zip(scheduled, prompt_rows, num_logits):
+        req = s.request
+        if n_prompt:
+            lsm = torch.log_softmax(logits[row:row + n_prompt].float(), dim=-1)
+            first = len(req.prompt_logprobs)  # the prompt token the first row predicts
+            targets = torch.tensor(req.prompt_token_ids[first:first + n_prompt], device=lsm.device)
+            own = lsm.gather(1, targets[:, None]).squeeze(1).tolist()
+            top_n = req.sampling_params.prompt_logprobs
+            top = lsm.topk(top_n, dim=-1) if top_n else None
+            for j, (tok, lp) in enumerate(zip(targets.tolist(), own)):
+                entry = {tok: lp}
+                if top is not None:
+                    entry.update(zip(top.indices[j].tolist(), top.values[j].tolist()))
+                req.prompt_logprobs.append(entry)
+        keep.extend(range(row + n_prompt, row + n_prompt + n_sample))
+        row += n_prompt + n_sample
+    return logits[torch.tensor(keep, dtype=torch.long, device=logits.device)]
 
 
 def _load_tokenizer(path: str) -> Any:

@@ -91,12 +91,14 @@ class KVCacheManager:
         """Longest cached prefix of ``request`` in whole blocks.
 
         At least the last token is always left to compute, so the step that
-        finishes the prompt still produces logits.
+        finishes the prompt still produces logits.  A request asking for
+        ``prompt_logprobs`` gets no hit: its whole prompt is computed so every
+        position has logits (as vLLM).
 
         Returns:
             (block ids, number of tokens they hold).
         """
-        if not self.enable_prefix_caching:
+        if not self.enable_prefix_caching or request.sampling_params.prompt_logprobs is not None:
             return [], 0
         self._update_hashes(request)
         max_blocks = (request.num_tokens - 1) // self.block_size

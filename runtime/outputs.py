@@ -39,6 +39,10 @@ class RequestOutput:
         token_times: monotonic time of each output token (one per token).
         logprobs: per output token, ``{token_id: logprob}`` of the top-n tokens
             plus the sampled one (raw model log-probabilities), or ``None``.
+        prompt_logprobs: per prompt token, ``{token_id: logprob}`` of the
+            prompt's own token plus the top-n (``None`` for the first token),
+            once the prompt is computed; with ``output_kind="delta"`` only in
+            the first output that has them.  ``None`` unless asked.
         num_drafts / num_draft_tokens / num_accepted_tokens: speculative
             decoding counters (0 without it).
     """
@@ -60,6 +64,7 @@ class RequestOutput:
     finish_time: float | None = None
     token_times: list[float] = field(default_factory=list)
     logprobs: list[dict[int, float]] | None = None
+    prompt_logprobs: list[dict[int, float] | None] | None = None
     num_drafts: int = 0
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0

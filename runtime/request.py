@@ -100,6 +100,7 @@ class Request:
     finish_time: float | None = None
     token_times: list[float] = field(default_factory=list)
     logprobs: list[dict[int, float]] | None = None
+    prompt_logprobs: list[dict[int, float] | None] | None = None
     stop_reason: str | int | None = None
     num_preemptions: int = 0
     num_drafts: int = 0
@@ -115,6 +116,8 @@ class Request:
             self.all_token_ids = list(self.prompt_token_ids)
         if self.sampling_params.logprobs is not None and self.logprobs is None:
             self.logprobs = []
+        if self.sampling_params.prompt_logprobs is not None and self.prompt_logprobs is None:
+            self.prompt_logprobs = [None]  # the first prompt token has no logprob
 
     @property
     def num_prompt_tokens(self) -> int:

@@ -4,7 +4,7 @@ One row per position whose token is drawn (one per request normally; several
 for a request verifying drafted tokens).  Order, as in vLLM's v1 sampler:
 raw log-probabilities (for ``logprobs``), penalties (repetition on prompt and
 output, CTRL, Keskar et al. 2019; presence and frequency on output, OpenAI),
-the logits processors hook (e.g. a grammar mask setting disallowed tokens to
+``logit_bias`` and ``min_tokens``, the logits processors hook (e.g. a grammar mask setting disallowed tokens to
 -inf), then greedy argmax, or temperature -> top-k -> top-p (nucleus,
 Holtzman et al. 2019) -> min-p (Nguyen et al. 2024) -> a draw.
 
@@ -64,6 +64,7 @@ class Sampler:
         want_logprobs = [r.sampling_params.logprobs for r in rows]
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(n is not None for n in want_logprobs) else None
         apply_penalties(logits, rows)
+        apply_bias(logits, rows)
         for proc in processors:
             proc(logits, rows)
         sampled = [i for i, r in enumerate(rows) if not r.sampling_params.greedy]
@@ -181,6 +182,30 @@ def _sorted_values(logits: torch.Tensor) -> torch.Tensor:
     if logits.device.type == "cpu":
         return torch.from_numpy(np.sort(logits.numpy(), axis=-1))
     return logits.sort(dim=-1).values
+
+
+def apply_bias(logits: torch.Tensor, rows: Sequence[Request]) -> None:
+    """``logit_bias`` (OpenAI) and ``min_tokens`` (vLLM) of each row, in place.
+
+    ``logits`` is ``[N, V]`` float32.  A row whose request has fewer than
+    ``min_tokens`` output tokens gets ``-inf`` on its EOS and
+    ``stop_token_ids`` (vLLM's ``MinTokensLogitsProcessor``); bias entries
+    outside the vocabulary are ignored.  Speculative drafting skips a request
+    until it has ``min_tokens`` outputs, so every row of a request is in the
+    same state here.
+    """
+    vocab = logits.shape[-1]
+    for i, req in enumerate(rows):
+        sp = req.sampling_params
+        if sp.logit_bias:
+            ids = [t for t in sp.logit_bias if t < vocab]
+            if ids:
+                logits[i, ids] += torch.tensor([sp.logit_bias[t] for t in ids], dtype=logits.dtype,
+                                               device=logits.device)
+        if sp.min_tokens and req.num_output_tokens < sp.min_tokens:
+            stops = [t for t in (*req.eos_token_ids, *sp.stop_token_ids) if t < vocab]
+            if stops:
+                logits[i, stops] = float("-inf")
 
 
 def apply_penalties(logits: torch.Tensor, rows: Sequence[Request]) -> None:

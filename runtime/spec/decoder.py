@@ -8,8 +8,9 @@ One step of an engine with speculation (vLLM v1's flow):
    the draft model.  The grammar of a constrained request cuts its drafts at
    the first token it rejects.  When ``len(running) >=
    disable_by_batch_size`` nothing is drafted and the step is counted as
-   disabled.  Requests with penalties or logprobs are not drafted (their
-   per-position history would differ from the verifier's).
+   disabled.  Requests with penalties or logprobs, or short of their
+   ``min_tokens``, are not drafted (their per-position history would differ
+   from the verifier's).
 2. The scheduler reserves KV slots for the drafts (lookahead) and the model
    runner computes the real token plus the drafts in the same target forward
    pass as every other request, returning ``1 + n_i`` logits rows each.
@@ -31,7 +32,7 @@ from typing import Any
 
 import torch
 
-from runtime.sampler import filtered_probs, row_argmax
+from runtime.sampler import apply_bias, filtered_probs, row_argmax
 from runtime.scheduler import ScheduledRequest
 from runtime.spec.config import ADAPTIVE_PAUSE_STEPS, SpeculativeConfig
 from runtime.spec.metrics import SpecDecodeStats
@@ -110,6 +111,7 @@ class SpecDecoder:
         sp = req.sampling_params
         return (req.num_computed_tokens == req.num_tokens - 1
                 and sp.logprobs is None
+                and req.num_output_tokens >= sp.min_tokens
                 and sp.repetition_penalty == 1.0 and sp.presence_penalty == 0.0
                 and sp.frequency_penalty == 0.0
                 and not (req.structured_state is not None and req.structured_state.is_terminated))
@@ -165,6 +167,7 @@ class SpecDecoder:
                 grammar.mask_draft_rows(logits, start, req, d)
             start += len(d) + 1
         row_reqs = [r for r, d in zip(reqs, drafts) for _ in range(len(d) + 1)]
+        apply_bias(logits, row_reqs)
         for proc in processors:
             if proc is not grammar:
                 proc(logits, row_reqs)
