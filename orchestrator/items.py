@@ -21,6 +21,8 @@ can store it):
 
 from __future__ import annotations
 
+import uuid
+
 from typing import Any, Iterable
 
 Item = dict[str, Any]
@@ -95,6 +97,10 @@ def format_memory(texts: Iterable[str], snapshot: bool) -> str:
     return head + "\n" + "\n".join(f"- {t}" for t in texts)
 
 
-def tool_call_id(turn: int, step: int, index: int) -> str:
-    """Deterministic tool-call id (never rendered into the prompt)."""
-    return f"call_{turn}_{step}_{index}"
+def new_tool_call_id() -> str:
+    """A fresh tool-call id, ``call_<24 hex>`` (OpenAI's shape; unique across sessions and servers).
+
+    Ids are never rendered into the prompt, so a random one costs the prefix
+    cache nothing.
+    """
+    return f"call_{uuid.uuid4().hex[:24]}"

@@ -38,7 +38,7 @@ from orchestrator.budget import ContextBudget
 from orchestrator.context import Context, ContextBuilder
 from orchestrator.engine import EngineClient
 from orchestrator.events import ContentDelta, ReasoningDelta, ToolCallEvent
-from orchestrator.items import Item, message_item
+from orchestrator.items import Item, message_item, new_tool_call_id
 from orchestrator.ledger import PriceTable
 from orchestrator.formats import ToolCallFormat, detect_format
 from orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
@@ -59,8 +59,8 @@ def _to_items(messages: Sequence[BaseMessage]) -> tuple[str | None, list[Item]]:
         text = m.content if isinstance(m.content, str) else "".join(
             p if isinstance(p, str) else p.get("text", "") for p in m.content)
         if m.type == "ai":
-            calls = [{"id": c.get("id") or f"call_{j}", "type": "function",
-                      "function": {"name": c["name"], "arguments": c["args"]}} for j, c in enumerate(m.tool_calls)]
+            calls = [{"id": c.get("id") or new_tool_call_id(), "type": "function",
+                      "function": {"name": c["name"], "arguments": c["args"]}} for c in m.tool_calls]
             items.append(message_item("assistant", turn, "assistant", text, [], tool_calls=calls or None,
                                       reasoning_content=m.additional_kwargs.get("reasoning_content")))
         elif m.type == "tool":

@@ -23,7 +23,7 @@ from orchestrator import compaction as comp
 from orchestrator import condense as cond
 from orchestrator.events import AgentEvent, RunResult, ToolCallRecord, ToolResultEvent, ToolResultRecord
 from orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
-from orchestrator.items import Item, tool_call_id
+from orchestrator.items import Item
 from orchestrator.ledger import Ledger
 from orchestrator.parsers import ParsedToolCall, StreamingParser
 from orchestrator.parts import AgentParts
@@ -132,7 +132,7 @@ class TurnRunner:
         a = self.parts
 
         async def one(call: ParsedToolCall) -> ToolResultRecord:
-            cid = tool_call_id(self.turn, step, call.index)
+            cid = outcome.call_id(call.index)
             if call.error is not None:
                 return ToolResultRecord(cid, call.name or "", f"Error: malformed tool call: {call.error}", True, step)
             res = await a.registry.call(call.name, call.arguments)
@@ -142,7 +142,7 @@ class TurnRunner:
         results = await asyncio.gather(*(one(c) for c in outcome.calls))
         self.result.timings["tools"] += (time.perf_counter() - t0) * 1000.0
         for call in outcome.calls:
-            self.result.tool_calls.append(ToolCallRecord(tool_call_id(self.turn, step, call.index), call.name or "",
+            self.result.tool_calls.append(ToolCallRecord(outcome.call_id(call.index), call.name or "",
                                                          dict(call.arguments), step, call.error))
         for r in results:
             self.result.tool_results.append(r)
@@ -200,7 +200,7 @@ class TurnRunner:
             self.turn, outcome.output_ids, eos_token_ids=self.parts.eos_token_ids,
             reasoning_mask=[c == "reasoning" for c in outcome.classes],
             content=p.content.strip(), reasoning_content=reasoning or None,
-            tool_calls=outcome.tool_calls_field(self.turn, step) or None)
+            tool_calls=outcome.tool_calls_field() or None)
         item["step"] = step
         if outcome.calls:  # stored together with its results in _run_tools, never alone
             self.items.append(item)

@@ -18,7 +18,7 @@ from runtime.sampling_params import SamplingParams
 from orchestrator.context import Context
 from orchestrator.classify import OutputClassifier
 from orchestrator.events import AgentEvent, ContentDelta, ReasoningDelta, ToolCallEvent
-from orchestrator.items import tool_call_id
+from orchestrator.items import new_tool_call_id
 from orchestrator.ledger import Ledger, PriceTable
 from orchestrator.parsers import ParsedToolCall, ParserEvent, StreamingParser
 from orchestrator.protocols import ModelClient
@@ -34,20 +34,27 @@ class StepOutcome:
     ledger: Ledger = field(default_factory=Ledger)
     finish_reason: str | None = None
     num_cached_tokens: int = 0
+    call_ids: dict[int, str] = field(default_factory=dict)
+
+    def call_id(self, index: int) -> str:
+        """The id of this call's tool call ``index`` (``call_<random>``, made on first use)."""
+        if index not in self.call_ids:
+            self.call_ids[index] = new_tool_call_id()
+        return self.call_ids[index]
 
     @property
     def calls(self) -> list[ParsedToolCall]:
         return self.parser.calls
 
-    def tool_calls_field(self, turn: int, step: int) -> list[dict[str, Any]]:
+    def tool_calls_field(self) -> list[dict[str, Any]]:
         """OpenAI-style ``tool_calls`` of the stored assistant item."""
-        return [{"id": tool_call_id(turn, step, c.index), "type": "function",
+        return [{"id": self.call_id(c.index), "type": "function",
                  "function": {"name": c.name or "",
                               "arguments": c.raw if c.error else json.dumps(c.arguments, sort_keys=True)}}
                 for c in self.calls]
 
 
-def _to_events(events: list[ParserEvent], turn: int, step: int) -> list[AgentEvent]:
+def _to_events(events: list[ParserEvent], outcome: StepOutcome) -> list[AgentEvent]:
     out: list[AgentEvent] = []
     for e in events:
         if e.kind == "reasoning":
@@ -55,11 +62,11 @@ def _to_events(events: list[ParserEvent], turn: int, step: int) -> list[AgentEve
         elif e.kind == "content":
             out.append(ContentDelta(e.text))
         elif e.kind == "tool_call_delta":
-            out.append(ToolCallEvent(tool_call_id(turn, step, e.index), e.name, e.arguments_delta, index=e.index))
+            out.append(ToolCallEvent(outcome.call_id(e.index), e.name, e.arguments_delta, index=e.index))
         else:
             c = e.call
             assert c is not None
-            out.append(ToolCallEvent(tool_call_id(turn, step, c.index), c.name, "", dict(c.arguments),
+            out.append(ToolCallEvent(outcome.call_id(c.index), c.name, "", dict(c.arguments),
                                      index=c.index, error=c.error))
     return out
 
@@ -81,9 +88,9 @@ async def model_call(engine: ModelClient, ctx: Context, sampling_params: Samplin
         last = out
         events = classifier.feed(out.new_text, len(out.new_token_ids))
         outcome.output_ids += out.new_token_ids
-        for ev in _to_events(events, turn, step):
+        for ev in _to_events(events, outcome):
             yield ev
-    for ev in _to_events(classifier.finish(), turn, step):
+    for ev in _to_events(classifier.finish(), outcome):
         yield ev
     outcome.classes = classifier.classes
     if last is None:

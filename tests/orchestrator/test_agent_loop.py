@@ -193,3 +193,23 @@ async def test_tool_result_records_carry_the_tool_duration(tokenizer, tool_set) 
     result = await agent.arun("go")
     assert result.tool_results[0].duration_ms >= 290.0
     assert result.timings["tools"] >= 290.0 and result.timings["total"] >= result.timings["model"]
+
+
+async def test_tool_call_ids_are_random_unique_and_agree_across_events_records_and_history(tokenizer, tool_set) -> None:
+    """OpenAI clients key tool results by id: ``call_<random>``, never repeated across sessions."""
+    import re
+
+    ids = []
+    for _ in range(2):  # two sessions, same turn / step / index: the ids must still differ
+        reply = "\n".join(call("add", f'{{"a": {i}, "b": 1}}') for i in range(2))
+        agent = Agent(ScriptedLLM(tokenizer, [reply, "done"]), tools=tool_set)
+        session = InMemorySession()
+        events = [ev async for ev in agent.stream("add", session=session)]
+        streamed = {ev.id for ev in events if isinstance(ev, ToolCallEvent)}
+        results = [ev.id for ev in events if isinstance(ev, ToolResultEvent)]
+        stored = [c["id"] for it in session.get_items() for c in it.get("tool_calls") or []]
+        answered = [it["tool_call_id"] for it in session.get_items() if it["kind"] == "tool_result"]
+        assert streamed == set(stored) == set(results) == set(answered) and len(stored) == 2
+        ids += stored
+    assert len(set(ids)) == 4
+    assert all(re.fullmatch(r"call_[0-9a-f]{24}", i) for i in ids)
