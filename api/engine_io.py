@@ -6,6 +6,15 @@ starts, so submission errors (``ContextLengthError``, ``QueueFullError``,
 a broken 200 stream.  ``close_generation`` closes the output iterator and
 aborts the request, freeing its KV blocks; it is idempotent and safe after a
 normal finish.
+
+``open_generations`` fans one prompt out to ``n`` engine requests (OpenAI's
+``n``; vLLM's parallel sampling): child ``i`` runs as ``<request_id>-<i>``
+(``request_id`` itself when ``n == 1``) with ``seed + i`` when a seed is set,
+as vLLM does, and all children are submitted in the same event-loop turn so
+the prefix cache shares the prompt's KV blocks (a block's hash is registered
+when its step is scheduled, so children admitted in the same step share it).
+``merge_outputs`` interleaves the children's outputs as they come, and
+``close_generations`` aborts every child that has not finished.
 """
 
 from __future__ import annotations
@@ -13,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -54,6 +64,109 @@ async def close_generation(engine: Any, gen: AsyncIterator[Any], request_id: str
         if not finished:
             with contextlib.suppress(Exception):
                 await engine.abort(request_id)
+
+
+_INT64 = 2**64
+
+
+def child_seed(seed: int | None, index: int) -> int | None:
+    """Seed of fan-out child ``index``: ``seed + index`` (vLLM), wrapped into int64; ``None`` stays ``None``."""
+    if seed is None:
+        return None
+    return (seed + index + 2**63) % _INT64 - 2**63
+
+
+@dataclass
+class Generation:
+    """One engine request of a fan-out: choice ``index``, its engine ``request_id``, its
+    output iterator and whether its last output (``finished``) has been read."""
+
+    index: int
+    request_id: str
+    outputs: AsyncIterator[Any]
+    first: Any
+    finished: bool = False
+
+
+async def open_generations(engine: Any, prompt_token_ids: list[int], sampling_params: Any,
+                           request_id: str, n: int = 1) -> list[Generation]:
+    """Submit ``n`` requests for one prompt together and await each one's first ``RequestOutput``.
+
+    Child ``i`` is ``<request_id>-<i>`` (``request_id`` when ``n == 1``) and,
+    when ``sampling_params.seed`` is set, samples with ``seed + i``.  When any
+    child fails at submission every child is aborted (no KV block stays
+    held) and the first failure, by index, is raised.
+
+    Raises:
+        ContextLengthError, KVCapacityError, QueueFullError, ValueError: from the engine.
+    """
+    ids = [request_id] if n == 1 else [f"{request_id}-{i}" for i in range(n)]
+    seed = getattr(sampling_params, "seed", None)
+    gens = []
+    for i, rid in enumerate(ids):
+        params = sampling_params if seed is None or i == 0 else sampling_params.clone(seed=child_seed(seed, i))
+        gens.append(engine.generate(prompt_token_ids=prompt_token_ids, sampling_params=params, request_id=rid))
+    # each __anext__ submits synchronously before its first await, so all n are queued in this turn
+    firsts = [asyncio.ensure_future(g.__anext__()) for g in gens]
+    out = [Generation(i, rid, g, None) for i, (rid, g) in enumerate(zip(ids, gens))]
+    try:
+        await asyncio.wait(firsts, return_when=asyncio.FIRST_EXCEPTION)
+        failed = [f.exception() for f in firsts if f.done() and not f.cancelled() and f.exception()]
+        if failed:
+            raise failed[0]
+    except BaseException:
+        for f in firsts:
+            f.cancel()
+        await _close_all(engine, out)
+        raise
+    for g, f in zip(out, firsts):
+        g.first = f.result()
+        g.finished = bool(g.first.finished)
+    return out
+
+
+async def merge_outputs(generations: Sequence[Generation]) -> AsyncIterator[tuple[int, Any]]:
+    """``(index, RequestOutput)`` of every child as it comes: each child's first output (in index
+    order), then the rest interleaved in arrival order, until every child has finished.
+
+    Sets ``Generation.finished`` on each child's last output.  An error of any
+    child is raised at once (the caller then closes them all); closing this
+    iterator cancels the pending reads.
+    """
+    for g in generations:
+        yield g.index, g.first
+    pending: dict[asyncio.Future[Any], Generation] = {}
+    try:
+        while True:
+            reading = {id(g) for g in pending.values()}
+            for g in generations:
+                if not g.finished and id(g) not in reading:
+                    pending[asyncio.ensure_future(g.outputs.__anext__())] = g
+            if not pending:
+                return
+            done, _ = await asyncio.wait(set(pending), return_when=asyncio.FIRST_COMPLETED)
+            for fut in sorted(done, key=lambda f: pending[f].index):
+                g = pending.pop(fut)
+                try:
+                    out = fut.result()  # raises the child's error
+                except StopAsyncIteration:  # ended without a finished output (engine shut down)
+                    g.finished = True
+                    continue
+                g.finished = bool(out.finished)
+                yield g.index, out
+    finally:
+        for fut in pending:
+            fut.cancel()
+
+
+async def close_generations(engine: Any, generations: Sequence[Generation]) -> None:
+    """Close every child's iterator and abort those not ``finished`` (frees their KV blocks)."""
+    await _close_all(engine, generations)
+
+
+async def _close_all(engine: Any, generations: Sequence[Generation]) -> None:
+    for g in generations:
+        await close_generation(engine, g.outputs, g.request_id, g.finished)
 
 
 async def settle(task: asyncio.Future[Any]) -> None:
