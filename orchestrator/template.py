@@ -31,7 +31,7 @@ render for the whole conversation (e.g. old reasoning is kept as first shown).
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from runtime.errors import InvalidRequestError
 
@@ -44,34 +44,47 @@ _ANCHOR = [{"role": "system", "content": ""}, {"role": "user", "content": "."}]
 
 
 def render_chat(tokenizer: Tokenizer, fmt: ToolCallFormat, messages: Sequence[dict[str, Any]],
-                tools: list[dict[str, Any]] | None, add_generation_prompt: bool = False) -> str:
+                tools: list[dict[str, Any]] | None, add_generation_prompt: bool = False,
+                template_kwargs: dict[str, Any] | None = None) -> str:
     """The chat template's text for ``messages`` and ``tools`` in the model's format.
 
     ``fmt.prepare`` puts them in the shape the template takes (``tools=`` for a
     template that renders tools; the schemas in the system message and calls
     as text for one that cannot, such as SmolLM2's); nothing is tokenized.
+    ``template_kwargs`` are extra variables for the template (vLLM's
+    ``chat_template_kwargs``, e.g. ``{"enable_thinking": False}``).
     """
     msgs, template_tools = fmt.prepare(list(messages), tools)
     return tokenizer.apply_chat_template(msgs, tools=template_tools, tokenize=False,
-                                         add_generation_prompt=add_generation_prompt)
+                                         add_generation_prompt=add_generation_prompt,
+                                         **(template_kwargs or {}))
 
 
 def prompt_ids(tokenizer: Tokenizer, fmt: ToolCallFormat, messages: Sequence[dict[str, Any]],
-               tools: list[dict[str, Any]] | None, suffix: str = "") -> list[int]:
+               tools: list[dict[str, Any]] | None, suffix: str = "",
+               template_kwargs: dict[str, Any] | None = None,
+               encode: Callable[[str], list[int]] | None = None) -> list[int]:
     """Prompt token ids of a whole conversation: the template with a generation prompt, plus ``suffix``.
 
-    Tokenized without adding special tokens, so the ids are exactly what the template spells.
+    Tokenized without adding special tokens, so the ids are exactly what the
+    template spells; ``encode`` replaces that tokenization (e.g.
+    :meth:`orchestrator.reuse.GeneratedIds.encode`, which keeps the ids the
+    model generated for replies a stateless client resent).
+    ``template_kwargs``: see :func:`render_chat`.
 
     Raises:
         InvalidRequestError: the template rejects the conversation (its own
             message, e.g. "Conversation roles must alternate"; never the template source).
     """
     try:
-        text = render_chat(tokenizer, fmt, messages, tools, add_generation_prompt=True)
+        text = render_chat(tokenizer, fmt, messages, tools, add_generation_prompt=True,
+                           template_kwargs=template_kwargs)
     except Exception as exc:  # jinja TemplateError / raise_exception in the template
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise InvalidRequestError(f"the model's chat template cannot render these messages: {reason}",
                                   param="messages") from exc
+    if encode is not None:
+        return list(encode(text + suffix))
     return list(tokenizer.encode(text + suffix, add_special_tokens=False))
 
 
