@@ -11,15 +11,27 @@ marker belongs to the block it closes), which gives the exact
 grammar-constrained call in the model's format (``orchestrator.formats``),
 parsed like any other; it is never shown as content: when ``max_tokens`` cut
 it short the choice ends with ``finish_reason="length"`` and an ``error``
-naming the budget.  Constrained JSON output (response_format) is all content.
+naming the budget.  Constrained output (response_format, structured_outputs,
+guided_*) is all content.
+
+A request with ``n`` choices is one ``CompletionRun`` holding one
+``ChoiceRun`` per engine request; usage counts the shared prompt once and sums
+the choices' completion tokens (as vLLM).  ``logprobs`` follow OpenAI's chat
+shape, one entry per output token (the engine's raw model log-probabilities,
+as vLLM's default), each token's ``bytes`` its exact UTF-8 bytes (a byte-level
+BPE token may hold part of a character, whose ``token`` text then shows
+U+FFFD); a stream chunk carries the entries of the tokens it delivers (tokens
+whose text the parser still holds back ride on the next chunk).
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from api.chat.prompt import PreparedChat
@@ -27,6 +39,7 @@ from api.schemas.chat import (
     ChatCompletion,
     ChatCompletionChunk,
     Choice,
+    ChoiceLogprobs,
     ChoiceError,
     ChunkChoice,
     CompletionTokensDetails,
@@ -36,35 +49,69 @@ from api.schemas.chat import (
     FunctionCall,
     PromptTokensDetails,
     ResponseMessage,
+    TokenLogprob,
     ToolCall,
+    TopLogprob,
     Usage,
 )
 from orchestrator.classify import OutputClassifier
 from orchestrator.parsers import ParsedToolCall, ParserEvent, StreamingParser
 
 
-@dataclass
-class CompletionRun:
-    """One request: feeds engine outputs through the parser.
+class TokenText:
+    """Text and exact UTF-8 bytes of single tokens of one tokenizer (cached per token id)."""
 
-    ``feed(out)`` parses one ``RequestOutput``, ``to_delta(events)`` shapes a stream ``Delta``;
-    ``result()`` builds the final non-streamed ``ChatCompletion``.
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+        self._byte_level = type(decoder).__name__ == "ByteLevel"
+        self._added = set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
+        self._cache: dict[int, tuple[str, list[int]]] = {}
+
+    def __call__(self, token_id: int) -> tuple[str, list[int]]:
+        hit = self._cache.get(token_id)
+        if hit is None:
+            text = self.tokenizer.decode([token_id], skip_special_tokens=False)
+            hit = self._cache[token_id] = (text, self._bytes(token_id, text))
+        return hit
+
+    def _bytes(self, token_id: int, text: str) -> list[int]:
+        if self._byte_level and token_id not in self._added:
+            piece = self.tokenizer.convert_ids_to_tokens(token_id) or ""
+            table = _byte_of_char()
+            if piece and all(ch in table for ch in piece):
+                return [table[ch] for ch in piece]
+        return list(text.encode("utf-8"))
+
+
+@lru_cache(maxsize=1)
+def _byte_of_char() -> dict[str, int]:
+    """GPT-2 byte-level BPE's character -> byte table (the inverse of ``bytes_to_unicode``)."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    return {ch: b for b, ch in bytes_to_unicode().items()}
+
+
+@dataclass
+class ChoiceRun:
+    """One choice: feeds its engine outputs through the parser.
+
+    ``feed(out)`` parses one ``RequestOutput``, ``to_delta(events)`` shapes a stream ``Delta``,
+    ``message()`` the final message.
     """
 
     prepared: PreparedChat
-    model: str
-    request_id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
-    created: int = field(default_factory=lambda: int(time.time()))
+    index: int = 0
     output_classes: list[str] = field(default_factory=list)
     last: Any = None  # last RequestOutput
     _call_ids: dict[int, str] = field(default_factory=dict)
     _named: set[int] = field(default_factory=set)
-    _bad_calls: list[str] = field(default_factory=list)
+    _logprobs_sent: int = 0  # output tokens whose logprobs a stream chunk carried
 
     def __post_init__(self) -> None:
         p = self.prepared
         self.parser: StreamingParser | None = None
-        if not p.json_output:
+        if not p.constrained:
             self.parser = StreamingParser(parse_tools=p.parse_tools or p.forced_tool_call, fmt=p.fmt,
                                           tool_names=p.tool_names or None)
             self._classifier = OutputClassifier(self.parser, classes=self.output_classes)
@@ -129,11 +176,9 @@ class CompletionRun:
             param="max_tokens", code="tool_call_truncated")
 
     def tool_calls(self) -> list[ToolCall]:
-        """Well-formed calls of the reply, in order."""
+        """Well-formed calls of the reply, in order (ids ``call_<24 hex>``, unique per call)."""
         if self.parser is None:
             return []
-        import json
-
         return [
             ToolCall(id=self._call_id(c.index), function=FunctionCall(name=c.name or "",
                      arguments=json.dumps(c.arguments, ensure_ascii=False)))
@@ -146,16 +191,105 @@ class CompletionRun:
             return "tool_calls"
         return (self.last.finish_reason if self.last is not None else None) or "stop"
 
+    def completion_tokens(self) -> int:
+        """Output tokens so far."""
+        return len(self.last.token_ids) if self.last is not None else 0
+
+    def message(self) -> ResponseMessage:
+        """The final assistant message (after the last output was fed)."""
+        calls = self.tool_calls()
+        if self.parser is None:
+            content, reasoning = self.json_text, None
+        else:
+            bad = [] if self.prepared.forced_tool_call else [c for c in self.parser.calls if c.error is not None]
+            content = self.parser.content + "".join(self._raw_call_text(c) for c in bad)
+            reasoning = self.parser.reasoning or None
+        return ResponseMessage(content=content if (content or not calls) else None,
+                               reasoning_content=reasoning, tool_calls=calls or None)
+
+    # logprobs ------------------------------------------------------------------------
+    def logprobs(self, text_of: TokenText | None, start: int = 0) -> ChoiceLogprobs | None:
+        """OpenAI ``logprobs`` of output tokens ``start:`` (``None`` unless the request asked)."""
+        top = self.prepared.top_logprobs
+        if top is None or text_of is None or self.last is None:
+            return None
+        ids, rows = self.last.token_ids, self.last.logprobs or []
+        content = []
+        for token, row in zip(ids[start:], rows[start:]):
+            text, raw = text_of(token)
+            best = sorted(row.items(), key=lambda kv: -kv[1])[:top]
+            content.append(TokenLogprob(token=text, logprob=_finite(row.get(token)), bytes=raw, top_logprobs=[
+                TopLogprob(token=t, logprob=_finite(lp), bytes=b)
+                for (t, b), lp in ((text_of(i), lp) for i, lp in best)]))
+        return ChoiceLogprobs(content=content)
+
+    def new_logprobs(self, text_of: TokenText | None) -> ChoiceLogprobs | None:
+        """Logprobs of the tokens no stream chunk has carried yet (then marks them carried)."""
+        if self.prepared.top_logprobs is None or self.last is None:
+            return None
+        start, self._logprobs_sent = self._logprobs_sent, len(self.last.token_ids)
+        return self.logprobs(text_of, start)
+
+
+def _finite(value: float | None) -> float:
+    """A logprob JSON can carry: -inf (a masked token) as -9999.0, as vLLM does."""
+    if value is None or value != value or value == float("-inf"):
+        return -9999.0
+    return float(value)
+
+
+@dataclass
+class CompletionRun:
+    """One request: its ``n`` choices, shaped into OpenAI's completion and chunks.
+
+    ``feed(out, index)`` / ``to_delta(events, index)`` work on choice ``index``;
+    ``result()`` builds the non-streamed ``ChatCompletion``; ``tokenizer`` is
+    needed only for logprobs (token text and bytes).
+    """
+
+    prepared: PreparedChat
+    model: str
+    tokenizer: Any = None
+    request_id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def __post_init__(self) -> None:
+        self.choices = [ChoiceRun(self.prepared, i) for i in range(max(1, self.prepared.n))]
+        self.text_of = TokenText(self.tokenizer) if self.tokenizer is not None else None
+
+    def feed(self, out: Any, index: int = 0) -> list[ParserEvent]:
+        """Parser events of choice ``index``'s next ``RequestOutput``."""
+        return self.choices[index].feed(out)
+
+    def to_delta(self, events: list[ParserEvent], index: int = 0) -> Delta | None:
+        """Choice ``index``'s stream ``Delta`` for ``events`` (``None`` when nothing shows)."""
+        return self.choices[index].to_delta(events)
+
+    def finish_reason(self, index: int = 0) -> str:
+        """Choice ``index``'s finish reason."""
+        return self.choices[index].finish_reason()
+
+    @property
+    def output_classes(self) -> list[str]:
+        """Every choice's per-token classes, choice by choice."""
+        return [c for choice in self.choices for c in choice.output_classes]
+
+    @property
+    def finished(self) -> bool:
+        """Every choice has its last output."""
+        return all(c.last is not None and c.last.finished for c in self.choices)
+
     def usage(self) -> Usage:
-        """OpenAI usage with cached prompt tokens and reasoning tokens."""
-        out = self.last
+        """OpenAI usage: the shared prompt once, completion and reasoning tokens summed over choices;
+        cached tokens are the first choice's (those the prompt found cached when it arrived)."""
+        first = self.choices[0].last
         prompt = len(self.prepared.prompt_token_ids)
-        completion = len(out.token_ids) if out is not None else 0
+        completion = sum(c.completion_tokens() for c in self.choices)
         return Usage(
             prompt_tokens=prompt,
             completion_tokens=completion,
             total_tokens=prompt + completion,
-            prompt_tokens_details=PromptTokensDetails(cached_tokens=out.num_cached_tokens if out else 0),
+            prompt_tokens_details=PromptTokensDetails(cached_tokens=first.num_cached_tokens if first else 0),
             completion_tokens_details=CompletionTokensDetails(
                 reasoning_tokens=self.output_classes.count("reasoning")),
         )
@@ -165,31 +299,24 @@ class CompletionRun:
         u = self.usage()
         cached = u.prompt_tokens_details.cached_tokens
         counts = {"prompt.cached": cached, "prompt.computed": u.prompt_tokens - cached}
+        classes = self.output_classes
         for c in ("reasoning", "tool_call", "output"):
-            counts[c] = self.output_classes.count(c)
+            counts[c] = classes.count(c)
         return counts
 
     def result(self) -> ChatCompletion:
-        """The non-streamed response (after the last output was fed)."""
-        calls = self.tool_calls()
-        if self.parser is None:
-            content, reasoning = self.json_text, None
-        else:
-            bad = [] if self.prepared.forced_tool_call else [c for c in self.parser.calls if c.error is not None]
-            content = self.parser.content + "".join(self._raw_call_text(c) for c in bad)
-            reasoning = self.parser.reasoning or None
-        msg = ResponseMessage(content=content if (content or not calls) else None,
-                              reasoning_content=reasoning, tool_calls=calls or None)
-        return ChatCompletion(id=self.request_id, created=self.created, model=self.model,
-                              choices=[Choice(message=msg, finish_reason=self.finish_reason(),
-                                              error=self.error())],
-                              usage=self.usage())
+        """The non-streamed response (after every choice's last output was fed)."""
+        return ChatCompletion(id=self.request_id, created=self.created, model=self.model, choices=[
+            Choice(index=c.index, message=c.message(), finish_reason=c.finish_reason(), error=c.error(),
+                   logprobs=c.logprobs(self.text_of)) for c in self.choices], usage=self.usage())
 
-    def chunk(self, delta: Delta, finish_reason: str | None = None) -> ChatCompletionChunk:
-        """A stream chunk carrying ``delta`` (the last one carries ``error`` when there is one)."""
-        error = self.error() if finish_reason is not None else None
-        return ChatCompletionChunk(id=self.request_id, created=self.created, model=self.model,
-                                   choices=[ChunkChoice(delta=delta, finish_reason=finish_reason, error=error)])
+    def chunk(self, delta: Delta, finish_reason: str | None = None, index: int = 0,
+              logprobs: ChoiceLogprobs | None = None, usage: Usage | None = None) -> ChatCompletionChunk:
+        """A stream chunk of choice ``index`` carrying ``delta`` (the last one carries ``error`` when there is one)."""
+        error = self.choices[index].error() if finish_reason is not None else None
+        return ChatCompletionChunk(id=self.request_id, created=self.created, model=self.model, usage=usage,
+                                   choices=[ChunkChoice(index=index, delta=delta, finish_reason=finish_reason,
+                                                        error=error, logprobs=logprobs)])
 
     def usage_chunk(self) -> ChatCompletionChunk:
         """The ``include_usage`` chunk: no choices, usage set."""
@@ -197,18 +324,30 @@ class CompletionRun:
                                    choices=[], usage=self.usage())
 
 
-async def stream_chunks(run: CompletionRun, outputs: AsyncIterator[Any], first: Any,
-                        include_usage: bool) -> AsyncIterator[ChatCompletionChunk]:
-    """OpenAI chunks for a stream whose first ``RequestOutput`` was already awaited."""
-    yield run.chunk(Delta(role="assistant", content=""))
-    out = first
-    while True:
-        delta = run.to_delta(run.feed(out))
-        if delta is not None:
-            yield run.chunk(delta)
+async def stream_chunks(run: CompletionRun, outputs: AsyncIterator[tuple[int, Any]], include_usage: bool,
+                        continuous_usage: bool = False) -> AsyncIterator[ChatCompletionChunk]:
+    """OpenAI chunks of ``(choice index, RequestOutput)`` pairs (``api.engine_io.merge_outputs``).
+
+    Each choice opens with a ``role`` chunk and ends with a ``finish_reason``
+    chunk; chunks of different choices interleave as their tokens come.
+    ``continuous_usage`` (vLLM) puts the cumulative usage on every chunk.
+    """
+    usage = run.usage if continuous_usage else lambda: None
+    opened: set[int] = set()
+    async for index, out in outputs:
+        choice = run.choices[index]
+        if index not in opened:
+            opened.add(index)
+            yield run.chunk(Delta(role="assistant", content=""), index=index, usage=usage())
+        delta = choice.to_delta(choice.feed(out))
         if out.finished:
-            break
-        out = await outputs.__anext__()
-    yield run.chunk(Delta(), finish_reason=run.finish_reason())
+            logprobs = choice.new_logprobs(run.text_of)
+            if delta is not None:
+                yield run.chunk(delta, index=index, logprobs=logprobs, usage=usage())
+                logprobs = None
+            yield run.chunk(Delta(), finish_reason=choice.finish_reason(), index=index, logprobs=logprobs,
+                            usage=usage())
+        elif delta is not None:
+            yield run.chunk(delta, index=index, logprobs=choice.new_logprobs(run.text_of), usage=usage())
     if include_usage:
         yield run.usage_chunk()

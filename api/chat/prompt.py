@@ -8,12 +8,19 @@ model's way (``orchestrator.template.prompt_ids``), and
 ``tool_choice="required"`` or a named tool forces exactly one call in the
 model's own format (``orchestrator.formats.grammar.force_call``, llguidance
 Lark grammar from the same format object), so even a random model emits a
-valid call.  ``response_format`` ``json_object`` / ``json_schema`` constrain
-the whole output the same way.
+valid call.  ``response_format`` ``json_object`` / ``json_schema`` and vLLM's
+``structured_outputs`` / ``guided_*`` fields constrain the whole output the
+same way (exactly one constraint per request, :func:`output_constraint`).
+``chat_template_kwargs`` (vLLM) reach the template as extra keyword arguments.
+
+:func:`prepare` renders, then tokenizes, in one place: that is where a
+stateless prefix cache (reusing the generated ids of resent assistant text)
+fits, between ``template_messages`` and ``prompt_ids``.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -120,10 +127,13 @@ class PreparedChat:
     prompt_token_ids: list[int]
     sampling_params: SamplingParams
     forced_tool_call: bool  # output is the JSON of exactly one tool call
-    json_output: bool  # output is constrained JSON (response_format)
+    constrained: bool  # output is all content, constrained (response_format, structured_outputs, guided_*)
     parse_tools: bool  # look for tool-call blocks in free text
     fmt: ToolCallFormat = HERMES_THINK  # the model's tool-call / reasoning format
     tool_names: frozenset[str] = frozenset()  # tools the request offers
+    n: int = 1  # choices, one engine request each
+    top_logprobs: int | None = None  # None: no logprobs; else top tokens per position (0..20)
+    constraint_field: str | None = None  # request field whose constraint the engine compiles
 
 
 def check_schema(schema: dict[str, Any], param: str) -> None:
@@ -136,21 +146,118 @@ def check_schema(schema: dict[str, Any], param: str) -> None:
         raise InvalidRequestError(f"invalid JSON schema: {exc.message}", param=param) from exc
 
 
-def _response_format(req: ChatCompletionRequest) -> Any:
-    """``StructuredOutputParams`` of ``response_format`` (``None`` for plain text)."""
-    from runtime.structured_output import StructuredOutputParams
+def _schema(value: dict[str, Any] | str, param: str) -> dict[str, Any]:
+    """A JSON schema given as an object or as JSON text, checked (400 naming ``param``)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise InvalidRequestError(f"{param} is not valid JSON: {exc}", param=param) from exc
+        if not isinstance(value, dict):
+            raise InvalidRequestError(f"{param} must be a JSON schema object", param=param)
+    check_schema(value, param)
+    return value
 
+
+def _choice_grammar(choices: list[str]) -> str:
+    """A Lark grammar whose output is exactly one of ``choices`` (vLLM's ``guided_choice``)."""
+    return "start: " + " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
+
+
+def _constraints(req: ChatCompletionRequest) -> list[tuple[str, Any]]:
+    """``(request field, StructuredOutputParams)`` of every constraint the request sets."""
+    from runtime.structured_output import StructuredOutputParams as P
+
+    found: list[tuple[str, Any]] = []
     rf = req.response_format
-    if rf is None or rf.type == "text":
+    if rf is not None and rf.type == "json_object":
+        found.append(("response_format", P(json=compact({"type": "object"}))))
+    elif rf is not None and rf.type == "json_schema":
+        if rf.json_schema is None:
+            raise InvalidRequestError("response_format of type json_schema needs 'json_schema'",
+                                      param="response_format.json_schema")
+        schema = _schema(rf.json_schema.schema_ or {"type": "object"}, "response_format.json_schema.schema")
+        found.append(("response_format", P(json=compact(schema))))
+    so = req.structured_outputs
+    if so is not None:
+        kinds = [k for k in ("json", "regex", "choice", "grammar", "json_object")
+                 if getattr(so, "json_" if k == "json" else k) not in (None, False)]
+        if len(kinds) != 1:
+            raise InvalidRequestError("structured_outputs must set exactly one of json, regex, choice, grammar, "
+                                      f"json_object; got {kinds or 'none'}", param="structured_outputs")
+        found.append(_constraint(f"structured_outputs.{kinds[0]}", kinds[0], getattr(
+            so, "json_" if kinds[0] == "json" else kinds[0])))
+    for kind in ("json", "regex", "choice", "grammar"):
+        value = getattr(req, f"guided_{kind}")
+        if value is not None:
+            found.append(_constraint(f"guided_{kind}", kind, value))
+    return found
+
+
+def _constraint(field: str, kind: str, value: Any) -> tuple[str, Any]:
+    from runtime.structured_output import StructuredOutputParams as P
+
+    if kind == "json":
+        return field, P(json=compact(_schema(value, field)))
+    if kind == "json_object":
+        return field, P(json=compact({"type": "object"}))
+    if kind == "choice":
+        return field, P(grammar=_choice_grammar(value))
+    if not value:
+        raise InvalidRequestError(f"{field} must not be empty", param=field)
+    return field, (P(regex=value) if kind == "regex" else P(grammar=value))
+
+
+def output_constraint(req: ChatCompletionRequest, forced: bool) -> tuple[str | None, Any]:
+    """The request field that constrains the output and its ``StructuredOutputParams`` (or ``(None, None)``).
+
+    Raises:
+        InvalidRequestError: more than one constraint (``param`` names the
+            second), a constraint beside tools the model may call, or a JSON
+            schema that is not one.
+    """
+    found = _constraints(req)
+    if len(found) > 1:
+        raise InvalidRequestError(f"only one output constraint per request: got {found[0][0]!r} and "
+                                  f"{found[1][0]!r}", param=found[1][0])
+    if not found:
+        return None, None
+    field, params = found[0]
+    if forced or (req.tools and req.tool_choice != "none"):
+        raise InvalidRequestError(f"{field} cannot be combined with tools unless tool_choice is 'none'",
+                                  param=field)
+    return field, params
+
+
+def template_kwargs(req: ChatCompletionRequest, tokenizer: Any) -> dict[str, Any]:
+    """``chat_template_kwargs`` checked: a key that is an ``apply_chat_template`` parameter
+    (``tokenize``, ``tools``, ``chat_template`` ...) or ``messages`` is a 400 naming it."""
+    kwargs = dict(req.chat_template_kwargs or {})
+    reserved = set(inspect.signature(tokenizer.apply_chat_template).parameters) | {"messages"}
+    for key in kwargs:
+        if key in reserved or not key.isidentifier():
+            raise InvalidRequestError(f"chat_template_kwargs may not set {key!r}",
+                                      param=f"chat_template_kwargs.{key}")
+    return kwargs
+
+
+def _logit_bias(req: ChatCompletionRequest, vocab_size: int) -> dict[int, float] | None:
+    if not req.logit_bias:
         return None
-    if rf.type == "json_object":
-        return StructuredOutputParams(json=compact({"type": "object"}))
-    if rf.json_schema is None:
-        raise InvalidRequestError("response_format of type json_schema needs 'json_schema'",
-                                  param="response_format.json_schema")
-    schema = rf.json_schema.schema_ or {"type": "object"}
-    check_schema(schema, "response_format.json_schema.schema")
-    return StructuredOutputParams(json=compact(schema))
+    bias = {}
+    for key, value in req.logit_bias.items():
+        token = int(key) if key.strip().isdigit() else -1
+        if not 0 <= token < vocab_size:
+            raise InvalidRequestError(f"logit_bias keys must be token ids in [0, {vocab_size}), got {key!r}",
+                                      param="logit_bias")
+        bias[token] = value
+    return bias
+
+
+def _top_logprobs(req: ChatCompletionRequest) -> int | None:
+    if req.top_logprobs is not None and not req.logprobs:
+        raise InvalidRequestError("top_logprobs requires logprobs to be true", param="top_logprobs")
+    return (req.top_logprobs or 0) if req.logprobs else None
 
 
 def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
@@ -165,18 +272,19 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
     """
     from runtime.errors import ContextLengthError
 
-    if req.response_format is not None and req.response_format.type != "text" and req.tools \
-            and req.tool_choice not in (None, "none"):
-        raise InvalidRequestError("response_format cannot be combined with tools unless "
-                                  "tool_choice is 'none'", param="response_format")
     tools = tool_dicts(req)
     for i, t in enumerate(req.tools or []):
         if t.function.parameters is not None:
             check_schema(t.function.parameters, f"tools.{i}.function.parameters")
     forced, name = forced_tool(req)
+    constraint_field, structured = output_constraint(req, forced)
+    top_logprobs = _top_logprobs(req)
     fmt = fmt if fmt is not None else detect_format(tokenizer)
+    kwargs = template_kwargs(req, tokenizer)
     messages = template_messages(req)
-    ids = prompt_ids(tokenizer, fmt, messages, tools)
+    # the stateless prefix cache fits here: prompt_ids(..., encode=GeneratedIds.encode) keeps the
+    # ids the model generated for assistant text the client resends (orchestrator.reuse)
+    ids = prompt_ids(tokenizer, fmt, messages, tools, template_kwargs=kwargs or None)
     if max_model_len is not None and len(ids) >= max_model_len:
         raise ContextLengthError(
             f"This model's maximum context length is {max_model_len} tokens, but the "
@@ -191,9 +299,8 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
             f"This model's maximum context length is {max_model_len} tokens. However, you requested "
             f"{len(ids) + max_tokens} tokens ({len(ids)} in the messages, {max_tokens} in the "
             "completion).", param="max_tokens")
-    structured = None if forced else _response_format(req)
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-    kwargs: dict[str, Any] = {
+    sampling: dict[str, Any] = {
         "temperature": 1.0 if req.temperature is None else req.temperature,
         "top_p": 1.0 if req.top_p is None else req.top_p,
         "max_tokens": max_tokens,
@@ -201,19 +308,25 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
         "seed": req.seed,
         "skip_special_tokens": False,  # the parser needs <think> / <tool_call> markers
         "structured_output": structured,
+        "logprobs": top_logprobs,
+        "logit_bias": _logit_bias(req, len(tokenizer)),
     }
-    for opt in ("top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
+    for opt in ("top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens",
+                "stop_token_ids", "ignore_eos", "include_stop_str_in_output"):
         if getattr(req, opt) is not None:
-            kwargs[opt] = getattr(req, opt)
-    params = SamplingParams(**kwargs)
+            sampling[opt] = getattr(req, opt)
+    params = SamplingParams(**sampling)
     if forced:  # the user's schemas exactly as given (bound=False): an API must not narrow them
         params = force_call(params, fmt, tools or [], name)
     return PreparedChat(
         prompt_token_ids=ids,
         sampling_params=params,
         forced_tool_call=forced,
-        json_output=structured is not None,
+        constrained=structured is not None,
         parse_tools=bool(tools) and req.tool_choice != "none" and not forced,
         fmt=fmt,
         tool_names=frozenset(t.function.name for t in req.tools or []),
+        n=req.n or 1,
+        top_logprobs=top_logprobs,
+        constraint_field="tools" if forced else constraint_field,
     )

@@ -1,4 +1,9 @@
-"""``POST /v1/chat/completions`` (OpenAI-compatible) and ``GET /v1/models``."""
+"""``POST /v1/chat/completions`` (OpenAI-compatible), ``GET /v1/models`` and ``GET /v1/models/{model}``.
+
+A request with ``n`` choices runs ``n`` engine requests for the same prompt
+(``api.engine_io.open_generations``); all are aborted when the client goes
+away or one of them fails, so no KV block stays held.
+"""
 
 from __future__ import annotations
 
@@ -15,10 +20,19 @@ from sse_starlette.sse import EventSourceResponse
 from api.auth import require_owner
 from api.chat.completions import CompletionRun, stream_chunks
 from api.chat.prompt import prepare
-from api.engine_io import close_generation, engine_max_model_len, open_generation, settle, until_disconnect
+from api.engine_io import (
+    Generation,
+    close_generations,
+    engine_max_model_len,
+    merge_outputs,
+    open_generations,
+    settle,
+    until_disconnect,
+)
 from api.errors import error_body, loom_error_body
-from api.schemas.errors import error_responses
+from api.schemas.base import check_unknown_fields, strict_setting
 from api.schemas.chat import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
+from api.schemas.errors import error_responses
 from runtime.errors import InvalidRequestError, LoomError, NotFoundError
 
 router = APIRouter(tags=["openai"], responses=error_responses(400, 401))
@@ -32,9 +46,22 @@ _STREAM_DOC = error_responses(404, 429, 503, extra={200: {
 @router.get("/v1/models", response_model=ModelList, summary="List the served model")
 async def list_models(request: Request, owner: str = Depends(require_owner)) -> ModelList:
     """The one model this server runs (OpenAI ``GET /v1/models``)."""
+    return ModelList(data=[_card(request.app.state.services)])
+
+
+def _card(services: Any) -> ModelCard:
+    return ModelCard(id=services.settings.model_name, created=int(services.started_at),
+                     max_model_len=engine_max_model_len(services.engine))
+
+
+@router.get("/v1/models/{model_id:path}", response_model=ModelCard, summary="Retrieve the served model",
+            responses=error_responses(404))
+async def retrieve_model(model_id: str, request: Request, owner: str = Depends(require_owner)) -> ModelCard:
+    """The served model's card (OpenAI ``GET /v1/models/{model}``); any name ``model`` accepts
+    in a completion request answers it, another name is a 404 naming it."""
     services = request.app.state.services
-    return ModelList(data=[ModelCard(id=services.settings.model_name, created=int(services.started_at),
-                                     max_model_len=engine_max_model_len(services.engine))])
+    _check_model(services, model_id)
+    return _card(services)
 
 
 _ENGINE_PREFIX = re.compile(r"^structured_output(\.\w+)?: (cannot compile: )?")
@@ -44,7 +71,8 @@ def _constraint_error(exc: InvalidRequestError, field: str) -> InvalidRequestErr
     """The engine's "cannot compile this output constraint" as a 400 naming the request field.
 
     The engine names its own parameter (``structured_output``); the client sent
-    ``response_format`` (or ``tools`` for a forced call).  The reason becomes one
+    ``response_format`` (``tools`` for a forced call, ``structured_outputs.grammar``,
+    ``guided_regex`` ... for vLLM's fields).  The reason becomes one
     line of at most 300 characters, cut before any dump of the grammar engine's
     state (a line opening with ``<`` or ``{``).
     """
@@ -54,7 +82,8 @@ def _constraint_error(exc: InvalidRequestError, field: str) -> InvalidRequestErr
             break
         lines.append(line.strip())
     reason = _ENGINE_PREFIX.sub("", " ".join(x for x in lines if x))[:300] or "it cannot be compiled"
-    return InvalidRequestError(f"Invalid value for {field!r}: the schema cannot be enforced: {reason}",
+    what = "schema" if field in ("response_format", "tools") or field.endswith("json") else "constraint"
+    return InvalidRequestError(f"Invalid value for {field!r}: the {what} cannot be enforced: {reason}",
                                param=field)
 
 
@@ -70,20 +99,25 @@ def _check_model(services: Any, model: str) -> None:
              summary="Create a chat completion")
 async def create_chat_completion(body: ChatCompletionRequest, request: Request,
                                  owner: str = Depends(require_owner)) -> Any:
-    """OpenAI chat completions over the in-process engine (tools, streaming, JSON output)."""
+    """OpenAI chat completions over the in-process engine (tools, streaming, JSON output, ``n`` choices,
+    logprobs, vLLM's sampling and structured-output extensions)."""
     services = request.app.state.services
+    check_unknown_fields(body, strict_setting(services.settings))
     _check_model(services, body.model)
     engine = services.engine
     prepared = prepare(body, engine.tokenizer, services.settings.default_max_tokens,
                        engine_max_model_len(engine), services.tool_format)
-    run = CompletionRun(prepared, services.settings.model_name)
+    run = CompletionRun(prepared, services.settings.model_name, engine.tokenizer)
     try:
-        gen, first = await open_generation(engine, prepared.prompt_token_ids, prepared.sampling_params,
-                                           run.request_id)
+        gens = await open_generations(engine, prepared.prompt_token_ids, prepared.sampling_params,
+                                      run.request_id, prepared.n)
         if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return EventSourceResponse(_sse(services, run, gen, first, include_usage), ping=15)
-        return await _complete(services, request, run, gen, first)
+            opts = body.stream_options
+            include_usage = bool(opts and opts.include_usage)
+            # vLLM honours continuous_usage_stats only together with include_usage
+            continuous = include_usage and bool(opts and opts.continuous_usage_stats)
+            return EventSourceResponse(_sse(services, run, gens, include_usage, continuous), ping=15)
+        return await _complete(services, request, run, gens)
     except InvalidRequestError as exc:
         raise _client_field(exc, run) from None
 
@@ -92,18 +126,13 @@ def _client_field(exc: InvalidRequestError, run: CompletionRun) -> InvalidReques
     """``exc`` naming the request's field when the engine named its own ``structured_output``."""
     if exc.param != "structured_output":
         return exc
-    return _constraint_error(exc, "tools" if run.prepared.forced_tool_call else "response_format")
+    return _constraint_error(exc, run.prepared.constraint_field or "response_format")
 
 
-async def _complete(services: Any, request: Request, run: CompletionRun, gen: AsyncIterator[Any],
-                    first: Any) -> ChatCompletion:
+async def _complete(services: Any, request: Request, run: CompletionRun, gens: list[Generation]) -> ChatCompletion:
     async def consume() -> None:
-        out = first
-        while True:
-            run.feed(out)
-            if out.finished:
-                return
-            out = await gen.__anext__()
+        async for index, out in merge_outputs(gens):
+            run.feed(out, index)
 
     work = asyncio.ensure_future(consume())
     try:
@@ -111,25 +140,23 @@ async def _complete(services: Any, request: Request, run: CompletionRun, gen: As
     finally:
         with anyio.CancelScope(shield=True):
             await settle(work)
-        await close_generation(services.engine, gen, run.request_id, _finished(run))
+        await close_generations(services.engine, gens)
     _record(services, run)
     return run.result()
 
 
-def _finished(run: CompletionRun) -> bool:
-    return run.last is not None and bool(run.last.finished)
-
-
 def _record(services: Any, run: CompletionRun) -> None:
-    if run.last is not None and run.last.finished:
-        services.metrics.observe_output(run.last)
+    for choice in run.choices:
+        if choice.last is not None and choice.last.finished:
+            services.metrics.observe_output(choice.last)
     services.metrics.count_tokens(run.token_classes())
 
 
-async def _sse(services: Any, run: CompletionRun, gen: AsyncIterator[Any], first: Any,
-               include_usage: bool) -> AsyncIterator[dict[str, str]]:
+async def _sse(services: Any, run: CompletionRun, gens: list[Generation], include_usage: bool,
+               continuous_usage: bool) -> AsyncIterator[dict[str, str]]:
+    outputs = merge_outputs(gens)
     try:
-        async for chunk in stream_chunks(run, gen, first, include_usage):
+        async for chunk in stream_chunks(run, outputs, include_usage, continuous_usage):
             yield {"data": chunk.model_dump_json(exclude_none=True)}
         yield {"data": "[DONE]"}
     except LoomError as exc:  # failure after the stream began: an error event, then stop
@@ -142,5 +169,7 @@ async def _sse(services: Any, run: CompletionRun, gen: AsyncIterator[Any], first
         yield {"data": json.dumps(error_body("Internal server error", "internal_error"))}
         raise
     finally:
-        await close_generation(services.engine, gen, run.request_id, _finished(run))
+        with anyio.CancelScope(shield=True):
+            await outputs.aclose()
+        await close_generations(services.engine, gens)
         _record(services, run)

@@ -1,9 +1,13 @@
 """OpenAI chat-completions request and response models (``/v1/chat/completions``).
 
 Field names and shapes follow OpenAI's API reference; ``reasoning_content`` on
-messages and deltas follows vLLM / DeepSeek.  Requests forbid unknown fields
-(a typo is a 400 naming it, not a silently ignored option); fields OpenAI
-defines that Loom cannot honour are rejected by the service with a 400 too.
+messages and deltas follows vLLM / DeepSeek, and so do the extensions a vLLM
+server accepts (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``,
+``stop_token_ids``, ``ignore_eos``, ``chat_template_kwargs``,
+``structured_outputs`` and the older ``guided_*`` fields,
+``stream_options.continuous_usage_stats``).  Unknown fields are ignored and
+logged, or a 400 naming them on a ``--strict`` server (``api.schemas.base``);
+a known field with a value of the wrong type is always a 400 naming it.
 """
 
 from __future__ import annotations
@@ -12,15 +16,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from api.schemas.base import RequestModel
+
 
 def integral(value: Any) -> Any:
     """``5.0`` as ``5`` (JSON Schema's integer includes it; strict validation alone would refuse it)."""
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-class _Strict(BaseModel):
-    # strict: `"stream": 0` or `"max_tokens": "5"` is a 400, as the documented types say
-    model_config = ConfigDict(extra="forbid", strict=True)
+class _Strict(RequestModel):
+    # strict types: `"stream": 0` or `"max_tokens": "5"` is a 400, as the documented types say
+    pass
 
 
 class TextPart(_Strict):
@@ -124,7 +130,7 @@ class JsonSchemaSpec(_Strict):
     schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
     strict: bool | None = None
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, strict=True)
 
 
 class ResponseFormat(_Strict):
@@ -135,9 +141,28 @@ class ResponseFormat(_Strict):
 
 
 class StreamOptions(_Strict):
-    """``include_usage`` adds a last chunk with ``usage`` (and no choices)."""
+    """``include_usage`` adds a last chunk with ``usage`` (and no choices);
+    ``continuous_usage_stats`` (vLLM) puts the cumulative ``usage`` on every chunk."""
 
     include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class StructuredOutputs(_Strict):
+    """vLLM's ``structured_outputs``: exactly one of ``json`` (a JSON schema), ``regex``
+    (Rust regex syntax, as llguidance takes it), ``choice`` (one of these strings),
+    ``grammar`` (a Lark grammar in llguidance's dialect) or ``json_object``."""
+
+    json_: dict[str, Any] | str | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = Field(default=None, min_length=1)
+    grammar: str | None = None
+    json_object: bool | None = None
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, strict=True)
+
+
+MAX_N = 128  # choices per request (vLLM sets no bound; each one is an engine request)
 
 
 class ChatCompletionRequest(_Strict):
@@ -161,12 +186,30 @@ class ChatCompletionRequest(_Strict):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     stop: Annotated[str, Field(min_length=1)] | list[Annotated[str, Field(min_length=1)]] | None = None
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1, description="int64.")
-    n: int | None = Field(default=None, ge=1, le=1)
+    n: int | None = Field(default=None, ge=1, le=MAX_N, description="Choices (engine requests sharing "
+                          f"the prompt's KV blocks); at most {MAX_N}.")
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    logit_bias: dict[str, Annotated[float, Field(ge=-100.0, le=100.0)]] | None = Field(
+        default=None, description="Token id (as a string) -> bias added to its logit, in [-100, 100].")
     response_format: ResponseFormat | None = None
     user: str | None = None
+    # vLLM extensions
+    min_tokens: int | None = Field(default=None, ge=0)
+    stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
+    ignore_eos: bool | None = None
+    include_stop_str_in_output: bool | None = None
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        default=None, description="Extra keyword arguments for the chat template (vLLM), e.g. "
+        '`{"enable_thinking": false}`.')
+    structured_outputs: StructuredOutputs | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = Field(default=None, min_length=1)
+    guided_grammar: str | None = None
 
-    _integral = field_validator("top_k", "max_tokens", "max_completion_tokens", "seed", "n",
-                                mode="before")(integral)
+    _integral = field_validator("top_k", "max_tokens", "max_completion_tokens", "seed", "n", "top_logprobs",
+                                "min_tokens", mode="before")(integral)
 
 
 class PromptTokensDetails(BaseModel):
@@ -215,13 +258,35 @@ class ChoiceError(BaseModel):
     code: str | None = None
 
 
+class TopLogprob(BaseModel):
+    """One of the most likely tokens at a position: text, natural-log probability, UTF-8 bytes."""
+
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class TokenLogprob(TopLogprob):
+    """An output token's log-probability and the ``top_logprobs`` most likely tokens there
+    (raw model log-probabilities, before temperature or penalties, as vLLM's default)."""
+
+    top_logprobs: list[TopLogprob] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(BaseModel):
+    """``choices[i].logprobs``: one entry per output token."""
+
+    content: list[TokenLogprob] | None = None
+    refusal: list[TokenLogprob] | None = None
+
+
 class Choice(BaseModel):
-    """One choice (Loom always answers ``n=1``)."""
+    """One of the ``n`` choices."""
 
     index: int = 0
     message: ResponseMessage
     finish_reason: FinishReason | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     error: ChoiceError | None = None
 
 
@@ -267,7 +332,7 @@ class ChunkChoice(BaseModel):
     index: int = 0
     delta: Delta
     finish_reason: FinishReason | None = None
-    logprobs: None = None
+    logprobs: ChoiceLogprobs | None = None
     error: ChoiceError | None = None
 
 
