@@ -19,6 +19,19 @@ token attends.  Registrations stay *uncommitted* until that step's forward pass
 has returned (``commit``): if it raises, ``discard_uncommitted`` drops their
 hashes, so no later request is ever served KV that was never written.
 
+A request's *partial* last block is kept too, at token granularity (as
+SGLang's radix cache keeps every token; vLLM drops it): when the request
+frees its blocks, the computed tokens of its last, not-full block are
+registered under the hash of the full prefix before them (``tails``).  A
+later request whose tokens continue that prefix with the same first ``m``
+tokens takes the block itself: the block has no other holder, so its first
+``m`` slots count as cached and the request writes its own tokens over the
+rest.  In a multi-turn conversation the next turn's prompt then gets the
+whole previous prompt and reply from the cache (all but the last sampled
+token, whose KV was never computed), not just its full blocks: on a short
+turn of 47 tokens that is 46 instead of 32.  Taking the block drops its
+registration; allocation drops it when the block is evicted.
+
 Prefix-cache counters (``prefix_cache_queries`` / ``prefix_cache_hits``,
 tokens) count once per admission, when the request's blocks are allocated
 (``record_admission``), as vLLM does: a request waiting for free blocks is not
@@ -50,12 +63,20 @@ class KVBlock:
         ref_cnt: number of requests whose block table holds this block.
         block_hash: chained hash when the block is full and registered.
         token_ids: the block's tokens when hashed (guards against collisions).
+        tail_parent: for a registered partial block, the hash of the full
+            prefix before it (``_NO_PARENT`` for a first block); else ``None``.
+        tail_tokens: the computed tokens of a registered partial block.
     """
 
     block_id: int
     ref_cnt: int = 0
     block_hash: int | None = None
     token_ids: tuple[int, ...] = ()
+    tail_parent: object = None
+    tail_tokens: tuple[int, ...] = ()
+
+
+_NO_PARENT = "root"  # tails key of a partial first block (no full block before it)
 
 
 def hash_block(parent_hash: int | None, token_ids: Sequence[int]) -> int:
@@ -73,6 +94,7 @@ class KVCacheManager:
         self.blocks = [KVBlock(i) for i in range(num_blocks)]
         self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.cached: dict[int, int] = {}
+        self.tails: dict[object, set[int]] = {}  # parent hash -> free partial blocks continuing it
         self._num_registered: dict[str, int] = {}
         self._uncommitted: list[int] = []
         self.prefix_cache_queries = 0
@@ -96,19 +118,47 @@ class KVCacheManager:
         position has logits (as vLLM).
 
         Returns:
-            (block ids, number of tokens they hold).
+            (block ids, number of tokens they hold): full blocks, then maybe
+            one registered partial block whose first tokens continue them
+            (its matching tokens counted).
         """
         if not self.enable_prefix_caching or request.sampling_params.prompt_logprobs is not None:
             return [], 0
         self._update_hashes(request)
-        max_blocks = (request.num_tokens - 1) // self.block_size
+        bs = self.block_size
+        max_blocks = (request.num_tokens - 1) // bs
         hits: list[int] = []
         for i, block_hash in enumerate(request.block_hashes[:max_blocks]):
             block_id = self.cached.get(block_hash)
             if block_id is None or not self._same_tokens(request, i, block_id):
                 break
             hits.append(block_id)
-        return hits, len(hits) * self.block_size
+        num_hit = len(hits) * bs
+        tail, m = self._best_tail(request, len(hits))
+        if tail is not None:
+            return hits + [tail], num_hit + m
+        return hits, num_hit
+
+    def _best_tail(self, request: Request, num_full: int) -> tuple[int | None, int]:
+        """The registered partial block sharing the most leading tokens with ``request``'s
+        block ``num_full``, and how many (at least one token is left to compute)."""
+        parent = request.block_hashes[num_full - 1] if num_full else _NO_PARENT
+        candidates = self.tails.get(parent)
+        if not candidates:
+            return None, 0
+        start = num_full * self.block_size
+        want = request.all_token_ids[start:min(start + self.block_size, request.num_tokens - 1)]
+        best, best_m = None, 0
+        for block_id in candidates:
+            have = self.blocks[block_id].tail_tokens
+            m = 0
+            for a, b in zip(have, want):
+                if a != b:
+                    break
+                m += 1
+            if m > best_m:
+                best, best_m = block_id, m
+        return best, best_m
 
     def record_admission(self, request: Request, num_hit_tokens: int) -> None:
         """Count one admission of ``request`` in the prefix-cache counters (tokens),
@@ -142,6 +192,7 @@ class KVCacheManager:
         num_new_tokens: int,
         new_computed_blocks: Sequence[int] = (),
         num_lookahead_tokens: int = 0,
+        num_hit_tokens: int | None = None,
     ) -> bool:
         """Grow ``request``'s block table to hold the tokens of this step.
 
@@ -151,11 +202,15 @@ class KVCacheManager:
             num_new_tokens: tokens computed this step.
             new_computed_blocks: prefix-cache hits to take (first scheduling only).
             num_lookahead_tokens: extra slots (speculative drafts).
+            num_hit_tokens: tokens ``new_computed_blocks`` hold, when the last
+                is a partial block (``get_computed_blocks``' count); default:
+                whole blocks.
 
         Returns:
             False, changing nothing, when the free pool is too small.
         """
-        num_computed = request.num_computed_tokens + len(new_computed_blocks) * self.block_size
+        num_hit = len(new_computed_blocks) * self.block_size if num_hit_tokens is None else num_hit_tokens
+        num_computed = request.num_computed_tokens + num_hit
         total = num_computed + num_new_tokens + num_lookahead_tokens
         need = self.blocks_needed(total) - len(request.block_ids) - len(new_computed_blocks)
         reused_free = sum(1 for b in new_computed_blocks if self.blocks[b].ref_cnt == 0)
@@ -166,9 +221,10 @@ class KVCacheManager:
             if block.ref_cnt == 0:
                 del self.free_queue[block_id]
             block.ref_cnt += 1
+            self._drop_tail(block)  # a partial block taken is written from its first unmatched slot on
         request.block_ids.extend(new_computed_blocks)
         if new_computed_blocks:
-            self._num_registered[request.request_id] = len(request.block_ids)
+            self._num_registered[request.request_id] = num_computed // self.block_size
         for _ in range(max(need, 0)):
             request.block_ids.append(self._pop_free_block())
         if self.enable_prefix_caching:
@@ -176,7 +232,13 @@ class KVCacheManager:
         return True
 
     def free(self, request: Request) -> None:
-        """Release ``request``'s blocks; tail blocks first so they are evicted first."""
+        """Release ``request``'s blocks; tail blocks first so they are evicted first.
+
+        With prefix caching the computed tokens of a partial last block are
+        registered as a tail (see the module docstring).
+        """
+        if self.enable_prefix_caching:
+            self._register_tail(request)
         for block_id in reversed(request.block_ids):
             block = self.blocks[block_id]
             block.ref_cnt -= 1
@@ -237,12 +299,47 @@ class KVCacheManager:
                     assert req.block_hashes[idx] == block.block_hash, f"block {block.block_id} shared off-prefix"
         for block_hash, block_id in self.cached.items():
             assert self.blocks[block_id].block_hash == block_hash
+        for parent, block_ids in self.tails.items():
+            for block_id in block_ids:
+                block = self.blocks[block_id]
+                assert block.ref_cnt == 0, f"block {block_id}: a registered partial block is held"
+                assert block.tail_parent == parent and block.tail_tokens, f"block {block_id}: tail entry stale"
 
     # -- internals ---------------------------------------------------------
+
+    def _register_tail(self, request: Request) -> None:
+        """Register the computed tokens of ``request``'s partial last block (it is being freed)."""
+        bs = self.block_size
+        num_full, k = divmod(request.num_computed_tokens, bs)
+        if not k or num_full >= len(request.block_ids):
+            return
+        block = self.blocks[request.block_ids[num_full]]
+        if block.ref_cnt != 1 or block.block_hash is not None:
+            return
+        self._update_hashes(request)
+        if num_full > len(request.block_hashes):
+            return
+        self._drop_tail(block)
+        block.tail_parent = request.block_hashes[num_full - 1] if num_full else _NO_PARENT
+        block.tail_tokens = tuple(request.all_token_ids[num_full * bs:num_full * bs + k])
+        self.tails.setdefault(block.tail_parent, set()).add(block.block_id)
+
+    def _drop_tail(self, block: KVBlock) -> None:
+        """Forget ``block``'s partial-block registration, if any."""
+        if block.tail_parent is None:
+            return
+        peers = self.tails.get(block.tail_parent)
+        if peers is not None:
+            peers.discard(block.block_id)
+            if not peers:
+                del self.tails[block.tail_parent]
+        block.tail_parent = None
+        block.tail_tokens = ()
 
     def _pop_free_block(self) -> int:
         block_id, _ = self.free_queue.popitem(last=False)
         block = self.blocks[block_id]
+        self._drop_tail(block)
         if block.block_hash is not None:
             self._drop_hash(block)
         block.ref_cnt = 1

@@ -133,7 +133,7 @@ class Scheduler:
             if req.num_computed_tokens == 0:
                 hit_blocks, num_hit = self.kv.get_computed_blocks(req)
             num_new = min(req.num_tokens - req.num_computed_tokens - num_hit, budget)
-            if not self.kv.allocate_slots(req, num_new, hit_blocks):
+            if not self.kv.allocate_slots(req, num_new, hit_blocks, num_hit_tokens=num_hit):
                 break
             self.waiting.popleft()
             if req.num_computed_tokens == 0:

@@ -1,5 +1,6 @@
 """Block pool bookkeeping: allocation, chained prefix hashes, ref counts, LRU
-eviction of freed cached blocks, and the free + used == pool invariant."""
+eviction of freed cached blocks, partial last blocks kept at token
+granularity, and the free + used == pool invariant."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def _req(rid: str, tokens: list[int]) -> Request:
 def _admit(kv: KVCacheManager, req: Request) -> int:
     """Prefix lookup + allocation of the whole prompt, as the scheduler does."""
     hits, num_hit = kv.get_computed_blocks(req)
-    assert kv.allocate_slots(req, req.num_tokens - num_hit, hits)
+    assert kv.allocate_slots(req, req.num_tokens - num_hit, hits, num_hit_tokens=num_hit)
     kv.record_admission(req, num_hit)
     kv.commit()  # the step's forward pass wrote the KV
     req.num_computed_tokens = req.num_tokens
@@ -130,3 +131,49 @@ def test_lookahead_slots_are_allocated_for_drafted_tokens():
     a = _req("a", [1, 2, 3])
     assert kv.allocate_slots(a, 3, num_lookahead_tokens=3)
     assert len(a.block_ids) == 2
+
+
+def test_a_freed_partial_last_block_serves_its_computed_tokens_to_a_continuation():
+    kv = KVCacheManager(num_blocks=10, block_size=4)
+    a = _req("a", list(range(10)))  # blocks [0-3] [4-7] and a partial [8, 9]
+    _admit(kv, a)
+    tail_block = a.block_ids[2]
+    kv.free(a)
+    kv.check_invariants([])
+    b = _req("b", list(range(10)) + [50, 51])
+    hits, num_hit = kv.get_computed_blocks(b)
+    assert num_hit == 10 and hits[-1] == tail_block  # 2 full blocks + 2 tokens of the partial one
+    assert kv.allocate_slots(b, b.num_tokens - num_hit, hits, num_hit_tokens=num_hit)
+    assert b.block_ids[:3] == hits and kv.tails == {}  # taken: b writes its own tokens into it
+    kv.check_invariants([b])
+
+
+def test_a_partial_block_matches_only_its_leading_equal_tokens_and_leaves_one_to_compute():
+    kv = KVCacheManager(num_blocks=10, block_size=4)
+    a = _req("a", [1, 2, 3, 4, 5, 6, 7])  # partial block holds [5, 6, 7]
+    _admit(kv, a)
+    kv.free(a)
+    assert kv.get_computed_blocks(_req("b", [1, 2, 3, 4, 5, 9, 9]))[1] == 5  # diverges after 5
+    assert kv.get_computed_blocks(_req("c", [1, 2, 3, 4, 5, 6, 7]))[1] == 6  # the last token is computed
+    assert kv.get_computed_blocks(_req("d", [1, 2, 3, 9, 5, 6, 7]))[1] == 0  # other prefix: other parent
+
+
+def test_an_evicted_partial_block_is_forgotten():
+    kv = KVCacheManager(num_blocks=3, block_size=4)
+    a = _req("a", [1, 2, 3, 4, 5, 6])
+    _admit(kv, a)
+    kv.free(a)
+    filler = _req("f", list(range(100, 112)))  # needs all 3 blocks: the partial one is evicted
+    _admit(kv, filler)
+    assert kv.tails == {}
+    kv.free(filler)
+    kv.check_invariants([])
+    assert kv.get_computed_blocks(_req("b", [1, 2, 3, 4, 5, 6, 7]))[1] == 0
+
+
+def test_no_partial_blocks_without_prefix_caching():
+    kv = KVCacheManager(num_blocks=10, block_size=4, enable_prefix_caching=False)
+    a = _req("a", list(range(6)))
+    _admit(kv, a)
+    kv.free(a)
+    assert kv.tails == {}
