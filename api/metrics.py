@@ -87,6 +87,11 @@ class Metrics:
             "loom_tokens", "Tokens by class (prompt classes split cached/computed).", ["token_class"], registry=r
         )
         self.in_flight = Gauge("loom_in_flight_requests", "HTTP requests being served.", registry=r)
+        self.id_reuse = Counter(
+            "loom_generated_ids_reuse", "Chat completions whose prompt reused the exact ids generated for a "
+            "resent assistant reply (applied) or found none to reuse (missed).", ["result"], registry=r)
+        self.id_reused_tokens = Counter(
+            "loom_generated_ids_reused_tokens", "Prompt tokens taken from remembered generated ids.", registry=r)
         self.spec_drafted = Counter("loom_spec_decode_draft_tokens", "Drafted tokens.", registry=r)
         self.spec_accepted = Counter("loom_spec_decode_accepted_tokens", "Accepted drafted tokens.", registry=r)
         self.drafted = 0
@@ -116,6 +121,11 @@ class Metrics:
             self.accepted += accepted
             self.spec_drafted.inc(drafted)
             self.spec_accepted.inc(accepted)
+
+    def observe_id_reuse(self, applied: bool, reused_tokens: int) -> None:
+        """One chat completion's prompt: did it reuse remembered generated ids, and how many (tokens)."""
+        self.id_reuse.labels(result="applied" if applied else "missed").inc()
+        self.id_reused_tokens.inc(reused_tokens)
 
     def count_tokens(self, by_class: dict[str, int]) -> None:
         """Add token counts keyed by class (``user.cached``, ``reasoning``, ...)."""

@@ -59,6 +59,7 @@ class Services:
     store: Store | None = None
     engine: Any = None  # runtime.AsyncLLM
     tool_format: Any = None  # orchestrator.formats.ToolCallFormat of the served model
+    generated_ids: Any = None  # orchestrator.reuse.GeneratedIds: exact ids for resent replies
     retriever: Any = None  # retrieval.Retriever
     metrics: Metrics = field(default_factory=Metrics)
     started_at: float = field(default_factory=time.time)
@@ -85,6 +86,9 @@ class Services:
         log.info("tool-call format: %s%s", self.tool_format.name,
                  " (tools described in the system message)" if self.tool_format.tools_in_system else "")
         self.metrics.watch_engine(self.engine.stats)
+        from orchestrator.reuse import GeneratedIds
+
+        self.generated_ids = GeneratedIds(self.engine.tokenizer)
         if s.index is not None:
             self.retriever = self._open_index(Path(s.index))
         if s.no_auth:
