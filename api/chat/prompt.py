@@ -23,7 +23,7 @@ from __future__ import annotations
 import inspect
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from api.schemas.chat import AssistantMessage, ChatCompletionRequest, Content, NamedToolChoice, ToolMessage
 from orchestrator.formats import ToolCallFormat, detect_format
@@ -261,10 +261,14 @@ def _top_logprobs(req: ChatCompletionRequest) -> int | None:
 
 
 def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
-            max_model_len: int | None, fmt: ToolCallFormat | None = None) -> PreparedChat:
+            max_model_len: int | None, fmt: ToolCallFormat | None = None,
+            encode: Callable[[str], list[int]] | None = None) -> PreparedChat:
     """Prompt ids and ``SamplingParams`` for a request.
 
     ``fmt`` is the model's tool-call format (detected from ``tokenizer`` when ``None``).
+    ``encode`` tokenizes the rendered prompt instead of the tokenizer (the
+    server passes :meth:`orchestrator.reuse.GeneratedIds.encode` for the
+    caller's key, so replies the client resends keep the ids the model generated).
 
     Raises:
         InvalidRequestError / ValueError: invalid combination or value (field named).
@@ -282,9 +286,7 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
     fmt = fmt if fmt is not None else detect_format(tokenizer)
     kwargs = template_kwargs(req, tokenizer)
     messages = template_messages(req)
-    # the stateless prefix cache fits here: prompt_ids(..., encode=GeneratedIds.encode) keeps the
-    # ids the model generated for assistant text the client resends (orchestrator.reuse)
-    ids = prompt_ids(tokenizer, fmt, messages, tools, template_kwargs=kwargs or None)
+    ids = prompt_ids(tokenizer, fmt, messages, tools, template_kwargs=kwargs or None, encode=encode)
     if max_model_len is not None and len(ids) >= max_model_len:
         raise ContextLengthError(
             f"This model's maximum context length is {max_model_len} tokens, but the "

@@ -105,8 +105,9 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     check_unknown_fields(body, strict_setting(services.settings))
     _check_model(services, body.model)
     engine = services.engine
+    reuse = _IdReuse(services.generated_ids, owner)
     prepared = prepare(body, engine.tokenizer, services.settings.default_max_tokens,
-                       engine_max_model_len(engine), services.tool_format)
+                       engine_max_model_len(engine), services.tool_format, encode=reuse.encode)
     run = CompletionRun(prepared, services.settings.model_name, engine.tokenizer)
     try:
         gens = await open_generations(engine, prepared.prompt_token_ids, prepared.sampling_params,
@@ -116,8 +117,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
             include_usage = bool(opts and opts.include_usage)
             # vLLM honours continuous_usage_stats only together with include_usage
             continuous = include_usage and bool(opts and opts.continuous_usage_stats)
-            return EventSourceResponse(_sse(services, run, gens, include_usage, continuous), ping=15)
-        return await _complete(services, request, run, gens)
+            return EventSourceResponse(_sse(services, run, gens, include_usage, continuous, reuse), ping=15)
+        return await _complete(services, request, run, gens, reuse)
     except InvalidRequestError as exc:
         raise _client_field(exc, run) from None
 
@@ -129,7 +130,8 @@ def _client_field(exc: InvalidRequestError, run: CompletionRun) -> InvalidReques
     return _constraint_error(exc, run.prepared.constraint_field or "response_format")
 
 
-async def _complete(services: Any, request: Request, run: CompletionRun, gens: list[Generation]) -> ChatCompletion:
+async def _complete(services: Any, request: Request, run: CompletionRun, gens: list[Generation],
+                    reuse: _IdReuse) -> ChatCompletion:
     async def consume() -> None:
         async for index, out in merge_outputs(gens):
             run.feed(out, index)
@@ -141,19 +143,41 @@ async def _complete(services: Any, request: Request, run: CompletionRun, gens: l
         with anyio.CancelScope(shield=True):
             await settle(work)
         await close_generations(services.engine, gens)
-    _record(services, run)
+    _record(services, run, reuse)
     return run.result()
 
 
-def _record(services: Any, run: CompletionRun) -> None:
+class _IdReuse:
+    """The stateless prefix cache for one request: its prompt is encoded through the server's
+    ``GeneratedIds`` for the caller's key, and its finished choices are remembered there."""
+
+    def __init__(self, store: Any, owner: str) -> None:
+        self.store, self.owner, self.reused = store, owner, None
+
+    def encode(self, text: str) -> list[int]:
+        encoded = self.store.encode(self.owner, text)
+        self.reused = encoded.reused_tokens
+        return encoded.token_ids
+
+    def record(self, services: Any, run: CompletionRun) -> None:
+        if self.reused is not None:
+            services.metrics.observe_id_reuse(self.reused > 0, self.reused)
+        for choice in run.choices:
+            out = choice.last
+            if out is not None and out.finished and out.finish_reason in ("stop", "length"):
+                self.store.remember(self.owner, list(run.prepared.prompt_token_ids) + list(out.token_ids))
+
+
+def _record(services: Any, run: CompletionRun, reuse: _IdReuse) -> None:
     for choice in run.choices:
         if choice.last is not None and choice.last.finished:
             services.metrics.observe_output(choice.last)
     services.metrics.count_tokens(run.token_classes())
+    reuse.record(services, run)
 
 
 async def _sse(services: Any, run: CompletionRun, gens: list[Generation], include_usage: bool,
-               continuous_usage: bool) -> AsyncIterator[dict[str, str]]:
+               continuous_usage: bool, reuse: _IdReuse) -> AsyncIterator[dict[str, str]]:
     outputs = merge_outputs(gens)
     try:
         async for chunk in stream_chunks(run, outputs, include_usage, continuous_usage):
@@ -172,4 +196,4 @@ async def _sse(services: Any, run: CompletionRun, gens: list[Generation], includ
         with anyio.CancelScope(shield=True):
             await outputs.aclose()
         await close_generations(services.engine, gens)
-        _record(services, run)
+        _record(services, run, reuse)
