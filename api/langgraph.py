@@ -35,7 +35,8 @@ from langgraph.checkpoint.base import (WRITES_IDX_MAP, BaseCheckpointSaver, Chan
                                        CheckpointMetadata, CheckpointTuple, SerializerProtocol,
                                        get_checkpoint_id, get_serializable_checkpoint_metadata, writes_sort_key)
 from langgraph.checkpoint.memory import InMemorySaver
-from sqlalchemy import Integer, LargeBinary, String, delete, insert, select
+from sqlalchemy import Integer, LargeBinary, String, Text, delete, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
@@ -50,11 +51,11 @@ class CheckpointRow(_Base):
     """A checkpoint without its channel values (those are blobs)."""
 
     __tablename__ = "langgraph_checkpoints"
-    thread_id: Mapped[str] = mapped_column(String(255), primary_key=True)
-    checkpoint_ns: Mapped[str] = mapped_column(String(255), primary_key=True)
-    checkpoint_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    parent_checkpoint_id: Mapped[str | None] = mapped_column(String(64))
-    run_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    thread_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    checkpoint_ns: Mapped[str] = mapped_column(Text, primary_key=True)
+    checkpoint_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    parent_checkpoint_id: Mapped[str | None] = mapped_column(Text)
+    run_id: Mapped[str | None] = mapped_column(Text, index=True)
     type: Mapped[str] = mapped_column(String(32))
     checkpoint: Mapped[bytes] = mapped_column(LargeBinary)
     metadata_type: Mapped[str] = mapped_column(String(32))
@@ -65,10 +66,10 @@ class BlobRow(_Base):
     """One channel's value at one version (``type == "empty"``: the channel was emptied)."""
 
     __tablename__ = "langgraph_checkpoint_blobs"
-    thread_id: Mapped[str] = mapped_column(String(255), primary_key=True)
-    checkpoint_ns: Mapped[str] = mapped_column(String(255), primary_key=True)
-    channel: Mapped[str] = mapped_column(String(255), primary_key=True)
-    version: Mapped[str] = mapped_column(String(64), primary_key=True)
+    thread_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    checkpoint_ns: Mapped[str] = mapped_column(Text, primary_key=True)
+    channel: Mapped[str] = mapped_column(Text, primary_key=True)
+    version: Mapped[str] = mapped_column(Text, primary_key=True)
     type: Mapped[str] = mapped_column(String(32))
     blob: Mapped[bytes] = mapped_column(LargeBinary)
 
@@ -77,25 +78,27 @@ class WriteRow(_Base):
     """A pending write of one task, stored against the checkpoint it follows."""
 
     __tablename__ = "langgraph_checkpoint_writes"
-    thread_id: Mapped[str] = mapped_column(String(255), primary_key=True)
-    checkpoint_ns: Mapped[str] = mapped_column(String(255), primary_key=True)
-    checkpoint_id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    task_id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    thread_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    checkpoint_ns: Mapped[str] = mapped_column(Text, primary_key=True)
+    checkpoint_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    task_id: Mapped[str] = mapped_column(Text, primary_key=True)
     idx: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    channel: Mapped[str] = mapped_column(String(255))
+    channel: Mapped[str] = mapped_column(Text)
     type: Mapped[str] = mapped_column(String(32))
     blob: Mapped[bytes] = mapped_column(LargeBinary)
-    task_path: Mapped[str] = mapped_column(String(1024), default="")
+    task_path: Mapped[str] = mapped_column(Text, default="")
+
+
+_UPSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}  # INSERT .. ON CONFLICT
 
 
 def _upsert(s: Session, row_cls: type[_Base], values: list[dict[str, Any]], replace: bool) -> None:
     """Insert ``values``; on a primary-key conflict keep the old row, or ``replace`` it."""
     if not values:
         return
-    dialect = s.get_bind().dialect.name
-    if dialect in ("sqlite", "postgresql"):
-        mod = __import__(f"sqlalchemy.dialects.{dialect}", fromlist=["insert"])
-        stmt = mod.insert(row_cls).values(values)
+    dialect_insert = _UPSERTS.get(s.get_bind().dialect.name)
+    if dialect_insert is not None:
+        stmt = dialect_insert(row_cls).values(values)
         keys = [c.name for c in row_cls.__table__.primary_key.columns]
         if replace:
             stmt = stmt.on_conflict_do_update(index_elements=keys,

@@ -12,7 +12,6 @@ from typing import Annotated, TypedDict
 
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.graph import END, START, MessagesState, StateGraph
 from sqlalchemy import inspect
 
@@ -28,13 +27,16 @@ def _url(kind: str, tmp_path: Path) -> str:
 
 @pytest.mark.parametrize("kind", URLS)
 async def test_langgraph_conformance_suite_passes_every_capability_it_detects(kind: str, tmp_path: Path) -> None:
-    @checkpointer_test(name=f"LoomCheckpointSaver[{kind}]")
+    conformance = pytest.importorskip("langgraph.checkpoint.conformance",
+                                      reason="pip install langgraph-checkpoint-conformance (the dev extra)")
+
+    @conformance.checkpointer_test(name=f"LoomCheckpointSaver[{kind}]")
     async def factory():  # noqa: ANN202
         saver = LoomCheckpointSaver(_url(kind, tmp_path))
         yield saver
         saver.close()
 
-    report = await validate(factory)
+    report = await conformance.validate(factory)
     failures = {cap: r.failures for cap, r in report.results.items() if r.passed is False}
     assert failures == {} and report.passed_all_base()
     assert {cap for cap, r in report.results.items() if r.passed} == {
@@ -62,9 +64,10 @@ def test_tables_live_beside_the_session_tables_and_appear_on_first_use(tmp_path:
             "langgraph_checkpoint_writes"} <= tables
 
 
-def test_a_new_saver_on_the_same_url_restores_the_thread(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'loom.db'}"
-    config = {"configurable": {"thread_id": "chat-1"}}
+@pytest.mark.parametrize("kind", URLS)
+def test_a_new_saver_on_the_same_url_restores_the_thread(kind: str, tmp_path: Path) -> None:
+    url = _url(kind, tmp_path)
+    config = {"configurable": {"thread_id": f"chat-{uuid.uuid4()}"}}
     _chat_graph(LoomCheckpointSaver(url)).invoke({"messages": [HumanMessage("first")]}, config)
     graph = _chat_graph(LoomCheckpointSaver(url))  # as after a restart: nothing in memory
     out = graph.invoke({"messages": [HumanMessage("second")]}, config)
@@ -82,10 +85,11 @@ class _Fan(TypedDict):
     done: Annotated[list[str], operator.add]
 
 
-def test_pending_writes_of_a_failed_step_spare_the_finished_task_on_resume(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", URLS)
+def test_pending_writes_of_a_failed_step_spare_the_finished_task_on_resume(kind: str, tmp_path: Path) -> None:
     """LangGraph keeps the writes of tasks that finished in a step where another failed; a new
     saver must hand them back so the resumed run reruns only the failed task."""
-    url = f"sqlite:///{tmp_path / 'loom.db'}"
+    url = _url(kind, tmp_path)
     calls = {"a": 0, "b": 0}
 
     def a(state: _Fan) -> dict:
