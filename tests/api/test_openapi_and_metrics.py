@@ -6,7 +6,7 @@ import httpx
 from openapi_spec_validator import validate
 
 EXPECTED = {
-    ("get", "/v1/models"), ("post", "/v1/chat/completions"),
+    ("get", "/v1/models"), ("get", "/v1/models/{model_id}"), ("post", "/v1/chat/completions"),
     ("post", "/v1/sessions"), ("get", "/v1/sessions"), ("get", "/v1/sessions/{session_id}"), ("delete", "/v1/sessions/{session_id}"),
     ("get", "/v1/sessions/{session_id}/messages"), ("post", "/v1/sessions/{session_id}/messages"),
     ("post", "/v1/documents"), ("delete", "/v1/documents/{document_id}"), ("get", "/v1/search"),
