@@ -80,6 +80,10 @@ class Settings(BaseSettings):
         default=30.0, ge=0, description="Shutdown waits this long for in-flight requests (s)."
     )
     log_level: str = "info"
+    strict: bool = Field(
+        default=False, description="Reject unknown request fields with 400 (OpenAI's behaviour) "
+        "instead of accepting them and logging each field name once (vLLM's behaviour)."
+    )
 
     @field_validator("tool_call_parser")
     @classmethod
