@@ -1,0 +1,69 @@
+"""Loom's public API in one import: ``import loom``.
+
+Each name lives in the package the design puts it in and is re-exported here,
+loaded on first attribute access (PEP 562 module ``__getattr__``), so
+``import loom`` imports neither torch nor transformers:
+
+- ``LLM``, ``AsyncLLM``, ``SamplingParams``: the engine (``runtime``; vLLM's names);
+- ``Agent``: the tool-calling agent loop (``orchestrator``);
+- ``tool``: the decorator that turns a typed function into a tool (``tools``);
+- ``Retriever``: ingestion and hybrid FAISS + BM25 search (``retrieval``);
+- ``LongTermMemory``: extracted, scored long-term memories (``memory``);
+- ``create_app``: the OpenAI-compatible FastAPI server (``api``).
+
+Example::
+
+    import loom
+
+    llm = loom.LLM("smollm2-135m-instruct")
+    out = llm.generate(["The capital of France is"], loom.SamplingParams(max_tokens=8))
+
+Raises:
+    AttributeError: a name that is not part of the public API.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from api import create_app
+    from memory import LongTermMemory
+    from orchestrator import Agent
+    from retrieval import Retriever
+    from runtime import LLM, AsyncLLM, SamplingParams
+    from tools import tool
+
+try:
+    __version__ = version("loom")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0.0.0+unknown"
+
+# public name -> the package that owns it
+_HOMES = {
+    "LLM": "runtime",
+    "AsyncLLM": "runtime",
+    "SamplingParams": "runtime",
+    "Agent": "orchestrator",
+    "tool": "tools",
+    "Retriever": "retrieval",
+    "LongTermMemory": "memory",
+    "create_app": "api",
+}
+
+__all__ = [*_HOMES, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'loom' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # later accesses skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
