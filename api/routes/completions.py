@@ -1,7 +1,157 @@
-"""Placeholder router (being written); registered by ``api.app.create_app``."""
+"""``POST /v1/completions``: OpenAI's legacy text completions, with vLLM's extensions.
+
+Every prompt runs ``n`` engine requests (``api.engine_io.open_generations``);
+all of them are submitted before the first answer is awaited, and all are
+aborted when the client goes away or one fails, so no KV block stays held.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
 
-router = APIRouter(tags=["openai"])
+import anyio
+from fastapi import APIRouter, Depends, Request
+from sse_starlette.sse import EventSourceResponse
+
+from api.auth import require_owner
+from api.completions.prompts import PreparedCompletion, prepare
+from api.completions.run import CompletionRun
+from api.engine_io import (
+    Generation,
+    close_generations,
+    engine_max_model_len,
+    merge_outputs,
+    open_generations,
+    settle,
+    until_disconnect,
+)
+from api.errors import error_body, loom_error_body
+from api.routes.chat import _check_model, _constraint_error
+from api.schemas.base import check_unknown_fields, strict_setting
+from api.schemas.completions import Completion, CompletionRequest
+from api.schemas.errors import error_responses
+from runtime.errors import InvalidRequestError, LoomError
+
+router = APIRouter(tags=["openai"], responses=error_responses(400, 401))
+
+_DOC = error_responses(404, 429, 503, extra={200: {
+    "description": "A Completion, or with `stream: true` server-sent events: "
+    "`data: <Completion JSON>` lines ending with `data: [DONE]`.",
+    "content": {"text/event-stream": {}}}})
+
+
+@router.post("/v1/completions", response_model=Completion, responses=_DOC, summary="Create a completion")
+async def create_completion(body: CompletionRequest, request: Request,
+                            owner: str = Depends(require_owner)) -> Any:
+    """OpenAI legacy completions over the in-process engine: prompts as text or token ids, ``n``
+    samples each, ``echo``, ``logprobs``, streaming, and vLLM's sampling and structured-output fields."""
+    services = request.app.state.services
+    check_unknown_fields(body, strict_setting(services.settings))
+    _check_model(services, body.model)
+    engine = services.engine
+    prepared = prepare(body, engine.tokenizer, services.settings.default_max_tokens,
+                       engine_max_model_len(engine))
+    run = CompletionRun(prepared, services.settings.model_name, engine.tokenizer)
+    try:
+        gens = await _open(engine, prepared, run.request_id)
+        if body.stream:
+            opts = body.stream_options
+            include_usage = bool(opts and opts.include_usage)
+            continuous = include_usage and bool(opts and opts.continuous_usage_stats)  # as vLLM
+            return EventSourceResponse(_sse(services, run, gens, include_usage, continuous), ping=15)
+        return await _complete(services, request, run, gens)
+    except InvalidRequestError as exc:
+        raise _client_field(exc, prepared) from None
+
+
+def _client_field(exc: InvalidRequestError, prepared: PreparedCompletion) -> InvalidRequestError:
+    """``exc`` naming the request's field when the engine named its own ``structured_output``."""
+    if exc.param != "structured_output":
+        return exc
+    return _constraint_error(exc, prepared.constraint_field or "response_format")
+
+
+async def _open(engine: Any, prepared: PreparedCompletion, request_id: str) -> list[Generation]:
+    """Every prompt's ``n`` requests, submitted together; choice ``p * n + j`` is sample ``j`` of prompt ``p``.
+
+    When any prompt fails at submission every request is aborted and the first failure raised.
+    """
+    many = len(prepared.prompts) > 1
+    tasks = [asyncio.ensure_future(open_generations(
+        engine, p.token_ids, p.sampling_params, f"{request_id}-{i}" if many else request_id, prepared.n))
+        for i, p in enumerate(prepared.prompts)]
+    try:
+        await asyncio.wait(tasks)
+    except BaseException:  # cancelled while submitting: let each submission unwind, then abort all
+        for t in tasks:
+            t.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait(tasks)
+            await close_generations(engine, [g for t in tasks if _ok(t) for g in t.result()])
+        raise
+    failed = [t.exception() for t in tasks if not _ok(t)]
+    gens = [g for t in tasks if _ok(t) for g in t.result()]
+    if failed:
+        await close_generations(engine, gens)
+        raise failed[0]  # type: ignore[misc]
+    for p, t in enumerate(tasks):
+        for g in t.result():
+            g.index = p * prepared.n + g.index
+    return gens
+
+
+def _ok(task: asyncio.Future[Any]) -> bool:
+    return task.done() and not task.cancelled() and task.exception() is None
+
+
+async def _complete(services: Any, request: Request, run: CompletionRun, gens: list[Generation]) -> Completion:
+    async def consume() -> None:
+        async for index, out in merge_outputs(gens):
+            run.feed(index, out)
+
+    work = asyncio.ensure_future(consume())
+    try:
+        await until_disconnect(request, work)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await settle(work)
+        await close_generations(services.engine, gens)
+    _record(services, run)
+    return run.result()
+
+
+def _record(services: Any, run: CompletionRun) -> None:
+    for choice in run.choices:
+        if choice.last is not None and choice.last.finished:
+            services.metrics.observe_output(choice.last)
+    services.metrics.count_tokens(run.token_classes())
+
+
+async def _sse(services: Any, run: CompletionRun, gens: list[Generation], include_usage: bool,
+               continuous_usage: bool) -> AsyncIterator[dict[str, str]]:
+    outputs = merge_outputs(gens)
+    try:
+        async for index, out in outputs:
+            chunk = run.chunk(index, out, continuous_usage)
+            if chunk is not None:
+                yield {"data": chunk.model_dump_json()}
+        if include_usage:
+            yield {"data": run.usage_chunk().model_dump_json()}
+        yield {"data": "[DONE]"}
+    except LoomError as exc:  # failure after the stream began: an error event, then stop
+        if isinstance(exc, InvalidRequestError):
+            exc = _client_field(exc, run.prepared)
+        yield {"data": json.dumps(loom_error_body(exc))}
+    except (asyncio.CancelledError, GeneratorExit):
+        raise  # client went away: the finally below aborts the requests
+    except Exception:
+        yield {"data": json.dumps(error_body("Internal server error", "internal_error"))}
+        raise
+    finally:
+        with anyio.CancelScope(shield=True):
+            await outputs.aclose()
+        await close_generations(services.engine, gens)
+        _record(services, run)
