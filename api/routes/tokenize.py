@@ -1,7 +1,84 @@
-"""Placeholder router (being written); registered by ``api.app.create_app``."""
+"""vLLM's ``POST /tokenize`` and ``POST /detokenize`` for the served model's tokenizer.
+
+Chat ``messages`` go through the same renderer as ``/v1/chat/completions``
+(``api.chat.prompt.template_messages`` and ``orchestrator.template``), so the
+``count`` of a chat equals the ``prompt_tokens`` a chat completion of it reports.
+A prompt longer than the window is still tokenized (``count`` then exceeds
+``max_model_len``: that is how a client measures it).
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Any
 
-router = APIRouter(tags=["openai"])
+from fastapi import APIRouter, Depends, Request
+
+from api.auth import require_owner
+from api.chat.prompt import template_kwargs, template_messages, tool_dicts
+from api.engine_io import engine_max_model_len
+from api.routes.chat import _check_model
+from api.schemas.base import check_unknown_fields, strict_setting
+from api.schemas.chat import ChatCompletionRequest
+from api.schemas.errors import error_responses
+from api.schemas.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
+from orchestrator.template import prompt_ids, render_chat
+from runtime.errors import InvalidRequestError
+
+router = APIRouter(tags=["vllm"], responses=error_responses(400, 401, 404))
+
+
+@router.post("/tokenize", response_model=TokenizeResponse, summary="Tokenize a prompt or a chat")
+async def tokenize(body: TokenizeRequest, request: Request,
+                   owner: str = Depends(require_owner)) -> TokenizeResponse:
+    """Token ids of ``prompt``, or of ``messages`` rendered as a chat completion's prompt (vLLM)."""
+    services = request.app.state.services
+    check_unknown_fields(body, strict_setting(services.settings))
+    if body.model is not None:
+        _check_model(services, body.model)
+    tokenizer = services.engine.tokenizer
+    if (body.prompt is None) == (body.messages is None):
+        raise InvalidRequestError("send exactly one of prompt and messages",
+                                  param="messages" if body.messages is not None else "prompt")
+    if body.prompt is not None:
+        add = True if body.add_special_tokens is None else body.add_special_tokens
+        ids = list(tokenizer.encode(body.prompt, add_special_tokens=add))
+    else:
+        ids = _chat_ids(body, tokenizer, services.tool_format)
+    return TokenizeResponse(count=len(ids), max_model_len=engine_max_model_len(services.engine) or 0,
+                            tokens=ids, token_strs=list(tokenizer.convert_ids_to_tokens(ids))
+                            if body.return_token_strs else None)
+
+
+def _chat_ids(body: TokenizeRequest, tokenizer: Any, fmt: Any) -> list[int]:
+    """The chat's prompt ids: exactly ``/v1/chat/completions``' for the default flags."""
+    chat = ChatCompletionRequest.model_construct(model=body.model or "", messages=body.messages,
+                                                 tools=body.tools, chat_template_kwargs=body.chat_template_kwargs)
+    messages, tools = template_messages(chat), tool_dicts(chat)
+    kwargs = template_kwargs(chat, tokenizer) or None
+    if body.add_generation_prompt and not body.add_special_tokens:
+        return prompt_ids(tokenizer, fmt, messages, tools, template_kwargs=kwargs)
+    try:
+        text = render_chat(tokenizer, fmt, messages, tools, add_generation_prompt=body.add_generation_prompt,
+                           template_kwargs=kwargs)
+    except Exception as exc:  # jinja TemplateError / raise_exception in the template (as prompt_ids)
+        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise InvalidRequestError(f"the model's chat template cannot render these messages: {reason}",
+                                  param="messages") from exc
+    return list(tokenizer.encode(text, add_special_tokens=bool(body.add_special_tokens)))
+
+
+@router.post("/detokenize", response_model=DetokenizeResponse, summary="Detokenize token ids")
+async def detokenize(body: DetokenizeRequest, request: Request,
+                     owner: str = Depends(require_owner)) -> DetokenizeResponse:
+    """The text token ids spell (vLLM); an id outside the tokenizer's vocabulary is a 400 naming it."""
+    services = request.app.state.services
+    check_unknown_fields(body, strict_setting(services.settings))
+    if body.model is not None:
+        _check_model(services, body.model)
+    tokenizer = services.engine.tokenizer
+    vocab = len(tokenizer)
+    for i, token in enumerate(body.tokens):
+        if token >= vocab:
+            raise InvalidRequestError(f"token id {token} is not in the model's vocabulary [0, {vocab})",
+                                      param=f"tokens.{i}")
+    return DetokenizeResponse(prompt=tokenizer.decode(body.tokens, skip_special_tokens=False))
