@@ -2,8 +2,11 @@
 
 ``ratio = variant / reference`` for every metric, so for throughputs above 1
 is better and for latencies and cost below 1 is better (the ``better`` column
-says which way each metric points).  :func:`comparison_table` renders the same
-as a rich table for the CLI.
+says which way each metric points).  Rows a run has no data for are left out
+(speculation when no variant drafted, quality without a quality block); the GPU
+cost row says "(hypothetical)" when a variant did not run on CUDA, and the
+table's caption gives the label (:func:`evals.prices.gpu_cost_label`).
+:func:`comparison_table` renders the same as a rich table for the CLI and the demo.
 """
 
 from __future__ import annotations
@@ -46,22 +49,35 @@ def compare_summaries(summaries: list[dict[str, Any]]) -> dict[str, Any]:
     if not summaries:
         return {}
     ref = summaries[0]
+    drafted = any((s.get("spec") or {}).get("num_drafts") for s in summaries)
+    hypothetical = any((s.get("cost") or {}).get("gpu_cost_hypothetical") for s in summaries)
     rows = []
     for label, path, better in METRICS:
         if path[0] == "quality" and path[1] not in (ref.get("quality") or {}):
             continue
+        if path[0] == "spec" and not drafted:
+            continue
+        if path[:2] == ("cost", "gpu_cost_per_request_usd") and hypothetical:
+            label += " (hypothetical)"
         base = _get(ref, path)
         values = {s["variant"]: _get(s, path) for s in summaries}
         ratios = {name: (v / base if v is not None and base else None) for name, v in values.items()}
         rows.append({"metric": label, "better": better, "values": values, "ratio_to_reference": ratios})
-    return {"reference": ref["variant"], "rows": rows}
+    labels = {s["variant"]: (s.get("cost") or {}).get("gpu_cost_label") for s in summaries}
+    return {"reference": ref["variant"], "rows": rows,
+            "gpu_cost_labels": {name: label for name, label in labels.items() if label}}
 
 
 def comparison_table(comparison: dict[str, Any]) -> Any:
-    """A ``rich.table.Table``: one row per metric, value and ratio per variant."""
+    """A ``rich.table.Table``: one row per metric, value and ratio per variant; GPU-cost label as caption."""
     from rich.table import Table
 
-    table = Table(title=f"comparison (ratio to {comparison.get('reference')})")
+    labels = comparison.get("gpu_cost_labels") or {}
+    if len(set(labels.values())) == 1:
+        caption = f"GPU cost: {next(iter(labels.values()))}"
+    else:
+        caption = "; ".join(f"GPU cost of {name}: {label}" for name, label in labels.items()) or None
+    table = Table(title=f"comparison (ratio to {comparison.get('reference')})", caption=caption)
     table.add_column("metric")
     names = list(comparison["rows"][0]["values"]) if comparison.get("rows") else []
     for name in names:

@@ -18,7 +18,8 @@ What it does, with no network:
    generated;
 4. prints each turn's tokens by class (cached / computed), TTFT, TPOT and
    cost, then the session totals and the prefix-cache hit rate;
-5. ends with a short ``sessions`` eval and the path of its report.
+5. ends with a short ``sessions`` eval (prefix caching on vs off): its comparison
+   table in the terminal, and the path of its report.
 
 Everything lives under ``--workdir`` (default ``.loom/``), so a second run
 reuses the index.
@@ -168,15 +169,24 @@ def _totals(console: Console, results: list[RunResult]) -> None:
                   f"{total.cached_tokens} of {total.prompt_tokens} prompt tokens served from cache")
 
 
-def _eval(console: Console, model: str, workdir: Path) -> None:
-    import evals
+def closing_eval(console: Console, model: str, workdir: Path, **overrides: Any) -> Any:
+    """The demo's closing ``sessions`` eval: prefix caching on against off, the same requests.
 
-    console.print("\n[bold]Short `sessions` eval[/] (prefix caching on vs off)")
+    Prints the comparison table (:func:`evals.compare.comparison_table`: each
+    metric with its ratio to caching on) and the report's path; returns the
+    ``evals.EvalResult``.  ``overrides``: further ``evals.run`` arguments
+    (a smaller run, e.g. ``num_requests``, ``options``).
+    """
+    import evals
+    from evals.compare import comparison_table
+
+    console.print("\n[bold]Short `sessions` eval[/]: the same multi-turn chats with prefix caching on and off")
     out = workdir / "eval-sessions"
-    summary = evals.run(suite="sessions", model=model, out=out, small=True,
-                        compare=["enable_prefix_caching=false"])
-    report = getattr(summary, "report_path", None) or out
-    console.print(f"eval report: [bold]{report}[/]")
+    res = evals.run(**{"suite": "sessions", "model": model, "out": out, "small": True,
+                       "compare": ["enable_prefix_caching=false"], **overrides})
+    console.print(comparison_table(res.summary["comparison"]))
+    console.print(f"eval report: [bold]{res.report_path or out}[/]")
+    return res
 
 
 def demo(
@@ -203,4 +213,4 @@ def demo(
     outcomes = asyncio.run(run_session(console, model_path, retriever, memory, max_tokens=max_tokens))
     _totals(console, [o.result for o in outcomes])
     if run_eval:
-        _eval(console, model_path, workdir)
+        closing_eval(console, model_path, workdir)

@@ -44,6 +44,10 @@ class VariantResult:
     interrupted: bool = False
     concurrency: int | None = None
     rate: float | None = None
+    #: torch device type the model ran on (``"cpu"``, ``"cuda"``); ``None``: not visible (HTTP target).
+    device: str | None = None
+    #: the accelerator's name (``torch.cuda.get_device_name``) on a CUDA run, else ``None``.
+    device_name: str | None = None
 
 
 def arrival_offsets(n: int, rate: float | None, seed: int) -> list[float]:
@@ -56,6 +60,25 @@ def arrival_offsets(n: int, rate: float | None, seed: int) -> list[float]:
         out.append(t)
         t += rng.expovariate(rate)
     return out
+
+
+def target_device(target: Any) -> tuple[str | None, str | None]:
+    """The device type the target's model runs on and, for CUDA, the accelerator's name.
+
+    Read from the target's ``device`` (the HF baseline) or its engine's
+    ``EngineConfig.torch_device()`` (in-process targets); ``(None, None)`` when
+    the target does not show it (an HTTP server).
+    """
+    device = getattr(target, "device", None)
+    if device is None:
+        config = getattr(getattr(target, "llm", None), "config", None)
+        device = config.torch_device() if hasattr(config, "torch_device") else None
+    if device is None:
+        return None, None
+    import torch
+
+    device = torch.device(device)
+    return device.type, torch.cuda.get_device_name(device) if device.type == "cuda" else None
 
 
 async def settled_stats(target: Any, timeout_s: float = 2.0) -> dict[str, Any] | None:
@@ -91,6 +114,7 @@ async def run_variant(target: Any, workload: Workload, name: str, settings: dict
     """
     conc = concurrency or (None if rate else workload.params.get("concurrency", 1))
     result = VariantResult(name, settings, concurrency=conc, rate=rate)
+    result.device, result.device_name = target_device(target)
     out_dir.mkdir(parents=True, exist_ok=True)
     sink = (out_dir / "records.jsonl").open("w")
     total = workload.num_requests

@@ -12,7 +12,7 @@ from collections import defaultdict
 from typing import Any
 
 from evals import metrics
-from evals.prices import Prices
+from evals.prices import Prices, gpu_cost_label
 from evals.records import OUTPUT_CLASSES, PROMPT_CLASSES
 from evals.runner import VariantResult
 
@@ -32,9 +32,10 @@ def summarize(res: VariantResult, prices: Prices, slos_ms: dict[str, float] | No
         "interrupted": res.interrupted,
         "concurrency": res.concurrency,
         "request_rate": res.rate,
+        "device": {"type": res.device, "name": res.device_name},
         "benchmark": benchmark_block(res.records, res.duration_s, slos),
         "classes": class_summary(ok, prices, res.duration_s),
-        "cost": cost_block(ok, prices, res.duration_s),
+        "cost": cost_block(ok, prices, res.duration_s, res.device),
         "prefix_cache": cache_block(ok, res.stats_before, res.stats_after),
         "spec": spec_block(ok, res.stats_before, res.stats_after),
         "engine": engine_block(res),
@@ -92,14 +93,21 @@ def class_summary(records: list[dict[str, Any]], prices: Prices, duration_s: flo
     return out
 
 
-def cost_block(records: list[dict[str, Any]], prices: Prices, duration_s: float) -> dict[str, Any]:
-    """Token cost (price table) and GPU cost (wall seconds x price), total and per request."""
+def cost_block(records: list[dict[str, Any]], prices: Prices, duration_s: float,
+               device: str | None = None) -> dict[str, Any]:
+    """Token cost (price table) and GPU cost (wall seconds x price), total and per request.
+
+    ``device`` is the torch device type the run used (``None``: unknown); off CUDA
+    the GPU cost is a what-if (``gpu_cost_hypothetical``), and ``gpu_cost_label``
+    (:func:`evals.prices.gpu_cost_label`) says so wherever the figure is shown.
+    """
     tokens_usd = sum(r["cost"] for r in records)
     gpu_usd = duration_s * prices.gpu_second
     n = len(records)
     return {"prices": prices.to_dict(), "token_cost_usd": tokens_usd, "gpu_seconds": duration_s,
             "gpu_cost_usd": gpu_usd, "token_cost_per_request_usd": tokens_usd / n if n else 0.0,
-            "gpu_cost_per_request_usd": gpu_usd / n if n else 0.0}
+            "gpu_cost_per_request_usd": gpu_usd / n if n else 0.0,
+            "gpu_cost_hypothetical": device != "cuda", "gpu_cost_label": gpu_cost_label(prices, device)}
 
 
 def _delta(before: dict | None, after: dict | None, key: str) -> Any:

@@ -44,3 +44,22 @@ def test_shipped_example_price_table_loads():
     p = load_prices(Path(evals.__file__).parent / "prices.example.toml")
     assert (p.input, p.cached_input, p.output, p.output_price("reasoning"), p.gpu_second) == \
         (1.0, 0.1, 4.0, 4.0, 0.000556)
+
+
+def test_gpu_name_loads_from_top_level_or_gpu_table_and_must_be_text(tmp_path):
+    top, table = tmp_path / "top.toml", tmp_path / "table.toml"
+    top.write_text('gpu_second = 0.001\ngpu_name = "L4"\n')
+    table.write_text('[gpu]\nsecond = 0.002\nname = "A100 80GB"\n')
+    assert (load_prices(top).gpu_name, load_prices(table).gpu_name) == ("L4", "A100 80GB")
+    assert Prices().gpu_name == "H100"
+    with pytest.raises(ValueError, match="prices.gpu_name"):
+        Prices(gpu_name="")
+
+
+def test_gpu_cost_is_hypothetical_off_cuda_and_plain_on_it():
+    from evals.prices import gpu_cost_label
+
+    p = Prices(gpu_second=2.5 / 3600, gpu_name="A100")
+    assert gpu_cost_label(p, "cuda") == "A100 at 2.50 USD/h"
+    assert gpu_cost_label(p, "cpu") == "hypothetical: priced as if on A100 at 2.50 USD/h (this run was on CPU)"
+    assert gpu_cost_label(p, None) == "priced as if on A100 at 2.50 USD/h (the target's device is not known)"

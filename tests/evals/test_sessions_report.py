@@ -10,7 +10,7 @@ import pytest
 import evals
 
 
-PLOTS = ("latency_cdf", "class_tokens", "class_time", "class_cost", "turns", "spec_acceptance")
+PLOTS = ("latency_cdf", "class_tokens", "class_time", "class_cost", "turns")  # no speculation: no spec panel
 
 
 @pytest.fixture(scope="module")
@@ -77,12 +77,13 @@ def test_comparison_reports_ratios_to_the_first_variant(sessions_run):
     assert set(saved["variants"]) == {"base", "enable_prefix_caching=false"}
 
 
-def test_report_renders_with_every_plot(sessions_run):
+def test_report_renders_every_plot_with_data_and_no_spec_panel(sessions_run):
     page = sessions_run.report_path.read_text()
     for name in PLOTS:
         assert re.search(rf"<img id='{name}' alt='{name}' src='data:image/png;base64,[A-Za-z0-9+/=]{{200,}}'>",
                          page), name
         png = sessions_run.out_dir / "plots" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "spec_acceptance" not in page and not (sessions_run.out_dir / "plots" / "spec_acceptance.png").exists()
     for heading in ("Comparison", "Benchmark (vLLM definitions)", "Tokens, time and cost per class"):
         assert heading in page
