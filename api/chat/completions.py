@@ -107,6 +107,7 @@ class ChoiceRun:
     _call_ids: dict[int, str] = field(default_factory=dict)
     _named: set[int] = field(default_factory=set)
     _logprobs_sent: int = 0  # output tokens whose logprobs a stream chunk carried
+    _ids_sent: int = 0  # output tokens whose ids a stream chunk carried (return_token_ids)
 
     def __post_init__(self) -> None:
         p = self.prepared
@@ -223,6 +224,20 @@ class ChoiceRun:
                 for (t, b), lp in ((text_of(i), lp) for i, lp in best)]))
         return ChoiceLogprobs(content=content)
 
+    def token_ids(self) -> list[int] | None:
+        """The output ids (``return_token_ids``), else ``None``."""
+        if not self.prepared.return_token_ids or self.last is None:
+            return None
+        return list(self.last.token_ids)
+
+    def new_token_ids(self) -> list[int] | None:
+        """Output ids no stream chunk has carried yet (then marks them carried); ``None`` unless asked."""
+        ids = self.token_ids()
+        if ids is None:
+            return None
+        start, self._ids_sent = self._ids_sent, len(ids)
+        return ids[start:]
+
     def new_logprobs(self, text_of: TokenText | None) -> ChoiceLogprobs | None:
         """Logprobs of the tokens no stream chunk has carried yet (then marks them carried)."""
         if self.prepared.top_logprobs is None or self.last is None:
@@ -308,15 +323,22 @@ class CompletionRun:
         """The non-streamed response (after every choice's last output was fed)."""
         return ChatCompletion(id=self.request_id, created=self.created, model=self.model, choices=[
             Choice(index=c.index, message=c.message(), finish_reason=c.finish_reason(), error=c.error(),
-                   logprobs=c.logprobs(self.text_of)) for c in self.choices], usage=self.usage())
+                   logprobs=c.logprobs(self.text_of), token_ids=c.token_ids()) for c in self.choices],
+            usage=self.usage(), prompt_token_ids=self._prompt_ids())
+
+    def _prompt_ids(self) -> list[int] | None:
+        return list(self.prepared.prompt_token_ids) if self.prepared.return_token_ids else None
 
     def chunk(self, delta: Delta, finish_reason: str | None = None, index: int = 0,
-              logprobs: ChoiceLogprobs | None = None, usage: Usage | None = None) -> ChatCompletionChunk:
-        """A stream chunk of choice ``index`` carrying ``delta`` (the last one carries ``error`` when there is one)."""
+              logprobs: ChoiceLogprobs | None = None, usage: Usage | None = None,
+              token_ids: list[int] | None = None, first: bool = False) -> ChatCompletionChunk:
+        """A stream chunk of choice ``index`` carrying ``delta`` (the last one carries ``error`` when
+        there is one; the ``first`` of the stream carries ``prompt_token_ids`` when asked)."""
         error = self.choices[index].error() if finish_reason is not None else None
         return ChatCompletionChunk(id=self.request_id, created=self.created, model=self.model, usage=usage,
+                                   prompt_token_ids=self._prompt_ids() if first else None,
                                    choices=[ChunkChoice(index=index, delta=delta, finish_reason=finish_reason,
-                                                        error=error, logprobs=logprobs)])
+                                                        error=error, logprobs=logprobs, token_ids=token_ids)])
 
     def usage_chunk(self) -> ChatCompletionChunk:
         """The ``include_usage`` chunk: no choices, usage set."""
@@ -337,17 +359,18 @@ async def stream_chunks(run: CompletionRun, outputs: AsyncIterator[tuple[int, An
     async for index, out in outputs:
         choice = run.choices[index]
         if index not in opened:
+            yield run.chunk(Delta(role="assistant", content=""), index=index, usage=usage(), first=not opened)
             opened.add(index)
-            yield run.chunk(Delta(role="assistant", content=""), index=index, usage=usage())
         delta = choice.to_delta(choice.feed(out))
         if out.finished:
-            logprobs = choice.new_logprobs(run.text_of)
+            logprobs, ids = choice.new_logprobs(run.text_of), choice.new_token_ids()
             if delta is not None:
-                yield run.chunk(delta, index=index, logprobs=logprobs, usage=usage())
-                logprobs = None
+                yield run.chunk(delta, index=index, logprobs=logprobs, usage=usage(), token_ids=ids)
+                logprobs = ids = None
             yield run.chunk(Delta(), finish_reason=choice.finish_reason(), index=index, logprobs=logprobs,
-                            usage=usage())
+                            usage=usage(), token_ids=ids)
         elif delta is not None:
-            yield run.chunk(delta, index=index, logprobs=choice.new_logprobs(run.text_of), usage=usage())
+            yield run.chunk(delta, index=index, logprobs=choice.new_logprobs(run.text_of), usage=usage(),
+                            token_ids=choice.new_token_ids())
     if include_usage:
         yield run.usage_chunk()

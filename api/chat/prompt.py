@@ -134,6 +134,7 @@ class PreparedChat:
     n: int = 1  # choices, one engine request each
     top_logprobs: int | None = None  # None: no logprobs; else top tokens per position (0..20)
     constraint_field: str | None = None  # request field whose constraint the engine compiles
+    return_token_ids: bool = False  # vLLM: prompt and output token ids in the response
 
 
 def check_schema(schema: dict[str, Any], param: str) -> None:
@@ -331,4 +332,5 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
         n=req.n or 1,
         top_logprobs=top_logprobs,
         constraint_field="tools" if forced else constraint_field,
+        return_token_ids=bool(req.return_token_ids),
     )

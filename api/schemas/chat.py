@@ -199,6 +199,9 @@ class ChatCompletionRequest(_Strict):
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None
     ignore_eos: bool | None = None
     include_stop_str_in_output: bool | None = None
+    return_token_ids: bool | None = Field(
+        default=None, description="Include `prompt_token_ids` and each choice's `token_ids` (vLLM); "
+        "streamed: the prompt's in the first chunk, each chunk's new ids in its choice.")
     chat_template_kwargs: dict[str, Any] | None = Field(
         default=None, description="Extra keyword arguments for the chat template (vLLM), e.g. "
         '`{"enable_thinking": false}`.')
@@ -288,6 +291,7 @@ class Choice(BaseModel):
     finish_reason: FinishReason | None = None
     logprobs: ChoiceLogprobs | None = None
     error: ChoiceError | None = None
+    token_ids: list[int] | None = None  # vLLM's return_token_ids: the output ids (eos included)
 
 
 class ChatCompletion(BaseModel):
@@ -299,6 +303,7 @@ class ChatCompletion(BaseModel):
     model: str
     choices: list[Choice]
     usage: Usage
+    prompt_token_ids: list[int] | None = None  # vLLM's return_token_ids
 
 
 class DeltaFunction(BaseModel):
@@ -334,6 +339,7 @@ class ChunkChoice(BaseModel):
     finish_reason: FinishReason | None = None
     logprobs: ChoiceLogprobs | None = None
     error: ChoiceError | None = None
+    token_ids: list[int] | None = None  # return_token_ids: the ids this chunk delivers
 
 
 class ChatCompletionChunk(BaseModel):
@@ -345,6 +351,7 @@ class ChatCompletionChunk(BaseModel):
     model: str
     choices: list[ChunkChoice]
     usage: Usage | None = None
+    prompt_token_ids: list[int] | None = None  # return_token_ids: in the first chunk only
 
 
 class ModelCard(BaseModel):

@@ -6,7 +6,11 @@ Each request is a streamed ``POST /v1/chat/completions`` with
 usage chunk (``prompt_tokens_details.cached_tokens``,
 ``completion_tokens_details.reasoning_tokens``).  Against a Loom server the
 engine gauges of ``/metrics`` (KV blocks, running, waiting, preemptions) stand
-in for ``engine.stats()``.  Greedy decoding
+in for ``engine.stats()``.  Requests ask for vLLM's ``return_token_ids``: a
+server that returns the reply's ids (Loom, vLLM >= 0.10.2) gives the exact
+ids the next turn's prompt is built from, as the server itself reuses them for
+the resent reply (Loom's stateless prefix cache), so prompt counts and class
+spans agree with the server's; other servers' replies are re-encoded.  Greedy decoding
 (``temperature=0``) and the run's ``seed`` keep runs repeatable; the API has
 no ``ignore_eos``, so a reply can stop before ``max_tokens``.
 """
@@ -85,10 +89,11 @@ class HttpTarget(EngineTarget):
 
         body = {"model": self.model, "messages": req.messages, "stream": True,
                 "stream_options": {"include_usage": True}, "temperature": 0.0,
-                "max_tokens": req.max_tokens, "seed": req.seed}
+                "max_tokens": req.max_tokens, "seed": req.seed, "return_token_ids": True}
         res = Outcome(send_time=time.monotonic())
         usage: dict[str, Any] | None = None
         text: list[str] = []
+        ids: list[int] = []
         try:
             async with self.client.stream("POST", "/chat/completions", json=body) as resp:
                 if resp.status_code != 200:
@@ -100,18 +105,22 @@ class HttpTarget(EngineTarget):
                     data = line[5:].strip()
                     if data == "[DONE]":
                         break
-                    usage = self._event(json.loads(data), res, text) or usage
+                    usage = self._event(json.loads(data), res, text, ids) or usage
         except httpx.HTTPError as exc:
             res.error = f"{type(exc).__name__}: {exc}"
             return res
         res.text = "".join(text)
         self._usage(res, usage)
+        if ids and len(ids) == len(res.output_ids):  # the server sent its ids: the next prompt reuses them
+            res.output_ids = ids
+            self.exact_ids = True
         return res
 
     @staticmethod
-    def _event(event: dict[str, Any], res: Outcome, text: list[str]) -> dict[str, Any] | None:
+    def _event(event: dict[str, Any], res: Outcome, text: list[str], ids: list[int]) -> dict[str, Any] | None:
         now = time.monotonic()
         for choice in event.get("choices") or []:
+            ids.extend(choice.get("token_ids") or [])
             delta = choice.get("delta") or {}
             content = delta.get("content") or ""
             has_content = bool(content or delta.get("tool_calls"))

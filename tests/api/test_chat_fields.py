@@ -274,3 +274,20 @@ def test_retrieve_model_returns_the_card_and_an_unknown_id_is_404_naming_model(o
     with pytest.raises(openai.NotFoundError) as info:
         openai_client.models.retrieve("gpt-17")
     assert info.value.body["param"] == "model"
+
+
+def test_return_token_ids_gives_the_prompt_and_output_ids_whole_and_streamed(openai_client, model_name):
+    """vLLM's ``return_token_ids``: the ids the server computed, so a client can rebuild the prompt exactly."""
+    kw = dict(model=model_name, messages=USER, max_tokens=6, temperature=0.0, extra_body={"return_token_ids": True})
+    r = openai_client.chat.completions.create(**kw)
+    body = r.model_dump()
+    assert len(body["prompt_token_ids"]) == r.usage.prompt_tokens
+    assert len(body["choices"][0]["token_ids"]) == r.usage.completion_tokens
+    stream = openai_client.chat.completions.create(stream=True, **kw)
+    chunks = [c.model_dump() for c in stream]
+    assert chunks[0]["prompt_token_ids"] == body["prompt_token_ids"]
+    assert all(c.get("prompt_token_ids") is None for c in chunks[1:])
+    streamed = [t for c in chunks for ch in c["choices"] for t in ch.get("token_ids") or []]
+    assert streamed == body["choices"][0]["token_ids"]
+    plain = openai_client.chat.completions.create(**{**kw, "extra_body": {}}).model_dump()
+    assert plain.get("prompt_token_ids") is None and plain["choices"][0].get("token_ids") is None
