@@ -93,11 +93,12 @@ def class_tokens(variants: Variants) -> Figure | None:
         for i in np.flatnonzero(cached):
             ax.annotate(f"{cached[i] / (cached[i] + computed[i]):.0%} cached", (x[i], cached[i] + computed[i]),
                         ha="center", va="bottom", fontsize=7)
-        ax.margins(y=0.08)  # room for the labels above the tallest bar
         hit = (s.get("prefix_cache") or {}).get("hit_rate")
         ax.set_title(name + ("" if hit is None else f" (prompt tokens cached: {hit:.0%})"), fontsize=9)
         ax.set_xticks(x, classes, rotation=35, ha="right", fontsize=8)
         ax.grid(axis="y", alpha=0.3)
+    top = max(float((s["classes"].get(c) or {}).get("tokens", 0)) for s in variants.values() for c in classes)
+    axes[0][0].set_ylim(0, 1.08 * top)  # room for the labels above the tallest bar (the axes share y)
     axes[0][0].set_ylabel("tokens")
     axes[0][-1].legend(fontsize=7)
     fig.suptitle("tokens per class: computed + cached")
