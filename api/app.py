@@ -2,7 +2,10 @@
 
 The lifespan builds ``Services`` once (database, engine, index) and on shutdown
 drains in-flight requests before stopping the engine.  ASGI middlewares,
-outermost first: in-flight and status accounting; the API-key check from the
+outermost first: CORS when ``allowed_origins`` is set (FastAPI's
+``CORSMiddleware`` with vLLM's option names; outermost, so a browser's
+preflight ``OPTIONS`` is answered without a key and a 401 carries the CORS
+headers); in-flight and status accounting; the API-key check from the
 headers alone (``api.auth.AuthGate``: no body is read before it); the lone
 surrogate guard (``api.text_guard``).  The accounting one counts in-flight
 requests (for the drain) and records ``loom_http_requests{method,route,status}``
@@ -19,10 +22,12 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from api.auth import AuthGate
 from api.errors import install_error_handlers
 from api.openapi import install_openapi
+from api.routes.system import loom_version
 from api.services import Services
 from api.text_guard import TextGuard
 from api.settings import Settings
@@ -87,10 +92,12 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(
         title="Loom API",
-        version="0.1.0",
+        version=loom_version(),
         summary="OpenAI-compatible chat completions and agent sessions over Loom's in-process engine.",
         lifespan=lifespan,
     )
+    # ASGI root_path as vLLM's --root-path sets it: routes match with or without the prefix in the path
+    app.root_path = settings.root_path
     app.state.services = services
     install_error_handlers(app)
     install_openapi(app)
@@ -99,4 +106,9 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_middleware(TextGuard)  # lone surrogates: a 400 before any route (api.text_guard)
     app.add_middleware(AuthGate, services=services)  # 401 from the headers, before any body is read
     app.add_middleware(_Accounting, services=services)
+    if settings.allowed_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=settings.allowed_origins,
+                           allow_methods=settings.allowed_methods, allow_headers=settings.allowed_headers,
+                           allow_credentials=settings.allow_credentials)
     return app
+

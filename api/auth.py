@@ -5,12 +5,16 @@ created.  Only its SHA-256 hex digest is stored: the key has 256 bits of
 entropy, so a fast hash is enough (a slow password hash such as bcrypt guards
 low-entropy secrets and would cost every request milliseconds).  Lookup is by
 digest, so comparison time does not depend on how much of a guessed key matches.
-With ``--no-auth`` every request runs as owner ``"local"``.
+A static ``--api-key`` (vLLM's flag; env ``LOOM_API_KEY``) is accepted beside
+the database, compared in constant time (``hmac.compare_digest`` of digests),
+and its requests run as owner ``"api-key"``.  With ``--no-auth`` every request
+runs as owner ``"local"``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import secrets
 from typing import Any
 
@@ -25,6 +29,7 @@ from api.errors import AuthenticationError, loom_error_body
 from api.store import ApiKey, Store
 
 LOCAL_OWNER = "local"
+STATIC_KEY_OWNER = "api-key"
 KEY_PREFIX = "loom-"
 
 
@@ -71,22 +76,42 @@ def owner_of(store: Store, key: str) -> str | None:
         return row.owner if row is not None and not row.revoked else None
 
 
-def check_key(store: Store, authorization: str) -> str:
+def check_key(store: Store, authorization: str, static_key: str | None = None) -> str:
     """Owner of the key in an ``Authorization`` header value.
+
+    Args:
+        static_key: the ``--api-key`` value, accepted beside the database (owner ``"api-key"``).
 
     Raises:
         AuthenticationError: header missing, not ``Bearer``, or an unknown/revoked key.
     """
     scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
         raise AuthenticationError(
             "Missing API key: send 'Authorization: Bearer <key>' (create one with "
             "`loom keys create --owner NAME`)."
         )
-    owner = owner_of(store, token.strip())
+    # digests are equal-length, so the comparison time says nothing about the key
+    if static_key and hmac.compare_digest(hash_key(token), hash_key(static_key)):
+        return STATIC_KEY_OWNER
+    owner = owner_of(store, token)
     if owner is None:
         raise AuthenticationError("Invalid API key.")
     return owner
+
+
+def _static_key(services: Any) -> str | None:
+    secret = services.settings.api_key
+    return secret.get_secret_value() if secret is not None else None
+
+
+def route_path(scope: dict[str, Any]) -> str:
+    """The request path without the ASGI ``root_path`` prefix (``--root-path``), when it carries it."""
+    path, root = scope["path"], scope.get("root_path", "")
+    if root and (path == root or path.startswith(root + "/")):
+        return path[len(root):]
+    return path
 
 
 class AuthGate:
@@ -103,12 +128,13 @@ class AuthGate:
         self.services = services
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/v1/") or self.services.settings.no_auth:
+        if scope["type"] != "http" or not route_path(scope).startswith("/v1/") or self.services.settings.no_auth:
             await self.app(scope, receive, send)
             return
         header = Headers(scope=scope).get("authorization", "")
         try:
-            owner = await anyio.to_thread.run_sync(check_key, self.services.store, header)
+            owner = await anyio.to_thread.run_sync(check_key, self.services.store, header,
+                                                   _static_key(self.services))
         except AuthenticationError as exc:
             # Connection: close, so the server stops receiving a body it will never read
             response = JSONResponse(loom_error_body(exc), status_code=401,
@@ -135,4 +161,5 @@ async def require_owner(request: Request,
     owner = getattr(request.state, "owner", None)
     if owner is not None:
         return owner
-    return await anyio.to_thread.run_sync(check_key, services.store, request.headers.get("authorization", ""))
+    return await anyio.to_thread.run_sync(check_key, services.store, request.headers.get("authorization", ""),
+                                          _static_key(services))

@@ -22,7 +22,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """Loom: agentic RAG inference orchestration."""
@@ -75,18 +74,40 @@ def _mount() -> None:
 
 
 def main() -> None:
-    """Entry point of the ``loom`` console script; errors print as one line."""
+    """Entry point of the ``loom`` console script; errors print as one line.
+
+    A usage error (a flag's value of the wrong type, an unknown flag) is one
+    ``error:`` line naming the flag and exit code 2, as a ``LoomError`` is; the
+    help screens stay typer's.
+    """
     from runtime.errors import LoomError
+
+    try:
+        from typer._click import exceptions as click  # typer >= 0.24 vendors click
+    except ImportError:  # pragma: no cover - older typer runs on click itself
+        from click import exceptions as click
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     # bm25s sets its own logger to DEBUG at import; keep the CLI quiet.
     logging.getLogger("bm25s").setLevel(logging.WARNING)
     _mount()
     try:
-        app()
+        code = app(standalone_mode=False)
+    except click.NoArgsIsHelpError as exc:  # `loom` or `loom keys` alone: the help screen
+        help_text = exc.ctx.get_help() if exc.ctx is not None else ""
+        if help_text:  # typer's rich help prints itself and returns ""
+            typer.echo(help_text)
+        return
+    except click.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx is not None else "loom"
+        typer.secho(f"error: {exc.format_message()} (see {command} --help)", fg="red", err=True)
+        sys.exit(2)
+    except click.Abort:
+        sys.exit(1)
     except LoomError as exc:
         typer.secho(f"error: {exc.message}", fg="red", err=True)
         sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,16 @@ usage = used blocks / pool, speculative acceptance rate = accepted / drafted)
 are read from ``engine.stats()`` at scrape time by a custom collector, so they
 are never stale.  Each app has its own ``CollectorRegistry``, so several apps
 can live in one process (tests).
+
+Beside Loom's own ``loom_*`` series, the ones vLLM's dashboards read carry
+vLLM's exact names and its ``model_name`` label: counters
+``vllm:prompt_tokens_total``, ``vllm:generation_tokens_total``,
+``vllm:request_success_total{finished_reason}`` (per finished chat or text
+completion choice), ``vllm:prefix_cache_queries_total`` and
+``vllm:prefix_cache_hits_total`` (tokens, engine-wide); gauges
+``vllm:num_requests_running``, ``vllm:num_requests_waiting``,
+``vllm:kv_cache_usage_perc``; histograms ``vllm:time_to_first_token_seconds``,
+``vllm:inter_token_latency_seconds``, ``vllm:e2e_request_latency_seconds``.
 """
 
 from __future__ import annotations
@@ -17,7 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 _LAT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -31,7 +41,7 @@ class _EngineCollector(Collector):
         self._stats = stats
         self._own = own
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         try:
             s = self._stats()
         except Exception:  # engine not started or already shut down
@@ -68,13 +78,40 @@ class _EngineCollector(Collector):
         yield GaugeMetricFamily("loom_num_requests_running", "Requests running.", s.get("num_running", 0))
         yield GaugeMetricFamily("loom_num_requests_waiting", "Requests waiting.", s.get("num_waiting", 0))
         yield GaugeMetricFamily("loom_num_preemptions", "Preemptions so far.", s.get("num_preemptions", 0))
+        yield from self._vllm(s, total, free, queries, hits)
+
+    def _vllm(self, s: dict[str, Any], total: int, free: int, queries: int,
+              hits: int) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        """The engine-wide series under vLLM's names (``model_name`` label)."""
+        labels, name = ["model_name"], [self._own.model_name]
+        for metric, value, doc in (
+            ("vllm:prefix_cache_queries", queries, "Prefix cache queries, in terms of number of queried tokens."),
+            ("vllm:prefix_cache_hits", hits, "Prefix cache hits, in terms of number of cached tokens."),
+        ):
+            family = CounterMetricFamily(metric, doc, labels=labels)
+            family.add_metric(name, value)
+            yield family
+        for metric, value, doc in (
+            ("vllm:num_requests_running", s.get("num_running", 0), "Number of requests in model execution batches."),
+            ("vllm:num_requests_waiting", s.get("num_waiting", 0), "Number of requests waiting to be processed."),
+            ("vllm:kv_cache_usage_perc", (total - free) / total if total else 0.0,
+             "KV-cache usage. 1 means 100 percent usage."),
+        ):
+            family = GaugeMetricFamily(metric, doc, labels=labels)
+            family.add_metric(name, value)
+            yield family
 
 
 class Metrics:
-    """The server's metrics on their own registry."""
+    """The server's metrics on their own registry.
 
-    def __init__(self) -> None:
+    ``model_name`` is the ``model_name`` label of the ``vllm:*`` series (the
+    served model name; ``api.services.Services`` sets it).
+    """
+
+    def __init__(self, model_name: str = "") -> None:
         self.registry = CollectorRegistry()
+        self.model_name = model_name
         r = self.registry
         self.ttft = Histogram("loom_time_to_first_token_seconds", "TTFT (s).", buckets=_TTFT_BUCKETS, registry=r)
         self.tpot = Histogram("loom_time_per_output_token_seconds", "TPOT (s).", buckets=_LAT_BUCKETS, registry=r)
@@ -96,24 +133,51 @@ class Metrics:
         self.spec_accepted = Counter("loom_spec_decode_accepted_tokens", "Accepted drafted tokens.", registry=r)
         self.drafted = 0
         self.accepted = 0
+        # vLLM's names, so its Grafana dashboards read a Loom server as they read a vLLM one
+        m = ["model_name"]
+        self.vllm_prompt_tokens = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", m,
+                                          registry=r)
+        self.vllm_generation_tokens = Counter("vllm:generation_tokens", "Number of generation tokens processed.",
+                                              m, registry=r)
+        self.vllm_request_success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                                            [*m, "finished_reason"], registry=r)
+        self.vllm_ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in "
+                                   "seconds.", m, buckets=_TTFT_BUCKETS, registry=r)
+        self.vllm_itl = Histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in "
+                                  "seconds.", m, buckets=_LAT_BUCKETS, registry=r)
+        self.vllm_e2el = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in "
+                                   "seconds.", m, buckets=_TTFT_BUCKETS, registry=r)
 
     def watch_engine(self, stats: Callable[[], dict[str, Any]]) -> None:
         """Expose ``stats()`` gauges (KV usage, prefix-cache hit rate, acceptance rate)."""
         self.registry.register(_EngineCollector(stats, self))
 
     def observe_output(self, out: Any) -> None:
-        """Latency histograms from a finished ``RequestOutput`` (engine timestamps)."""
+        """Latency histograms and vLLM's token and request counters from a finished ``RequestOutput``.
+
+        Token counts are ``len(prompt_token_ids)`` and ``len(token_ids)``
+        (tokens); ``finished_reason`` is the output's ``finish_reason``.
+        """
+        name = self.model_name
         times = list(getattr(out, "token_times", None) or [])
         arrival, first = getattr(out, "arrival_time", None), getattr(out, "first_token_time", None)
         if arrival is not None and first is not None:
             self.ttft.observe(max(0.0, first - arrival))
+            self.vllm_ttft.labels(model_name=name).observe(max(0.0, first - arrival))
         if len(times) > 1:
             self.tpot.observe(max(0.0, (times[-1] - times[0]) / (len(times) - 1)))
             for a, b in zip(times, times[1:], strict=False):
                 self.itl.observe(max(0.0, b - a))
+                self.vllm_itl.labels(model_name=name).observe(max(0.0, b - a))
         finish = getattr(out, "finish_time", None)
         if arrival is not None and finish is not None:
             self.e2el.observe(max(0.0, finish - arrival))
+            self.vllm_e2el.labels(model_name=name).observe(max(0.0, finish - arrival))
+        self.vllm_prompt_tokens.labels(model_name=name).inc(len(getattr(out, "prompt_token_ids", None) or []))
+        self.vllm_generation_tokens.labels(model_name=name).inc(len(getattr(out, "token_ids", None) or []))
+        reason = getattr(out, "finish_reason", None)
+        if reason is not None:
+            self.vllm_request_success.labels(model_name=name, finished_reason=reason).inc()
         drafted = getattr(out, "num_draft_tokens", 0) or 0
         if drafted:
             accepted = getattr(out, "num_accepted_tokens", 0) or 0

@@ -1,73 +1,189 @@
-"""``loom serve``: run the HTTP API under uvicorn.
+"""``loom serve [MODEL]``: run the HTTP API under uvicorn, with ``vllm serve``'s flag names.
 
-Flags override ``LOOM_...`` environment variables, which override the TOML
-file given with ``--config`` (or ``LOOM_CONFIG``).  SIGINT / SIGTERM stop
-accepting connections, let in-flight requests finish (``--drain-timeout``
-seconds at most), then stop the engine.
+The model is the positional argument as ``vllm serve`` takes it (``--model``
+still works).  Flags override ``LOOM_...`` environment variables, which override
+the TOML file given with ``--config`` (or ``LOOM_CONFIG``).  The model is
+resolved, the engine loaded and the database opened before uvicorn starts, so a
+model that cannot be had or read, or a bad setting, is one ``error:`` line and
+exit code 2, never a traceback.  SIGINT / SIGTERM stop accepting connections,
+let in-flight requests finish (``--drain-timeout`` seconds at most), then stop
+the engine.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any, NoReturn, Optional
 
 import typer
 
+_MODEL_HELP = ("Model to serve: a registered name (default smollm2-135m-instruct; see loom model list), "
+               "a folder, a .gguf file, random:ARCH-PRESET or a hub id.")
+
+
+def _fail(message: str) -> NoReturn:
+    typer.secho(f"error: {message}", fg="red", err=True)
+    raise typer.Exit(2)
+
+
+def _json(flag: str, text: str | None, kind: type) -> Any:
+    """``text`` parsed as JSON of type ``kind`` (vLLM takes these flags as JSON), else one error line."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        _fail(f"{flag}: not valid JSON ({exc.msg} at char {exc.pos}): {text!r}")
+    if not isinstance(value, kind):
+        _fail(f"{flag}: must be a JSON {'object' if kind is dict else 'list'}, got {text!r}")
+    return value
+
 
 def serve(
-    model: str | None = typer.Option(None, "--model", help="Model to serve: a registered name (default "
-                                     "smollm2-135m-instruct; see loom model list), a folder, a .gguf file, "
-                                     "random:ARCH-PRESET or a hub id."),
-    tool_call_parser: str | None = typer.Option(None, "--tool-call-parser", help="auto | hermes | "
-                                                "llama3_json | mistral | default (tool-call format)."),
-    index: Path | None = typer.Option(None, "--index", help="FAISS index folder for documents/search."),
-    db: str | None = typer.Option(None, "--db", help="SQLAlchemy URL (default sqlite:///loom.db)."),
-    host: str | None = typer.Option(None, "--host", help="Bind address (default 127.0.0.1)."),
-    port: int | None = typer.Option(None, "--port", help="Port (default 8000)."),
+    model_arg: Optional[str] = typer.Argument(None, metavar="[MODEL]", show_default=False, help=_MODEL_HELP),
+    model: Optional[str] = typer.Option(None, "--model", help="The model, as the positional MODEL."),
+    tool_call_parser: Optional[str] = typer.Option(None, "--tool-call-parser", help="auto | hermes | "
+                                                   "llama3_json | mistral | default (tool-call format)."),
+    index: Optional[Path] = typer.Option(None, "--index", help="FAISS index folder for documents/search."),
+    db: Optional[str] = typer.Option(None, "--db", help="SQLAlchemy URL (default sqlite:///loom.db)."),
+    host: Optional[str] = typer.Option(None, "--host", help="Bind address (default 127.0.0.1)."),
+    port: Optional[int] = typer.Option(None, "--port", help="Port (default 8000)."),
+    root_path: Optional[str] = typer.Option(None, "--root-path", help="URL prefix behind a proxy, e.g. /loom."),
     no_auth: bool = typer.Option(False, "--no-auth", help="Accept requests without a key (dev only)."),
-    config: Path | None = typer.Option(None, "--config", help="TOML settings file."),
-    served_model_name: str | None = typer.Option(None, "--served-model-name", help="Name in /v1/models."),
-    max_model_len: int | None = typer.Option(None, "--max-model-len", help="Context window (tokens)."),
-    num_kv_blocks: int | None = typer.Option(None, "--num-kv-blocks", help="KV block pool size."),
-    max_num_seqs: int | None = typer.Option(None, "--max-num-seqs", help="Running batch size."),
-    max_waiting: int | None = typer.Option(None, "--max-waiting", help="Waiting queue cap (then 429)."),
-    dtype: str | None = typer.Option(None, "--dtype", help="float32 | bfloat16 | float16 | auto."),
-    device: str | None = typer.Option(None, "--device", help="auto | cpu | cuda[:N]."),
-    speculative_method: str | None = typer.Option(None, "--speculative-method", help="ngram | draft_model."),
-    num_speculative_tokens: int | None = typer.Option(None, "--num-speculative-tokens", help="k drafted."),
-    draft_model: str | None = typer.Option(None, "--draft-model", help="Draft checkpoint (draft_model)."),
-    drain_timeout_s: float | None = typer.Option(None, "--drain-timeout", help="Shutdown drain limit (s)."),
-    log_level: str | None = typer.Option(None, "--log-level", help="uvicorn log level."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="A static key accepted beside the key "
+                                          "database (env LOOM_API_KEY); owner 'api-key'."),
+    allowed_origins: Optional[str] = typer.Option(None, "--allowed-origins", help='CORS origins, JSON list: '
+                                                  '\'["http://localhost:3000"]\' (CORS is off without it).'),
+    allowed_methods: Optional[str] = typer.Option(None, "--allowed-methods", help='CORS methods, JSON list '
+                                                  '(default ["*"]).'),
+    allowed_headers: Optional[str] = typer.Option(None, "--allowed-headers", help='CORS headers, JSON list '
+                                                  '(default ["*"]).'),
+    allow_credentials: bool = typer.Option(False, "--allow-credentials", help="CORS: allow credentials."),
+    strict: bool = typer.Option(False, "--strict", help="Reject unknown request fields with 400 (OpenAI) "
+                                "instead of logging each name once (vLLM)."),
+    config: Optional[Path] = typer.Option(None, "--config", help="TOML settings file."),
+    served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="Name in /v1/models."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 | bfloat16 | float16 | auto."),
+    device: Optional[str] = typer.Option(None, "--device", help="auto | cpu | cuda[:N]."),
+    block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV block (default 16)."),
+    num_kv_blocks: Optional[int] = typer.Option(None, "--num-kv-blocks", help="KV block pool size (default: "
+                                                "from memory)."),
+    gpu_memory_utilization: Optional[float] = typer.Option(None, "--gpu-memory-utilization", help="Fraction "
+                                                           "of GPU memory the engine may use (default 0.9)."),
+    max_model_len: Optional[int] = typer.Option(None, "--max-model-len", help="Context window (tokens)."),
+    max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="Running batch size."),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens", help="Per-step "
+                                                         "token budget (prefill chunks + decodes)."),
+    enable_prefix_caching: Optional[bool] = typer.Option(None, "--enable-prefix-caching/--no-enable-prefix-"
+                                                         "caching", help="Reuse KV blocks of shared prefixes "
+                                                         "(default on).", show_default=False),
+    max_waiting: Optional[int] = typer.Option(None, "--max-waiting", help="Waiting queue cap (then 429)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default 0)."),
+    speculative_config: Optional[str] = typer.Option(None, "--speculative-config", help='JSON as vLLM\'s: '
+                                                     '\'{"method": "ngram", "num_speculative_tokens": 4}\' or '
+                                                     '\'{"method": "draft_model", "model": DIR, ...}\'.'),
+    speculative_method: Optional[str] = typer.Option(None, "--speculative-method", hidden=True),
+    num_speculative_tokens: Optional[int] = typer.Option(None, "--num-speculative-tokens", hidden=True),
+    draft_model: Optional[str] = typer.Option(None, "--draft-model", hidden=True),
+    drain_timeout_s: Optional[float] = typer.Option(None, "--drain-timeout", help="Shutdown drain limit (s)."),
+    log_level: Optional[str] = typer.Option(None, "--log-level", help="Log level (default info)."),
+    disable_uvicorn_access_log: bool = typer.Option(False, "--disable-uvicorn-access-log",
+                                                    help="No log line per HTTP request."),
 ) -> None:
-    """Serve the OpenAI-compatible API and agent sessions over HTTP."""
+    """Serve the OpenAI-compatible API and agent sessions over HTTP.
+
+    Example: loom serve smollm2-135m-instruct --block-size 32 --max-model-len 4096
+    """
     import logging
 
-    import uvicorn
-    from pydantic import ValidationError
-
-    from api.app import create_app
-    from api.settings import Settings
-
-    try:
-        settings = Settings.load(
-            config, model=model, index=index, db=db, host=host, port=port, no_auth=no_auth or None,
-            served_model_name=served_model_name, max_model_len=max_model_len,
-            num_kv_blocks=num_kv_blocks, max_num_seqs=max_num_seqs, max_waiting=max_waiting,
-            dtype=dtype, device=device, drain_timeout_s=drain_timeout_s, log_level=log_level,
-            speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,
-            draft_model=draft_model, tool_call_parser=tool_call_parser,
-        )
-    except (ValidationError, FileNotFoundError) as exc:
-        typer.secho(f"error: invalid settings: {exc}", fg="red", err=True)
-        raise typer.Exit(2) from exc
+    if model_arg is not None and model is not None and model_arg != model:
+        _fail(f"the model is given twice: {model_arg!r} (positional) and --model {model!r}; give one")
+    settings = _settings(
+        config, model=model_arg or model, index=index, db=db, host=host, port=port, root_path=root_path,
+        no_auth=no_auth or None, api_key=api_key, strict=strict or None,
+        allowed_origins=_json("--allowed-origins", allowed_origins, list),
+        allowed_methods=_json("--allowed-methods", allowed_methods, list),
+        allowed_headers=_json("--allowed-headers", allowed_headers, list),
+        allow_credentials=allow_credentials or None, served_model_name=served_model_name, dtype=dtype,
+        device=device, block_size=block_size, num_kv_blocks=num_kv_blocks,
+        gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, enable_prefix_caching=enable_prefix_caching,
+        max_waiting=max_waiting, seed=seed,
+        speculative_config=_json("--speculative-config", speculative_config, dict),
+        speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,
+        draft_model=draft_model, drain_timeout_s=drain_timeout_s, log_level=log_level,
+        disable_uvicorn_access_log=disable_uvicorn_access_log or None, tool_call_parser=tool_call_parser,
+    )
     if settings.no_auth:
         typer.secho("WARNING: --no-auth: the API accepts requests without a key. "
                     "Local development only.", fg="yellow", err=True)
     logging.getLogger().setLevel(settings.log_level.upper())
+    app = _load(settings)
+    import uvicorn
+
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                access_log=not settings.disable_uvicorn_access_log,
+                timeout_graceful_shutdown=int(settings.drain_timeout_s) or None)
+
+
+def _settings(config: Path | None, **flags: Any) -> Any:
+    """``Settings`` from flags, env and TOML; a bad value is one ``error:`` line per field, exit 2."""
+    from pydantic import ValidationError
+
+    from api.settings import Settings
+
+    try:
+        return Settings.load(config, **flags)
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+    except ValidationError as exc:
+        for line in settings_errors(exc):
+            typer.secho(f"error: {line}", fg="red", err=True)
+        raise typer.Exit(2) from None
+
+
+def settings_errors(exc: Any) -> list[str]:
+    """One line per invalid field of a ``pydantic.ValidationError`` of ``Settings``:
+    ``block_size (--block-size / LOOM_BLOCK_SIZE): Input should be greater than 0, got -1``."""
+    lines = []
+    for err in exc.errors(include_url=False):
+        field = str(err["loc"][0]) if err["loc"] else ""
+        msg = err["msg"].removeprefix("Value error, ")
+        where = f"{field} (--{field.replace('_', '-')} / LOOM_{field.upper()})" if field else "settings"
+        # a value_error's message names the value already
+        got = "" if err["type"] in ("extra_forbidden", "missing", "value_error") or not field \
+            else f", got {err['input']!r}"
+        if err["type"] == "extra_forbidden":
+            msg = "unknown setting"
+        lines.append(f"{where}: {msg}{got}")
+    return lines
+
+
+def _load(settings: Any) -> Any:
+    """The app with its model resolved and engine, database and index loaded; one error line if not.
+
+    An unexpected failure is one line too; ``--log-level debug`` logs its traceback.
+    """
+    import logging
+
     from rich.console import Console
 
-    from orchestrator.console import resolve_model
+    from api.app import create_app
+    from orchestrator.console import model_error, resolve_model
 
-    resolve_model(Console(stderr=True), settings.model)  # pulled and converted now; one line if it cannot be
+    resolve_model(Console(stderr=True), settings.model)  # pulled, converted and checked now
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                timeout_graceful_shutdown=int(settings.drain_timeout_s) or None)
+    services = app.state.services
+    try:
+        services.start()
+    except Exception as exc:  # noqa: BLE001 - every start failure is one line, not a traceback
+        logging.getLogger(__name__).debug("start failed", exc_info=True)
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if services.store is None:
+            _fail(f"database {settings.db!r} cannot be opened: {reason}; pass --db with a SQLAlchemy URL, "
+                  "e.g. sqlite:///loom.db")
+        if services.engine is None:
+            _fail(model_error(settings.model, exc))
+        _fail(f"index {str(settings.index)!r} cannot be opened: {reason}; build one with loom ingest")
+    return app

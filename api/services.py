@@ -26,7 +26,12 @@ log = logging.getLogger(__name__)
 
 
 def engine_args(settings: Settings) -> dict[str, Any]:
-    """``EngineConfig`` keyword arguments from the settings (unset ones left to the engine)."""
+    """``EngineConfig`` keyword arguments from the settings (unset ones left to the engine).
+
+    Every engine flag of ``loom serve`` (vLLM's names) lands in the field of the
+    same name; ``speculative_config`` goes as a dict of
+    ``runtime.spec.SpeculativeConfig`` fields.
+    """
     args: dict[str, Any] = {
         "dtype": settings.dtype,
         "device": settings.device,
@@ -34,20 +39,13 @@ def engine_args(settings: Settings) -> dict[str, Any]:
         "max_num_seqs": settings.max_num_seqs,
         "max_num_batched_tokens": settings.max_num_batched_tokens,
         "enable_prefix_caching": settings.enable_prefix_caching,
+        "gpu_memory_utilization": settings.gpu_memory_utilization,
         "seed": settings.seed,
     }
-    for name in ("num_kv_blocks", "max_model_len", "max_waiting"):
+    for name in ("num_kv_blocks", "max_model_len", "max_waiting", "speculative_config"):
         value = getattr(settings, name)
         if value is not None:
             args[name] = value
-    if settings.speculative_method is not None:
-        from runtime.spec import SpeculativeConfig
-
-        args["speculative_config"] = SpeculativeConfig(
-            method=settings.speculative_method,
-            num_speculative_tokens=settings.num_speculative_tokens,
-            draft_model=settings.draft_model,
-        )
     return args
 
 
@@ -68,11 +66,24 @@ class Services:
     _embedder: Any = None
     _lock: Any = field(default_factory=threading.RLock)  # re-entrant: index() loads the embedder
 
+    def __post_init__(self) -> None:
+        self.metrics.model_name = self.settings.model_name  # vLLM's model_name label
+
     # lifecycle --------------------------------------------------------------------
     def start(self) -> None:
-        """Open the database, load the engine and the index (blocking, seconds)."""
+        """Open the database, load the engine and the index (blocking, seconds); once.
+
+        ``loom serve`` calls it before uvicorn starts, so a model that cannot be
+        loaded is one error line rather than a failed ASGI lifespan; the app's
+        lifespan calls it again, which does nothing then.
+
+        Raises:
+            runtime.errors.LoomError, ValueError, OSError: the model, database or index cannot be opened.
+        """
         from runtime import AsyncLLM
 
+        if self.engine is not None:
+            return
         s = self.settings
         self.store = Store(s.db)
         stale = self.store.interrupt_running_turns()

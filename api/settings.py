@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -49,12 +49,19 @@ class Settings(BaseSettings):
         default=None, gt=0, description="Waiting-queue cap; beyond it requests get 429."
     )
     enable_prefix_caching: bool = True
-    seed: int = 0
-    speculative_method: str | None = Field(
-        default=None, description="Speculative decoding: 'ngram' or 'draft_model' (off when unset)."
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0, le=1, description="Fraction of GPU memory the engine may use (CUDA only)."
     )
-    num_speculative_tokens: int = Field(default=4, gt=0, description="Tokens drafted per step (k).")
-    draft_model: str | None = Field(default=None, description="Draft checkpoint for 'draft_model'.")
+    seed: int = 0
+    speculative_config: dict[str, Any] | None = Field(
+        default=None, description="Speculative decoding as vLLM's --speculative-config JSON: "
+        '{"method": "ngram"|"draft_model", "num_speculative_tokens": k, "model": DRAFT} '
+        "(runtime.spec.SpeculativeConfig's other fields too); off when unset.")
+    speculative_method: str | None = Field(
+        default=None, description="Alias: speculative_config's method ('ngram' | 'draft_model')."
+    )
+    num_speculative_tokens: int = Field(default=4, gt=0, description="Alias: tokens drafted per step (k).")
+    draft_model: str | None = Field(default=None, description="Alias: speculative_config's draft model.")
 
     # data
     index: Path | None = Field(default=None, description="FAISS index folder (retrieval).")
@@ -66,7 +73,17 @@ class Settings(BaseSettings):
     # serving
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, lt=65536)
+    root_path: str = Field(default="", description="URL prefix the app lives under behind a proxy "
+                           "(ASGI root_path), e.g. /loom; requests may carry it or have it stripped.")
     no_auth: bool = Field(default=False, description="Accept requests without a key (dev only).")
+    api_key: SecretStr | None = Field(
+        default=None, description="A static key accepted beside the key database (vLLM's --api-key; "
+        "env LOOM_API_KEY); its requests run as owner 'api-key'.")
+    allowed_origins: list[str] = Field(
+        default_factory=list, description="CORS allowed origins (JSON list; CORS is off while empty).")
+    allowed_methods: list[str] = Field(default_factory=lambda: ["*"], description="CORS allowed methods.")
+    allowed_headers: list[str] = Field(default_factory=lambda: ["*"], description="CORS allowed headers.")
+    allow_credentials: bool = Field(default=False, description="CORS: allow credentials (cookies, auth).")
     default_max_tokens: int = Field(
         default=512, gt=0, description="max_tokens of a chat completion that sets none."
     )
@@ -80,6 +97,7 @@ class Settings(BaseSettings):
         default=30.0, ge=0, description="Shutdown waits this long for in-flight requests (s)."
     )
     log_level: str = "info"
+    disable_uvicorn_access_log: bool = Field(default=False, description="No line per HTTP request.")
     strict: bool = Field(
         default=False, description="Reject unknown request fields with 400 (OpenAI's behaviour) "
         "instead of accepting them and logging each field name once (vLLM's behaviour)."
@@ -93,6 +111,30 @@ class Settings(BaseSettings):
         if value != "auto" and value not in FORMATS:
             raise ValueError(f"must be 'auto' or one of {sorted(FORMATS)}")
         return value
+
+    @field_validator("root_path")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        value = value.rstrip("/")
+        if value and not value.startswith("/"):
+            raise ValueError("must start with '/', e.g. /loom")
+        return value
+
+    @field_validator("speculative_config")
+    @classmethod
+    def _spec(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else speculative_fields(value)
+
+    @model_validator(mode="after")
+    def _spec_aliases(self) -> Settings:
+        if self.speculative_method is not None:
+            if self.speculative_config is not None:
+                raise ValueError("give speculative_config or speculative_method, not both")
+            self.speculative_config = speculative_fields({
+                "method": self.speculative_method, "num_speculative_tokens": self.num_speculative_tokens,
+                "draft_model": self.draft_model})
+            self.speculative_method = None  # folded in: a re-validated dump must not see both
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -134,3 +176,32 @@ class Settings(BaseSettings):
     def model_name(self) -> str:
         """The id clients send as ``model`` (``served_model_name`` or the folder name)."""
         return self.served_model_name or Path(self.model.rstrip("/")).name or self.model
+
+
+def speculative_fields(value: dict[str, Any]) -> dict[str, Any]:
+    """``runtime.spec.SpeculativeConfig`` fields from vLLM's ``--speculative-config`` JSON.
+
+    vLLM names the draft checkpoint ``model``; Loom's field is ``draft_model``
+    (either is accepted).
+
+    Raises:
+        ValueError: an unknown key or a value ``SpeculativeConfig`` rejects.
+    """
+    import dataclasses
+
+    from runtime.spec.config import SpeculativeConfig
+
+    fields = dict(value)
+    if "model" in fields:
+        if fields.get("draft_model") not in (None, fields["model"]):
+            raise ValueError("'model' and 'draft_model' name different checkpoints")
+        fields["draft_model"] = fields.pop("model")
+    known = {f.name for f in dataclasses.fields(SpeculativeConfig)}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown}; known: {sorted(known | {'model'})}")
+    try:
+        SpeculativeConfig(**fields)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(str(exc)) from None
+    return fields

@@ -1,6 +1,7 @@
 """Terminal helpers every ``loom`` front-end shares (``loom serve``, ``loom chat``, ``loom demo``):
 :func:`resolve_model` names the model in use (and warns when its weights are
-random), :func:`quiet_logs` keeps library logs out of streamed answers.
+random) or says in one line why it cannot be had, :func:`model_error` words
+such a line, :func:`quiet_logs` keeps library logs out of streamed answers.
 
 The front-ends themselves (the demo, the chat loop, the sessions bench and
 the printing of agent turns) live at the edge, in ``evals/``.
@@ -8,20 +9,98 @@ the printing of agent turns) live at the edge, in ``evals/``.
 
 from __future__ import annotations
 
+import logging
+import os
+from pathlib import Path
+
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
+# Libraries that log at INFO (or print progress) while a model, an embedder or an index loads, or on
+# every HTTP call: a line of theirs in the middle of a streamed answer cuts it in two.
+NOISY_LOGGERS = ("faiss", "faiss.loader", "httpx", "httpcore", "sentence_transformers", "transformers",
+                 "huggingface_hub", "urllib3", "bm25s", "uvicorn.access", "filelock", "datasets")
 
-def quiet_logs() -> None:
-    """Keep library INFO logs and transformers' progress bars out of streamed answers (warnings still show)."""
-    import logging
+_FIX = ("run `loom model pull NAME` for a registered model (loom model list), pass a checkpoint folder "
+        "or a .gguf file")
 
+
+def quiet_logs(verbose: bool = False) -> None:
+    """Keep library logs and progress bars out of streamed answers; ``verbose`` brings INFO back.
+
+    Quiet (the default): the root logger shows warnings, the libraries in
+    :data:`NOISY_LOGGERS` errors only, and transformers' and the hub's progress
+    bars (the embedder's "Loading weights" bar) are off.  Verbose: everything at
+    INFO, progress bars on.
+    """
+    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
     from transformers.utils import logging as hf_logging
 
-    logging.getLogger().setLevel(logging.WARNING)
-    hf_logging.disable_progress_bar()  # the embedder's "Loading weights" bar would cut into streamed text
+    logging.getLogger().setLevel(logging.INFO if verbose else logging.WARNING)
+    for name in NOISY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
+    if verbose:
+        hf_logging.set_verbosity_info()
+        hf_logging.enable_progress_bar()
+        enable_progress_bars()
+    else:
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        disable_progress_bars()
+
+
+def model_error(model: str, exc: BaseException) -> str:
+    """One line naming ``model``, what went wrong and what to do (no traceback, no repr).
+
+    ``NotFoundError`` from ``runtime.models.loader.resolve_model_path``: not a
+    registered name, folder, ``.gguf`` file or reachable hub id.  ``ModelLoadError``:
+    a registered model or GGUF file that could not be prepared.  Anything else:
+    a folder the engine could not read (no ``config.json``, no weights, ...).
+    """
+    from runtime.errors import ModelLoadError, NotFoundError
+
+    reason = _first_line(exc)
+    if isinstance(exc, NotFoundError):
+        offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+        if exc.__cause__ is None or offline:  # offline, the hub could only have given a cached id
+            return (f"model {model!r} not found: not a registered name (loom model list), a folder, a .gguf file "
+                    f"or a cached hub id; {_FIX}")
+        return (f"model {model!r} not found: not a registered name, folder or .gguf file, and the Hugging Face hub "
+                f"could not give it ({_first_line(exc.__cause__)}); {_FIX}, or check the hub id and network")
+    if isinstance(exc, ModelLoadError):
+        return f"model {model!r} could not be prepared: {reason}; run `loom model pull {model}` to retry"
+    return (f"model {model!r} cannot be read: {reason}; pass a Hugging Face checkpoint folder (config.json, "
+            "tokenizer, *.safetensors), a .gguf file or a registered name (loom model list)")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    line = str(text).strip().splitlines()[0] if str(text).strip() else type(exc).__name__
+    return line.removeprefix("model: ")
+
+
+def check_readable(path: Path) -> None:
+    """Raise unless ``path`` holds what the engine loads: a ``config.json`` with a ``model_type``
+    and ``*.safetensors`` weights (the same checks the engine makes, seconds earlier).
+
+    Raises:
+        ValueError: naming the file that is missing or unreadable.
+    """
+    config = path / "config.json"
+    if not config.is_file():
+        raise ValueError(f"{path} has no config.json")
+    try:
+        import json
+
+        model_type = json.loads(config.read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise ValueError(f"{config} is not readable JSON ({_first_line(exc)})") from None
+    if not model_type:
+        raise ValueError(f"{config} names no model_type")
+    if not any(path.glob("*.safetensors")):
+        raise ValueError(f"{path} has no *.safetensors weights")
 
 
 def resolve_model(console: Console, model: str | None, hint: str = "") -> str:
@@ -32,7 +111,8 @@ def resolve_model(console: Console, model: str | None, hint: str = "") -> str:
     noise (``hint`` is added to it); any other model one line.
 
     Raises:
-        typer.Exit: (code 2) the model cannot be found or prepared; the cause is printed in one line.
+        typer.Exit: (code 2) the model cannot be found, prepared or read; the cause and the fix are
+            printed in one ``error:`` line (:func:`model_error`).
     """
     from runtime.checkpoint.registry import DEFAULT_MODEL
     from runtime.errors import LoomError
@@ -41,8 +121,10 @@ def resolve_model(console: Console, model: str | None, hint: str = "") -> str:
     name = model or DEFAULT_MODEL
     try:
         path = resolve_model_path(name)
-    except (LoomError, ValueError) as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        check_readable(Path(path))
+    except (LoomError, ValueError, OSError) as exc:
+        line = f"model {name!r}: {_first_line(exc)}" if name.startswith(RANDOM_PREFIX) else model_error(name, exc)
+        console.print(f"[red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     if name.startswith(RANDOM_PREFIX):
         console.print(Panel(
@@ -50,5 +132,6 @@ def resolve_model(console: Console, model: str | None, hint: str = "") -> str:
             "Its answers are noise: the point is the engine, the context assembly and the ledger."
             + (f"\n{hint}" if hint else ""), title="model", border_style="yellow"))
     else:
-        console.print(f"Model: [bold]{name}[/] [dim]{path}[/]")
+        where = "" if Path(name).expanduser() == Path(path) else f" [dim]{escape(str(path))}[/]"
+        console.print(f"Model: [bold]{escape(name)}[/]{where}", soft_wrap=True)
     return str(path)

@@ -1,4 +1,7 @@
-"""``GET /health`` (engine state, KV blocks) and ``GET /metrics`` (Prometheus)."""
+"""``GET /health`` (engine state and config, KV blocks), ``GET /version`` and ``GET /metrics`` (Prometheus).
+
+None of them needs a key (they are outside ``/v1/``), as in vLLM's server.
+"""
 
 from __future__ import annotations
 
@@ -12,13 +15,26 @@ router = APIRouter(tags=["system"])
 
 
 class Health(BaseModel):
-    """Liveness plus the engine's counters (``kv_blocks_free`` == ``kv_blocks_total`` when idle)."""
+    """Liveness plus the engine's counters (``kv_blocks_free`` == ``kv_blocks_total`` when idle)
+    and the settings it runs with (``config``: ``runtime.EngineConfig``'s fields, vLLM's names)."""
 
     status: str
     model: str
     in_flight: int
     auth: bool
     engine: dict[str, Any]
+    config: dict[str, Any] = {}
+
+
+class Version(BaseModel):
+    """vLLM's ``GET /version`` body."""
+
+    version: str
+
+
+# EngineConfig fields reported by /health (the loom serve flags of the same names)
+_CONFIG_FIELDS = ("dtype", "device", "block_size", "num_kv_blocks", "gpu_memory_utilization", "max_num_seqs",
+                  "max_num_batched_tokens", "max_model_len", "enable_prefix_caching", "max_waiting", "seed")
 
 
 @router.get("/health", response_model=Health, summary="Health and engine stats")
@@ -26,8 +42,29 @@ async def health(request: Request) -> Health:
     """``status: ok`` while the engine runs; ``engine`` is ``AsyncLLM.stats()``."""
     services = request.app.state.services
     stats = dict(services.engine.stats())
+    cfg = services.engine.config
+    config = {name: getattr(cfg, name) for name in _CONFIG_FIELDS}
+    spec = cfg.speculative_config
+    config["speculative_config"] = None if spec is None else dict(vars(spec))
     return Health(status="ok", model=services.settings.model_name, in_flight=services.in_flight - 1,  # not counting this request
-                  auth=not services.settings.no_auth, engine=stats)
+                  auth=not services.settings.no_auth, engine=stats, config=config)
+
+
+@router.get("/version", response_model=Version, summary="Loom's version")
+async def version() -> Version:
+    """``{"version": "0.1.0"}``: the installed ``loom`` distribution's version (vLLM's ``/version``)."""
+    return Version(version=loom_version())
+
+
+def loom_version() -> str:
+    """The installed ``loom`` distribution's version (``0.0.0+unknown`` in a never-installed tree)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("loom")
+    except PackageNotFoundError:
+        return "0.0.0+unknown"
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response,
