@@ -96,9 +96,15 @@ def run_cmd(
 @eval_app.command("report")
 def report_cmd(out: Path = typer.Argument(..., help="Output folder of an earlier `loom eval run`.")) -> None:
     """Re-draw report.html and the plots from a run's summary.json and records."""
+    import importlib.util
     import json
+    import logging
 
-    from evals.report import write_report
+    from evals.report import PLOTS_NEED_EXTRA, write_report
+
+    if importlib.util.find_spec("matplotlib") is None:  # one plain line, not a log record
+        typer.secho(PLOTS_NEED_EXTRA, fg="yellow", err=True)
+        logging.getLogger("evals.report").setLevel(logging.ERROR)
 
     summary = json.loads((out / "summary.json").read_text())
     records = {name: [json.loads(x) for x in (out / name / "records.jsonl").read_text().splitlines()]
