@@ -9,6 +9,11 @@ The session is append-only, so every turn after the first is served mostly from
 the prefix cache.  Slash commands: ``/usage`` prints the session's ledger so
 far (tokens, time and cost by class), ``/reset`` starts a new session,
 ``/quit`` leaves (as do Ctrl-D and Ctrl-C at the prompt).
+
+Everything a turn needs (model, embedder, FAISS and BM25 index, memory) loads
+before the first prompt, behind a spinner, and library logs stay quiet
+(:func:`orchestrator.console.quiet_logs`): no log line or progress bar lands
+inside a streamed answer.  ``-v`` brings INFO logs back.
 """
 
 from __future__ import annotations
@@ -25,10 +30,26 @@ HELP = "/usage  ledger of the session so far · /reset  new session · /quit  le
 DEFAULT_SYSTEM = "You are a helpful assistant."
 
 
+class SetupError(Exception):
+    """The index or the memory database of ``loom chat`` cannot be opened; the message is one line."""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "message", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def _build_agent(model: str, index: Path | None, db: str | None, namespace: str, system: str,
                  max_tokens: int, condense_question: bool = True) -> tuple[Any, Any]:
+    """The engine and the agent over ``index`` and ``db``, with every lazy part loaded now.
+
+    Raises:
+        SetupError: the index or the memory database cannot be opened (one-line message).
+        runtime.errors.LoomError, ValueError, OSError: the model cannot be loaded.
+    """
     from orchestrator import Agent, ContextBudget
     from runtime import AsyncLLM, SamplingParams
+    from runtime.errors import LoomError
     from tools.builtin import calculator, memory_tools, search_documents_tool
 
     retriever = memory = None
@@ -36,12 +57,22 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
     if index is not None:
         from retrieval import Retriever
 
-        retriever = Retriever.open(index, create=False)
+        try:
+            retriever = Retriever.open(index, create=False)
+            retriever.search("warm-up", k=1)  # loads the embedder, FAISS, BM25 and the object index now
+        except (LoomError, ValueError, OSError) as exc:
+            raise SetupError(f"index {str(index)!r} cannot be opened: {_first_line(exc)}; "
+                             "build one with loom ingest PATH --index DIR") from exc
         tools.append(search_documents_tool(retriever))
     if db is not None:
         from memory import LongTermMemory
 
-        memory = LongTermMemory(db, embedder=getattr(retriever, "embedder", None))
+        try:
+            memory = LongTermMemory(db, embedder=getattr(retriever, "embedder", None))
+            memory.search("warm-up", namespace)  # loads the embedder (when no index shares one) and the store
+        except Exception as exc:  # noqa: BLE001 - SQLAlchemy's URL and driver errors share no base with ours
+            raise SetupError(f"memory database {db!r} cannot be opened: {_first_line(exc)}; "
+                             "pass --db with a SQLAlchemy URL, e.g. sqlite:///memory.db") from exc
         tools.extend(memory_tools(memory, namespace))
     llm = AsyncLLM(model)
     agent = Agent(llm, tools=tools, retriever=retriever, memory=memory, memory_namespace=namespace,
@@ -103,25 +134,30 @@ def chat(
     condense_question: bool = typer.Option(True, "--condense-question/--no-condense-question",
                                            help="With --index: rewrite a follow-up into a standalone question "
                                            "with the model before retrieving."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library INFO logs and progress bars."),
 ) -> None:
     """Chat with the agent in the terminal (streaming; /usage shows the ledger).
 
     Example: loom chat --index .loom/index --db sqlite:///.loom/memory.db
     """
     from orchestrator.citations import CITE_INSTRUCTION
-    from orchestrator.console import quiet_logs, resolve_model
+    from orchestrator.console import model_error, print_error, quiet_logs, resolve_model
     from runtime.errors import LoomError
 
-    quiet_logs()
+    quiet_logs(verbose)
     console = Console(highlight=False)
     path = resolve_model(console, model, "Without --model, loom chat runs Loom's default model, a real one.")
     if system is None:
         system = DEFAULT_SYSTEM + (" Answer from the retrieved documents when they help. " + CITE_INSTRUCTION
                                    if index is not None else "")
     try:
-        llm, agent = _build_agent(path, index, db, namespace, system, max_tokens, condense_question)
-    except LoomError as exc:
-        console.print(f"[red]error:[/] {escape(exc.message)}")
+        with console.status("Loading model, embedder and index…"):
+            llm, agent = _build_agent(path, index, db, namespace, system, max_tokens, condense_question)
+    except SetupError as exc:
+        print_error(str(exc))
+        raise typer.Exit(2) from None
+    except (LoomError, ValueError, OSError) as exc:
+        print_error(model_error(model or path, exc))
         raise typer.Exit(2) from None
     try:
         asyncio.run(_loop(console, agent, lambda: console.input("[bold cyan]you>[/] ")))

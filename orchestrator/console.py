@@ -23,8 +23,7 @@ from rich.panel import Panel
 NOISY_LOGGERS = ("faiss", "faiss.loader", "httpx", "httpcore", "sentence_transformers", "transformers",
                  "huggingface_hub", "urllib3", "bm25s", "uvicorn.access", "filelock", "datasets")
 
-_FIX = ("run `loom model pull NAME` for a registered model (loom model list), pass a checkpoint folder "
-        "or a .gguf file")
+_FIX = "run `loom model pull NAME` for a registered model, or pass a checkpoint folder or a .gguf file"
 
 
 def quiet_logs(verbose: bool = False) -> None:
@@ -32,8 +31,9 @@ def quiet_logs(verbose: bool = False) -> None:
 
     Quiet (the default): the root logger shows warnings, the libraries in
     :data:`NOISY_LOGGERS` errors only, and transformers' and the hub's progress
-    bars (the embedder's "Loading weights" bar) are off.  Verbose: everything at
-    INFO, progress bars on.
+    bars (the embedder's "Loading weights" bar) are off.  Verbose: every logger
+    at INFO and the progress bars on (transformers' own verbosity stays at its
+    default, warnings: at INFO it dumps each model config).
     """
     from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
     from transformers.utils import logging as hf_logging
@@ -42,7 +42,7 @@ def quiet_logs(verbose: bool = False) -> None:
     for name in NOISY_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
     if verbose:
-        hf_logging.set_verbosity_info()
+        hf_logging.set_verbosity_warning()
         hf_logging.enable_progress_bar()
         enable_progress_bars()
     else:
@@ -67,8 +67,9 @@ def model_error(model: str, exc: BaseException) -> str:
         if exc.__cause__ is None or offline:  # offline, the hub could only have given a cached id
             return (f"model {model!r} not found: not a registered name (loom model list), a folder, a .gguf file "
                     f"or a cached hub id; {_FIX}")
-        return (f"model {model!r} not found: not a registered name, folder or .gguf file, and the Hugging Face hub "
-                f"could not give it ({_first_line(exc.__cause__)}); {_FIX}, or check the hub id and network")
+        return (f"model {model!r} not found: not a registered name (loom model list), folder or .gguf file, and "
+                f"the Hugging Face hub could not give it ({_first_line(exc.__cause__)}); {_FIX}, or check the "
+                "hub id and the network")
     if isinstance(exc, ModelLoadError):
         return f"model {model!r} could not be prepared: {reason}; run `loom model pull {model}` to retry"
     return (f"model {model!r} cannot be read: {reason}; pass a Hugging Face checkpoint folder (config.json, "
@@ -79,6 +80,11 @@ def _first_line(exc: BaseException) -> str:
     text = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     line = str(text).strip().splitlines()[0] if str(text).strip() else type(exc).__name__
     return line.removeprefix("model: ")
+
+
+def print_error(line: str) -> None:
+    """``error: LINE`` on stderr (red on a terminal), never wrapped: one line to read or to grep."""
+    Console(stderr=True, highlight=False).print(f"[red]error:[/] {escape(line)}", soft_wrap=True)
 
 
 def check_readable(path: Path) -> None:
@@ -112,7 +118,7 @@ def resolve_model(console: Console, model: str | None, hint: str = "") -> str:
 
     Raises:
         typer.Exit: (code 2) the model cannot be found, prepared or read; the cause and the fix are
-            printed in one ``error:`` line (:func:`model_error`).
+            printed in one ``error:`` line on stderr (:func:`model_error`).
     """
     from runtime.checkpoint.registry import DEFAULT_MODEL
     from runtime.errors import LoomError
@@ -124,7 +130,7 @@ def resolve_model(console: Console, model: str | None, hint: str = "") -> str:
         check_readable(Path(path))
     except (LoomError, ValueError, OSError) as exc:
         line = f"model {name!r}: {_first_line(exc)}" if name.startswith(RANDOM_PREFIX) else model_error(name, exc)
-        console.print(f"[red]error:[/] {escape(line)}", highlight=False, soft_wrap=True)
+        print_error(line)
         raise typer.Exit(2) from None
     if name.startswith(RANDOM_PREFIX):
         console.print(Panel(
