@@ -1,0 +1,160 @@
+"""``loom serve MODEL`` with vLLM's engine and server flags, on one real server (tiny random checkpoint):
+the engine flags reach ``EngineConfig``, a static ``--api-key`` works beside the key database, CORS
+answers a browser's preflight, ``--root-path`` serves under a prefix without opening a hole in auth,
+``/version`` needs no key."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from tests.api.server import Server, _env, cli
+
+STATIC_KEY = "static-test-key-0123456789"
+ORIGIN = "http://app.example"
+SPEC = {"method": "ngram", "num_speculative_tokens": 2}
+
+
+class PositionalServer(Server):
+    """``loom serve MODEL ...``: the model as ``vllm serve`` takes it, no ``--model``."""
+
+    def start(self, timeout: float = 240) -> Server:
+        cmd = [sys.executable, "-m", "api.cli", "serve", str(self.model), "--db", self.db_url,
+               "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", *self.extra]
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(cmd, cwd=self.workdir, stdout=self._log, stderr=subprocess.STDOUT, env=_env())
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited ({self.proc.returncode}):\n{self.log()[-4000:]}")
+            try:
+                if httpx.get(self.url + "/loom/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        self.kill()
+        raise RuntimeError(f"server did not start in {timeout}s:\n{self.log()[-4000:]}")
+
+
+@pytest.fixture(scope="module")
+def options_server(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
+    """The server with every option under test, and a key from its database (owner ``carol``)."""
+    work = tmp_path_factory.mktemp("api-options")
+    db = f"sqlite:///{work / 'loom.db'}"
+    db_key = cli("keys", "create", "--owner", "carol", "--db", db).strip().splitlines()[-1]
+    srv = PositionalServer(
+        checkpoint, db, work, "--block-size", "32", "--no-enable-prefix-caching", "--max-num-batched-tokens", "256",
+        "--max-model-len", "512", "--num-kv-blocks", "64", "--max-num-seqs", "4", "--gpu-memory-utilization", "0.5",
+        "--dtype", "float32", "--speculative-config", json.dumps(SPEC), "--api-key", STATIC_KEY,
+        "--allowed-origins", json.dumps([ORIGIN]), "--root-path", "/loom", "--disable-uvicorn-access-log",
+    ).start()
+    yield srv, db_key
+    srv.stop()
+
+
+def _client(srv: Server, key: str, prefix: str = "/loom") -> openai.OpenAI:
+    return openai.OpenAI(api_key=key, base_url=srv.url + prefix + "/v1", max_retries=0, timeout=120)
+
+
+def test_engine_flags_reach_the_engine_config_reported_by_health(options_server) -> None:
+    srv, _ = options_server
+    health = httpx.get(srv.url + "/loom/health", timeout=10).json()
+    config = health["config"]
+    assert {k: config[k] for k in ("block_size", "enable_prefix_caching", "max_num_batched_tokens", "max_model_len",
+                                    "num_kv_blocks", "max_num_seqs", "gpu_memory_utilization", "dtype", "device")} == {
+        "block_size": 32, "enable_prefix_caching": False, "max_num_batched_tokens": 256, "max_model_len": 512,
+        "num_kv_blocks": 64, "max_num_seqs": 4, "gpu_memory_utilization": 0.5, "dtype": "float32", "device": "cpu"}
+    assert config["speculative_config"]["method"] == "ngram"
+    assert config["speculative_config"]["num_speculative_tokens"] == 2
+    assert health["engine"]["kv_blocks_total"] == 64
+    assert "64 blocks x 32 tokens" in srv.log()  # the pool the engine built
+
+
+def test_no_enable_prefix_caching_serves_a_repeated_prompt_without_cached_tokens(options_server) -> None:
+    srv, _ = options_server
+    client = _client(srv, STATIC_KEY)
+    messages = [{"role": "user", "content": "a prompt long enough to fill two blocks of thirty-two tokens " * 4}]
+    model = httpx.get(srv.url + "/loom/health", timeout=10).json()["model"]
+    usages = [client.chat.completions.create(model=model, messages=messages, max_tokens=2, temperature=0).usage
+              for _ in range(2)]
+    assert usages[1].prompt_tokens > 64
+    assert usages[1].prompt_tokens_details is None or usages[1].prompt_tokens_details.cached_tokens == 0
+
+
+def test_static_api_key_works_beside_database_keys_and_runs_as_owner_api_key(options_server) -> None:
+    from api.store import Store
+
+    srv, db_key = options_server
+    created = httpx.post(srv.url + "/loom/v1/sessions", json={}, timeout=30,
+                         headers={"Authorization": f"Bearer {STATIC_KEY}"})
+    assert created.status_code == 200, created.text
+    assert _client(srv, db_key).models.list().data  # the database's key still works
+    with pytest.raises(openai.AuthenticationError):
+        _client(srv, STATIC_KEY + "x").models.list()
+    store = Store(srv.db_url)
+    try:
+        assert store.get_session(created.json()["id"], "api-key") is not None
+        assert store.get_session(created.json()["id"], "carol") is None
+    finally:
+        store.close()
+
+
+def test_root_path_serves_with_and_without_the_prefix_and_both_need_a_key(options_server) -> None:
+    srv, db_key = options_server
+    auth = {"Authorization": f"Bearer {db_key}"}
+    for path in ("/loom/v1/models", "/v1/models"):  # a proxy that keeps the prefix, one that strips it
+        assert httpx.get(srv.url + path, timeout=10).status_code == 401, path
+        assert httpx.get(srv.url + path, headers=auth, timeout=10).status_code == 200, path
+    spec = httpx.get(srv.url + "/loom/openapi.json", timeout=10).json()
+    assert {"url": "/loom"} in spec["servers"]
+
+
+def test_cors_answers_an_allowed_origins_preflight_without_a_key_and_not_another_origin(options_server) -> None:
+    srv, _ = options_server
+    ask = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"}
+    ok = httpx.options(srv.url + "/loom/v1/chat/completions", headers={"Origin": ORIGIN, **ask}, timeout=10)
+    assert ok.status_code == 200
+    assert ok.headers["access-control-allow-origin"] == ORIGIN
+    assert "POST" in ok.headers["access-control-allow-methods"]
+    other = httpx.options(srv.url + "/loom/v1/chat/completions", headers={"Origin": "http://evil.example", **ask},
+                          timeout=10)
+    assert "access-control-allow-origin" not in other.headers
+    unauthorized = httpx.get(srv.url + "/loom/v1/models", headers={"Origin": ORIGIN}, timeout=10)
+    assert unauthorized.status_code == 401  # the browser can read the 401: it carries the CORS header
+    assert unauthorized.headers["access-control-allow-origin"] == ORIGIN
+
+
+def test_version_needs_no_key_and_is_the_installed_version(options_server) -> None:
+    import loom
+
+    srv, _ = options_server
+    r = httpx.get(srv.url + "/loom/version", timeout=10)
+    assert r.status_code == 200 and r.json() == {"version": loom.__version__}
+
+
+def test_disable_uvicorn_access_log_leaves_no_line_per_request(options_server) -> None:
+    srv, _ = options_server
+    httpx.get(srv.url + "/loom/version", timeout=10)
+    log = srv.log()
+    assert "Uvicorn running on" in log  # uvicorn's startup lines stay
+    assert '"GET /loom/version HTTP/1.1" 200' not in log
+
+
+def test_cors_is_off_unless_allowed_origins_is_given() -> None:
+    from fastapi.testclient import TestClient
+
+    from api.app import create_app
+    from api.settings import Settings
+
+    app = create_app(Settings.load(model="/unused", db="sqlite://"))  # no lifespan: nothing loads
+    r = TestClient(app).options("/v1/models", headers={"Origin": ORIGIN, "Access-Control-Request-Method": "GET"})
+    assert "access-control-allow-origin" not in r.headers
