@@ -50,6 +50,7 @@ class PreparedCompletion:
     echo_only: bool  # max_tokens == 0: the prompt alone is returned
     logprobs: int | None
     skip_special_tokens: bool
+    return_token_ids: bool
     constraint_field: str | None  # request field whose output constraint the engine compiles
 
 
@@ -172,4 +173,5 @@ def prepare(body: CompletionRequest, tokenizer: Any, default_max_tokens: int,
                                            **base)
     return PreparedCompletion(prompts=prompts, n=n, echo=body.echo, echo_only=echo_only,
                               logprobs=body.logprobs, skip_special_tokens=body.skip_special_tokens,
+                              return_token_ids=bool(body.return_token_ids),
                               constraint_field=field)

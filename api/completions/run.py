@@ -56,6 +56,8 @@ class ChoiceState:
     last: Any = None
     prompt_logprobs: list[dict[int, float] | None] | None = None
     sent_tokens: int = 0  # output tokens whose logprobs were sent (stream)
+    sent_ids: int = 0  # output tokens whose ids were sent (stream, return_token_ids)
+    seen_tokens: int = 0  # output tokens of the last output a stream chunk was made for
     opened: bool = False  # the prompt (echo) was sent (stream)
     offsets: _Offsets = field(default_factory=_Offsets)
 
@@ -118,15 +120,25 @@ class CompletionRun:
         return lp
 
     # shaping -------------------------------------------------------------------------
-    def _choice(self, choice: ChoiceState, text: str, with_prompt: bool, finished: bool) -> CompletionChoice:
-        out = choice.last
+    def _choice(self, choice: ChoiceState, text: str, with_prompt: bool, finished: bool,
+                first: bool) -> CompletionChoice:
+        out, p = choice.last, self.prepared
         if with_prompt:
             text = choice.prompt.text + text
         return CompletionChoice(
             index=choice.index, text=text, logprobs=self._new_logprobs(choice, with_prompt),
-            finish_reason=_finish_reason(out, self.prepared.echo_only) if finished else None,
-            stop_reason=out.stop_reason if finished and out is not None and not self.prepared.echo_only
-            else None)
+            finish_reason=_finish_reason(out, p.echo_only) if finished else None,
+            stop_reason=out.stop_reason if finished and out is not None and not p.echo_only else None,
+            prompt_token_ids=list(choice.prompt.token_ids) if p.return_token_ids and first else None,
+            token_ids=self._new_ids(choice) if p.return_token_ids else None)
+
+    def _new_ids(self, choice: ChoiceState) -> list[int]:
+        """Output ids not sent yet (then marked sent); none for ``max_tokens=0``."""
+        if choice.last is None or self.prepared.echo_only:
+            return []
+        ids = list(choice.last.token_ids)
+        start, choice.sent_ids = choice.sent_ids, len(ids)
+        return ids[start:]
 
     def usage(self) -> Usage:
         """OpenAI usage: every prompt once, generated tokens of every choice, cached prompt tokens."""
@@ -140,7 +152,7 @@ class CompletionRun:
     def result(self) -> Completion:
         """The non-streamed completion (after every choice's last output was fed)."""
         choices = [self._choice(c, "" if self.prepared.echo_only or c.last is None else c.last.text,
-                                self.prepared.echo, True) for c in self.choices]
+                                self.prepared.echo, True, True) for c in self.choices]
         return Completion(id=self.request_id, created=self.created, model=self.model, choices=choices,
                           usage=self.usage())
 
@@ -148,14 +160,17 @@ class CompletionRun:
         """The stream chunk for choice ``index``'s output ``out`` (``None`` when it adds nothing)."""
         choice = self.choices[index]
         self.feed(index, out)
-        with_prompt = self.prepared.echo and not choice.opened
+        first, p = not choice.opened, self.prepared
         choice.opened = True
-        text = "" if self.prepared.echo_only else (out.new_text or "")
-        new_tokens = len(out.token_ids) > choice.sent_tokens and self.prepared.logprobs is not None
-        if not (with_prompt or text or out.finished or new_tokens):
+        text = "" if p.echo_only else (out.new_text or "")
+        # held-back text (a possible stop string) still sends the tokens' logprobs / ids as they come
+        tokens = (p.logprobs is not None or p.return_token_ids) and not p.echo_only \
+            and len(out.token_ids) > choice.seen_tokens
+        choice.seen_tokens = len(out.token_ids)
+        if not (first or text or out.finished or tokens):
             return None
         return Completion(id=self.request_id, created=self.created, model=self.model,
-                          choices=[self._choice(choice, text, with_prompt, bool(out.finished))],
+                          choices=[self._choice(choice, text, p.echo and first, bool(out.finished), first)],
                           usage=self.usage() if continuous_usage else None)
 
     def usage_chunk(self) -> Completion:

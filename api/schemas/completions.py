@@ -67,6 +67,9 @@ class CompletionRequest(RequestModel):
     ignore_eos: bool | None = None
     include_stop_str_in_output: bool | None = None
     skip_special_tokens: bool = True
+    return_token_ids: bool | None = Field(default=None, description=(
+        "Include each choice's `prompt_token_ids` and `token_ids` (vLLM); streamed: the prompt's in "
+        "a choice's first chunk, each chunk's new ids in it."))
     add_special_tokens: bool = Field(default=True, description="Add the tokenizer's special tokens "
                                      "(e.g. BOS) to text prompts (vLLM).")
     response_format: ResponseFormat | None = None
@@ -102,6 +105,8 @@ class CompletionChoice(BaseModel):
     finish_reason: Literal["stop", "length", "abort"] | None = None
     stop_reason: int | str | None = Field(default=None, description="The stop string or token id that "
                                           "ended the choice (vLLM).")
+    prompt_token_ids: list[int] | None = None  # vLLM's return_token_ids
+    token_ids: list[int] | None = None  # return_token_ids: the generated ids (eos included)
 
 
 class Completion(BaseModel):

@@ -126,6 +126,24 @@ def test_stream_pieces_concatenate_to_the_non_streamed_choices_with_logprobs_and
     assert last.usage.prompt_tokens == whole.usage.prompt_tokens
 
 
+def test_return_token_ids_gives_each_choices_prompt_and_output_ids_streamed_once(openai_client, model_name, tok):
+    kw = dict(model=model_name, prompt=[PROMPT, "Once upon a time"], temperature=0, max_tokens=5,
+              extra_body={"return_token_ids": True, "ignore_eos": True})
+    whole = openai_client.completions.create(**kw)
+    for c, prompt in zip(whole.choices, [PROMPT, "Once upon a time"]):
+        assert c.prompt_token_ids == tok(prompt).input_ids
+        assert len(c.token_ids) == 5 and tok.decode(c.token_ids) == c.text
+    prompt_ids, ids = {}, {}
+    for chunk in openai_client.completions.create(**kw, stream=True):
+        (ch,) = chunk.choices
+        if ch.prompt_token_ids is not None:
+            assert ch.index not in prompt_ids  # the prompt comes once, in the choice's first chunk
+            prompt_ids[ch.index] = ch.prompt_token_ids
+        ids[ch.index] = ids.get(ch.index, []) + ch.token_ids
+    assert prompt_ids == {c.index: c.prompt_token_ids for c in whole.choices}
+    assert ids == {c.index: c.token_ids for c in whole.choices}
+
+
 def test_default_max_tokens_is_cut_to_the_window_but_an_explicit_one_that_does_not_fit_is_400(
         openai_client, model_name):
     long = [100] * 1020  # the shared server's window is 1024 tokens
