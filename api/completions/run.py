@@ -58,7 +58,7 @@ class ChoiceState:
     sent_tokens: int = 0  # output tokens whose logprobs were sent (stream)
     sent_ids: int = 0  # output tokens whose ids were sent (stream, return_token_ids)
     seen_tokens: int = 0  # output tokens of the last output a stream chunk was made for
-    opened: bool = False  # the prompt (echo) was sent (stream)
+    opened: bool = False  # the choice's first chunk was made (stream)
     offsets: _Offsets = field(default_factory=_Offsets)
 
 
