@@ -101,7 +101,7 @@ def loom_error_body(exc: LoomError) -> dict[str, Any]:
 # pydantic names the union member that failed in an error's location
 # ("tool_choice.literal['auto','none','required']", "messages.0.tool.content.str"); a
 # request field never looks like that, so such parts are dropped from ``param``
-_UNION_MEMBER = re.compile(r"^(str|int|float|bool|list|dict|none)$|[\[(]|^[A-Z]")
+_UNION_MEMBER = re.compile(r"^(str|int|float|bool|list|dict|none)$|^constrained-|[\[(]|^[A-Z]")
 
 
 def _field(loc: tuple[Any, ...]) -> str | None:

@@ -219,8 +219,8 @@ class ChoiceRun:
         for token, row in zip(ids[start:], rows[start:]):
             text, raw = text_of(token)
             best = sorted(row.items(), key=lambda kv: -kv[1])[:top]
-            content.append(TokenLogprob(token=text, logprob=_finite(row.get(token)), bytes=raw, top_logprobs=[
-                TopLogprob(token=t, logprob=_finite(lp), bytes=b)
+            content.append(TokenLogprob(token=text, logprob=finite_logprob(row.get(token)), bytes=raw, top_logprobs=[
+                TopLogprob(token=t, logprob=finite_logprob(lp), bytes=b)
                 for (t, b), lp in ((text_of(i), lp) for i, lp in best)]))
         return ChoiceLogprobs(content=content)
 
@@ -246,7 +246,7 @@ class ChoiceRun:
         return self.logprobs(text_of, start)
 
 
-def _finite(value: float | None) -> float:
+def finite_logprob(value: float | None) -> float:
     """A logprob JSON can carry: -inf (a masked token) as -9999.0, as vLLM does."""
     if value is None or value != value or value == float("-inf"):
         return -9999.0

@@ -242,7 +242,7 @@ def template_kwargs(req: ChatCompletionRequest, tokenizer: Any) -> dict[str, Any
     return kwargs
 
 
-def _logit_bias(req: ChatCompletionRequest, vocab_size: int) -> dict[int, float] | None:
+def token_bias(req: ChatCompletionRequest, vocab_size: int) -> dict[int, float] | None:
     if not req.logit_bias:
         return None
     bias = {}
@@ -312,7 +312,7 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
         "skip_special_tokens": False,  # the parser needs <think> / <tool_call> markers
         "structured_output": structured,
         "logprobs": top_logprobs,
-        "logit_bias": _logit_bias(req, len(tokenizer)),
+        "logit_bias": token_bias(req, len(tokenizer)),
     }
     for opt in ("top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens",
                 "stop_token_ids", "ignore_eos", "include_stop_str_in_output"):

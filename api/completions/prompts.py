@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from api.chat.prompt import _logit_bias, output_constraint
+from api.chat.prompt import token_bias, output_constraint
 from api.schemas.completions import MAX_CHOICES, CompletionRequest
 from runtime.errors import ContextLengthError, InvalidRequestError
 from runtime.sampling_params import SamplingParams
@@ -159,7 +159,7 @@ def prepare(body: CompletionRequest, tokenizer: Any, default_max_tokens: int,
         "structured_output": structured,
         "logprobs": body.logprobs,
         "prompt_logprobs": body.logprobs if body.echo else None,
-        "logit_bias": _logit_bias(body, len(tokenizer)),  # type: ignore[arg-type]
+        "logit_bias": token_bias(body, len(tokenizer)),  # type: ignore[arg-type]
     }
     for opt in ("top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens",
                 "stop_token_ids", "ignore_eos", "include_stop_str_in_output"):

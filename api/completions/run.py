@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.chat.completions import TokenText, _finite
+from api.chat.completions import TokenText, finite_logprob
 from api.completions.prompts import CompletionPrompt, PreparedCompletion
 from api.schemas.chat import PromptTokensDetails, Usage
 from api.schemas.completions import Completion, CompletionChoice, CompletionLogprobs
@@ -98,10 +98,10 @@ class CompletionRun:
                 into.token_logprobs.append(None)
                 into.top_logprobs.append(None)
                 continue
-            into.token_logprobs.append(_finite(row.get(token)))
+            into.token_logprobs.append(finite_logprob(row.get(token)))
             best = sorted(row.items(), key=lambda kv: -kv[1])[:top_n]
-            top = {self.text_of(t)[0]: _finite(lp) for t, lp in best}
-            top.setdefault(text, _finite(row.get(token)))
+            top = {self.text_of(t)[0]: finite_logprob(lp) for t, lp in best}
+            top.setdefault(text, finite_logprob(row.get(token)))
             into.top_logprobs.append(top)
 
     def _new_logprobs(self, choice: ChoiceState, with_prompt: bool) -> CompletionLogprobs | None:

@@ -43,10 +43,18 @@ _STREAM_DOC = error_responses(404, 429, 503, extra={200: {
     "content": {"text/event-stream": {}}}})
 
 
-@router.get("/v1/models", response_model=ModelList, summary="List the served model")
+@router.get("/v1/models", response_model=ModelList, summary="List the served models")
 async def list_models(request: Request, owner: str = Depends(require_owner)) -> ModelList:
-    """The one model this server runs (OpenAI ``GET /v1/models``)."""
-    return ModelList(data=[_card(request.app.state.services)])
+    """The generating model this server runs, then the embedder of ``/v1/embeddings``
+    (OpenAI ``GET /v1/models``)."""
+    services = request.app.state.services
+    return ModelList(data=[_card(services), _embedder_card(services)])
+
+
+def _embedder_card(services: Any) -> ModelCard:
+    from retrieval.embedder import DEFAULT_MODEL
+
+    return ModelCard(id=DEFAULT_MODEL, created=int(services.started_at), max_model_len=256)
 
 
 def _card(services: Any) -> ModelCard:
@@ -60,14 +68,18 @@ async def retrieve_model(model_id: str, request: Request, owner: str = Depends(r
     """The served model's card (OpenAI ``GET /v1/models/{model}``); any name ``model`` accepts
     in a completion request answers it, another name is a 404 naming it."""
     services = request.app.state.services
-    _check_model(services, model_id)
+    from retrieval.embedder import DEFAULT_MODEL
+
+    if model_id in (DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
+        return _embedder_card(services)
+    check_model(services, model_id)
     return _card(services)
 
 
 _ENGINE_PREFIX = re.compile(r"^structured_output(\.\w+)?: (cannot compile: )?")
 
 
-def _constraint_error(exc: InvalidRequestError, field: str) -> InvalidRequestError:
+def constraint_error(exc: InvalidRequestError, field: str) -> InvalidRequestError:
     """The engine's "cannot compile this output constraint" as a 400 naming the request field.
 
     The engine names its own parameter (``structured_output``); the client sent
@@ -87,7 +99,7 @@ def _constraint_error(exc: InvalidRequestError, field: str) -> InvalidRequestErr
                                param=field)
 
 
-def _check_model(services: Any, model: str) -> None:
+def check_model(services: Any, model: str) -> None:
     # "loom" always names the one served model (handy in scripts that do not list models)
     names = {services.settings.model_name, services.settings.model, "loom"}
     if model not in names:
@@ -103,7 +115,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     logprobs, vLLM's sampling and structured-output extensions)."""
     services = request.app.state.services
     check_unknown_fields(body, strict_setting(services.settings))
-    _check_model(services, body.model)
+    check_model(services, body.model)
     engine = services.engine
     reuse = _IdReuse(services.generated_ids, owner)
     prepared = prepare(body, engine.tokenizer, services.settings.default_max_tokens,
@@ -127,7 +139,7 @@ def _client_field(exc: InvalidRequestError, run: CompletionRun) -> InvalidReques
     """``exc`` naming the request's field when the engine named its own ``structured_output``."""
     if exc.param != "structured_output":
         return exc
-    return _constraint_error(exc, run.prepared.constraint_field or "response_format")
+    return constraint_error(exc, run.prepared.constraint_field or "response_format")
 
 
 async def _complete(services: Any, request: Request, run: CompletionRun, gens: list[Generation],

@@ -29,7 +29,7 @@ from api.engine_io import (
     until_disconnect,
 )
 from api.errors import error_body, loom_error_body
-from api.routes.chat import _check_model, _constraint_error
+from api.routes.chat import check_model, constraint_error
 from api.schemas.base import check_unknown_fields, strict_setting
 from api.schemas.completions import Completion, CompletionRequest
 from api.schemas.errors import error_responses
@@ -50,7 +50,7 @@ async def create_completion(body: CompletionRequest, request: Request,
     samples each, ``echo``, ``logprobs``, streaming, and vLLM's sampling and structured-output fields."""
     services = request.app.state.services
     check_unknown_fields(body, strict_setting(services.settings))
-    _check_model(services, body.model)
+    check_model(services, body.model)
     engine = services.engine
     prepared = prepare(body, engine.tokenizer, services.settings.default_max_tokens,
                        engine_max_model_len(engine))
@@ -71,7 +71,7 @@ def _client_field(exc: InvalidRequestError, prepared: PreparedCompletion) -> Inv
     """``exc`` naming the request's field when the engine named its own ``structured_output``."""
     if exc.param != "structured_output":
         return exc
-    return _constraint_error(exc, prepared.constraint_field or "response_format")
+    return constraint_error(exc, prepared.constraint_field or "response_format")
 
 
 async def _open(engine: Any, prepared: PreparedCompletion, request_id: str) -> list[Generation]:

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Request
 from api.auth import require_owner
 from api.chat.prompt import template_kwargs, template_messages, tool_dicts
 from api.engine_io import engine_max_model_len
-from api.routes.chat import _check_model
+from api.routes.chat import check_model
 from api.schemas.base import check_unknown_fields, strict_setting
 from api.schemas.chat import ChatCompletionRequest
 from api.schemas.errors import error_responses
@@ -34,7 +34,7 @@ async def tokenize(body: TokenizeRequest, request: Request,
     services = request.app.state.services
     check_unknown_fields(body, strict_setting(services.settings))
     if body.model is not None:
-        _check_model(services, body.model)
+        check_model(services, body.model)
     tokenizer = services.engine.tokenizer
     if (body.prompt is None) == (body.messages is None):
         raise InvalidRequestError("send exactly one of prompt and messages",
@@ -74,7 +74,7 @@ async def detokenize(body: DetokenizeRequest, request: Request,
     services = request.app.state.services
     check_unknown_fields(body, strict_setting(services.settings))
     if body.model is not None:
-        _check_model(services, body.model)
+        check_model(services, body.model)
     tokenizer = services.engine.tokenizer
     vocab = len(tokenizer)
     for i, token in enumerate(body.tokens):

@@ -21,9 +21,10 @@ CLOCK = {"type": "function", "function": {"name": "get_time", "parameters": {
 USER = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
-def test_models_lists_the_served_model(openai_client, model_name):
+def test_models_lists_the_served_model_first_then_the_embedder(openai_client, model_name):
     ids = [m.id for m in openai_client.models.list().data]
-    assert ids == [model_name]
+    assert ids == [model_name, "all-MiniLM-L6-v2"]
+    assert openai_client.models.retrieve("all-MiniLM-L6-v2").max_model_len == 256
     r = openai_client.chat.completions.create(model="loom", messages=USER, max_tokens=2)
     assert r.model == model_name
 

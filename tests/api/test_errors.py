@@ -133,3 +133,8 @@ def test_unknown_session_is_404(alice):
 def test_health_and_metrics_need_no_key(server):
     assert httpx.get(server.url + "/health").json()["status"] == "ok"
     assert "loom_time_to_first_token_seconds" in httpx.get(server.url + "/metrics").text
+
+
+def test_a_stop_of_the_wrong_type_names_stop_not_a_pydantic_union_member(alice, model_name):
+    err = _error(alice.post("/v1/chat/completions", json=_chat(model_name, stop=5)), 400)
+    assert err["param"] == "stop"
