@@ -5,6 +5,7 @@ None of them needs a key (they are outside ``/v1/``), as in vLLM's server.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -45,8 +46,9 @@ async def health(request: Request) -> Health:
     cfg = services.engine.config
     config = {name: getattr(cfg, name) for name in _CONFIG_FIELDS}
     spec = cfg.speculative_config
-    config["speculative_config"] = None if spec is None else dict(vars(spec))
-    return Health(status="ok", model=services.settings.model_name, in_flight=services.in_flight - 1,  # not counting this request
+    config["speculative_config"] = None if spec is None else dataclasses.asdict(spec)
+    return Health(status="ok", model=services.settings.model_name,
+                  in_flight=services.in_flight - 1,  # not counting this request
                   auth=not services.settings.no_auth, engine=stats, config=config)
 
 

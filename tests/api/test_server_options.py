@@ -158,3 +158,24 @@ def test_cors_is_off_unless_allowed_origins_is_given() -> None:
     app = create_app(Settings.load(model="/unused", db="sqlite://"))  # no lifespan: nothing loads
     r = TestClient(app).options("/v1/models", headers={"Origin": ORIGIN, "Access-Control-Request-Method": "GET"})
     assert "access-control-allow-origin" not in r.headers
+
+
+def test_loom_api_key_env_is_the_static_key_and_a_near_miss_is_refused(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from api.auth import check_key
+    from api.errors import AuthenticationError
+    from api.settings import Settings
+    from api.store import Store
+
+    monkeypatch.setenv("LOOM_API_KEY", STATIC_KEY)
+    settings = Settings.load(model="/m")
+    assert STATIC_KEY not in repr(settings)  # a secret: never in a settings dump or log line
+    static = settings.api_key.get_secret_value()
+    store = Store(f"sqlite:///{tmp_path / 'k.db'}")
+    try:
+        assert check_key(store, f"Bearer {STATIC_KEY}", static) == "api-key"
+        for wrong in (STATIC_KEY[:-1], STATIC_KEY + "0", STATIC_KEY.upper()):
+            with pytest.raises(AuthenticationError):
+                check_key(store, f"Bearer {wrong}", static)
+    finally:
+        store.close()
