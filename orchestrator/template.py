@@ -63,8 +63,10 @@ def render_chat(tokenizer: Tokenizer, fmt: ToolCallFormat, messages: Sequence[di
 def prompt_ids(tokenizer: Tokenizer, fmt: ToolCallFormat, messages: Sequence[dict[str, Any]],
                tools: list[dict[str, Any]] | None, suffix: str = "",
                template_kwargs: dict[str, Any] | None = None,
-               encode: Callable[[str], list[int]] | None = None) -> list[int]:
-    """Prompt token ids of a whole conversation: the template with a generation prompt, plus ``suffix``.
+               encode: Callable[[str], list[int]] | None = None,
+               add_generation_prompt: bool = True) -> list[int]:
+    """Prompt token ids of a whole conversation: the template with a generation prompt
+    (unless ``add_generation_prompt=False``), plus ``suffix``.
 
     Tokenized without adding special tokens, so the ids are exactly what the
     template spells; ``encode`` replaces that tokenization (e.g.
@@ -77,7 +79,7 @@ def prompt_ids(tokenizer: Tokenizer, fmt: ToolCallFormat, messages: Sequence[dic
             message, e.g. "Conversation roles must alternate"; never the template source).
     """
     try:
-        text = render_chat(tokenizer, fmt, messages, tools, add_generation_prompt=True,
+        text = render_chat(tokenizer, fmt, messages, tools, add_generation_prompt=add_generation_prompt,
                            template_kwargs=template_kwargs)
     except Exception as exc:  # jinja TemplateError / raise_exception in the template
         reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__

@@ -21,7 +21,7 @@ from api.schemas.base import check_unknown_fields, strict_setting
 from api.schemas.chat import ChatCompletionRequest
 from api.schemas.errors import error_responses
 from api.schemas.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
-from orchestrator.template import prompt_ids, render_chat
+from orchestrator.template import prompt_ids
 from runtime.errors import InvalidRequestError
 
 router = APIRouter(tags=["vllm"], responses=error_responses(400, 401, 404))
@@ -43,28 +43,29 @@ async def tokenize(body: TokenizeRequest, request: Request,
         add = True if body.add_special_tokens is None else body.add_special_tokens
         ids = list(tokenizer.encode(body.prompt, add_special_tokens=add))
     else:
-        ids = _chat_ids(body, tokenizer, services.tool_format)
+        ids = _chat_ids(body, tokenizer, services.tool_format, services.generated_ids, owner)
     return TokenizeResponse(count=len(ids), max_model_len=engine_max_model_len(services.engine) or 0,
                             tokens=ids, token_strs=list(tokenizer.convert_ids_to_tokens(ids))
                             if body.return_token_strs else None)
 
 
-def _chat_ids(body: TokenizeRequest, tokenizer: Any, fmt: Any) -> list[int]:
-    """The chat's prompt ids: exactly ``/v1/chat/completions``' for the default flags."""
+def _chat_ids(body: TokenizeRequest, tokenizer: Any, fmt: Any, generated: Any, owner: str) -> list[int]:
+    """The chat's prompt ids: exactly ``/v1/chat/completions``' for the default flags (the caller's
+    remembered generated ids included, ``orchestrator.reuse``)."""
     chat = ChatCompletionRequest.model_construct(model=body.model or "", messages=body.messages,
                                                  tools=body.tools, chat_template_kwargs=body.chat_template_kwargs)
     messages, tools = template_messages(chat), tool_dicts(chat)
     kwargs = template_kwargs(chat, tokenizer) or None
-    if body.add_generation_prompt and not body.add_special_tokens:
-        return prompt_ids(tokenizer, fmt, messages, tools, template_kwargs=kwargs)
-    try:
-        text = render_chat(tokenizer, fmt, messages, tools, add_generation_prompt=body.add_generation_prompt,
-                           template_kwargs=kwargs)
-    except Exception as exc:  # jinja TemplateError / raise_exception in the template (as prompt_ids)
-        reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
-        raise InvalidRequestError(f"the model's chat template cannot render these messages: {reason}",
-                                  param="messages") from exc
-    return list(tokenizer.encode(text, add_special_tokens=bool(body.add_special_tokens)))
+
+    def encode(text: str) -> list[int]:
+        if body.add_special_tokens:
+            return list(tokenizer.encode(text, add_special_tokens=True))
+        if generated is not None:
+            return generated.encode(owner, text).token_ids
+        return list(tokenizer.encode(text, add_special_tokens=False))
+
+    return prompt_ids(tokenizer, fmt, messages, tools, template_kwargs=kwargs, encode=encode,
+                      add_generation_prompt=body.add_generation_prompt)
 
 
 @router.post("/detokenize", response_model=DetokenizeResponse, summary="Detokenize token ids")

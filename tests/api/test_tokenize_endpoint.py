@@ -34,6 +34,21 @@ def test_tokenize_messages_counts_what_a_chat_completion_reports_as_prompt_token
     assert bare["tokens"] == r.json()["tokens"][:bare["count"]] and bare["count"] < r.json()["count"]
 
 
+def test_tokenize_of_a_resent_conversation_uses_the_generated_ids_chat_would(alice, openai_client, model_name):
+    """The stateless prefix cache keeps a reply's generated ids; /tokenize counts what chat sends the engine."""
+    first = openai_client.chat.completions.create(model=model_name, messages=CHAT, max_tokens=12, temperature=1.0,
+                                                  seed=3, extra_body={"return_token_ids": True})
+    resent = CHAT + [{"role": "assistant", "content": first.choices[0].message.content},
+                     {"role": "user", "content": "And again?"}]
+    tokens = alice.post("/tokenize", json={"messages": resent}).json()["tokens"]
+    second = openai_client.chat.completions.create(model=model_name, messages=resent, max_tokens=1,
+                                                   extra_body={"return_token_ids": True})
+    assert tokens == second.model_dump()["prompt_token_ids"]
+    generated = first.model_dump()["choices"][0]["token_ids"]
+    prompt = first.model_dump()["prompt_token_ids"]
+    assert tokens[:len(prompt) + len(generated)] == prompt + generated
+
+
 def test_detokenize_inverts_tokenize_of_a_rendered_chat_special_tokens_kept(alice, tok):
     ids = alice.post("/tokenize", json={"messages": CHAT}).json()["tokens"]
     r = alice.post("/detokenize", json={"tokens": ids})
