@@ -149,13 +149,13 @@ def settings_errors(exc: Any) -> list[str]:
     lines = []
     for err in exc.errors(include_url=False):
         field = str(err["loc"][0]) if err["loc"] else ""
+        if err["type"] == "extra_forbidden":  # from the TOML file: no flag of that name exists
+            lines.append(f"{field}: unknown setting (loom serve --help lists them)")
+            continue
         msg = err["msg"].removeprefix("Value error, ")
         where = f"{field} (--{field.replace('_', '-')} / LOOM_{field.upper()})" if field else "settings"
         # a value_error's message names the value already
-        got = "" if err["type"] in ("extra_forbidden", "missing", "value_error") or not field \
-            else f", got {err['input']!r}"
-        if err["type"] == "extra_forbidden":
-            msg = "unknown setting"
+        got = "" if err["type"] in ("missing", "value_error") or not field else f", got {err['input']!r}"
         lines.append(f"{where}: {msg}{got}")
     return lines
 

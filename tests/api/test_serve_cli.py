@@ -138,3 +138,16 @@ def test_every_engine_flag_is_on_serve_with_vllms_name() -> None:
                  "--num-kv-blocks", "--speculative-config", "--api-key", "--allowed-origins", "--allowed-methods",
                  "--allowed-headers", "--allow-credentials", "--root-path", "--strict"):
         assert flag in flags, flag
+
+
+def test_bad_values_from_toml_and_env_are_one_line_each_and_an_unknown_key_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toml = tmp_path / "loom.toml"
+    toml.write_text('model = "/m"\nmax_num_sequences = 3\n')
+    monkeypatch.setenv("LOOM_PORT", "99999")
+    result = _invoke("--config", str(toml))
+    assert result.exit_code == 2
+    assert sorted(result.output.strip().splitlines()) == [
+        "error: max_num_sequences: unknown setting (loom serve --help lists them)",
+        "error: port (--port / LOOM_PORT): Input should be less than 65536, got '99999'",
+    ]
