@@ -41,7 +41,7 @@ def _json(flag: str, text: str | None, kind: type) -> Any:
 
 
 def serve(
-    model_arg: Optional[str] = typer.Argument(None, metavar="[MODEL]", show_default=False, help=_MODEL_HELP),
+    model_arg: Optional[str] = typer.Argument(None, metavar="MODEL", show_default=False, help=_MODEL_HELP),
     model: Optional[str] = typer.Option(None, "--model", help="The model, as the positional MODEL."),
     tool_call_parser: Optional[str] = typer.Option(None, "--tool-call-parser", help="auto | hermes | "
                                                    "llama3_json | mistral | default (tool-call format)."),
