@@ -106,6 +106,11 @@ def _static_key(services: Any) -> str | None:
     return secret.get_secret_value() if secret is not None else None
 
 
+def _authenticated(path: str) -> bool:
+    """Paths whose key is checked from the headers: the OpenAI ``/v1/`` API and vLLM's tokenizer routes."""
+    return path.startswith("/v1/") or path in ("/tokenize", "/detokenize")
+
+
 def route_path(scope: dict[str, Any]) -> str:
     """The request path without the ASGI ``root_path`` prefix (``--root-path``), when it carries it."""
     path, root = scope["path"], scope.get("root_path", "")
@@ -128,7 +133,7 @@ class AuthGate:
         self.services = services
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or not route_path(scope).startswith("/v1/") or self.services.settings.no_auth:
+        if scope["type"] != "http" or not _authenticated(route_path(scope)) or self.services.settings.no_auth:
             await self.app(scope, receive, send)
             return
         header = Headers(scope=scope).get("authorization", "")

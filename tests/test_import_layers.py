@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("runtime", "tools", "retrieval", "memory", "orchestrator", "evals", "api")
+PACKAGES = ("runtime", "tools", "retrieval", "memory", "orchestrator", "evals", "api", "loom")
 MAY_IMPORT = {
     "runtime": set(),
     "tools": {"runtime"},
@@ -26,6 +26,7 @@ MAY_IMPORT = {
     "orchestrator": {"runtime", "tools", "retrieval", "memory"},
     "evals": {"runtime", "tools", "retrieval", "memory", "orchestrator"},
     "api": {"runtime", "tools", "retrieval", "memory", "orchestrator"},
+    "loom": {"runtime", "tools", "retrieval", "memory", "orchestrator", "api"},  # the package face
 }
 
 

@@ -43,11 +43,12 @@ def _status_and_body(answer: bytes) -> tuple[int, dict]:
     return int(head.split()[1]), json.loads(body[body.index(b"{"):])
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/tokenize"])
 @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer loom-not-a-key"}],
                          ids=["no key", "wrong key"])
-def test_a_keyless_request_gets_401_while_its_body_is_still_arriving(server, headers):
+def test_a_keyless_request_gets_401_while_its_body_is_still_arriving(server, headers, path):
     # 1 MB of a declared 50 MB body: a server that reads the body first never answers in time
-    answer = _raw_request(server, "/v1/chat/completions", headers, b"{" + b" " * (1 << 20), BIG)
+    answer = _raw_request(server, path, headers, b"{" + b" " * (1 << 20), BIG)
     status, body = _status_and_body(answer)
     assert status == 401
     assert body["error"]["type"] == "authentication_error" and body["error"]["code"] == "invalid_api_key"

@@ -11,7 +11,8 @@ EXPECTED = {
     ("get", "/v1/sessions/{session_id}/messages"), ("post", "/v1/sessions/{session_id}/messages"),
     ("post", "/v1/documents"), ("delete", "/v1/documents/{document_id}"), ("get", "/v1/search"),
     ("post", "/v1/memories"), ("get", "/v1/memories"), ("delete", "/v1/memories/{memory_id}"),
-    ("get", "/health"), ("get", "/metrics"),
+    ("get", "/health"), ("get", "/metrics"), ("get", "/version"),
+    ("post", "/v1/completions"), ("post", "/v1/embeddings"), ("post", "/tokenize"), ("post", "/detokenize"),
 }
 
 
