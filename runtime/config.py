@@ -16,6 +16,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+# Host phases of one engine step, the keys of ``LLMEngine.step_times`` (seconds).
+STEP_PHASES = ("schedule", "prepare_inputs", "model", "sampler", "output_processing")
+
 _DTYPES = ("float32", "bfloat16", "float16", "auto")
 _LOAD_FORMATS = ("auto", "safetensors", "dummy")
 _ATTENTION_BACKENDS = ("auto", "cpu_paged", "torch_sdpa", "flash_attn")

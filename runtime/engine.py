@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from runtime.config import EngineConfig
+from runtime.config import STEP_PHASES, EngineConfig
 from runtime.detokenizer import IncrementalDetokenizer
 from runtime.errors import ContextLengthError, InvalidRequestError, KVCapacityError, QueueFullError
 from runtime.kv_cache_manager import KVCacheManager
@@ -35,7 +35,6 @@ from runtime.structured_output.manager import StructuredOutputManager
 
 logger = logging.getLogger(__name__)
 
-STEP_PHASES = ("schedule", "prepare_inputs", "model", "sampler", "output_processing")
 """Phases of ``LLMEngine.step`` whose host time ``step_times`` accumulates (seconds)."""
 
 

@@ -4,7 +4,7 @@ On the ``tiny`` preset (hidden 64, 2 layers) a step's model call is a few
 hundred microseconds, so what a step costs beyond it is host work that grows
 with the batch: scheduling, input preparation, sampling, output processing.
 The engine accumulates each phase in ``LLMEngine.step_times``
-(``runtime.engine.STEP_PHASES``); this benchmark fills the batch, lets every
+(``runtime.config.STEP_PHASES``); this benchmark fills the batch, lets every
 request reach decode, resets the counters, runs ``--steps`` steps and prints
 microseconds per step for each phase, greedy and sampled
 (``temperature=1.0, top_p=0.95``).  The budget (issue 13) is at most 1 ms of
@@ -19,7 +19,7 @@ import time
 
 import typer
 
-from runtime.engine import STEP_PHASES
+from runtime.config import STEP_PHASES
 
 HOST_PHASES = tuple(p for p in STEP_PHASES if p != "model")
 
