@@ -42,11 +42,13 @@ def create_key(store: Store, owner: str) -> str:
     """Create a key for ``owner`` and return it in clear (the only time it exists so).
 
     Raises:
-        ValueError: ``owner`` is empty.
+        ValueError: ``owner`` is empty, or the static ``--api-key``'s reserved owner.
     """
     owner = owner.strip()
     if not owner:
         raise ValueError("owner must be a non-empty name")
+    if owner in (STATIC_KEY_OWNER, LOCAL_OWNER):
+        raise ValueError(f"owner {owner!r} is reserved (the static --api-key's and --no-auth's); pick another name")
     key = KEY_PREFIX + secrets.token_urlsafe(32)
     with store.tx() as s:
         s.add(ApiKey(owner=owner, key_hash=hash_key(key), prefix=key[: len(KEY_PREFIX) + 6]))

@@ -25,7 +25,11 @@ def create(
     """Create a key and print it once (only its hash is stored)."""
     from api.auth import create_key
 
-    key = create_key(_store(db), owner)
+    try:
+        key = create_key(_store(db), owner)
+    except ValueError as exc:
+        typer.secho(f"error: {exc}", fg="red", err=True)
+        raise typer.Exit(2) from None
     typer.echo(key)
 
 

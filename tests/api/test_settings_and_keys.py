@@ -71,3 +71,15 @@ def test_serve_with_a_model_that_cannot_be_had_is_one_line_and_exit_2(tmp_path: 
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "nope.gguf" in errors[0] and "loom model list" in errors[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_keys_create_refuses_an_empty_or_reserved_owner_in_one_line(tmp_path: Path):
+    """``api-key`` (the static --api-key) and ``local`` (--no-auth) would share their data."""
+    import subprocess
+    import sys
+
+    for owner in ("", "api-key", "local"):
+        proc = subprocess.run([sys.executable, "-m", "api.cli", "keys", "create", "--owner", owner,
+                               "--db", f"sqlite:///{tmp_path / 'k.db'}"], capture_output=True, text=True)
+        assert proc.returncode == 2, owner
+        assert proc.stderr.startswith("error: owner") and "Traceback" not in proc.stderr, proc.stderr
