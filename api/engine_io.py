@@ -202,6 +202,63 @@ async def until_disconnect(request: Request, work: asyncio.Future[Any],
     return work.result()
 
 
+async def collect_outputs(request: Request, engine: Any, generations: Sequence[Generation],
+                          feed: Callable[[int, Any], Any]) -> None:
+    """Feed every ``(choice index, RequestOutput)`` of ``generations`` to ``feed`` until all finish.
+
+    Raises:
+        RequestAbortedError: the client went away first; every generation is aborted
+            (their KV blocks freed) either way before this returns or raises.
+    """
+    async def consume() -> None:
+        async for index, out in merge_outputs(generations):
+            feed(index, out)
+
+    work = asyncio.ensure_future(consume())
+    try:
+        await until_disconnect(request, work)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await settle(work)
+        await close_generations(engine, generations)
+
+
+async def sse_events(engine: Any, generations: Sequence[Generation], outputs: AsyncIterator[Any],
+                     events: AsyncIterator[str], client_error: Callable[[Any], Any],
+                     on_close: Callable[[], None]) -> AsyncIterator[dict[str, str]]:
+    """Server-sent events of a streamed completion: each JSON string of ``events``, then ``[DONE]``.
+
+    A ``LoomError`` after the stream began becomes one error event (an
+    ``InvalidRequestError`` renamed by ``client_error`` to the request field at
+    fault); any other exception an internal-error event, then it propagates.
+    Whatever happens, ``outputs`` is closed, every generation aborted unless
+    finished, and ``on_close`` (metrics) runs.
+    """
+    import json
+
+    from api.errors import error_body, loom_error_body
+    from runtime.errors import InvalidRequestError, LoomError
+
+    try:
+        async for data in events:
+            yield {"data": data}
+        yield {"data": "[DONE]"}
+    except LoomError as exc:  # failure after the stream began: an error event, then stop
+        if isinstance(exc, InvalidRequestError):
+            exc = client_error(exc)
+        yield {"data": json.dumps(loom_error_body(exc))}
+    except (asyncio.CancelledError, GeneratorExit):
+        raise  # client went away: the finally below aborts the requests
+    except Exception:
+        yield {"data": json.dumps(error_body("Internal server error", "internal_error"))}
+        raise
+    finally:
+        with anyio.CancelScope(shield=True):
+            await outputs.aclose()  # type: ignore[attr-defined]
+        await close_generations(engine, generations)
+        on_close()
+
+
 def engine_max_model_len(engine: Any) -> int | None:
     """The engine's context window (tokens), wherever the engine keeps its config."""
     for holder in (engine, getattr(engine, "config", None), getattr(engine, "engine_config", None),

@@ -19,11 +19,8 @@ the token-class ledger; token counting uses the real tokenizer and template.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import queue
-import threading
-from typing import Any, AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, AsyncIterator, Iterator, Sequence
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
@@ -44,6 +41,7 @@ from orchestrator.formats import ToolCallFormat, detect_format
 from orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
 from orchestrator.parsers import StreamingParser
 from orchestrator.step import StepOutcome, model_call
+from orchestrator.sync import iter_sync, run_sync
 
 
 def _to_items(messages: Sequence[BaseMessage]) -> tuple[str | None, list[Item]]:
@@ -209,11 +207,11 @@ class LoomChatModel(BaseChatModel):
 
     def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None,
                   run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> ChatResult:
-        return _run_sync(lambda: self._agenerate(messages, stop, **kwargs))
+        return run_sync(lambda: self._agenerate(messages, stop, **kwargs))
 
     def _stream(self, messages: list[BaseMessage], stop: list[str] | None = None,
                 run_manager: CallbackManagerForLLMRun | None = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
-        for chunk in _iter_sync(lambda: self._chunks(messages, stop, **kwargs)):
+        for chunk in iter_sync(lambda: self._chunks(messages, stop, **kwargs)):
             if run_manager and chunk.message.content:
                 run_manager.on_llm_new_token(str(chunk.message.content), chunk=chunk)
             yield chunk
@@ -230,51 +228,6 @@ def _final_message(chunk: BaseMessage) -> AIMessage:
     return AIMessage(content=chunk.content, additional_kwargs=chunk.additional_kwargs,
                      tool_calls=chunk.tool_calls, invalid_tool_calls=chunk.invalid_tool_calls,
                      usage_metadata=chunk.usage_metadata, response_metadata=chunk.response_metadata)
-
-
-def _run_sync(factory: Callable[[], Any]) -> Any:
-    """Run a coroutine from sync code (in a helper thread when a loop is already running)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(factory())
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["v"] = asyncio.run(factory())
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            box["e"] = exc
-
-    t = threading.Thread(target=target)
-    t.start()
-    t.join()
-    if "e" in box:
-        raise box["e"]
-    return box["v"]
-
-
-def _iter_sync(factory: Callable[[], AsyncIterator[Any]]) -> Iterator[Any]:
-    """Iterate an async generator from sync code through a helper thread."""
-    q: queue.Queue = queue.Queue()
-    done = object()
-
-    async def pump() -> None:
-        async for item in factory():
-            q.put(item)
-
-    def target() -> None:
-        try:
-            asyncio.run(pump())
-            q.put(done)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            q.put(exc)
-
-    threading.Thread(target=target, daemon=True).start()
-    while (item := q.get()) is not done:
-        if isinstance(item, BaseException):
-            raise item
-        yield item
 
 
 __all__ = ["LoomChatModel"]

@@ -17,10 +17,7 @@ aborts its request.
 
 from __future__ import annotations
 
-import asyncio
-import queue
-import threading
-from typing import Any, AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, AsyncIterator, Sequence
 
 from llama_index.core.base.llms.types import (ChatMessage, ChatResponse, ChatResponseAsyncGen, ChatResponseGen,
                                               CompletionResponse, CompletionResponseAsyncGen, CompletionResponseGen,
@@ -34,6 +31,7 @@ from runtime.sampling_params import SamplingParams
 from orchestrator.engine import EngineClient
 from orchestrator.formats import ToolCallFormat, detect_format
 from orchestrator.template import prompt_ids
+from orchestrator.sync import iter_sync
 
 # one streamed step: (cumulative text, delta, usage/finish fields or None until the end)
 _Step = tuple[str, str, "dict[str, Any] | None"]
@@ -113,14 +111,14 @@ class LoomLlamaLLM(CustomLLM):
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
         """The reply to ``prompt`` (one user message unless ``formatted``)."""
         ids = self._prompt_ids(prompt, formatted)
-        *_, (text, _, info) = _iter_sync(lambda: self._steps(ids, kwargs))
+        *_, (text, _, info) = iter_sync(lambda: self._steps(ids, kwargs))
         return CompletionResponse(text=text, additional_kwargs=info or {})
 
     @llm_completion_callback()
     def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
         """Stream the reply to ``prompt``: cumulative ``text`` and each ``delta``."""
         ids = self._prompt_ids(prompt, formatted)
-        for text, delta, info in _iter_sync(lambda: self._steps(ids, kwargs)):
+        for text, delta, info in iter_sync(lambda: self._steps(ids, kwargs)):
             yield CompletionResponse(text=text, delta=delta, additional_kwargs=info or {})
 
     @llm_completion_callback()
@@ -146,14 +144,14 @@ class LoomLlamaLLM(CustomLLM):
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         """The assistant's reply to ``messages``, rendered through the model's chat template."""
         ids = self._chat_ids(messages)
-        *_, (text, _, info) = _iter_sync(lambda: self._steps(ids, kwargs))
+        *_, (text, _, info) = iter_sync(lambda: self._steps(ids, kwargs))
         return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), additional_kwargs=info or {})
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         """Stream the assistant's reply: cumulative ``message.content`` and each ``delta``."""
         ids = self._chat_ids(messages)
-        for text, delta, info in _iter_sync(lambda: self._steps(ids, kwargs)):
+        for text, delta, info in iter_sync(lambda: self._steps(ids, kwargs)):
             yield ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), delta=delta,
                                additional_kwargs=info or {})
 
@@ -174,35 +172,6 @@ class LoomLlamaLLM(CustomLLM):
                                    additional_kwargs=info or {})
 
         return gen()
-
-
-def _iter_sync(factory: Callable[[], AsyncIterator[Any]]) -> Iterator[Any]:
-    """Iterate an async generator from sync code through a helper thread; closing early stops it."""
-    q: queue.Queue = queue.Queue()
-    stop = threading.Event()
-    done = object()
-
-    async def pump() -> None:
-        async for item in factory():  # leaving the loop closes the stream, which aborts the request
-            q.put(item)
-            if stop.is_set():
-                break
-
-    def target() -> None:
-        try:
-            asyncio.run(pump())
-            q.put(done)
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            q.put(exc)
-
-    threading.Thread(target=target, daemon=True).start()
-    try:
-        while (item := q.get()) is not done:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
 
 
 __all__ = ["LoomLlamaLLM"]

@@ -7,13 +7,10 @@ away or one of them fails, so no KV block stays held.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import re
 from collections.abc import AsyncIterator
 from typing import Any
 
-import anyio
 from fastapi import APIRouter, Depends, Request
 from sse_starlette.sse import EventSourceResponse
 
@@ -22,18 +19,16 @@ from api.chat.completions import CompletionRun, stream_chunks
 from api.chat.prompt import prepare
 from api.engine_io import (
     Generation,
-    close_generations,
+    collect_outputs,
     engine_max_model_len,
     merge_outputs,
     open_generations,
-    settle,
-    until_disconnect,
+    sse_events,
 )
-from api.errors import error_body, loom_error_body
 from api.schemas.base import check_unknown_fields, strict_setting
 from api.schemas.chat import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
 from api.schemas.errors import error_responses
-from runtime.errors import InvalidRequestError, LoomError, NotFoundError
+from runtime.errors import InvalidRequestError, NotFoundError
 
 router = APIRouter(tags=["openai"], responses=error_responses(400, 401))
 
@@ -144,17 +139,7 @@ def _client_field(exc: InvalidRequestError, run: CompletionRun) -> InvalidReques
 
 async def _complete(services: Any, request: Request, run: CompletionRun, gens: list[Generation],
                     reuse: _IdReuse) -> ChatCompletion:
-    async def consume() -> None:
-        async for index, out in merge_outputs(gens):
-            run.feed(out, index)
-
-    work = asyncio.ensure_future(consume())
-    try:
-        await until_disconnect(request, work)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await settle(work)
-        await close_generations(services.engine, gens)
+    await collect_outputs(request, services.engine, gens, lambda index, out: run.feed(out, index))
     _record(services, run, reuse)
     return run.result()
 
@@ -191,21 +176,11 @@ def _record(services: Any, run: CompletionRun, reuse: _IdReuse) -> None:
 async def _sse(services: Any, run: CompletionRun, gens: list[Generation], include_usage: bool,
                continuous_usage: bool, reuse: _IdReuse) -> AsyncIterator[dict[str, str]]:
     outputs = merge_outputs(gens)
-    try:
+
+    async def events() -> AsyncIterator[str]:
         async for chunk in stream_chunks(run, outputs, include_usage, continuous_usage):
-            yield {"data": chunk.model_dump_json(exclude_none=True)}
-        yield {"data": "[DONE]"}
-    except LoomError as exc:  # failure after the stream began: an error event, then stop
-        if isinstance(exc, InvalidRequestError):
-            exc = _client_field(exc, run)
-        yield {"data": json.dumps(loom_error_body(exc))}
-    except (asyncio.CancelledError, GeneratorExit):
-        raise  # client went away: the finally below aborts the request
-    except Exception:
-        yield {"data": json.dumps(error_body("Internal server error", "internal_error"))}
-        raise
-    finally:
-        with anyio.CancelScope(shield=True):
-            await outputs.aclose()
-        await close_generations(services.engine, gens)
-        _record(services, run, reuse)
+            yield chunk.model_dump_json(exclude_none=True)
+
+    async for event in sse_events(services.engine, gens, outputs, events(), lambda exc: _client_field(exc, run),
+                                  lambda: _record(services, run, reuse)):
+        yield event

@@ -8,7 +8,6 @@ aborted when the client goes away or one fails, so no KV block stays held.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -22,18 +21,17 @@ from api.completions.run import CompletionRun
 from api.engine_io import (
     Generation,
     close_generations,
+    collect_outputs,
     engine_max_model_len,
     merge_outputs,
     open_generations,
-    settle,
-    until_disconnect,
+    sse_events,
 )
-from api.errors import error_body, loom_error_body
 from api.routes.chat import check_model, constraint_error
 from api.schemas.base import check_unknown_fields, strict_setting
 from api.schemas.completions import Completion, CompletionRequest
 from api.schemas.errors import error_responses
-from runtime.errors import InvalidRequestError, LoomError
+from runtime.errors import InvalidRequestError
 
 router = APIRouter(tags=["openai"], responses=error_responses(400, 401))
 
@@ -108,17 +106,7 @@ def _ok(task: asyncio.Future[Any]) -> bool:
 
 
 async def _complete(services: Any, request: Request, run: CompletionRun, gens: list[Generation]) -> Completion:
-    async def consume() -> None:
-        async for index, out in merge_outputs(gens):
-            run.feed(index, out)
-
-    work = asyncio.ensure_future(consume())
-    try:
-        await until_disconnect(request, work)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await settle(work)
-        await close_generations(services.engine, gens)
+    await collect_outputs(request, services.engine, gens, run.feed)
     _record(services, run)
     return run.result()
 
@@ -133,25 +121,15 @@ def _record(services: Any, run: CompletionRun) -> None:
 async def _sse(services: Any, run: CompletionRun, gens: list[Generation], include_usage: bool,
                continuous_usage: bool) -> AsyncIterator[dict[str, str]]:
     outputs = merge_outputs(gens)
-    try:
+
+    async def events() -> AsyncIterator[str]:
         async for index, out in outputs:
             chunk = run.chunk(index, out, continuous_usage)
             if chunk is not None:
-                yield {"data": chunk.model_dump_json()}
+                yield chunk.model_dump_json()
         if include_usage:
-            yield {"data": run.usage_chunk().model_dump_json()}
-        yield {"data": "[DONE]"}
-    except LoomError as exc:  # failure after the stream began: an error event, then stop
-        if isinstance(exc, InvalidRequestError):
-            exc = _client_field(exc, run.prepared)
-        yield {"data": json.dumps(loom_error_body(exc))}
-    except (asyncio.CancelledError, GeneratorExit):
-        raise  # client went away: the finally below aborts the requests
-    except Exception:
-        yield {"data": json.dumps(error_body("Internal server error", "internal_error"))}
-        raise
-    finally:
-        with anyio.CancelScope(shield=True):
-            await outputs.aclose()
-        await close_generations(services.engine, gens)
-        _record(services, run)
+            yield run.usage_chunk().model_dump_json()
+
+    async for event in sse_events(services.engine, gens, outputs, events(),
+                                  lambda exc: _client_field(exc, run.prepared), lambda: _record(services, run)):
+        yield event
