@@ -53,19 +53,24 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = workdir / f"server-{self.port}-{int(time.time() * 1000)}.log"
 
+    def command(self) -> list[str]:
+        """The ``loom serve`` command line (subclasses change how the model is given)."""
+        return [sys.executable, "-m", "api.cli", "serve", "--model", str(self.model), "--db", self.db_url,
+                "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", *self.extra]
+
+    health_path = "/health"
+
     def start(self, timeout: float = 240) -> Server:
-        """Start and wait until ``/health`` answers (raises with the log tail if it dies)."""
-        cmd = [sys.executable, "-m", "api.cli", "serve", "--model", str(self.model), "--db", self.db_url,
-               "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", *self.extra]
+        """Start and wait until ``health_path`` answers (raises with the log tail if it dies)."""
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(cmd, cwd=self.workdir, stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=_env())
+        self.proc = subprocess.Popen(self.command(), cwd=self.workdir, stdout=self._log,
+                                     stderr=subprocess.STDOUT, env=_env())
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited ({self.proc.returncode}):\n{self.log()[-4000:]}")
             try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                if httpx.get(self.url + self.health_path, timeout=2).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass

@@ -6,9 +6,7 @@ answers a browser's preflight, ``--root-path`` serves under a prefix without ope
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests.api.server import Server, _env, cli
+from tests.api.server import Server, cli
 
 STATIC_KEY = "static-test-key-0123456789"
 ORIGIN = "http://app.example"
@@ -26,23 +24,11 @@ SPEC = {"method": "ngram", "num_speculative_tokens": 2}
 class PositionalServer(Server):
     """``loom serve MODEL ...``: the model as ``vllm serve`` takes it, no ``--model``."""
 
-    def start(self, timeout: float = 240) -> Server:
-        cmd = [sys.executable, "-m", "api.cli", "serve", str(self.model), "--db", self.db_url,
-               "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", *self.extra]
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(cmd, cwd=self.workdir, stdout=self._log, stderr=subprocess.STDOUT, env=_env())
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited ({self.proc.returncode}):\n{self.log()[-4000:]}")
-            try:
-                if httpx.get(self.url + "/loom/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        self.kill()
-        raise RuntimeError(f"server did not start in {timeout}s:\n{self.log()[-4000:]}")
+    health_path = "/loom/health"  # served under --root-path /loom
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "api.cli", "serve", str(self.model), "--db", self.db_url,
+                "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", *self.extra]
 
 
 @pytest.fixture(scope="module")
