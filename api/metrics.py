@@ -152,6 +152,11 @@ class Metrics:
         """Expose ``stats()`` gauges (KV usage, prefix-cache hit rate, acceptance rate)."""
         self.registry.register(_EngineCollector(stats, self))
 
+    def observe_call_tokens(self, prompt_tokens: int, generation_tokens: int) -> None:
+        """vLLM's token counters for one model call of an agent session turn (tokens)."""
+        self.vllm_prompt_tokens.labels(model_name=self.model_name).inc(prompt_tokens)
+        self.vllm_generation_tokens.labels(model_name=self.model_name).inc(generation_tokens)
+
     def observe_output(self, out: Any) -> None:
         """Latency histograms and vLLM's token and request counters from a finished ``RequestOutput``.
 

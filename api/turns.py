@@ -163,7 +163,7 @@ def result_fields(result: Any) -> dict[str, Any]:
 
 
 def record_metrics(services: Services, result: Any) -> None:
-    """Tokens by class and per-call TTFT / E2EL from a run's ledger."""
+    """Tokens by class, vLLM's token counters and per-call TTFT / E2EL from a run's ledger."""
     ledger = result.usage
     if ledger is None:
         return
@@ -176,6 +176,7 @@ def record_metrics(services: Services, result: Any) -> None:
     counts["spec_rejected"] = ledger.spec_rejected
     services.metrics.count_tokens(counts)
     for call in ledger.calls:
+        services.metrics.observe_call_tokens(call.prompt_tokens, call.completion_tokens)
         if call.ttft_ms:
             services.metrics.ttft.observe(call.ttft_ms / 1000.0)
         if call.e2e_ms:

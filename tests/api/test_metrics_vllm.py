@@ -65,3 +65,16 @@ def test_vllm_gauges_and_latency_histograms_have_vllms_names(server, openai_clie
                  "vllm:e2e_request_latency_seconds"):
         assert types[name] == "histogram"
         assert _value(samples, name + "_count", model_name=model_name) >= 1
+
+
+def test_vllm_token_counters_also_count_agent_session_turns(server, alice, model_name) -> None:
+    sess = alice.post("/v1/sessions", json={"system_prompt": "Be brief.",
+                                            "sampling": {"temperature": 0, "max_tokens": 6}}).json()
+    before, _ = _scrape(server.url)
+    turn = alice.post(f"/v1/sessions/{sess['id']}/messages", json={"content": "Hello there"}).json()
+    server.wait_idle()
+    after, _ = _scrape(server.url)
+    m = {"model_name": model_name}
+    got = [_value(after, n, **m) - _value(before, n, **m)
+           for n in ("vllm:prompt_tokens_total", "vllm:generation_tokens_total")]
+    assert got == [turn["usage"]["prompt_tokens"], turn["usage"]["completion_tokens"]] and got[1] > 0
