@@ -31,9 +31,9 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
+from api.chat.logprobs import TokenText, finite_logprob
 from api.chat.prompt import PreparedChat
 from api.schemas.chat import (
     ChatCompletion,
@@ -56,40 +56,6 @@ from api.schemas.chat import (
 )
 from orchestrator.classify import OutputClassifier
 from orchestrator.parsers import ParsedToolCall, ParserEvent, StreamingParser
-
-
-class TokenText:
-    """Text and exact UTF-8 bytes of single tokens of one tokenizer (cached per token id)."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-        decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
-        self._byte_level = type(decoder).__name__ == "ByteLevel"
-        self._added = set(getattr(tokenizer, "added_tokens_decoder", {}) or {})
-        self._cache: dict[int, tuple[str, list[int]]] = {}
-
-    def __call__(self, token_id: int) -> tuple[str, list[int]]:
-        hit = self._cache.get(token_id)
-        if hit is None:
-            text = self.tokenizer.decode([token_id], skip_special_tokens=False)
-            hit = self._cache[token_id] = (text, self._bytes(token_id, text))
-        return hit
-
-    def _bytes(self, token_id: int, text: str) -> list[int]:
-        if self._byte_level and token_id not in self._added:
-            piece = self.tokenizer.convert_ids_to_tokens(token_id) or ""
-            table = _byte_of_char()
-            if piece and all(ch in table for ch in piece):
-                return [table[ch] for ch in piece]
-        return list(text.encode("utf-8"))
-
-
-@lru_cache(maxsize=1)
-def _byte_of_char() -> dict[str, int]:
-    """GPT-2 byte-level BPE's character -> byte table (the inverse of ``bytes_to_unicode``)."""
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    return {ch: b for b, ch in bytes_to_unicode().items()}
 
 
 @dataclass
@@ -244,13 +210,6 @@ class ChoiceRun:
             return None
         start, self._logprobs_sent = self._logprobs_sent, len(self.last.token_ids)
         return self.logprobs(text_of, start)
-
-
-def finite_logprob(value: float | None) -> float:
-    """A logprob JSON can carry: -inf (a masked token) as -9999.0, as vLLM does."""
-    if value is None or value != value or value == float("-inf"):
-        return -9999.0
-    return float(value)
 
 
 @dataclass

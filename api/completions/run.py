@@ -28,7 +28,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.chat.completions import TokenText, finite_logprob
+from api.chat.logprobs import TokenText, finite_logprob
 from api.completions.prompts import CompletionPrompt, PreparedCompletion
 from api.schemas.chat import PromptTokensDetails, Usage
 from api.schemas.completions import Completion, CompletionChoice, CompletionLogprobs
