@@ -10,40 +10,17 @@ partial last KV block is kept (runtime KV tails).
 
 from __future__ import annotations
 
-import re
-
-import httpx
-
-QUESTIONS = ["Hi! Who are you?", "What is a KV cache?", "Why does prefix caching help a chat?",
-             "Give me a haiku about GPUs.", "What is 17 times 3?", "Name three sorting algorithms.",
-             "Summarise our chat so far.", "Thanks, bye!"]
-
-
-def _reuse_applied(url: str) -> float:
-    text = httpx.get(url + "/metrics").text
-    m = re.search(r'^loom_generated_ids_reuse_total\{result="applied"\} (\S+)$', text, re.M)
-    return float(m.group(1)) if m else 0.0
+from tests.api.stateless import conversation, reuse_counters
 
 
 def test_eight_turn_stateless_conversation_gets_90_percent_of_the_previous_turn_from_the_cache(
         real_client, real_server):
-    messages = [{"role": "system", "content": "You are a concise assistant."}]
-    applied_before = _reuse_applied(real_server.url)
-    previous = None
-    ratios = []
-    for turn, question in enumerate(QUESTIONS):
-        messages.append({"role": "user", "content": question})
-        r = real_client.chat.completions.create(model="loom", messages=messages, max_tokens=48, seed=turn,
-                                                temperature=1.0)
-        u = r.usage
-        if previous is not None:
-            ratios.append(u.prompt_tokens_details.cached_tokens / previous)
-        previous = u.prompt_tokens + u.completion_tokens
-        messages.append({"role": "assistant", "content": r.choices[0].message.content})
+    applied_before = reuse_counters(real_server.url).get("applied", 0.0)
+    ratios = conversation(real_client)
     assert len(ratios) == 7
     assert min(ratios) >= 0.9, [round(x, 3) for x in ratios]
     # every turn after the first found its previous reply's ids (reported in /metrics)
-    assert _reuse_applied(real_server.url) - applied_before >= 7
+    assert reuse_counters(real_server.url).get("applied", 0.0) - applied_before >= 7
 
 
 def test_a_constrained_reply_resent_as_text_keeps_its_generated_ids(real_client, real_server):
