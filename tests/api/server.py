@@ -115,3 +115,25 @@ class Server:
                 return h
             time.sleep(0.1)
         raise AssertionError(f"server not idle after {timeout}s: {h}")
+
+
+def hang_up_midway(server: Server, key: str, path: str, body: dict, stream: bool) -> tuple[dict, dict]:
+    """POST ``body`` to ``path`` and go away mid-answer: after 13 stream lines, or (not streamed)
+    after a 0.5 s read timeout.  Returns the engine stats before and after (server idle both times)."""
+    before = server.wait_idle()["engine"]
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"},
+                      timeout=60 if stream else 0.5) as c:
+        if stream:
+            with c.stream("POST", path, json={**body, "stream": True}) as resp:
+                assert resp.status_code == 200
+                for i, _ in enumerate(resp.iter_lines()):
+                    if i > 12:
+                        break
+        else:
+            try:
+                c.post(path, json={**body, "stream": False})
+            except httpx.ReadTimeout:
+                pass
+            else:
+                raise AssertionError(f"{path} answered within 0.5 s: nothing was left to abort")
+    return before, server.wait_idle()["engine"]

@@ -11,10 +11,11 @@ import re
 import time
 import uuid
 
-import httpx
 import jsonschema
 import openai
 import pytest
+
+from tests.api.server import hang_up_midway
 
 USER = [{"role": "user", "content": "Name a city."}]
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -124,20 +125,8 @@ def test_n_streamed_interleaves_indexed_chunks_equal_to_the_non_streamed_choices
 
 @pytest.mark.parametrize("stream", [True, False])
 def test_n_client_hanging_up_midway_aborts_every_child_and_frees_all_kv_blocks(server, keys, model_name, stream):
-    body = {"model": model_name, "messages": USER, "n": 8, "max_tokens": 1000, "ignore_eos": True, "stream": stream}
-    before = _health(server)
-    headers = {"Authorization": f"Bearer {keys['alice']}"}
-    with httpx.Client(base_url=server.url, headers=headers, timeout=60 if stream else 0.5) as c:
-        if stream:
-            with c.stream("POST", "/v1/chat/completions", json=body) as resp:
-                assert resp.status_code == 200
-                for i, _ in enumerate(resp.iter_lines()):
-                    if i > 12:
-                        break
-        else:
-            with pytest.raises(httpx.ReadTimeout):
-                c.post("/v1/chat/completions", json=body)
-    h = _health(server)
+    body = {"model": model_name, "messages": USER, "n": 8, "max_tokens": 1000, "ignore_eos": True}
+    before, h = hang_up_midway(server, keys["alice"], "/v1/chat/completions", body, stream)
     assert h["kv_blocks_free"] == h["kv_blocks_total"]
     # aborted: far fewer tokens than the 8 x 1000 the children would have generated
     assert h["num_generated_tokens"] - before["num_generated_tokens"] < 4000

@@ -6,9 +6,10 @@ order, seeds, echo, logprob positions, streaming, errors).
 
 from __future__ import annotations
 
-import httpx
 import openai
 import pytest
+
+from tests.api.server import hang_up_midway
 
 PROMPT = "The capital of France is"
 
@@ -193,20 +194,8 @@ def test_guided_choice_constrains_a_completion(openai_client, model_name):
 @pytest.mark.parametrize("stream", [True, False])
 def test_client_hanging_up_aborts_every_prompt_and_sample_and_frees_all_kv_blocks(server, keys, model_name, stream):
     body = {"model": model_name, "prompt": [PROMPT, "Once upon a time"], "n": 4, "max_tokens": 1000,
-            "ignore_eos": True, "stream": stream}
-    before = server.wait_idle()["engine"]
-    headers = {"Authorization": f"Bearer {keys['alice']}"}
-    with httpx.Client(base_url=server.url, headers=headers, timeout=60 if stream else 0.5) as c:
-        if stream:
-            with c.stream("POST", "/v1/completions", json=body) as resp:
-                assert resp.status_code == 200
-                for i, _ in enumerate(resp.iter_lines()):
-                    if i > 12:
-                        break
-        else:
-            with pytest.raises(httpx.ReadTimeout):
-                c.post("/v1/completions", json=body)
-    h = server.wait_idle()["engine"]
+            "ignore_eos": True}
+    before, h = hang_up_midway(server, keys["alice"], "/v1/completions", body, stream)
     assert h["kv_blocks_free"] == h["kv_blocks_total"]
     # aborted: far fewer tokens than the 8 x 1000 the requests would have generated
     assert h["num_generated_tokens"] - before["num_generated_tokens"] < 4000
