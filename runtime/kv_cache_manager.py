@@ -94,7 +94,9 @@ class KVCacheManager:
         self.blocks = [KVBlock(i) for i in range(num_blocks)]
         self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
         self.cached: dict[int, int] = {}
-        self.tails: dict[object, set[int]] = {}  # parent hash -> free partial blocks continuing it
+        # (parent hash, first token) -> free partial blocks continuing that prefix with that token: an
+        # admission scans only blocks that can match at least one token
+        self.tails: dict[tuple[object, int], set[int]] = {}
         self._num_registered: dict[str, int] = {}
         self._uncommitted: list[int] = []
         self.prefix_cache_queries = 0
@@ -143,11 +145,11 @@ class KVCacheManager:
         """The registered partial block sharing the most leading tokens with ``request``'s
         block ``num_full``, and how many (at least one token is left to compute)."""
         parent = request.block_hashes[num_full - 1] if num_full else _NO_PARENT
-        candidates = self.tails.get(parent)
-        if not candidates:
-            return None, 0
         start = num_full * self.block_size
         want = request.all_token_ids[start:min(start + self.block_size, request.num_tokens - 1)]
+        candidates = self.tails.get((parent, want[0])) if want else None
+        if not candidates:
+            return None, 0
         best, best_m = None, 0
         for block_id in candidates:
             have = self.blocks[block_id].tail_tokens
@@ -299,11 +301,12 @@ class KVCacheManager:
                     assert req.block_hashes[idx] == block.block_hash, f"block {block.block_id} shared off-prefix"
         for block_hash, block_id in self.cached.items():
             assert self.blocks[block_id].block_hash == block_hash
-        for parent, block_ids in self.tails.items():
+        for (parent, first), block_ids in self.tails.items():
             for block_id in block_ids:
                 block = self.blocks[block_id]
                 assert block.ref_cnt == 0, f"block {block_id}: a registered partial block is held"
-                assert block.tail_parent == parent and block.tail_tokens, f"block {block_id}: tail entry stale"
+                assert block.tail_parent == parent and block.tail_tokens[:1] == (first,), \
+                    f"block {block_id}: tail entry stale"
 
     # -- internals ---------------------------------------------------------
 
@@ -322,17 +325,18 @@ class KVCacheManager:
         self._drop_tail(block)
         block.tail_parent = request.block_hashes[num_full - 1] if num_full else _NO_PARENT
         block.tail_tokens = tuple(request.all_token_ids[num_full * bs:num_full * bs + k])
-        self.tails.setdefault(block.tail_parent, set()).add(block.block_id)
+        self.tails.setdefault((block.tail_parent, block.tail_tokens[0]), set()).add(block.block_id)
 
     def _drop_tail(self, block: KVBlock) -> None:
         """Forget ``block``'s partial-block registration, if any."""
         if block.tail_parent is None:
             return
-        peers = self.tails.get(block.tail_parent)
+        key = (block.tail_parent, block.tail_tokens[0])
+        peers = self.tails.get(key)
         if peers is not None:
             peers.discard(block.block_id)
             if not peers:
-                del self.tails[block.tail_parent]
+                del self.tails[key]
         block.tail_parent = None
         block.tail_tokens = ()
 
