@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.orchestrator.sample_tools import add, explode, hang, slow_echo
+from tests.retrieval.helpers import index_of
 
 
 @pytest.fixture(scope="session")
@@ -33,11 +34,4 @@ DOCS = {
 
 @pytest.fixture(scope="module")
 def retriever(tmp_path_factory):
-    from retrieval import Retriever
-
-    root = tmp_path_factory.mktemp("docs")
-    for name, text in DOCS.items():
-        (root / name).write_text(text)
-    r = Retriever.open(tmp_path_factory.mktemp("index"))
-    r.ingest([root])
-    return r
+    return index_of(tmp_path_factory, DOCS)

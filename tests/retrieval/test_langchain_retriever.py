@@ -15,6 +15,7 @@ from langchain_core.runnables import RunnablePassthrough
 
 from retrieval import Retriever
 from retrieval.langchain import LoomRetriever
+from tests.retrieval.helpers import index_of
 
 DOCS = {
     "lighthouse.md": "# Lighthouse\n\n## Keeper\n\nThe lighthouse keeper on Gull Island is Marta Vell. "
@@ -29,12 +30,7 @@ DOCS = {
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory, embedder) -> Retriever:
-    root = tmp_path_factory.mktemp("lc-docs")
-    for name, text in DOCS.items():
-        (root / name).write_text(text)
-    r = Retriever.open(tmp_path_factory.mktemp("lc-index"), embedder=embedder)
-    r.ingest([root], show_progress=False)
-    return r
+    return index_of(tmp_path_factory, DOCS, embedder, "lc-docs")
 
 
 def test_documents_carry_chunk_text_and_loom_metadata(index: Retriever) -> None:

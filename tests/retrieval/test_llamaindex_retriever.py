@@ -10,6 +10,7 @@ from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
 from retrieval import Retriever
 from retrieval.llamaindex import LoomLlamaRetriever
+from tests.retrieval.helpers import index_of
 
 DOCS = {
     "orchard.md": "# Orchard\n\n## Pruning\n\nPrune the apple trees in late winter, before the buds swell.\n\n"
@@ -20,12 +21,7 @@ DOCS = {
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory, embedder) -> Retriever:
-    root = tmp_path_factory.mktemp("li-docs")
-    for name, text in DOCS.items():
-        (root / name).write_text(text)
-    r = Retriever.open(tmp_path_factory.mktemp("li-index"), embedder=embedder)
-    r.ingest([root], show_progress=False)
-    return r
+    return index_of(tmp_path_factory, DOCS, embedder, "li-docs")
 
 
 def test_nodes_carry_chunk_text_id_score_and_metadata_in_search_order(index: Retriever) -> None:
