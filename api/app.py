@@ -77,7 +77,7 @@ def create_app(settings: Settings) -> FastAPI:
     (agent turns with persistent history); ``/v1/documents``, ``/v1/search``;
     ``/v1/memories``; ``/health``; ``/metrics``.
     """
-    from api.routes import chat, completions, embeddings, resources, sessions, system, tokenize
+    from api.routes import chat, completions, embeddings, forks, resources, sessions, system, tokenize
 
     services = Services(settings=settings)
 
@@ -101,7 +101,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.services = services
     install_error_handlers(app)
     install_openapi(app)
-    for module in (chat, completions, embeddings, tokenize, sessions, resources, system):
+    for module in (chat, completions, embeddings, tokenize, sessions, forks, resources, system):
         app.include_router(module.router)
     app.add_middleware(TextGuard)  # lone surrogates: a 400 before any route (api.text_guard)
     app.add_middleware(AuthGate, services=services)  # 401 from the headers, before any body is read

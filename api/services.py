@@ -69,6 +69,18 @@ class Services:
     def __post_init__(self) -> None:
         self.metrics.model_name = self.settings.model_name  # vLLM's model_name label
 
+    def mcp_tools(self, names: list[str]) -> list[Any]:
+        """Tools of the configured MCP servers that a session's ``tools`` list names (none yet)."""
+        return []
+
+    def check_mcp_names(self, names: list[str]) -> None:
+        """Raise ``InvalidRequestError`` (param ``tools``) for an ``mcp:`` name no configured server has."""
+        bad = [n for n in names if n.startswith("mcp:")]
+        if bad:
+            from runtime.errors import InvalidRequestError
+
+            raise InvalidRequestError(f"tools: no MCP server configured for {bad[0]!r}", param="tools")
+
     # lifecycle --------------------------------------------------------------------
     def start(self) -> None:
         """Open the database, load the engine and the index (blocking, seconds); once.

@@ -65,6 +65,7 @@ def _tools(services: Services, owner: str, cfg: SessionCreate) -> list[Any]:
     if wanted:
         ns = scoped_namespace(owner, cfg.memory_namespace or "default")
         chosen += [t for t in memory_tools(services.memory(), ns) if t.name in wanted]
+    chosen += services.mcp_tools(list(cfg.tools))
     return chosen
 
 

@@ -36,6 +36,7 @@ from typing import Any, AsyncIterator
 from runtime.errors import InvalidRequestError, LoomError
 from runtime.sampling_params import SamplingParams
 
+from orchestrator import compactor
 from orchestrator.budget import ContextBudget
 from orchestrator.condense import DEFAULT_CONDENSE_TOKENS
 from orchestrator.context import ContextBuilder
@@ -196,6 +197,7 @@ class Agent:
         self.num_compactions += result.compactions
         yield UsageEvent(result.usage)
         yield DoneEvent(result)
+        await compactor.after_turn(runner)
 
     async def arun(self, message: str, session: Session | None = None, tool_choice: Any = None) -> RunResult:
         """Run one user turn to the end; return its :class:`RunResult`."""

@@ -19,7 +19,7 @@ from typing import Any, AsyncIterator
 
 from runtime.sampling_params import SamplingParams
 
-from orchestrator import compaction as comp
+from orchestrator import compactor, memory_view
 from orchestrator import condense as cond
 from orchestrator.events import AgentEvent, RunResult, ToolCallRecord, ToolResultEvent, ToolResultRecord
 from orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
@@ -30,7 +30,6 @@ from orchestrator.parts import AgentParts
 from orchestrator.protocols import MemoryHit, MultiQueryRetriever
 from orchestrator.session import Session
 from orchestrator.step import StepOutcome, model_call
-from orchestrator.summarize import summarize_items
 
 logger = logging.getLogger(__name__)
 
@@ -60,6 +59,9 @@ class TurnRunner:
 
     async def _prepare(self) -> None:
         a, b = self.parts, self.parts.builder
+        stale = memory_view.stale_marker(self)
+        if stale is not None:
+            self._store([stale])
         shown: set[Any] = {i for it in self.items for i in it.get("memory_ids") or []}
         memories: list[MemoryHit] = []
         if a.memory is not None:
@@ -98,21 +100,6 @@ class TurnRunner:
         self.result.rewritten_query = rewrite
         return cond.search_queries(self.message, rewrite)
 
-    async def _compact(self) -> None:
-        a = self.parts
-        groups = a.builder.plan_compaction(self.items, self.turn)
-        if not groups:
-            return
-        summary = None
-        if a.budget.compaction == "summarize":
-            hidden = [self.items[i] for g in groups for i in g]
-            text, led = await summarize_items(a, self.items, hidden, self.turn)
-            self.ledgers.append(led)
-            summary = a.builder.summary_item(self.items, self.turn, text)
-        self._store([comp.marker(self.turn, groups, summary)])
-        self.result.compactions += 1
-        logger.info("compacted session view at turn %d: hid %d items", self.turn, sum(map(len, groups)))
-
     def _sampling(self, forced: bool, prompt_len: int) -> SamplingParams:
         """The call's ``SamplingParams``: the agent's, with ``max_tokens`` fitted to the window.
 
@@ -139,7 +126,8 @@ class TurnRunner:
             return ToolResultRecord(cid, call.name or "", res.content, res.is_error, step, res.elapsed_ms)
 
         t0 = time.perf_counter()
-        results = await asyncio.gather(*(one(c) for c in outcome.calls))
+        with memory_view.tool_provenance(self):
+            results = await asyncio.gather(*(one(c) for c in outcome.calls))
         self.result.timings["tools"] += (time.perf_counter() - t0) * 1000.0
         for call in outcome.calls:
             self.result.tool_calls.append(ToolCallRecord(outcome.call_id(call.index), call.name or "",
@@ -158,7 +146,7 @@ class TurnRunner:
         await self._prepare()
         res.final_state = "max_steps"
         for step in range(1, a.max_steps + 1):
-            await self._compact()
+            await compactor.before_call(self)
             ctx = a.builder.build(self.items, self.turn)
             forced = step == 1 and (self.choice == "required" or isinstance(self.choice, dict))
             outcome = StepOutcome(parser=StreamingParser(parse_tools=self.choice != "none", fmt=a.format,
@@ -185,11 +173,7 @@ class TurnRunner:
             async for ev in self._run_tools(outcome, step):
                 yield ev
         if res.final_state == "done" and a.memory is not None and a.memory_write_back:
-            try:
-                await self._timed("memory", a.memory.add, [{"role": "user", "content": self.message}],
-                                  a.memory_namespace, "user")
-            except Exception:  # noqa: BLE001 - write-back must not fail the turn
-                logger.warning("memory write-back failed", exc_info=True)
+            await memory_view.write_back(self)
 
     def _store_reply(self, outcome: StepOutcome, step: int) -> None:
         p = outcome.parser

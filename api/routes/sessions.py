@@ -69,6 +69,7 @@ async def create_session(body: SessionCreate, request: Request,
     """A session with its system prompt, tools, index use, memory namespace and sampling."""
     services = _services(request)
     T.check_budget(services, body)
+    services.check_mcp_names(list(body.tools))
     if "search_documents" in body.tools or body.index:
         services.index()  # fail now (and load once) rather than mid-turn
     row = services.store.create_session(owner, body.model_dump(mode="json"))

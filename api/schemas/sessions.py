@@ -5,12 +5,14 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from api.schemas.chat import NamedToolChoice, integral
 
 BUILTIN_TOOLS = ("calculator", "recall", "remember", "search_documents")
-ToolName = Literal["calculator", "recall", "remember", "search_documents"]
+#: A built-in tool, or ``mcp:<server>`` (every tool of a configured MCP server) / ``mcp:<server>/<tool>``.
+ToolName = Literal["calculator", "recall", "remember", "search_documents"] | Annotated[
+    str, StringConstraints(pattern=r"^mcp:[A-Za-z0-9_.-]{1,64}(/[A-Za-z0-9_.-]{1,128})?$")]
 
 
 def _utc(value: dt.datetime) -> dt.datetime:
@@ -44,7 +46,8 @@ class SessionCreate(_Strict):
 
     system_prompt: str = ""
     tools: list[ToolName] = Field(default_factory=list,
-                                  description=f"Built-in tools to enable: {', '.join(BUILTIN_TOOLS)}.")
+                                  description=f"Tools to enable: built-ins ({', '.join(BUILTIN_TOOLS)}) and "
+                                  "`mcp:<server>` or `mcp:<server>/<tool>` from the server's MCP servers.")
     index: bool = Field(default=False, description="Ground turns in the owner's documents "
                         "(the server's index): automatic retrieval before each turn.")
     condense_question: bool = Field(default=True, description="With index: rewrite a follow-up into a "
