@@ -171,11 +171,11 @@ class ContextBuilder:
 
         ``memories``: strings or hits with ``.text`` (and ``.id``, stored as ``memory_ids``).
         """
-        chosen = self.fit(list(memories), lambda ms: format_memory(_texts(ms), snapshot=True),
+        chosen = self.fit(list(memories), lambda ms: format_memory(ms, snapshot=True),
                           self.budget.max_memory_tokens)
         if not chosen:
             return None
-        item = message_item("memory_snapshot", 0, "user", format_memory(_texts(chosen), snapshot=True), [],
+        item = message_item("memory_snapshot", 0, "user", format_memory(chosen, snapshot=True), [],
                             memory_ids=_ids(chosen))
         return self.render_items(items, [item])[0]
 
@@ -193,10 +193,10 @@ class ContextBuilder:
         if fit.shown:
             new.append(message_item("retrieval", turn, "user", format_retrieval(fit.shown), [],
                                     sources=[source_label(h) for h in fit.shown], cut=fit.record()))
-        memories = self.fit(list(memories), lambda ms: format_memory(_texts(ms), snapshot=False),
+        memories = self.fit(list(memories), lambda ms: format_memory(ms, snapshot=False),
                             self.budget.max_memory_tokens)
         if memories:
-            new.append(message_item("memory", turn, "user", format_memory(_texts(memories), snapshot=False), [],
+            new.append(message_item("memory", turn, "user", format_memory(memories, snapshot=False), [],
                                     memory_ids=_ids(memories)))
         new.append(message_item("user", turn, "user", user_text, []))
         return self.render_items(items, new)
@@ -386,10 +386,6 @@ def _with_text(hit: SearchHit, text: str) -> SearchHit:
     out = copy.copy(hit)
     out.text = text
     return out
-
-
-def _texts(memories: Sequence[str | MemoryHit]) -> list[str]:
-    return [m if isinstance(m, str) else m.text for m in memories]
 
 
 def _ids(memories: Sequence[str | MemoryHit]) -> list[Any] | None:

@@ -91,9 +91,13 @@ def source_label(hit: Any) -> str:
     return f"{source} - {section}" if section else source
 
 
-def format_memory(texts: Iterable[str], snapshot: bool) -> str:
-    """The text of a memory message (the session's snapshot or this turn's new hits)."""
+def format_memory(memories: Iterable[Any], snapshot: bool) -> str:
+    """The text of a memory message (the session's snapshot or this turn's new hits).
+
+    ``memories``: strings or memory hits (``.text``).
+    """
     head = "Long-term memory about the user:" if snapshot else "Relevant memories:"
+    texts = [m if isinstance(m, str) else m.text for m in memories]
     return head + "\n" + "\n".join(f"- {t}" for t in texts)
 
 
