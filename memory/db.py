@@ -18,12 +18,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.pool import StaticPool
 
-from .models import Base
+from .models import Base, MemoryRow
 
 logger = logging.getLogger(__name__)
 
@@ -91,3 +91,37 @@ def _create_schema(engine: Engine) -> None:
     except OperationalError as exc:
         logger.debug("create_all raced with another process (%s); retrying", exc)
         Base.metadata.create_all(engine)
+    migrate(engine)
+
+
+# Columns added after the first release: nullable, no default, so ``ADD COLUMN`` is
+# portable (SQLite, Postgres) and old rows read as "not recorded".
+ADDED_COLUMNS = ("source_kind", "source_detail", "quarantine")
+
+
+def _columns(engine: Engine) -> set[str]:
+    return {c["name"] for c in inspect(engine).get_columns(MemoryRow.__tablename__)}
+
+
+def migrate(engine: Engine) -> list[str]:
+    """Add the :data:`ADDED_COLUMNS` a database created by an older Loom lacks; idempotent.
+
+    ``create_all`` creates missing tables only, so a file written before provenance
+    existed would otherwise fail on the first query.  Returns the columns added.
+    A concurrent process adding the same column first is fine (re-checked).
+    """
+    added: list[str] = []
+    for name in ADDED_COLUMNS:
+        if name in _columns(engine):
+            continue
+        column_type = MemoryRow.__table__.c[name].type.compile(engine.dialect)
+        try:
+            with engine.begin() as conn:
+                conn.execute(text(f"ALTER TABLE {MemoryRow.__tablename__} ADD COLUMN {name} {column_type}"))
+            added.append(name)
+        except DatabaseError:
+            if name not in _columns(engine):
+                raise
+    if added:
+        logger.info("memory store migrated: added columns %s", added)
+    return added

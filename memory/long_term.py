@@ -17,6 +17,10 @@ for ranking and eviction):
   :meth:`purge_expired`), by capacity (``capacity_per_namespace``: lowest eviction
   value first, after each add) and on request (:meth:`delete`, :meth:`forget`).
   Deleting an active memory deletes the history it superseded with it.
+* Trust (``memory.trust``): every row records its provenance (``MemorySource``:
+  kind, session, turn).  Instruction-like text and text from untrusted sources
+  (tool results, retrieved documents) is quarantined: kept inactive for audit
+  (:meth:`quarantined`), never searched, shown, or allowed to change another memory.
 * Namespaces are small (one user or agent), so search loads the namespace's
   vectors with numpy (cached per namespace revision) and ranks exactly.
 """
@@ -137,6 +141,12 @@ class LongTermMemory:
 
         A :class:`ForgetRequest` among the facts (the extractors emit one for "forget
         that ...") deletes the memory it names instead (DELETE, reason ``forget``).
+        Instruction-like text, and any text whose ``source`` is untrusted (kind ``tool``
+        or ``document``), is quarantined instead (QUARANTINE; see ``memory.trust``).
+
+        Args:
+            source: provenance (:class:`MemorySource`, a mapping of its fields,
+                ``(session_id, turn)`` or a session id); ``None`` = kind ``app``.
 
         Returns one event per fact (ADD, UPDATE or NOOP) in order, then DELETE events
         for memories forgotten by TTL or capacity during the call.  No facts -> ``[]``.
@@ -284,7 +294,8 @@ class LongTermMemory:
             return store.to_item(row)
 
     def list(self, namespace: str, include_inactive: bool = False) -> list[MemoryItem]:
-        """Memories of ``namespace`` by id (active only unless ``include_inactive``)."""
+        """Memories of ``namespace`` by id (active only unless ``include_inactive``: then
+        superseded and quarantined ones too)."""
         check_namespace(namespace)
         stmt = select(MemoryRow).where(MemoryRow.namespace == namespace).order_by(MemoryRow.id)
         if not include_inactive:
@@ -304,6 +315,34 @@ class LongTermMemory:
             rows = {r.id: r for r in session.scalars(select(MemoryRow).where(
                 MemoryRow.namespace == namespace, MemoryRow.id.in_(ids)))}
             return [head] + [store.to_item(r) for r in sorted(rows.values(), key=lambda r: -r.id)]
+
+    def active_ids(self, ids: Sequence[int], namespace: str) -> set[int]:
+        """Which of ``ids`` are active memories of ``namespace`` now (superseded, deleted,
+        quarantined and other namespaces' ids are not); one indexed query."""
+        check_namespace(namespace)
+        wanted = [int(i) for i in ids]
+        if not wanted:
+            return set()
+        with Session(self.engine) as session:
+            return set(session.scalars(select(MemoryRow.id).where(
+                MemoryRow.namespace == namespace, MemoryRow.active.is_(True), MemoryRow.id.in_(wanted))))
+
+    def get_many(self, ids: Sequence[int], namespace: str) -> list[MemoryItem]:
+        """The memories of ``namespace`` among ``ids`` (any state), in the order of ``ids``; unknown ids skipped."""
+        check_namespace(namespace)
+        wanted = [int(i) for i in ids]
+        with Session(self.engine) as session:
+            rows = {r.id: r for r in session.scalars(select(MemoryRow).where(
+                MemoryRow.namespace == namespace, MemoryRow.id.in_(wanted)))} if wanted else {}
+            return [store.to_item(rows[i]) for i in wanted if i in rows]
+
+    def quarantined(self, namespace: str) -> list[MemoryItem]:
+        """The namespace's quarantined memories by id (kept for audit; ``MemoryItem.quarantine`` says why)."""
+        check_namespace(namespace)
+        stmt = select(MemoryRow).where(MemoryRow.namespace == namespace,
+                                       MemoryRow.quarantine.is_not(None)).order_by(MemoryRow.id)
+        with Session(self.engine) as session:
+            return [store.to_item(r) for r in session.scalars(stmt)]
 
     def namespaces(self) -> list[str]:
         """Namespaces that hold at least one memory, sorted."""

@@ -5,6 +5,9 @@ Two tables:
 * ``memories``: one row per fact.  History is kept: when a fact is superseded
   (UPDATE) the old row stays with ``active = False`` and ``superseded_by_id``
   pointing at its successor, whose ``supersedes_id`` points back.
+  A quarantined memory (instruction-like text, or text from an untrusted
+  source) is a row with ``active = False`` and ``quarantine`` set: searches,
+  snapshots, TTL and capacity only ever read active rows.
 * ``memory_namespaces``: one row per namespace; writers lock it (``UPDATE ...
   SET revision = revision + 1``) at the start of every write transaction, which
   serialises writers of one namespace on any database (a row lock on Postgres,
@@ -47,6 +50,12 @@ class MemoryRow(Base):
     use_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     source_session_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
     source_turn: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Provenance kind (memory.types.SOURCE_KINDS) and an audit note; NULL on rows written
+    # before provenance existed (db.migrate adds the columns to such files).
+    source_kind: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    source_detail: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    # Set (the reason) on a quarantined memory: kept for audit, never active, never shown.
+    quarantine: Mapped[str | None] = mapped_column(String(255), nullable=True)
     supersedes_id: Mapped[int | None] = mapped_column(
         ForeignKey("memories.id", ondelete="SET NULL"), nullable=True
     )

@@ -76,7 +76,7 @@ def rank(session: Session, namespace: str, snap: Snapshot, qvec: np.ndarray, k: 
         MemoryHit(
             id=int(snap.ids[cand[o]]), text=snap.texts[cand[o]], score=float(scores[o]),
             similarity=float(sims[cand[o]]), created_at=float(snap.created_at[cand[o]]),
-            last_used_at=float(last[o]), use_count=int(uses[o]),
+            last_used_at=float(last[o]), use_count=int(uses[o]), source=snap.sources[cand[o]],
         )
         for o in order
     ]

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session
 
 from . import text as T
 from .models import MemoryRow, NamespaceRow
+from .types import MemorySource
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Snapshot:
         created_at: Unix seconds, float64 ``[N]``.
         matrix: unit embeddings, float32 ``[N, D]``.
         by_text: normalised text -> id (exact-duplicate lookup).
+        sources: each memory's provenance (search hits carry it to the prompt).
     """
 
     revision: int
@@ -46,15 +48,17 @@ class Snapshot:
     created_at: np.ndarray
     matrix: np.ndarray
     by_text: dict[str, int] = field(repr=False)
+    sources: list[MemorySource] = field(default_factory=list, repr=False)
 
     @classmethod
     def build(cls, revision: int, ids: list[int], texts: list[str], slots: list[str | None],
-              created_at: list[float], matrix: np.ndarray) -> Snapshot:
+              created_at: list[float], matrix: np.ndarray, sources: list[MemorySource] | None = None) -> Snapshot:
         by_text: dict[str, int] = {}
         for i, t in zip(ids, texts):
             by_text.setdefault(T.normalize(t), i)
         return cls(revision, np.asarray(ids, dtype=np.int64), list(texts), list(slots),
-                   np.asarray(created_at, dtype=np.float64), matrix, by_text)
+                   np.asarray(created_at, dtype=np.float64), matrix, by_text,
+                   list(sources) if sources is not None else [MemorySource(kind=None)] * len(texts))
 
     def similarities(self, vector: np.ndarray) -> np.ndarray:
         """Cosine of every memory with a unit ``vector`` float32 ``[D]`` -> float32 ``[N]``.
@@ -83,20 +87,23 @@ class Snapshot:
         keep = np.flatnonzero(~np.isin(self.ids, np.fromiter(removed, dtype=np.int64)))
         by_text = {t: i for t, i in self.by_text.items() if i not in removed}
         return Snapshot(self.revision, self.ids[keep], [self.texts[j] for j in keep],
-                        [self.slots[j] for j in keep], self.created_at[keep], self.matrix[keep], by_text)
+                        [self.slots[j] for j in keep], self.created_at[keep], self.matrix[keep], by_text,
+                        [self.sources[j] for j in keep])
 
     def with_memory(self, memory_id: int, text: str, slot: str | None, created_at: float,
-                    vector: np.ndarray) -> Snapshot:
+                    vector: np.ndarray, source: MemorySource | None = None) -> Snapshot:
         """A snapshot with one new memory in front."""
         by_text = dict(self.by_text)
         by_text[T.normalize(text)] = memory_id
         matrix = np.vstack([vector[None, :].astype(np.float32), self.matrix]) if len(self) else vector[None, :].copy()
         return Snapshot(self.revision, np.concatenate([[memory_id], self.ids]).astype(np.int64),
                         [text] + self.texts, [slot] + self.slots,
-                        np.concatenate([[created_at], self.created_at]), matrix, by_text)
+                        np.concatenate([[created_at], self.created_at]), matrix, by_text,
+                        [source or MemorySource(kind=None)] + self.sources)
 
     def at_revision(self, revision: int) -> Snapshot:
-        return Snapshot(revision, self.ids, self.texts, self.slots, self.created_at, self.matrix, self.by_text)
+        return Snapshot(revision, self.ids, self.texts, self.slots, self.created_at, self.matrix, self.by_text,
+                        self.sources)
 
 
 def load_snapshot(session: Session, namespace: str, revision: int, dim: int | None = None) -> Snapshot:
@@ -106,7 +113,8 @@ def load_snapshot(session: Session, namespace: str, revision: int, dim: int | No
         ValueError: (naming ``embedder``) when stored vectors are not ``dim``-dimensional.
     """
     rows = session.execute(
-        select(MemoryRow.id, MemoryRow.text, MemoryRow.slot, MemoryRow.created_at, MemoryRow.embedding)
+        select(MemoryRow.id, MemoryRow.text, MemoryRow.slot, MemoryRow.created_at, MemoryRow.embedding,
+               MemoryRow.source_kind, MemoryRow.source_session_id, MemoryRow.source_turn)
         .where(MemoryRow.namespace == namespace, MemoryRow.active.is_(True))
         .order_by(MemoryRow.id.desc())
     ).all()
@@ -119,7 +127,8 @@ def load_snapshot(session: Session, namespace: str, revision: int, dim: int | No
         )
     matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), width)
     return Snapshot.build(revision, [r.id for r in rows], [r.text for r in rows], [r.slot for r in rows],
-                          [r.created_at for r in rows], matrix)
+                          [r.created_at for r in rows], matrix,
+                          [MemorySource(r.source_kind, r.source_session_id, r.source_turn) for r in rows])
 
 
 class NamespaceIndex:

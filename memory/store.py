@@ -25,9 +25,10 @@ def to_item(row: MemoryRow) -> MemoryItem:
         updated_at=row.updated_at,
         last_used_at=row.last_used_at,
         use_count=row.use_count,
-        source=MemorySource(row.source_session_id, row.source_turn),
+        source=MemorySource(row.source_kind, row.source_session_id, row.source_turn, row.source_detail),
         supersedes_id=row.supersedes_id,
         superseded_by_id=row.superseded_by_id,
+        quarantine=row.quarantine,
     )
 
 

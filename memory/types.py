@@ -19,6 +19,7 @@ class EventType(str, enum.Enum):
     UPDATE = "UPDATE"  # a new memory superseded an older one (the old row is kept, inactive)
     NOOP = "NOOP"  # the fact was already known; the existing memory was refreshed
     DELETE = "DELETE"  # a memory (and its history) was removed: on request, by TTL or by capacity
+    QUARANTINE = "QUARANTINE"  # kept for audit only: instruction-like or from an untrusted source, never shown
 
 
 class ForgetRequest(str):
@@ -31,19 +32,66 @@ class ForgetRequest(str):
     __slots__ = ()
 
 
+SOURCE_KINDS = ("user", "extractor", "assistant", "app", "tool", "document")
+"""Where a memory's text came from (see :class:`MemorySource`)."""
+UNTRUSTED_KINDS = frozenset({"tool", "document"})
+"""Kinds whose text may carry a third party's words: never stored as facts (quarantined)."""
+
+_KIND_LABELS = {"user": "user", "extractor": "user, via extractor", "assistant": "assistant",
+                "app": "application", "tool": "tool result", "document": "retrieved document"}
+
+
 @dataclass(frozen=True)
 class MemorySource:
-    """Where a memory came from: the session id and the turn index (0-based) in it."""
+    """Provenance of a memory: what kind of text it came from, in which session and turn.
 
+    Attributes:
+        kind: one of :data:`SOURCE_KINDS`:
+            ``user`` the user's own words (write-back of a user message, or a
+            ``remember`` call whose fact is in the user's messages);
+            ``extractor`` a model phrased it from the user's message (``LLMExtractor``);
+            ``assistant`` the model's ``remember`` call in a turn whose visible context
+            held no retrieved document or tool result;
+            ``app`` application code called :meth:`LongTermMemory.add` directly (the default);
+            ``tool`` / ``document`` the model's ``remember`` call in a turn that showed it
+            tool results / retrieved documents: untrusted (:data:`UNTRUSTED_KINDS`).
+            ``None`` only for rows written before provenance was recorded.
+        session_id: the session (``None``: outside a session).
+        turn: the turn index in it (the orchestrator's turns are 1-based).
+        detail: free text for audit, e.g. the documents or tools that were visible.
+    """
+
+    kind: str | None = "app"
     session_id: str | None = None
     turn: int | None = None
+    detail: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind is not None and self.kind not in SOURCE_KINDS:
+            raise ValueError(f"source: kind must be one of {', '.join(SOURCE_KINDS)}, got {self.kind!r}")
+        if self.turn is not None and (not isinstance(self.turn, int) or isinstance(self.turn, bool)):
+            raise ValueError(f"source: turn must be an integer, got {type(self.turn).__name__}")
+
+    @property
+    def trusted(self) -> bool:
+        """False for tool- and document-derived text (legacy rows without a kind count as trusted)."""
+        return self.kind not in UNTRUSTED_KINDS
+
+    def label(self) -> str:
+        """How a prompt names the source, stable across turns: ``user, session s1 turn 3``."""
+        parts = [_KIND_LABELS.get(self.kind or "", "unrecorded source")]
+        if self.session_id is not None:
+            parts.append(f"session {self.session_id}" + (f" turn {self.turn}" if self.turn is not None else ""))
+        return ", ".join(parts)
 
     @classmethod
     def coerce(cls, source: MemorySource | Mapping[str, Any] | tuple | str | None) -> MemorySource:
-        """Accept ``MemorySource``, ``{"session_id", "turn"}``, ``(session_id, turn)``, a session id or ``None``.
+        """Accept ``MemorySource``, a mapping of its fields, ``(session_id, turn)``, a session id or ``None``.
+
+        A bare session id, tuple or ``None`` means kind ``app`` (the caller's own write).
 
         Raises:
-            ValueError: (naming ``source``) for anything else.
+            ValueError: (naming ``source``) for anything else, an unknown kind or key.
         """
         if source is None:
             return cls()
@@ -52,10 +100,11 @@ class MemorySource:
         if isinstance(source, str):
             return cls(session_id=source)
         if isinstance(source, Mapping):
-            unknown = set(source) - {"session_id", "turn"}
+            unknown = set(source) - {"kind", "session_id", "turn", "detail"}
             if unknown:
-                raise ValueError(f"source: unknown keys {sorted(unknown)} (expected session_id, turn)")
-            return cls(session_id=source.get("session_id"), turn=source.get("turn"))
+                raise ValueError(f"source: unknown keys {sorted(unknown)} (expected kind, session_id, turn, detail)")
+            return cls(kind=source.get("kind", "app"), session_id=source.get("session_id"),
+                       turn=source.get("turn"), detail=source.get("detail"))
         if isinstance(source, tuple) and len(source) == 2:
             return cls(session_id=source[0], turn=source[1])
         raise ValueError(f"source: expected MemorySource, mapping, (session_id, turn) or str, got {type(source).__name__}")
@@ -74,7 +123,8 @@ class MemoryEvent:
         previous_id: for UPDATE the superseded memory (still stored, inactive).
         previous_text: its text.
         reason: why: ``new``, ``exact``, ``duplicate``, ``revision``, ``slot:<name>``,
-            ``negation``, ``number``, ``capacity``, ``ttl``, ``request``, ``forget``.
+            ``negation``, ``number``, ``capacity``, ``ttl``, ``request``, ``forget``; for
+            QUARANTINE ``instruction:<rule>`` or ``untrusted:<kind>`` (see ``memory.trust``).
     """
 
     event: EventType
@@ -97,6 +147,7 @@ class MemoryHit:
         similarity: cosine similarity of query and memory in [-1, 1].
         created_at: when the memory was written (Unix seconds).
         last_used_at / use_count: as ranked, before this search counted as a use.
+        source: the memory's provenance (shown to the model with it).
     """
 
     id: int
@@ -106,11 +157,16 @@ class MemoryHit:
     created_at: float
     last_used_at: float
     use_count: int
+    source: MemorySource = MemorySource(kind=None)
 
 
 @dataclass(frozen=True)
 class MemoryItem:
-    """A stored memory as :meth:`LongTermMemory.get` / ``list`` / ``history`` return it."""
+    """A stored memory as :meth:`LongTermMemory.get` / ``list`` / ``history`` / ``quarantined`` return it.
+
+    ``quarantine`` is ``None`` for facts; for a quarantined memory (never active, never
+    searched or shown) the reason, e.g. ``instruction:addressed-to-assistant``.
+    """
 
     id: int
     namespace: str
@@ -124,3 +180,4 @@ class MemoryItem:
     source: MemorySource
     supersedes_id: int | None
     superseded_by_id: int | None
+    quarantine: str | None = None

@@ -22,6 +22,7 @@ from . import store
 from . import text as T
 from .models import MemoryRow, NamespaceRow
 from .policy import decide, forget_targets
+from .trust import instruction_rule
 from .scoring import ScoringConfig, eviction_order
 from .snapshot import NamespaceIndex, Snapshot
 from .types import EventType, ForgetRequest, MemoryEvent, MemorySource
@@ -61,6 +62,9 @@ def apply_facts(session: Session, namespace: str, facts: list[str], vecs: np.nda
     """Decide and write each fact in order (later facts see earlier ones); one event per fact,
     DELETE events (reason ``forget``) for each :class:`ForgetRequest` that matched.
 
+    A fact :func:`quarantine_reason` objects to is stored quarantined instead (one
+    QUARANTINE event; it never updates, deletes or refreshes another memory).
+
     Args:
         vecs: the facts' embeddings, float32 ``[len(facts), D]``, unit rows.
         snap: the namespace's active memories before these writes.
@@ -68,6 +72,10 @@ def apply_facts(session: Session, namespace: str, facts: list[str], vecs: np.nda
     events = []
     in_ns = MemoryRow.namespace == namespace
     for fact, vec in zip(facts, vecs):
+        held = quarantine_reason(fact, src)
+        if held is not None:
+            events.append(_quarantine(session, namespace, fact, vec, src, now, held))
+            continue
         if isinstance(fact, ForgetRequest):
             forgotten, snap = _forget(session, namespace, fact, vec, snap, conflict_threshold)
             events += forgotten
@@ -89,8 +97,8 @@ def apply_facts(session: Session, namespace: str, facts: list[str], vecs: np.nda
         row = MemoryRow(
             namespace=namespace, text=fact, slot=slot, embedding=vec.astype(np.float32).tobytes(),
             active=True, created_at=now, updated_at=now, last_used_at=now, use_count=inherited,
-            source_session_id=src.session_id, source_turn=src.turn,
-            supersedes_id=d.targets[0] if d.targets else None,
+            source_session_id=src.session_id, source_turn=src.turn, source_kind=src.kind,
+            source_detail=_detail(src), supersedes_id=d.targets[0] if d.targets else None,
         )
         session.add(row)
         session.flush()
@@ -100,11 +108,42 @@ def apply_facts(session: Session, namespace: str, facts: list[str], vecs: np.nda
             session.execute(update(MemoryRow).where(in_ns, MemoryRow.id.in_(d.targets))
                             .values(active=False, superseded_by_id=row.id, updated_at=now)
                             .execution_options(synchronize_session=False))
-        snap = snap.without(set(d.targets)).with_memory(row.id, fact, slot, now, vec)
+        snap = snap.without(set(d.targets)).with_memory(row.id, fact, slot, now, vec, src)
         events.append(MemoryEvent(d.event, row.id, fact, namespace,
                                   previous_id=d.targets[0] if d.targets else None,
                                   previous_text=previous_text, reason=d.reason))
     return events, snap
+
+
+def quarantine_reason(fact: str, src: MemorySource) -> str | None:
+    """Why ``fact`` must not become a fact (``None``: it may): ``untrusted:<kind>`` for text
+    from a tool or document (forget requests included: a document cannot delete the
+    user's memories), else ``instruction:<rule>`` (``memory.trust``)."""
+    if not src.trusted:
+        return f"untrusted{'-forget' if isinstance(fact, ForgetRequest) else ''}:{src.kind}"
+    rule = instruction_rule(fact)
+    return f"instruction:{rule}" if rule is not None else None
+
+
+def _detail(src: MemorySource) -> str | None:
+    return src.detail[:255] if src.detail else None
+
+
+def _quarantine(session: Session, namespace: str, fact: str, vec: np.ndarray, src: MemorySource, now: float,
+                reason: str) -> MemoryEvent:
+    """Keep ``fact`` for audit only (inactive, ``quarantine`` set); the same text twice is one row."""
+    text = ("Forget: " + fact) if isinstance(fact, ForgetRequest) else fact
+    same = session.scalars(select(MemoryRow.id).where(
+        MemoryRow.namespace == namespace, MemoryRow.quarantine.is_not(None), MemoryRow.text == text)).first()
+    if same is None:
+        row = MemoryRow(namespace=namespace, text=text, slot=None, embedding=vec.astype(np.float32).tobytes(),
+                        active=False, created_at=now, updated_at=now, last_used_at=now, use_count=0,
+                        source_session_id=src.session_id, source_turn=src.turn, source_kind=src.kind,
+                        source_detail=_detail(src), quarantine=reason[:255])
+        session.add(row)
+        session.flush()
+        same = row.id
+    return MemoryEvent(EventType.QUARANTINE, same, text, namespace, reason=reason)
 
 
 def _forget(session: Session, namespace: str, request: ForgetRequest, vec: np.ndarray, snap: Snapshot,
