@@ -11,7 +11,14 @@ step, down to ``low_water`` times the cap: many small trims would move the
 start of the history at every turn and throw away the whole prefix cache each
 time; one big drop loses it once and then stays put for many turns.  This is
 the "rare, big steps" policy ARCHITECTURE.md asks for (compare Letta/MemGPT's
-summarise-on-overflow).
+summarise-on-overflow).  What goes first is the retention policy of
+:mod:`orchestrator.compaction`: retrieved chunks and tool steps of turns older
+than the newest ``keep_retrieval_turns`` earlier turns, the dialogue kept;
+whole turns only when that is not enough.  ``prefill_after_turn`` makes the
+compaction the next turn will need once a turn has finished, and prefills
+the compacted prompt then (:mod:`orchestrator.compactor`), so the next turn
+finds it in the prefix cache; ``next_turn_tokens`` is the room that forecast
+leaves for the next turn's retrieval, memories and message.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from runtime.errors import InvalidRequestError
+
+TYPICAL_MESSAGE_TOKENS = 64  # a user message with its template tokens, as the after-turn forecast assumes
 
 
 @dataclass
@@ -38,6 +47,15 @@ class ContextBudget:
         low_water: after compaction the history is at most this fraction of its cap.
         compaction: ``"drop"`` oldest turns, or ``"summarize"`` them with the model.
         summary_tokens: ``max_tokens`` of a summary.
+        keep_retrieval_turns: retrieved chunks and tool steps of this many newest
+            earlier turns are kept when a compaction hides documents (older ones go
+            first, the dialogue stays); ``None``: whole turns only (the old policy).
+        prefill_after_turn: plan the next turn's compaction and prefill the
+            compacted prompt once a turn has finished (off the critical path).
+        next_turn_tokens: tokens that forecast reserves for the next turn's
+            inputs; ``None`` = ``max_retrieval_tokens + max_memory_tokens + 64``
+            (a full retrieval, new memories and a typical message; the first two
+            only when the agent retrieves / has a memory).
 
     Raises:
         InvalidRequestError: (a ``ValueError``) naming the bad field.
@@ -53,6 +71,9 @@ class ContextBudget:
     low_water: float = 0.5
     compaction: Literal["drop", "summarize"] = "drop"
     summary_tokens: int = 128
+    keep_retrieval_turns: int | None = 2
+    prefill_after_turn: bool = True
+    next_turn_tokens: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_model_len", "max_history_tokens"):
@@ -64,6 +85,12 @@ class ContextBudget:
             v = getattr(self, name)
             if not isinstance(v, int) or v <= 0:
                 raise InvalidRequestError(f"{name}: must be a positive int, got {v!r}", param=name)
+        for name in ("keep_retrieval_turns", "next_turn_tokens"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+                raise InvalidRequestError(f"{name}: must be an int >= 0 or None, got {v!r}", param=name)
+        if not isinstance(self.prefill_after_turn, bool):
+            raise InvalidRequestError("prefill_after_turn: must be a bool", param="prefill_after_turn")
         if not isinstance(self.reserved_reasoning, int) or self.reserved_reasoning < 0:
             raise InvalidRequestError("reserved_reasoning: must be an int >= 0", param="reserved_reasoning")
         if not 0.0 < self.low_water < 1.0:
@@ -90,6 +117,15 @@ class ContextBudget:
             raise InvalidRequestError("max_model_len: unknown; give it or build the budget from an engine",
                                       param="max_model_len")
         return self.max_model_len - self.max_tokens
+
+    def next_turn_margin(self, retrieval: bool = True, memory: bool = True) -> int:
+        """Tokens the after-turn forecast reserves for the next turn's inputs (see ``next_turn_tokens``).
+
+        ``retrieval`` / ``memory``: whether the agent adds a retrieval / memory message each turn.
+        """
+        if self.next_turn_tokens is not None:
+            return self.next_turn_tokens
+        return self.max_retrieval_tokens * retrieval + self.max_memory_tokens * memory + TYPICAL_MESSAGE_TOKENS
 
     def history_cap(self, fixed_tokens: int) -> int:
         """History cap given the tokens of everything else in the prompt."""

@@ -1,16 +1,28 @@
 """Compaction of the *view* of a session: which stored items the prompt shows.
 
 The stored log is append-only.  Compaction appends a marker item
-``{"kind": "compaction", "hide": [[start, end), ...], "summary": item | None}``;
-the view is every message item minus the union of all markers' hidden ranges,
-with the newest marker's summary (if any) shown right after the memory
-snapshot.  Because the markers stay in the log, every later prompt is built
-from the same view and keeps hitting the prefix cache.
+``{"kind": "compaction", "turn": t, "hide": [[start, end), ...], "summary": item | None}``
+(optionally ``"after_turn": True`` when it was made after turn ``t`` finished,
+see :func:`rebuilt`); the view is every message item minus the union of all
+markers' hidden ranges, with the newest marker's summary (if any) shown right
+after the memory snapshot.  Because the markers stay in the log, every later
+prompt is built from the same view and keeps hitting the prefix cache.
 
-Cut points are whole turns (oldest first), so an assistant tool call is
-never separated from its tool results; only when the current turn alone does
-not fit are its oldest steps (an assistant reply together with all the tool
-results that answer it) hidden.
+What is hidden first (the retention policy, :func:`plan`), oldest first, and
+only until the history is down to the low-water mark:
+
+1. *documents*: the retrieved chunks and the tool steps (an assistant tool
+   call together with all its results, never one without the other) of
+   earlier turns, except those of the newest ``keep_turns`` earlier turns.
+   The dialogue (user messages and final answers) stays;
+2. *whole earlier turns* (their dialogue with them), when hiding documents
+   is not enough; summarised when ``ContextBudget.compaction == "summarize"``;
+3. this turn's oldest tool steps, only when the current turn alone does not fit.
+
+Retrieved chunks are ~90% of a retrieval-heavy session's tokens, so step 1
+frees most of the window while the conversation stays readable; one big step
+down to the low-water mark keeps compactions rare (each one moves the prompt
+at its first hidden item, so everything after it is prefilled again once).
 """
 
 from __future__ import annotations
@@ -20,7 +32,7 @@ from typing import Any
 
 from orchestrator.items import Item, is_message
 
-__all__ = ["View", "compute_view", "last_compaction_turn", "plan_drop"]
+__all__ = ["Plan", "View", "compute_view", "hide_ranges", "marker", "plan", "plan_drop", "rebuilt"]
 
 
 @dataclass
@@ -55,13 +67,47 @@ def compute_view(items: list[Item], turn: int) -> View:
     return view
 
 
-def last_compaction_turn(items: list[Item]) -> int:
-    """The turn of the newest compaction marker (0 when the view was never compacted).
+@dataclass
+class Plan:
+    """What one compaction hides (lists of item-index groups, each hidden whole).
 
-    Every item of an earlier turn still shown after that marker was prefilled
-    again when it was made (the hidden turns were the oldest ones shown).
+    Attributes:
+        docs: earlier turns' retrieval items and tool steps (the dialogue stays).
+        turns: whole earlier turns (what a summary replaces).
+        steps: this turn's oldest tool steps.
     """
-    return max((it.get("turn", 0) for it in items if it.get("kind") == "compaction"), default=0)
+
+    docs: list[list[int]] = field(default_factory=list)
+    turns: list[list[int]] = field(default_factory=list)
+    steps: list[list[int]] = field(default_factory=list)
+
+    @property
+    def groups(self) -> list[list[int]]:
+        return self.docs + self.turns + self.steps
+
+
+def rebuilt(items: list[Item]) -> set[int]:
+    """Indices of items that a later compaction marker re-prefilled (so their rendering may change).
+
+    A marker moves the prompt at its first hidden item (at the summary's place,
+    right after the snapshot, when it shows a new summary): every item stored
+    before the marker and shown after that point is prefilled again by the
+    next call anyway, so it may switch to its cheaper rendering there
+    (``stripped_token_ids``: an earlier reply without its reasoning) at no
+    cache cost.  A marker made inside turn ``t`` covers items of turns before
+    ``t``; one made after turn ``t`` finished (``"after_turn": True``) covers
+    turn ``t`` too.  Items before the cut keep the ids they were first shown
+    with, so the cached prefix up to the cut stays valid.
+    """
+    out: set[int] = set()
+    for m, mk in enumerate(items):
+        if mk.get("kind") != "compaction":
+            continue
+        starts = [s for s, _e in mk.get("hide", [])]
+        cut = -1 if mk.get("summary") is not None else min(starts, default=m)
+        last_turn = mk.get("turn", 0) if mk.get("after_turn") else mk.get("turn", 0) - 1
+        out.update(i for i in range(cut + 1, m) if items[i].get("turn", 0) <= last_turn)
+    return out
 
 
 def _turn_groups(items: list[Item], indices: list[int]) -> list[list[int]]:
@@ -75,7 +121,7 @@ def _turn_groups(items: list[Item], indices: list[int]) -> list[list[int]]:
 
 
 def _step_groups(items: list[Item], indices: list[int]) -> list[list[int]]:
-    """This turn's assistant steps, each with the tool results that follow it."""
+    """Assistant tool steps, each with the tool results that follow it (final answers excluded)."""
     groups: list[list[int]] = []
     for i in indices:
         kind = items[i]["kind"]
@@ -83,43 +129,73 @@ def _step_groups(items: list[Item], indices: list[int]) -> list[list[int]]:
             groups.append([i])
         elif kind == "tool_result" and groups:
             groups[-1].append(i)
-    return groups
+    return [g for g in groups if len(g) > 1 or items[g[0]].get("tool_calls")]
 
 
-def plan_drop(items: list[Item], view: View, sizes: dict[int, int], history_cap: int,
-              low_water: float, over_by: int, reserve: int = 0) -> list[list[int]] | None:
-    """Item groups to hide, or ``None`` when nothing needs hiding.
+def _doc_groups(items: list[Item], turn_group: list[int]) -> list[list[int]]:
+    """One earlier turn's documents: each retrieval item alone, each tool step whole."""
+    docs = [[i] for i in turn_group if items[i]["kind"] == "retrieval"]
+    return docs + _step_groups(items, turn_group)
+
+
+def plan(items: list[Item], view: View, sizes: dict[int, int], history_cap: int, low_water: float,
+         over_by: int, reserve: int = 0, keep_turns: int | None = None) -> Plan | None:
+    """What to hide, or ``None`` when nothing needs hiding.
 
     Args:
         sizes: tokens of each visible item (index -> tokens).
         history_cap: the history's cap (tokens).
-        low_water: keep at most ``low_water * history_cap`` history tokens.
+        low_water: hide until the history is at most ``low_water * history_cap``.
         over_by: tokens by which the whole prompt exceeds its limit (<= 0: fits).
-        reserve: tokens a summary will add (subtracted from the target).
+        reserve: tokens a summary will add (subtracted from the target when whole turns go).
+        keep_turns: documents of the newest ``keep_turns`` earlier turns are never
+            hidden before whole turns (``None``: the old policy, whole turns only).
 
     Returns:
-        Whole earlier turns first (oldest first); then, if the prompt still
-        does not fit, this turn's oldest tool steps.
+        documents of older turns first (oldest first), then whole earlier turns
+        (oldest first), then, if the prompt still does not fit, this turn's
+        oldest tool steps.
     """
     history = sum(sizes[i] for i in view.history)
     if history <= history_cap and over_by <= 0:
         return None
-    target = max(0, int(low_water * history_cap) - reserve)
-    drop: list[list[int]] = []
-    for group in _turn_groups(items, view.history):
-        if history <= target and over_by <= 0:
-            break
+    target = int(low_water * history_cap)
+    turns = _turn_groups(items, view.history)
+    out = Plan()
+
+    def take(into: list[list[int]], group: list[int]) -> None:
+        nonlocal history, over_by
         freed = sum(sizes[i] for i in group)
         history -= freed
         over_by -= freed
-        drop.append(group)
+        into.append(group)
+
+    if keep_turns is not None:
+        for tg in turns[: max(0, len(turns) - keep_turns)]:
+            for group in _doc_groups(items, tg):
+                if history <= target and over_by <= 0:
+                    break
+                take(out.docs, group)
+    hidden = {i for g in out.docs for i in g}
+    for tg in turns:
+        if history <= max(0, target - reserve) and over_by <= 0:
+            break
+        rest = [i for i in tg if i not in hidden]
+        if rest:
+            take(out.turns, rest)
     steps = _step_groups(items, view.tail)
     for group in steps[:-1] if steps and items[view.tail[-1]]["kind"] == "tool_result" else steps:
         if over_by <= 0:
             break
-        over_by -= sum(sizes[i] for i in group)
-        drop.append(group)
-    return drop
+        take(out.steps, group)
+    return out
+
+
+def plan_drop(items: list[Item], view: View, sizes: dict[int, int], history_cap: int,
+              low_water: float, over_by: int, reserve: int = 0) -> list[list[int]] | None:
+    """Whole earlier turns, then this turn's oldest tool steps (the policy without retention)."""
+    out = plan(items, view, sizes, history_cap, low_water, over_by, reserve)
+    return None if out is None else out.groups
 
 
 def hide_ranges(groups: list[list[int]]) -> list[list[int]]:
@@ -134,6 +210,10 @@ def hide_ranges(groups: list[list[int]]) -> list[list[int]]:
     return ranges
 
 
-def marker(turn: int, groups: list[list[int]], summary: Item | None = None) -> dict[str, Any]:
-    """The compaction marker item to append to the session."""
-    return {"kind": "compaction", "turn": turn, "hide": hide_ranges(groups), "summary": summary}
+def marker(turn: int, groups: list[list[int]], summary: Item | None = None,
+           after_turn: bool = False) -> dict[str, Any]:
+    """The compaction marker item to append to the session (``after_turn``: made once turn ``turn`` ended)."""
+    mk: dict[str, Any] = {"kind": "compaction", "turn": turn, "hide": hide_ranges(groups), "summary": summary}
+    if after_turn:
+        mk["after_turn"] = True
+    return mk

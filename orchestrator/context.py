@@ -316,32 +316,41 @@ class ContextBuilder:
         return kept + f"\n[truncated: {len(ids) - cap} more tokens]"
 
     # -- assembly ----------------------------------------------------------
-    def item_ids(self, item: Item, turn: int, compacted_turn: int = 0) -> list[int]:
-        """The ids an item shows in a prompt of ``turn``.
+    def item_ids(self, item: Item, rebuilt: bool = False) -> list[int]:
+        """The ids an item shows in a prompt.
 
-        ``compacted_turn``: the turn of the newest compaction marker (0: none).
-        With ``keep_reasoning=False`` an earlier turn's reply is shown without its
-        reasoning only once a compaction made after that turn rebuilt the view:
-        the cut re-prefills everything after it anyway, so dropping reasoning
-        there costs no cache hit, while dropping it between compactions would
-        break the append-only prompt at the previous reply (issue 14).
+        ``rebuilt``: a compaction made after the item was stored re-prefilled it
+        (:func:`orchestrator.compaction.rebuilt`).  With ``keep_reasoning=False``
+        an earlier turn's reply is shown without its reasoning only then: the
+        cut re-prefills everything after it anyway, so dropping reasoning there
+        costs no cache hit, while dropping it elsewhere would break the
+        append-only prompt at that reply (issue 14).
         """
-        if (not self.keep_reasoning and item.get("turn", 0) < compacted_turn
-                and "stripped_token_ids" in item):
+        if rebuilt and not self.keep_reasoning and "stripped_token_ids" in item:
             return item["stripped_token_ids"]
         return item["token_ids"]
 
-    def plan_compaction(self, items: list[Item], turn: int) -> list[list[int]] | None:
-        """Item groups to hide before the next call of ``turn`` (``None``: it fits)."""
+    def plan_compaction(self, items: list[Item], turn: int, extra_tokens: int = 0) -> comp.Plan | None:
+        """Item groups to hide before the next call of ``turn`` (``None``: it fits).
+
+        Args:
+            extra_tokens: tokens still to come in that prompt (the after-turn
+                forecast of the next turn's retrieval and message).
+
+        Returns:
+            a :class:`~orchestrator.compaction.Plan`: documents of older turns first
+            (the retention policy), then whole turns, then this turn's oldest steps.
+        """
         view = comp.compute_view(items, turn)
-        cut = comp.last_compaction_turn(items)
-        sizes = {i: len(self.item_ids(items[i], turn, cut)) for i in view.snapshot + view.history + view.tail}
+        redo = comp.rebuilt(items)
+        sizes = {i: len(self.item_ids(items[i], i in redo)) for i in view.snapshot + view.history + view.tail}
         fixed = len(self.header_ids) + len(self.gen_prompt_ids) + sum(sizes[i] for i in view.snapshot + view.tail)
-        fixed += len(view.summary["token_ids"]) if view.summary else 0
+        fixed += (len(view.summary["token_ids"]) if view.summary else 0) + extra_tokens
         cap = self.budget.history_cap(fixed)
         over = fixed + sum(sizes[i] for i in view.history) - self.budget.prompt_limit
         reserve = self.budget.summary_tokens + 32 if self.budget.compaction == "summarize" else 0
-        return comp.plan_drop(items, view, sizes, max(cap, 0), self.budget.low_water, over, reserve)
+        return comp.plan(items, view, sizes, max(cap, 0), self.budget.low_water, over, reserve,
+                         self.budget.keep_retrieval_turns)
 
     def build(self, items: list[Item], turn: int) -> Context:
         """Assemble the prompt of the next call of ``turn`` from the stored items.
@@ -351,7 +360,7 @@ class ContextBuilder:
                 (call :meth:`plan_compaction` and append its marker first).
         """
         view = comp.compute_view(items, turn)
-        cut = comp.last_compaction_turn(items)
+        redo = comp.rebuilt(items)
         ctx = Context(token_ids=[], prompt_limit=self.budget.prompt_limit)
 
         def add(cls: str, ids: list[int], index: int | None = None) -> None:
@@ -361,15 +370,15 @@ class ContextBuilder:
         for cls, ids in self.header:
             add(cls, ids)
         for i in view.snapshot:
-            add("memory", self.item_ids(items[i], turn, cut), i)
+            add("memory", self.item_ids(items[i], i in redo), i)
         start_history = len(ctx.token_ids)
         if view.summary is not None:
             add("history", view.summary["token_ids"])
         for i in view.history:
-            add(prompt_class(items[i], turn), self.item_ids(items[i], turn, cut), i)
+            add(prompt_class(items[i], turn), self.item_ids(items[i], i in redo), i)
         ctx.history_tokens = len(ctx.token_ids) - start_history
         for i in view.tail:
-            add(prompt_class(items[i], turn), self.item_ids(items[i], turn, cut), i)
+            add(prompt_class(items[i], turn), self.item_ids(items[i], i in redo), i)
         add(ctx.segments[-1].cls if view.tail else "user", self.gen_prompt_ids)
         ctx.history_cap = self.budget.history_cap(len(ctx.token_ids) - ctx.history_tokens)
         if len(ctx.token_ids) > ctx.prompt_limit:

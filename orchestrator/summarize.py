@@ -1,61 +1,86 @@
 """Summarising hidden turns with the model (``ContextBudget(compaction="summarize")``).
 
-A separate, short model call (greedy, ``summary_tokens`` at most) over a
-transcript of the turns being hidden (and the previous summary, so summaries
-accumulate).  Its tokens are accounted like any call: the instruction as
-``system``, the transcript as ``history``.  The summary is shown in the view
-after the memory snapshot (see :mod:`orchestrator.compaction`); the stored
-turns are untouched.
+The summary request is a *continuation of the cached conversation*, as the
+condense-question rewrite is (:mod:`orchestrator.condense`): its prompt is
+the session's own prompt (template header, tools, memory snapshot, the
+current summary, the earlier turns exactly as the last call showed them)
+plus one instruction message, so the prefix cache serves everything but the
+instruction; a transcript in a new prompt (the old way) prefilled the whole
+conversation again (TTFT 6.2x a normal turn, issue 16).  The instruction is
+never stored; the summary is shown after the memory snapshot in place of
+the hidden turns (:mod:`orchestrator.compaction`) and the stored turns are
+untouched.  The call is greedy, ``summary_tokens`` at most; its tokens are
+accounted like any call's (classes of the prompt it extends, the instruction
+as ``user``).
+
+When the conversation plus the instruction and the summary would not fit
+the window, the prompt leaves out first the documents the compaction hides
+anyway, then the turns it keeps (cached up to the first item left out).
 """
 
 from __future__ import annotations
 
-from orchestrator.compaction import compute_view
-from orchestrator.context import Context, Segment
-from orchestrator.items import Item
+import uuid
+
+from runtime.errors import ContextLengthError
+
+from orchestrator import compaction as comp
+from orchestrator.context import Context
+from orchestrator.items import Item, message_item
 from orchestrator.ledger import Ledger
 from orchestrator.parts import AgentParts
 from orchestrator.step import StepOutcome, model_call
 
-INSTRUCTION = ("Summarise the conversation below in a few sentences. Keep facts, decisions, "
-               "tool results and open questions; drop pleasantries.")
+INSTRUCTION = ("Summarise the conversation above in a few sentences. Keep facts, decisions, tool results "
+               "and open questions; drop pleasantries. Reply with the summary only.")
 
 
-def transcript(items: list[Item]) -> str:
-    """Plain-text transcript of items (role: content, tool calls and results)."""
-    lines = []
-    for it in items:
-        if it.get("kind") == "summary":
-            lines.append(f"(earlier summary) {it['content']}")
+def summary_prompt(parts: AgentParts, items: list[Item], turn: int, docs: list[list[int]],
+                   turns: list[list[int]]) -> Context:
+    """The summary request: the earlier turns of ``turn``'s view + the instruction (never stored).
+
+    Args:
+        docs / turns: the document groups and whole-turn groups the compaction hides.
+
+    Raises:
+        ContextLengthError: not even the hidden turns alone fit with the instruction.
+    """
+    b = parts.builder
+    view = comp.compute_view(items, turn)
+    kept = [[i] for i in view.history if i not in {j for g in docs + turns for j in g}]
+    ask = message_item("user", turn, "user", INSTRUCTION, [])
+    b.render_items(items, [ask])
+    room = parts.budget.max_model_len - parts.budget.summary_tokens
+    error: ContextLengthError | None = None
+    for leave_out in ([], docs, docs + kept):  # most cached first
+        probe = items + [comp.marker(turn, [view.tail] + leave_out), ask]
+        try:
+            ctx = b.build(probe, turn)
+        except ContextLengthError as exc:
+            error = exc
             continue
-        text = it.get("content", "")
-        for call in it.get("tool_calls") or []:
-            fn = call.get("function", {})
-            text += f" [calls {fn.get('name')}({fn.get('arguments')})]"
-        lines.append(f"{it.get('role', 'user')}: {text}".strip())
-    return "\n".join(lines)
+        if len(ctx.token_ids) <= room:
+            return ctx
+        error = ContextLengthError(f"summary request of {len(ctx.token_ids)} tokens leaves no room for "
+                                   f"{parts.budget.summary_tokens} summary tokens", param="summary_tokens")
+    assert error is not None
+    raise error
 
 
-async def summarize_items(parts: AgentParts, items: list[Item], hidden: list[Item], turn: int
-                          ) -> tuple[str, Ledger]:
-    """Summary text of ``hidden`` (plus the current summary) and the call's ledger."""
-    renderer = parts.builder.renderer
-    previous = compute_view(items, turn).summary
-    text = transcript(([previous] if previous else []) + hidden)
-    sys_msgs = [{"role": "system", "content": INSTRUCTION}]
-    sys_ids = renderer.encode(renderer.render(sys_msgs, tools=None))
-    room = parts.budget.prompt_limit - len(sys_ids) - 16
-    body_ids = renderer.encode(text)
-    if len(body_ids) > room:
-        text = renderer.tokenizer.decode(body_ids[-room:], skip_special_tokens=False)
-    full = renderer.render(sys_msgs + [{"role": "user", "content": text}], add_generation_prompt=True, tools=None)
-    ids = renderer.encode(full)
-    ctx = Context(token_ids=ids, prompt_limit=parts.budget.prompt_limit)
-    ctx.segments = [Segment("system", 0, len(sys_ids)), Segment("history", len(sys_ids), len(ids))]
-    sp = parts.sampling.clone(max_tokens=parts.budget.summary_tokens, skip_special_tokens=False)
+async def summarize_turns(parts: AgentParts, items: list[Item], turn: int, docs: list[list[int]],
+                          turns: list[list[int]]) -> tuple[str, Ledger]:
+    """Summary text of the conversation before ``turn`` (see :func:`summary_prompt`) and the call's ledger.
+
+    Raises:
+        whatever the engine raises (the caller decides whether a failed summary fails the turn).
+    """
+    ctx = summary_prompt(parts, items, turn, docs, turns)
+    room = max(1, parts.budget.max_model_len - len(ctx.token_ids))
+    sp = parts.sampling.clone(max_tokens=min(parts.budget.summary_tokens, room), skip_special_tokens=False)
     outcome = StepOutcome()
     outcome.parser.parse_tools = False
-    async for _ in model_call(parts.engine, ctx, sp, outcome, turn, 0, parts.prices):
+    async for _ in model_call(parts.engine, ctx, sp, outcome, turn, 0, parts.prices,
+                              f"summary-{uuid.uuid4().hex[:12]}"):
         pass
     summary = (outcome.parser.content or outcome.parser.reasoning).strip() or "(no summary)"
     return summary, outcome.ledger

@@ -117,7 +117,8 @@ async def test_budget_compaction_is_rare_and_keeps_tool_pairs(tokenizer, tool_se
     for i in range(40):
         replies += [call("add", f'{{"a": {i}, "b": 1}}'), f"The answer is {i + 1}, as computed by the tool."]
     llm = ScriptedLLM(tokenizer, replies, max_model_len=1024)
-    budget = ContextBudget(reserved_output=64, max_history_tokens=500, low_water=0.4)
+    # the in-turn compaction (the after-turn prefill would take a scripted reply of its own)
+    budget = ContextBudget(reserved_output=64, max_history_tokens=500, low_water=0.4, prefill_after_turn=False)
     agent = Agent(llm, tools=tool_set, budget=budget)
     session = InMemorySession()
     for i in range(40):
@@ -139,31 +140,43 @@ async def test_budget_compaction_is_rare_and_keeps_tool_pairs(tokenizer, tool_se
     assert len([it for it in items if it["kind"] == "user"]) == 40  # stored log never rewritten
 
 
-async def test_summarize_compaction_shows_a_summary_and_keeps_the_log(tokenizer) -> None:
+async def test_summarize_compaction_is_a_continuation_made_after_the_turn_and_prefilled(tokenizer) -> None:
+    """Issue 16: the summary request extends the turn's own (cached) prompt with one instruction, is made
+    after the turn, and the compacted prompt is prefilled so the next turn starts on it."""
+    from orchestrator.summarize import INSTRUCTION
+
     llm = ScriptedLLM(tokenizer, [], max_model_len=1024)
-    budget = ContextBudget(reserved_output=32, max_history_tokens=300, compaction="summarize", summary_tokens=16)
+    budget = ContextBudget(reserved_output=32, max_history_tokens=300, compaction="summarize", summary_tokens=16,
+                           next_turn_tokens=40)
     agent = Agent(llm, budget=budget)
     session = InMemorySession()
+    gen = agent.builder.gen_prompt_ids
+    prefilled = None
     for i in range(12):
-        llm.replies = [f"Reply number {i} with a few words of padding to grow the history quickly."]
+        llm.replies = [f"Reply number {i} with a few words of padding to grow the history quickly.",
+                       "the user asked questions", "-"]
         before = len(llm.prompts)
-        if _needs_summary(agent, session):  # the summarisation call comes first
-            llm.replies.insert(0, "the user asked questions")
         result = await agent.arun(f"message {i}", session=session)
-        assert result.final_state == "done" and len(llm.prompts) - before == 1 + result.compactions
-    markers = [it for it in session.get_items() if it["kind"] == "compaction"]
+        main = llm.prompts[before]
+        if prefilled is not None:  # the next turn's prompt starts with the prefilled one
+            assert main[: len(prefilled)] == prefilled
+            prefilled = None
+        assert result.final_state == "done" and result.answer.startswith(f"Reply number {i}")
+        assert len(llm.prompts) - before == 1 + 2 * result.compactions  # the turn, then summary + prefill
+        if result.compactions:
+            summary_prompt, prefilled = llm.prompts[before + 1], llm.prompts[before + 2]
+            assert summary_prompt[: len(main) - len(gen)] == main[: -len(gen)]  # continuation of the cached prompt
+            assert tokenizer.decode(summary_prompt[len(main):], skip_special_tokens=False).count(INSTRUCTION) == 1
+            assert result.after_turn_usage.num_calls == 2
+    items = session.get_items()
+    markers = [it for it in items if it["kind"] == "compaction"]
     assert markers and all(m["summary"]["content"].endswith("the user asked questions") for m in markers)
+    assert all(m.get("after_turn") for m in markers)
+    assert not any(INSTRUCTION in str(it.get("content")) for it in items)  # the instruction is never stored
     last_prompt = tokenizer.decode(llm.prompts[-1], skip_special_tokens=False)
     assert "Summary of the earlier conversation:\nthe user asked questions" in last_prompt
     assert "message 0" not in last_prompt
-    assert sum(it["kind"] == "user" for it in session.get_items()) == 12
-
-
-def _needs_summary(agent, session) -> bool:
-    items = session.get_items()
-    turn = 1 + max((it.get("turn", 0) for it in items), default=0)
-    probe = items + agent.builder.turn_items(items, turn, "message xx")
-    return agent.builder.plan_compaction(probe, turn) is not None
+    assert sum(it["kind"] == "user" for it in items) == 12
 
 
 def test_budget_window_larger_than_engine_is_rejected(tokenizer) -> None:
