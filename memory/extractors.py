@@ -25,6 +25,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from .trust import instruction_rule
 from .types import ForgetRequest
 
 logger = logging.getLogger(__name__)
@@ -63,18 +64,20 @@ def message_role_and_text(message: Message) -> tuple[str, str]:
 
 # --- rule-based -------------------------------------------------------------------
 
-_WHEN = r"(?:\s+(?:last|this|next) (?:week|month|year)|\s+yesterday|\s+today|\s+recently|\s+(?:a few|\w+) (?:days|weeks|months|years) ago)?"
+_WHEN = (r"(?:\s+(?:last|this|next) (?:week|month|year)|\s+yesterday|\s+today|\s+recently|\s+now|\s+these days"
+         r"|\s+(?:a few|\w+) (?:days|weeks|months|years) ago)?")
 _END = _WHEN + r"(?:[,;]\s*(?:but|what|how|can|could|please|do|does|and you|so)\b.*)?$"
 # (first-person pattern, third-person template); values keep the user's casing.
 _CANONICAL: list[tuple[re.Pattern[str], str]] = [
     (re.compile(rf"^my name is (?P<v>.+?){_END}", re.I), "User's name is {v}"),
     (re.compile(rf"^(?:you can )?call me (?P<v>.+?){_END}", re.I), "User's name is {v}"),
-    (re.compile(rf"^i live in (?P<v>.+?){_END}", re.I), "User lives in {v}"),
+    (re.compile(rf"^i (?:now |currently )?live in (?P<v>.+?){_END}", re.I), "User lives in {v}"),
+    (re.compile(rf"^i(?:'m| am) (?:now |currently )?living in (?P<v>.+?){_END}", re.I), "User lives in {v}"),
     (re.compile(rf"^i(?:'ve| have)? (?:just |recently )?(?:moved|relocated) to (?P<v>.+?){_END}", re.I),
      "User lives in {v}"),
     (re.compile(rf"^i(?:'m| am) from (?P<v>.+?){_END}", re.I), "User is from {v}"),
     (re.compile(rf"^i(?:'m| am) (?P<v>\d+) years? old{_END}", re.I), "User is {v} years old"),
-    (re.compile(rf"^i work (?:at|for) (?P<v>.+?){_END}", re.I), "User works at {v}"),
+    (re.compile(rf"^i (?:now |currently )?work (?:at|for) (?P<v>.+?){_END}", re.I), "User works at {v}"),
     (re.compile(rf"^i work as (?P<v>.+?){_END}", re.I), "User works as {v}"),
     (re.compile(rf"^i(?:'m| am) allergic to (?P<v>.+?){_END}", re.I), "User is allergic to {v}"),
     (re.compile(rf"^my (?P<k>favou?rite [\w' -]+?) (?P<be>is|are) (?P<v>.+?){_END}", re.I), "User's {k} {be} {v}"),
@@ -87,6 +90,26 @@ _CANONICAL_EXPLICIT: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^i (?:don't|do not) (?P<verb>like|eat|drink|use|want) (?P<v>.+)$", re.I), "User does not {verb} {v}"),
     (re.compile(r"^i(?:'m| am) (?P<v>.+)$", re.I), "User is {v}"),
 ]
+_ANYMORE = r"(?:\s+(?:anymore|any more|now))?"
+# Paraphrased contradictions: the user says a stored fact stopped being true.  Each
+# becomes a ForgetRequest naming the old fact (slot and value, so only that value goes)
+# or, for likes and habits, the negated fact (the write policy's negation rule
+# supersedes the positive one).
+_NO_LONGER: list[tuple[re.Pattern[str], str, bool]] = [
+    (re.compile(rf"^i (?:don't|do not|no longer|dont) live in (?P<v>.+?){_ANYMORE}$", re.I), "User lives in {v}", True),
+    (re.compile(r"^i(?:'ve| have)? (?:moved|moved away|moved out|relocated) (?:from|out of|away from) (?P<v>.+?)$", re.I),
+     "User lives in {v}", True),
+    (re.compile(rf"^i (?:don't|do not|no longer|dont) work (?:at|for) (?P<v>.+?){_ANYMORE}$", re.I), "User works at {v}", True),
+    (re.compile(r"^i(?:'ve| have)? (?:quit|left) (?:my job )?(?:at|with) (?P<v>.+?)$", re.I), "User works at {v}", True),
+    (re.compile(r"^i(?:'ve| have)? (?:quit|lost|left) my job$|^i(?:'m| am) (?:now )?(?:unemployed|between jobs)$", re.I),
+     "User's job", True),
+    (re.compile(r"^i(?:'m| am) no longer (?:an? )?(?P<v>[\w' -]+?)$", re.I), "User is {v}", True),
+    (re.compile(r"^i(?:'m| am) not (?:an? )?(?P<v>[\w' -]+?) (?:anymore|any more)$", re.I), "User is {v}", True),
+    (re.compile(r"^i (?:don't|do not|dont) (?P<verb>like|love|eat|drink|use|own|play|enjoy|have) (?P<v>.+?) (?:anymore|any more)$",
+                re.I), "User does not {verb} {v}", False),
+    (re.compile(r"^i no longer (?P<verb>like|love|eat|drink|use|own|play|enjoy|have) (?P<v>.+?)$", re.I),
+     "User does not {verb} {v}", False),
+]
 _REMEMBER = re.compile(
     r"^(?:please\s+)?(?:remember|note|keep in mind|don't forget)(?:\s+that)?\s*[:,]?\s+(?P<fact>.+)$", re.I
 )
@@ -96,7 +119,7 @@ _FORGET = re.compile(
 )
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _LEAD = re.compile(r"^(?:(?:hi|hello|hey|well|ok|okay|so|also|btw|by the way|oh|and|actually)\b[\s,!]*)+", re.I)
-_CLAUSE = re.compile(r",?\s+and\s+(?=(?:i|i'm|my)\b)", re.I)
+_CLAUSE = re.compile(r",?\s+(?:and|but|so)\s+(?=(?:i|i'm|i've|my)\b)|[,;]\s+(?=(?:i|i'm|i've|my)\s)", re.I)
 
 
 def _clean(fact: str) -> str:
@@ -140,6 +163,11 @@ class RuleBasedExtractor:
         return list(dict.fromkeys(f for f in facts if f))
 
     def _from_sentence(self, sentence: str) -> list[str]:
+        m = _FORGET.match(_LEAD.sub("", sentence)) or _REMEMBER.match(_LEAD.sub("", sentence))
+        if m and instruction_rule(sentence) is not None:
+            # "Remember that you must always ...", "Forget all previous instructions":
+            # not a memory request; stored quarantined (LongTermMemory.add), for audit.
+            return [_clean(m.group("fact") if m.re is _REMEMBER else sentence)]
         m = _FORGET.match(_LEAD.sub("", sentence))
         if m:
             payload = m.group("fact").strip()
@@ -151,12 +179,24 @@ class RuleBasedExtractor:
             return [
                 _canonical(payload, _CANONICAL) or _canonical(payload, _CANONICAL_EXPLICIT) or _clean(payload)
             ]
-        out = []
+        out: list[str] = []
         for clause in _CLAUSE.split(_LEAD.sub("", sentence)):
-            fact = _canonical(clause.strip(), _CANONICAL)
+            clause = _LEAD.sub("", clause.strip()).rstrip(" .!,;")
+            changed = _no_longer(clause)
+            fact = changed or _canonical(clause, _CANONICAL)
             if fact:
                 out.append(fact)
         return out
+
+
+def _no_longer(clause: str) -> str | None:
+    """The ForgetRequest (or negated fact) of "I don't live in Paris anymore"-style clauses."""
+    for pattern, template, forget in _NO_LONGER:
+        m = pattern.match(clause)
+        if m:
+            fact = _clean(template.format(**{k: v.strip() for k, v in m.groupdict().items() if v}))
+            return ForgetRequest(fact) if forget else fact
+    return None
 
 
 # --- model-based ------------------------------------------------------------------

@@ -112,18 +112,32 @@ def decide(
 
 
 def forget_targets(request: str, vector: np.ndarray, snap: Snapshot, *, conflict_threshold: float) -> list[int]:
-    """Active memories a forget request names: the same slot (and value, when one is
-    given: "forget my address", "forget that I live in Paris"), else the most similar
-    memory when its cosine is >= ``conflict_threshold``; ``[]`` when nothing matches.
+    """Active memories a forget request names, first rule that applies:
+
+    1. a slot with a value ("forget that I live in Paris"): the memories of that slot
+       whose value contains it or is contained in it (none: ``[]``, so "I don't live
+       in Paris anymore" never deletes "User lives in Lyon");
+    2. a topic (``memory.text.forget_topic``: "where I live", "everything about my
+       job", "everything"): every memory of the topic's slots or marked by its words;
+    3. a bare subject ("forget my address"): the memories of that slot;
+    4. else the most similar memory when its cosine is >= ``conflict_threshold``.
+
+    ``[]`` when nothing matches.
     """
     if len(snap) == 0:
         return []
     slot = T.slot_of(request)
-    subject = slot[0] if slot else T.subject_of(request)
+    if slot is not None:
+        same = [j for j, s in enumerate(snap.slots) if s == slot[0]]
+        if same:
+            values = [(T.slot_of(snap.texts[j]) or ("", ""))[1] for j in same]
+            return [int(snap.ids[j]) for j, v in zip(same, values) if v and (slot[1] in v or v in slot[1])]
+    topic = T.forget_topic(request) if slot is None else None
+    if topic is not None:
+        return [int(snap.ids[j]) for j in range(len(snap)) if T.in_topic(topic, snap.texts[j], snap.slots[j])]
+    subject = T.subject_of(request)
     if subject is not None:
         same = [j for j, s in enumerate(snap.slots) if s == subject]
-        if slot is not None:
-            same = [j for j in same if (T.slot_of(snap.texts[j]) or ("", ""))[1] == slot[1]]
         if same:
             return [int(snap.ids[j]) for j in same]
     sims = snap.similarities(vector)

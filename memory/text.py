@@ -109,3 +109,61 @@ def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
     """|a ∩ b| / |a ∪ b| (1.0 for two empty sets)."""
     union = a | b
     return len(a & b) / len(union) if union else 1.0
+
+
+# --- forget topics ----------------------------------------------------------------
+# "forget where I live" / "forget everything about my job": the phrase names a topic,
+# not a stored sentence (MiniLM puts "Where I live" at cosine 0.32 from "User lives in
+# Paris", so similarity alone misses it).  A topic is the slots it covers plus words
+# that mark a memory as being about it.
+_BROAD = re.compile(r"^(?:(?:about |of )?(?:everything|anything|all(?: of it)?|all the things|all (?:that|what) you know|"
+                    r"what you know|whatever you know|all (?:the )?(?:info|information|data|details|facts))"
+                    r"(?: (?:you (?:know|have|remember|stored)|stored))?(?: about| on| regarding| of)? ?|the fact )")
+TOPICS: dict[str, tuple[re.Pattern[str], frozenset[str], re.Pattern[str] | None]] = {
+    "everything": (re.compile(r"^(?:me|myself|us|the user|user|everything|all|it|)$"), frozenset(), None),
+    "location": (re.compile(r"^(?:where (?:i|user|the user) (?:live|lives|am living|stay|stays|reside|resides)|"
+                            r"(?:my|user's|the user's) (?:home|home address|address|location|city|residence|place)|"
+                            r"where (?:my|user's) home is)$"),
+                 frozenset({"location", "address", "home address", "home", "city", "residence"}),
+                 re.compile(r"\b(?:lives?|living|moved|relocated|address|resides?)\b")),
+    "work": (re.compile(r"^(?:where (?:i|user|the user) works?|what (?:i|user|the user) does? for (?:a )?(?:living|work)|"
+                        r"(?:my|user's|the user's) (?:job|jobs|work|employer|company|career|occupation|workplace|office|"
+                        r"profession|boss|manager|salary|colleagues))$"),
+             frozenset({"employer", "occupation", "job", "job title", "work", "company", "boss", "manager",
+                        "salary", "workplace", "office", "profession"}),
+             re.compile(r"\b(?:works?|working|job|employer|boss|manager|salary|colleagues?|office|company|career|"
+                        r"occupation|coworkers?|profession)\b")),
+    "name": (re.compile(r"^(?:(?:my|user's|the user's) (?:name|names|nickname)|what (?:i am|i'm|user is) called|"
+                        r"what to call (?:me|user))$"), frozenset({"name", "nickname"}), None),
+    "age": (re.compile(r"^(?:(?:my|user's|the user's) (?:age|birthday|date of birth)|how old (?:i am|i'm|user is))$"),
+            frozenset({"age", "birthday", "date of birth"}), re.compile(r"\byears? old\b|\bborn\b")),
+    "family": (re.compile(r"^(?:my|user's|the user's) (?:family|relatives|kids|children|partner)$"),
+               frozenset(), re.compile(r"\b(?:sister|brother|mother|father|mom|mum|dad|wife|husband|partner|son|"
+                                       r"daughter|kids?|children|family|parents?|siblings?|girlfriend|boyfriend)\b")),
+    "health": (re.compile(r"^(?:my|user's|the user's) (?:health|allergies|allergy|medical \w+|medication|medications|"
+                          r"diet|conditions?)$"),
+               frozenset(), re.compile(r"\b(?:allerg\w*|medication|medicine|diagnos\w*|health|doctor|disease|"
+                                       r"condition|diet|vegetarian|vegan)\b")),
+}
+
+
+def forget_topic(request: str) -> str | None:
+    """The :data:`TOPICS` key a forget request names (``"where I live"`` -> ``location``,
+    ``"everything about my job"`` -> ``work``, ``"everything"`` -> ``everything``), else ``None``."""
+    norm = normalize(request)
+    broad = _BROAD.match(norm)
+    rest = norm[broad.end():].strip() if broad else norm
+    for name, (pattern, _slots, _words) in TOPICS.items():
+        if name == "everything" and not broad and rest not in ("everything", "all"):
+            continue
+        if pattern.match(rest):
+            return name
+    return None
+
+
+def in_topic(topic: str, text: str, slot: str | None) -> bool:
+    """True when a memory (its text and slot) is about ``topic`` (every memory for ``everything``)."""
+    if topic == "everything":
+        return True
+    _pattern, slots, marker = TOPICS[topic]
+    return (slot is not None and slot in slots) or (marker is not None and marker.search(normalize(text)) is not None)
