@@ -199,6 +199,17 @@ def _no_longer(clause: str) -> str | None:
     return None
 
 
+_CUES = re.compile(
+    r"\b(?:forget|erase|delete|remove|anymore|any more|no longer|not .{0,30} now|moved|moving|changed|switched|quit|"
+    r"left|new (?:job|address|home|name|number|email|phone)|remember|stopped|started|became|now (?:i|my))\b", re.I)
+
+
+def needs_model(text: str) -> bool:
+    """True when ``text`` has a memory cue (forget, "anymore", "changed", "remember"...):
+    worth asking a model when the rules found nothing in it."""
+    return bool(_CUES.search(text or ""))
+
+
 # --- model-based ------------------------------------------------------------------
 
 FACTS_PROMPT = """You maintain long-term memory about the user of an assistant.

@@ -82,6 +82,9 @@ class LongTermMemory:
         extractor: turns chat messages into facts (``None`` = :class:`RuleBasedExtractor`).
         scoring: search/eviction weights (``None`` = :class:`ScoringConfig` defaults).
         now: clock in Unix seconds (inject one in tests).
+        model_extraction: let the orchestrator ask the agent's model for facts when
+            the rule-based extractor finds none in a message with memory cues
+            (``orchestrator.memory_view.write_back``).
 
     Raises:
         ValueError: naming the field for invalid thresholds, ttl or capacity.
@@ -98,6 +101,7 @@ class LongTermMemory:
         extractor: Extractor | None = None,
         scoring: ScoringConfig | None = None,
         now: Callable[[], float] | None = None,
+        model_extraction: bool = True,
     ) -> None:
         if not 0.0 < conflict_threshold <= 1.0:
             raise ValueError("conflict_threshold: must be in (0, 1]")
@@ -119,6 +123,7 @@ class LongTermMemory:
         self.extractor: Extractor = extractor if extractor is not None else RuleBasedExtractor()
         self.scoring = scoring or ScoringConfig()
         self.now: Callable[[], float] = now or time.time
+        self.model_extraction = model_extraction
         self._index = NamespaceIndex()
         self._known_namespaces: set[str] = set()
 
@@ -315,17 +320,6 @@ class LongTermMemory:
             rows = {r.id: r for r in session.scalars(select(MemoryRow).where(
                 MemoryRow.namespace == namespace, MemoryRow.id.in_(ids)))}
             return [head] + [store.to_item(r) for r in sorted(rows.values(), key=lambda r: -r.id)]
-
-    def active_ids(self, ids: Sequence[int], namespace: str) -> set[int]:
-        """Which of ``ids`` are active memories of ``namespace`` now (superseded, deleted,
-        quarantined and other namespaces' ids are not); one indexed query."""
-        check_namespace(namespace)
-        wanted = [int(i) for i in ids]
-        if not wanted:
-            return set()
-        with Session(self.engine) as session:
-            return set(session.scalars(select(MemoryRow.id).where(
-                MemoryRow.namespace == namespace, MemoryRow.active.is_(True), MemoryRow.id.in_(wanted))))
 
     def get_many(self, ids: Sequence[int], namespace: str) -> list[MemoryItem]:
         """The memories of ``namespace`` among ``ids`` (any state), in the order of ``ids``; unknown ids skipped."""

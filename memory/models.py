@@ -35,6 +35,9 @@ class MemoryRow(Base):
     __table_args__ = (
         Index("ix_memories_namespace_active", "namespace", "active"),
         Index("ix_memories_namespace_slot", "namespace", "slot"),
+        # Never reuse the id of a deleted memory (SQLite's default rowid would): prompts
+        # name shown memories by id, and a reused id would make a deleted fact look live.
+        {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

@@ -3,20 +3,62 @@
 Both tools are bound to one namespace (a user, an agent) when they are made,
 so the model can neither read nor write another namespace.  ``remember``
 stores a fact through :meth:`memory.LongTermMemory.add` and reports what the
-store did (added, updated an older memory, already known); ``recall`` searches
-with :meth:`memory.LongTermMemory.search` and lists the hits with their ids.
+store did (added, updated an older memory, already known, quarantined);
+``recall`` searches with :meth:`memory.LongTermMemory.search` and lists the
+hits with their ids.
+
+Provenance: a ``remember`` call is the model's, and the model writes what its
+context told it, which may be a retrieved document's or a tool's words.  The
+orchestrator runs each turn's tool calls inside :func:`memory_provenance`, giving
+a callable ``fact -> source`` that says where a fact comes from in that turn
+(``orchestrator.memory_view.tool_provenance``); ``remember`` passes its answer to
+``memory.add(source=...)``, which quarantines untrusted facts.  The callable lives
+in a :class:`contextvars.ContextVar`, which ``asyncio.gather`` tasks and the
+worker threads that run tools (``asyncio.to_thread``, ``run_sync``) copy, so
+concurrent turns never see each other's provenance.
 """
 
 # No ``from __future__ import annotations``: the tools' signatures are built in
 # closures and their hints must be real objects when ``@tool`` reads them.
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Annotated, Any, Protocol
 
 from pydantic import Field
 
 from tools.function_tool import FunctionTool, tool
 
-__all__ = ["MemoryBackend", "format_events", "format_memories", "memory_tools"]
+__all__ = ["MemoryBackend", "current_provenance", "format_events", "format_memories", "memory_provenance",
+           "memory_tools"]
+
+Provenance = Callable[[str], Any]
+"""``fact text -> source`` for ``memory.add`` (a ``memory.MemorySource`` or a mapping of its fields)."""
+
+_PROVENANCE: ContextVar[Provenance | None] = ContextVar("loom_memory_provenance", default=None)
+
+_QUARANTINE_WHY = {
+    "instruction": "it reads as an instruction to the assistant, not a fact about the user",
+    "untrusted:document": "it came from a retrieved document, not from the user",
+    "untrusted:tool": "it came from a tool result, not from the user",
+    "untrusted-forget:document": "a retrieved document cannot delete the user's memories",
+    "untrusted-forget:tool": "a tool result cannot delete the user's memories",
+}
+
+
+@contextmanager
+def memory_provenance(provenance: Provenance | None) -> Iterator[None]:
+    """Run the block with ``provenance`` as the source of every ``remember`` call in it."""
+    token = _PROVENANCE.set(provenance)
+    try:
+        yield
+    finally:
+        _PROVENANCE.reset(token)
+
+
+def current_provenance() -> Provenance | None:
+    """The provenance callable of the running turn (``None`` outside one)."""
+    return _PROVENANCE.get()
 
 
 class MemoryBackend(Protocol):
@@ -28,14 +70,20 @@ class MemoryBackend(Protocol):
 
 
 def format_events(events: Sequence[Any]) -> str:
-    """One line per write event: ``ADD #3: text`` / ``UPDATE #4 (replaces #2): text``."""
+    """One line per write event: ``ADD #3: text`` / ``UPDATE #4 (replaces #2): text`` /
+    ``QUARANTINE #5: text (not stored as a fact: <why>; kept for review only)``."""
     if not events:
         return "Nothing new to remember."
     lines = []
     for ev in events:
         kind = getattr(ev.event, "value", ev.event)
         replaces = f" (replaces #{ev.previous_id})" if getattr(ev, "previous_id", None) else ""
-        lines.append(f"{kind} #{ev.id}{replaces}: {ev.text}")
+        line = f"{kind} #{ev.id}{replaces}: {ev.text}"
+        if kind == "QUARANTINE":
+            reason = getattr(ev, "reason", "") or ""
+            why = _QUARANTINE_WHY.get(reason) or _QUARANTINE_WHY.get(reason.split(":")[0], reason)
+            line += f" (not stored as a fact: {why}; kept for review only)"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -58,7 +106,8 @@ def memory_tools(
         memory: a :class:`memory.LongTermMemory` (or anything with its ``add``
             and ``search``).
         namespace: the namespace both tools read and write.
-        source: passed to ``memory.add`` as the memory's source (e.g. a session id).
+        source: the memory's source when no turn provenance is set (outside
+            :func:`memory_provenance`); ``None`` = kind ``assistant`` (the model wrote it).
         default_k: memories ``recall`` returns when the model does not ask.
         max_k: most memories the model may ask for.
 
@@ -76,7 +125,12 @@ def memory_tools(
         Args:
             text: the fact, as one self-contained sentence.
         """
-        return format_events(memory.add(text, namespace, source=source))
+        provenance = _PROVENANCE.get()
+        if provenance is not None:
+            src = provenance(text)
+        else:
+            src = source if source is not None else {"kind": "assistant"}
+        return format_events(memory.add(text, namespace, source=src))
 
     def recall(
         query: Annotated[str, Field(min_length=1)],
