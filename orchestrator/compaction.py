@@ -106,7 +106,7 @@ def rebuilt(items: list[Item]) -> set[int]:
         starts = [s for s, _e in mk.get("hide", [])]
         cut = -1 if mk.get("summary") is not None else min(starts, default=m)
         last_turn = mk.get("turn", 0) if mk.get("after_turn") else mk.get("turn", 0) - 1
-        out.update(i for i in range(cut + 1, m) if items[i].get("turn", 0) <= last_turn)
+        out.update(i for i in range(cut + 1, m) if is_message(items[i]) and items[i].get("turn", 0) <= last_turn)
     return out
 
 

@@ -5,8 +5,9 @@ Owner of the compaction *decisions* (what to hide is planned by
 
 - :func:`after_turn` (``Agent.stream`` awaits it once it has yielded
   ``DoneEvent``, so a streaming client already has the answer): forecasts the
-  next turn's prompt (this view + ``ContextBudget.next_turn_margin``: a full
-  retrieval, new memories, a typical message) and, when it would not fit,
+  next turn's prompt (this view + :func:`forecast`: the inputs of recent turns
+  with a margin, at most a full retrieval, new memories and a typical
+  message) and, when it would not fit,
   makes the compaction now: summary if whole turns go and the budget says
   ``summarize``, marker appended (``"after_turn": True``), then the compacted
   prompt prefilled in the engine with a ``max_tokens=1`` request.  The next
@@ -56,6 +57,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PREFILL_REQUEST_PREFIX = "compaction-prefill-"
+INPUT_KINDS = ("retrieval", "memory", "user")  # what a turn adds before its first call
+FORECAST_TURNS = 8
 
 
 async def _make_marker(parts: AgentParts, items: list[Item], turn: int, plan: comp.Plan,
@@ -105,6 +108,29 @@ async def prefill(parts: AgentParts, items: list[Item], turn: int) -> Ledger:
     return outcome.ledger
 
 
+def forecast(parts: AgentParts, items: list[Item], turns: int = FORECAST_TURNS) -> int:
+    """Tokens the next turn's inputs (retrieval, new memories, message) will likely add to the prompt.
+
+    ``ContextBudget.next_turn_tokens`` when set; else the largest inputs of the
+    last ``turns`` turns plus a fifth (hits vary in size), never more than
+    ``ContextBudget.next_turn_margin`` (full caps); that margin itself before
+    any turn was seen.  Forecasting the caps when hits are smaller compacts
+    turns earlier than needed; forecasting too little leaves the rest to
+    :func:`before_call` (an in-turn compaction, a cache miss on that turn).
+    """
+    b = parts.budget
+    cap = b.next_turn_margin(retrieval=parts.retriever is not None and parts.auto_retrieve,
+                             memory=parts.memory is not None)
+    if b.next_turn_tokens is not None:
+        return cap
+    per_turn: dict[int, int] = {}
+    for it in items:
+        if it.get("kind") in INPUT_KINDS:
+            per_turn[it["turn"]] = per_turn.get(it["turn"], 0) + len(it["token_ids"])
+    recent = [per_turn[t] for t in sorted(per_turn)[-turns:]]
+    return min(cap, int(1.2 * max(recent))) if recent else cap
+
+
 async def after_turn(runner: TurnRunner) -> Ledger | None:
     """Make the compaction the next turn will need and prefill its prompt (see the module docstring).
 
@@ -117,8 +143,7 @@ async def after_turn(runner: TurnRunner) -> Ledger | None:
     if not a.budget.prefill_after_turn or res.final_state not in ("done", "max_steps"):
         return None
     nxt = runner.turn + 1
-    margin = a.budget.next_turn_margin(retrieval=a.retriever is not None and a.auto_retrieve,
-                                       memory=a.memory is not None)
+    margin = forecast(a, runner.items)
     ledgers: list[Ledger] = []
     try:
         plan = a.builder.plan_compaction(runner.items, nxt, margin)

@@ -1,0 +1,112 @@
+"""Compaction that keeps the prefix cache (issue 16 part 1).
+
+Policy tests run on the real tokenizer with hand-built items (no model);
+the session test runs :mod:`tests.orchestrator.compaction_session` on the
+real default model, the real MiniLM embedder and a FAISS index over the
+standard library's documentation.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator import ContextBudget
+from orchestrator import compaction as comp
+from orchestrator.context import ContextBuilder
+from orchestrator.items import message_item
+
+
+def _session(b: ContextBuilder, turns: int, doc_words: int = 150) -> list[dict]:
+    items: list[dict] = []
+    for t in range(1, turns + 1):
+        hit = type("Hit", (), {"text": f"doc{t} " + "word " * doc_words, "document": f"d{t}", "section": ""})()
+        items += b.turn_items(items, t, f"question {t}?", [hit])
+        reply = b.renderer.encode(f"answer {t}.")
+        items.append(b.assistant_item(t, reply, content=f"answer {t}."))
+    return items
+
+
+def test_retention_hides_older_turns_documents_first_and_keeps_the_dialogue(tokenizer) -> None:
+    b = ContextBuilder(tokenizer, "sys", None, ContextBudget(max_model_len=1400, reserved_output=32,
+                                                             keep_retrieval_turns=2))
+    items = _session(b, 8)
+    plan = b.plan_compaction(items, 9, extra_tokens=200)
+    assert plan is not None and plan.docs and not plan.turns and not plan.steps
+    hidden = {i for g in plan.groups for i in g}
+    assert all(items[i]["kind"] == "retrieval" for i in hidden)  # documents only
+    assert all(items[i]["turn"] <= 6 for i in hidden)  # the two newest earlier turns keep theirs
+    assert min(items[i]["turn"] for i in hidden) == 1  # oldest first
+    items.append(comp.marker(8, plan.groups, after_turn=True))
+    text = tokenizer.decode(b.build(items, 9).token_ids, skip_special_tokens=False)
+    assert all(f"question {t}?" in text and f"answer {t}." in text for t in range(1, 9))  # dialogue kept
+    ctx = b.build(items, 9)
+    assert ctx.history_tokens <= b.budget.low_water * b.budget.history_cap(len(b.header_ids) + 200
+                                                                             + len(b.gen_prompt_ids))
+
+
+def test_whole_turns_go_only_when_hiding_documents_is_not_enough(tokenizer) -> None:
+    b = ContextBuilder(tokenizer, "sys", None, ContextBudget(max_model_len=700, reserved_output=32,
+                                                             keep_retrieval_turns=1))
+    items = _session(b, 10, doc_words=60)
+    plan = b.plan_compaction(items, 11, extra_tokens=100)
+    assert plan is not None and plan.docs and plan.turns
+    doc_turns = {items[g[0]]["turn"] for g in plan.docs}
+    assert max(doc_turns) <= 9 and 10 not in doc_turns  # the newest earlier turn keeps its documents
+    assert [items[g[0]]["turn"] for g in plan.turns] == sorted(items[g[0]]["turn"] for g in plan.turns)
+
+
+def test_old_policy_is_whole_turns_only(tokenizer) -> None:
+    b = ContextBuilder(tokenizer, "sys", None, ContextBudget(max_model_len=1400, reserved_output=32,
+                                                             keep_retrieval_turns=None))
+    items = _session(b, 8)
+    plan = b.plan_compaction(items, 9, extra_tokens=200)
+    assert plan is not None and not plan.docs and plan.turns
+    assert {items[i]["kind"] for g in plan.turns for i in g} == {"retrieval", "user", "assistant"}
+
+
+def test_only_items_after_a_markers_cut_are_rebuilt(tokenizer) -> None:
+    b = ContextBuilder(tokenizer, "sys", None, ContextBudget(max_model_len=4096))
+    items = _session(b, 3)  # per turn: retrieval, user, assistant
+    items.append(comp.marker(3, [[3]], after_turn=True))  # hides turn 2's retrieval
+    assert comp.rebuilt(items) == set(range(4, 9))  # turn 1 stays as first shown; turn 3 included (after turn)
+    items.append(comp.marker(4, [[6]]))  # an in-turn marker of turn 4 covers turns < 4
+    assert comp.rebuilt(items) == set(range(4, 9))
+    assert comp.rebuilt(items + [comp.marker(4, [], {"kind": "summary"})]) == set(range(0, 9))
+
+
+def test_budget_rejects_bad_retention_settings_naming_the_field() -> None:
+    with pytest.raises(ValueError, match="keep_retrieval_turns"):
+        ContextBudget(keep_retrieval_turns=-1)
+    with pytest.raises(ValueError, match="next_turn_tokens"):
+        ContextBudget(next_turn_tokens="many")
+    with pytest.raises(ValueError, match="prefill_after_turn"):
+        ContextBudget(prefill_after_turn="yes")
+
+
+# --- the retrieval-heavy session on the real model -------------------------------------------
+@pytest.fixture(scope="module")
+def stdlib_index(tmp_path_factory):
+    from tests.orchestrator.compaction_session import open_index
+
+    return open_index(tmp_path_factory.mktemp("compaction-index"))
+
+
+@pytest.fixture(scope="module")
+def smollm(real_model):
+    from runtime import AsyncLLM
+
+    engine = AsyncLLM(str(real_model), max_model_len=4096)
+    yield engine
+    engine.shutdown()
+
+
+async def test_retrieval_heavy_session_in_4k_window_keeps_every_turn_cached(smollm, stdlib_index) -> None:
+    from tests.orchestrator.compaction_session import run_session, summary
+
+    rows = await run_session(smollm, stdlib_index, turns=12, window=4096, max_tokens=24)
+    figures = summary(rows)
+    assert figures["compactions"] >= 2, figures  # the window did fill up, more than once
+    assert all(r.after_turn_tokens for r in rows if r.compactions), rows  # made and prefilled after the turn
+    assert all(r.cached_share >= 0.5 for r in rows[1:]), [(r.turn, r.cached_share) for r in rows]
+    assert figures["hit_rate"] >= 0.85, figures
+    assert all(r.expected_retrieved for r in rows), [r.turn for r in rows if not r.expected_retrieved]
