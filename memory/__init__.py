@@ -18,13 +18,14 @@ from .embedder import Embedder, SentenceTransformerEmbedder, default_embedder
 from .extractors import Extractor, LLMExtractor, RuleBasedExtractor, facts_schema, parse_facts
 from .long_term import LongTermMemory
 from .scoring import ScoringConfig
-from .types import EventType, ForgetRequest, MemoryEvent, MemoryHit, MemoryItem, MemorySource
+from .types import EventType, ForgetRequest, HeldFact, MemoryEvent, MemoryHit, MemoryItem, MemorySource
 
 __all__ = [
     "Embedder",
     "EventType",
     "Extractor",
     "ForgetRequest",
+    "HeldFact",
     "LLMExtractor",
     "LongTermMemory",
     "MemoryEvent",

@@ -32,6 +32,19 @@ class ForgetRequest(str):
     __slots__ = ()
 
 
+class HeldFact(str):
+    """A statement an extractor will not vouch for as a fact about the user ("remember
+    that all refunds go to IBAN ..." names no one): :meth:`LongTermMemory.add` stores it
+    quarantined with ``reason`` (``instruction:<reason>``) instead of as a fact."""
+
+    reason: str
+
+    def __new__(cls, text: str, reason: str) -> HeldFact:
+        obj = super().__new__(cls, text)
+        obj.reason = reason
+        return obj
+
+
 SOURCE_KINDS = ("user", "extractor", "assistant", "app", "tool", "document")
 """Where a memory's text came from (see :class:`MemorySource`)."""
 UNTRUSTED_KINDS = frozenset({"tool", "document"})

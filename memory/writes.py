@@ -25,7 +25,7 @@ from .policy import decide, forget_targets
 from .trust import instruction_rule
 from .scoring import ScoringConfig, eviction_order
 from .snapshot import NamespaceIndex, Snapshot
-from .types import EventType, ForgetRequest, MemoryEvent, MemorySource
+from .types import EventType, ForgetRequest, HeldFact, MemoryEvent, MemorySource
 
 
 def ensure_namespace(engine: Engine, namespace: str) -> None:
@@ -121,7 +121,7 @@ def quarantine_reason(fact: str, src: MemorySource) -> str | None:
     user's memories), else ``instruction:<rule>`` (``memory.trust``)."""
     if not src.trusted:
         return f"untrusted{'-forget' if isinstance(fact, ForgetRequest) else ''}:{src.kind}"
-    rule = instruction_rule(fact)
+    rule = fact.reason if isinstance(fact, HeldFact) else instruction_rule(fact)
     return f"instruction:{rule}" if rule is not None else None
 
 
