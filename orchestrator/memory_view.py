@@ -217,7 +217,9 @@ async def model_facts(runner: TurnRunner) -> list[str]:
         logger.info("memory extractor: unusable model output (%s)", exc)
         return []
     words = content_tokens(runner.message)
-    kept = [f for f in facts if (content_tokens(f) & words if isinstance(f, ForgetRequest)
-                                 else in_user_words(f, [runner.message]))]
+    new = [f for f in facts if not isinstance(f, ForgetRequest) and in_user_words(f, [runner.message])]
+    gone = [f for f in facts if isinstance(f, ForgetRequest) and content_tokens(f) & words
+            and content_tokens(f) not in {content_tokens(n) for n in new}]  # never forget what it just stated
+    kept = new + gone
     logger.debug("memory extractor: model %r -> kept %r", facts, kept)
     return kept
