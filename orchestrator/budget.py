@@ -44,12 +44,16 @@ class ContextBudget:
         max_retrieval_tokens: cap of one turn's retrieval message.
         max_memory_tokens: cap of the memory snapshot and of one turn's new hits.
         max_tool_result_tokens: a tool result longer than this is truncated.
-        low_water: after compaction the history is at most this fraction of its cap.
+        low_water: after compaction the history is at most this fraction of its cap
+            (0.7: with the compaction prefilled after the turn, a fuller view caches
+            more per turn; 30-turn stdlib session in 4k: 86% vs 84% at 0.5, for
+            10 compactions instead of 9).
         compaction: ``"drop"`` oldest turns, or ``"summarize"`` them with the model.
         summary_tokens: ``max_tokens`` of a summary.
         keep_retrieval_turns: retrieved chunks and tool steps of this many newest
-            earlier turns are kept when a compaction hides documents (older ones go
-            first, the dialogue stays); ``None``: whole turns only (the old policy).
+            earlier turns are hidden last (older ones go first, the dialogue stays;
+            the newest earlier turn's go only with whole turns); ``None``: whole
+            turns only (the old policy).
         prefill_after_turn: plan the next turn's compaction and prefill the
             compacted prompt once a turn has finished (off the critical path).
         next_turn_tokens: tokens that forecast reserves for the next turn's
@@ -68,7 +72,7 @@ class ContextBudget:
     max_retrieval_tokens: int = 1024
     max_memory_tokens: int = 256
     max_tool_result_tokens: int = 1024
-    low_water: float = 0.5
+    low_water: float = 0.7
     compaction: Literal["drop", "summarize"] = "drop"
     summary_tokens: int = 128
     keep_retrieval_turns: int | None = 2

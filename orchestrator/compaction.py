@@ -13,7 +13,9 @@ only until the history is down to the low-water mark:
 
 1. *documents*: the retrieved chunks and the tool steps (an assistant tool
    call together with all its results, never one without the other) of
-   earlier turns, except those of the newest ``keep_turns`` earlier turns.
+   earlier turns older than the newest ``keep_turns`` earlier turns; then,
+   if that is not enough, those of the kept turns but the newest one (the
+   dialogue matters more to a follow-up than an older turn's chunks).
    The dialogue (user messages and final answers) stays;
 2. *whole earlier turns* (their dialogue with them), when hiding documents
    is not enough; summarised when ``ContextBudget.compaction == "summarize"``;
@@ -148,8 +150,9 @@ def plan(items: list[Item], view: View, sizes: dict[int, int], history_cap: int,
         low_water: hide until the history is at most ``low_water * history_cap``.
         over_by: tokens by which the whole prompt exceeds its limit (<= 0: fits).
         reserve: tokens a summary will add (subtracted from the target when whole turns go).
-        keep_turns: documents of the newest ``keep_turns`` earlier turns are never
-            hidden before whole turns (``None``: the old policy, whole turns only).
+        keep_turns: documents of the newest ``keep_turns`` earlier turns are hidden
+            only after all older ones; the newest earlier turn's only with whole
+            turns (``None``: the old policy, whole turns only).
 
     Returns:
         documents of older turns first (oldest first), then whole earlier turns
@@ -170,8 +173,8 @@ def plan(items: list[Item], view: View, sizes: dict[int, int], history_cap: int,
         over_by -= freed
         into.append(group)
 
-    if keep_turns is not None:
-        for tg in turns[: max(0, len(turns) - keep_turns)]:
+    if keep_turns is not None:  # older turns' documents, then the kept ones but the newest turn's
+        for tg in turns[: max(0, len(turns) - keep_turns)] + turns[max(0, len(turns) - keep_turns): -1]:
             for group in _doc_groups(items, tg):
                 if history <= target and over_by <= 0:
                     break

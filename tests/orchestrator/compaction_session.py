@@ -168,6 +168,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=48, help="answer tokens at most")
     ap.add_argument("--k", type=int, default=6, help="chunks retrieved per turn")
     ap.add_argument("--compaction", default="drop", choices=["drop", "summarize"])
+    ap.add_argument("--low-water", type=float, default=None, help="ContextBudget.low_water (default: its own)")
     ap.add_argument("--index", type=Path, default=Path(".loom/compaction-index"))
     ap.add_argument("--json", type=Path, default=None, help="write the rows and the summary here")
     args = ap.parse_args()
@@ -175,8 +176,9 @@ def main() -> None:
     retriever = open_index(args.index)
     llm = AsyncLLM(model, max_model_len=args.window)
     try:
+        extra = {"low_water": args.low_water} if args.low_water is not None else {}
         rows = asyncio.run(run_session(llm, retriever, args.turns, args.window, args.max_tokens, args.k,
-                                       compaction=args.compaction))
+                                       compaction=args.compaction, **extra))
     finally:
         llm.shutdown()
     print_rows(rows)

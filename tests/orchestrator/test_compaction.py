@@ -46,7 +46,7 @@ def test_retention_hides_older_turns_documents_first_and_keeps_the_dialogue(toke
 
 def test_whole_turns_go_only_when_hiding_documents_is_not_enough(tokenizer) -> None:
     b = ContextBuilder(tokenizer, "sys", None, ContextBudget(max_model_len=700, reserved_output=32,
-                                                             keep_retrieval_turns=1))
+                                                             keep_retrieval_turns=1, low_water=0.4))
     items = _session(b, 10, doc_words=60)
     plan = b.plan_compaction(items, 11, extra_tokens=100)
     assert plan is not None and plan.docs and plan.turns
@@ -101,12 +101,47 @@ def smollm(real_model):
 
 
 async def test_retrieval_heavy_session_in_4k_window_keeps_every_turn_cached(smollm, stdlib_index) -> None:
-    from tests.orchestrator.compaction_session import run_session, summary
+    """Issue 16's goal on the first 12 turns of the driver's session (the 30-turn figures are in the notes):
+    no turn below 50% cached, >= 85% of the prompt tokens after the first turn cached (the first turn,
+    a cold start, weighs 2.5x more in 12 turns than in 30), every compaction prefilled after its turn."""
+    from tests.orchestrator.compaction_session import run_session
 
-    rows = await run_session(smollm, stdlib_index, turns=12, window=4096, max_tokens=24)
-    figures = summary(rows)
-    assert figures["compactions"] >= 2, figures  # the window did fill up, more than once
+    rows = await run_session(smollm, stdlib_index, turns=12, window=4096, max_tokens=48)
+    assert sum(r.compactions for r in rows) >= 2, rows  # the window did fill up, more than once
     assert all(r.after_turn_tokens for r in rows if r.compactions), rows  # made and prefilled after the turn
     assert all(r.cached_share >= 0.5 for r in rows[1:]), [(r.turn, r.cached_share) for r in rows]
-    assert figures["hit_rate"] >= 0.85, figures
+    warm = rows[1:]
+    assert sum(r.cached_tokens for r in warm) / sum(r.prompt_tokens for r in warm) >= 0.85
     assert all(r.expected_retrieved for r in rows), [r.turn for r in rows if not r.expected_retrieved]
+    import asyncio
+
+    while smollm.engine.has_unfinished_requests():  # the last stream's blocks are freed at its final step
+        await asyncio.sleep(0.05)
+    stats = smollm.engine.stats()  # read while the engine thread idles
+    assert stats["kv_blocks_free"] == stats["kv_blocks_total"], stats  # no request left holding blocks
+
+
+async def test_scripted_failing_prefill_never_fails_the_turn_and_the_next_turn_still_fits(tokenizer) -> None:
+    """Orchestration logic with a scripted model: the engine refuses the after-turn prefill."""
+    from orchestrator import Agent, InMemorySession
+    from orchestrator.compactor import PREFILL_REQUEST_PREFIX
+    from tests.orchestrator.scripted_llm import ScriptedLLM
+
+    class RefusesPrefill(ScriptedLLM):
+        async def generate(self, prompt_token_ids, sampling_params, request_id=None):
+            if (request_id or "").startswith(PREFILL_REQUEST_PREFIX):
+                raise RuntimeError("engine is full")
+            async for out in super().generate(prompt_token_ids, sampling_params, request_id):
+                yield out
+
+    llm = RefusesPrefill(tokenizer, [], max_model_len=1024)
+    agent = Agent(llm, budget=ContextBudget(reserved_output=32, max_history_tokens=300, next_turn_tokens=40))
+    session = InMemorySession()
+    for i in range(10):
+        llm.replies = [f"Reply number {i} with a few words of padding to grow the history quickly."]
+        result = await agent.arun(f"message {i}", session=session)
+        assert result.final_state == "done" and result.answer.startswith(f"Reply number {i}")
+        assert all(len(p) <= agent.budget.prompt_limit for p in llm.prompts)
+    markers = [it for it in session.get_items() if it["kind"] == "compaction"]
+    assert markers and all(m["after_turn"] for m in markers)  # stored before the prefill; kept when it fails
+    assert sum(it["kind"] == "user" for it in session.get_items()) == 10
