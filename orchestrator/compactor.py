@@ -40,19 +40,30 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from runtime.errors import LoomError
 
 from orchestrator import compaction as comp
+from orchestrator.events import RunResult
 from orchestrator.items import Item
 from orchestrator.ledger import Ledger
 from orchestrator.parts import AgentParts
 from orchestrator.step import StepOutcome, model_call
 from orchestrator.summarize import summarize_turns
 
-if TYPE_CHECKING:
-    from orchestrator.runner import TurnRunner
+
+class TurnRunner(Protocol):
+    """What these hooks use of :class:`orchestrator.runner.TurnRunner` (named here, not imported,
+    so runner -> compactor stays one arrow)."""
+
+    parts: AgentParts
+    items: list[Item]
+    turn: int
+    result: RunResult
+    ledgers: list[Ledger]
+
+    def _store(self, new: list[Item]) -> None: ...
 
 logger = logging.getLogger(__name__)
 
