@@ -1,0 +1,1 @@
+"""Fixture MCP servers (``mcp.server.mcpserver.MCPServer``, the SDK's FastMCP) for the MCP tool tests."""
