@@ -46,6 +46,8 @@ def serve(
     tool_call_parser: Optional[str] = typer.Option(None, "--tool-call-parser", help="auto | hermes | "
                                                    "llama3_json | mistral | default (tool-call format)."),
     index: Optional[Path] = typer.Option(None, "--index", help="FAISS index folder for documents/search."),
+    mcp_config: Optional[Path] = typer.Option(None, "--mcp-config", help="MCP servers for sessions: a JSON/YAML "
+                                              "file {\"mcpServers\": {name: {command, args, env} | {url}}}."),
     db: Optional[str] = typer.Option(None, "--db", help="SQLAlchemy URL (default sqlite:///loom.db)."),
     host: Optional[str] = typer.Option(None, "--host", help="Bind address (default 127.0.0.1)."),
     port: Optional[int] = typer.Option(None, "--port", help="Port (default 8000)."),
@@ -100,7 +102,8 @@ def serve(
     if model_arg is not None and model is not None and model_arg != model:
         _fail(f"the model is given twice: {model_arg!r} (positional) and --model {model!r}; give one")
     settings = _settings(
-        config, model=model_arg or model, index=index, db=db, host=host, port=port, root_path=root_path,
+        config, model=model_arg or model, index=index, mcp_config=mcp_config, db=db, host=host, port=port,
+        root_path=root_path,
         no_auth=no_auth or None, api_key=api_key, strict=strict or None,
         allowed_origins=_json("--allowed-origins", allowed_origins, list),
         allowed_methods=_json("--allowed-methods", allowed_methods, list),

@@ -63,23 +63,77 @@ class Services:
     started_at: float = field(default_factory=time.time)
     in_flight: int = 0
     _memory: Any = None
+    _mcp: dict[str, Any] | None = None  # tools.mcp.MCPServer by name (Settings.mcp_config)
     _embedder: Any = None
     _lock: Any = field(default_factory=threading.RLock)  # re-entrant: index() loads the embedder
 
     def __post_init__(self) -> None:
         self.metrics.model_name = self.settings.model_name  # vLLM's model_name label
 
+    # MCP servers (tools.mcp) ------------------------------------------------------------
+    def _mcp_servers(self) -> dict[str, Any]:
+        with self._lock:
+            if self._mcp is None:
+                from tools.mcp_config import load_mcp_config
+
+                path = self.settings.mcp_config
+                self._mcp = {s.name: s for s in load_mcp_config(path)} if path is not None else {}
+            return self._mcp
+
     def mcp_tools(self, names: list[str]) -> list[Any]:
-        """Tools of the configured MCP servers that a session's ``tools`` list names (none yet)."""
-        return []
+        """The MCP tools a session's ``tools`` list names (``mcp:<server>``, ``mcp:<server>/<tool>``).
+
+        A server is listed on first use (blocking, at most its ``connect_timeout_s``); later
+        turns reuse that listing, so the rendered tool schemas (the cached prefix) stay the
+        same while the server restarts.  A server that cannot be reached and was never listed
+        is left out of the turn with a warning; its calls would fail anyway, and the turn
+        goes on with the other tools.
+        """
+        from tools.mcp import MCPConnectionError
+
+        servers = self._mcp_servers()
+        chosen: dict[str, Any] = {}
+        for ref in names:
+            if not ref.startswith("mcp:"):
+                continue
+            server_name, _, tool_name = ref[4:].partition("/")
+            server = servers.get(server_name)
+            if server is None:
+                continue  # checked when the session was created; the config changed since
+            listed = server.cached_tools
+            if listed is None:
+                try:
+                    listed = server.tools()
+                except MCPConnectionError as exc:
+                    log.warning("MCP server %r left out of this turn: %s", server_name, exc)
+                    continue
+            for t in listed:
+                if not tool_name or t.remote_name == tool_name:
+                    chosen[t.name] = t
+        return [chosen[n] for n in sorted(chosen)]
 
     def check_mcp_names(self, names: list[str]) -> None:
-        """Raise ``InvalidRequestError`` (param ``tools``) for an ``mcp:`` name no configured server has."""
-        bad = [n for n in names if n.startswith("mcp:")]
-        if bad:
-            from runtime.errors import InvalidRequestError
+        """Refuse ``mcp:`` tool names of no configured server (or no such tool of a listed server).
 
-            raise InvalidRequestError(f"tools: no MCP server configured for {bad[0]!r}", param="tools")
+        Raises:
+            InvalidRequestError: naming ``tools``.
+        """
+        from runtime.errors import InvalidRequestError
+
+        servers = self._mcp_servers()
+        for ref in names:
+            if not ref.startswith("mcp:"):
+                continue
+            server_name, _, tool_name = ref[4:].partition("/")
+            server = servers.get(server_name)
+            if server is None:
+                known = ", ".join(sorted(servers)) or "none (loom serve --mcp-config)"
+                raise InvalidRequestError(f"tools: no MCP server named {server_name!r}; configured: {known}",
+                                          param="tools")
+            listed = server.cached_tools
+            if tool_name and listed is not None and tool_name not in {t.remote_name for t in listed}:
+                raise InvalidRequestError(f"tools: MCP server {server_name!r} has no tool {tool_name!r}",
+                                          param="tools")
 
     # lifecycle --------------------------------------------------------------------
     def start(self) -> None:
@@ -97,6 +151,8 @@ class Services:
         if self.engine is not None:
             return
         s = self.settings
+        for server in self._mcp_servers().values():  # a bad --mcp-config fails the start, before the model loads
+            server.connect_in_background()  # listed while the model loads; sessions never wait on a cold start
         self.store = Store(s.db)
         stale = self.store.interrupt_running_turns()
         if stale:
@@ -129,6 +185,8 @@ class Services:
             log.warning("shutting down with %d request(s) still in flight", self.in_flight)
         if self.engine is not None:
             self.engine.shutdown()
+        for server in (self._mcp or {}).values():
+            await asyncio.to_thread(server.close)
         if self.store is not None:
             self.store.close()
 

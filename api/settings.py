@@ -89,6 +89,10 @@ class Settings(BaseSettings):
     )
     max_steps: int = Field(default=6, gt=0, description="Agent steps per session turn.")
     tool_timeout_s: float = Field(default=10.0, gt=0)
+    mcp_config: Path | None = Field(
+        default=None, description="MCP servers for sessions (`mcpServers` JSON/YAML, as Claude Desktop's); "
+        "a session enables them with tools `mcp:<server>` or `mcp:<server>/<tool>`."
+    )
     turn_lease_s: float = Field(
         default=30.0, gt=0, description="A session turn's lease (s), renewed every third of it while "
         "the turn runs: how long a session stays locked after its worker crashed on another host."

@@ -22,11 +22,16 @@ from tools.base import (
 )
 from tools.function_tool import FunctionTool, tool
 from tools.langchain_adapter import LangChainTool
+from tools.mcp import MCPServerHTTP, MCPServerStdio, MCPServerStreamableHttp, mcp_tools
+from tools.mcp_config import load_mcp_config
 from tools.registry import ToolRegistry, as_tool
 
 __all__ = [
     "FunctionTool",
     "LangChainTool",
+    "MCPServerHTTP",
+    "MCPServerStdio",
+    "MCPServerStreamableHttp",
     "Tool",
     "ToolArgumentsError",
     "ToolError",
@@ -35,5 +40,7 @@ __all__ = [
     "as_tool",
     "canonical_json",
     "canonicalize",
+    "load_mcp_config",
+    "mcp_tools",
     "tool",
 ]
