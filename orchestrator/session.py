@@ -18,10 +18,15 @@ from __future__ import annotations
 
 import copy
 import json
+import uuid
 from typing import Any, Protocol, runtime_checkable
 
 from sqlalchemy import ForeignKey, Integer, String, Text, create_engine, delete, func, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session as _DBSession, mapped_column
+
+from runtime.errors import InvalidRequestError
+
+from orchestrator.fork import fork_point
 
 Item = dict[str, Any]
 
@@ -70,6 +75,18 @@ class InMemorySession:
         self._items.clear()
 
     clear_session = clear
+
+    def fork(self, session_id: str | None = None, at: int | None = None, turn: int | None = None
+             ) -> InMemorySession:
+        """A new session holding this one's items up to the fork point (see :mod:`orchestrator.fork`).
+
+        Raises:
+            InvalidRequestError: a bad ``at`` / ``turn`` (naming it).
+        """
+        k = fork_point(self._items, at, turn)
+        child = InMemorySession(session_id or f"{self.session_id}-fork-{uuid.uuid4().hex[:8]}")
+        child._items = copy.deepcopy(self._items[:k])
+        return child
 
 
 class _Base(DeclarativeBase):
@@ -163,3 +180,24 @@ class SQLSession:
             db.execute(delete(SessionItemRow).where(SessionItemRow.session_id == self.session_id))
 
     clear_session = clear
+
+    def fork(self, session_id: str | None = None, at: int | None = None, turn: int | None = None
+             ) -> SQLSession:
+        """A new session in the same database holding this one's items up to the fork point.
+
+        Args:
+            session_id: the fork's id (default: ``<this id>-fork-<8 hex>``).
+            at / turn: the fork point (:func:`orchestrator.fork.fork_point`): the first
+                ``at`` items, or everything up to the end of turn ``turn``.
+
+        Raises:
+            InvalidRequestError: a bad ``at`` / ``turn``, or ``session_id`` already holds items.
+        """
+        items = self.get_items()
+        k = fork_point(items, at, turn)
+        child = SQLSession(session_id or f"{self.session_id}-fork-{uuid.uuid4().hex[:8]}"[:200], self.url)
+        if child.get_items(limit=1):
+            raise InvalidRequestError(f"session_id: session {child.session_id!r} already has items",
+                                      param="session_id")
+        child.add_items(items[:k])
+        return child

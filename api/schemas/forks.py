@@ -1,0 +1,26 @@
+"""Models of ``POST /v1/sessions/{id}/fork``."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.schemas.sessions import SessionOut
+
+
+class ForkCreate(BaseModel):
+    """Where to fork: after a turn, or after a number of stored items (neither: the whole session)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turn: int | None = Field(default=None, ge=0, description="Fork after this turn (1-based; 0 keeps only the "
+                             "memory snapshot): the fork holds every item of turns 0..turn.")
+    at: int | None = Field(default=None, ge=0, description="Fork after this many stored items of the agent's "
+                           "log (a point inside a tool step, between a call and its results, is refused).")
+
+
+class SessionFork(SessionOut):
+    """The new session, with where it came from."""
+
+    parent_id: str = Field(description="The session it was forked from (left untouched).")
+    num_items: int = Field(description="Items of the parent's log the fork holds (its prefix is the "
+                           "parent's: the prefix cache serves it).")
