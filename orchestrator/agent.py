@@ -102,6 +102,10 @@ class Agent:
             message into a standalone question with the model and search with
             both (``orchestrator.condense``; default on).
         condense_tokens: ``max_tokens`` of that rewrite (default 32).
+        parallel_tool_calls: run every tool call of a reply (default, concurrently); with
+            ``False`` only a reply's first call runs and each further call gets an error result
+            asking for one call at a time (OpenAI's ``parallel_tool_calls``; every call keeps a
+            result, so the prompt never shows a call without one).
 
     Raises:
         ValueError: bad arguments, naming the field.
@@ -115,7 +119,7 @@ class Agent:
                  prices: PriceTable | None = None, retrieval_k: int = 4, memory_k: int = 4,
                  tool_timeout_s: float = 30.0, memory_write_back: bool = True,
                  tool_call_parser: Any = None, condense_question: bool = True,
-                 condense_tokens: int = DEFAULT_CONDENSE_TOKENS) -> None:
+                 condense_tokens: int = DEFAULT_CONDENSE_TOKENS, parallel_tool_calls: bool = True) -> None:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
         engine = EngineClient(llm)
@@ -135,7 +139,8 @@ class Agent:
             eos_token_ids=eos_token_ids(llm), retriever=retriever, memory=memory, max_steps=max_steps,
             auto_retrieve=auto_retrieve, memory_namespace=memory_namespace or "default",
             retrieval_k=retrieval_k, memory_k=memory_k, memory_write_back=memory_write_back,
-            condense_question=bool(condense_question), condense_tokens=condense_tokens)
+            condense_question=bool(condense_question), condense_tokens=condense_tokens,
+            parallel_tool_calls=bool(parallel_tool_calls))
         self.tool_timeout_s = tool_timeout_s
         self.tool_choice = self.check_tool_choice(tool_choice)
         self.num_compactions = 0
@@ -197,7 +202,9 @@ class Agent:
         self.num_compactions += result.compactions
         yield UsageEvent(result.usage)
         yield DoneEvent(result)
+        before = result.compactions
         await compactor.after_turn(runner)
+        self.num_compactions += result.compactions - before
 
     async def arun(self, message: str, session: Session | None = None, tool_choice: Any = None) -> RunResult:
         """Run one user turn to the end; return its :class:`RunResult`."""

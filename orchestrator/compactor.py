@@ -171,5 +171,5 @@ async def after_turn(runner: TurnRunner) -> Ledger | None:
     except Exception as exc:  # noqa: BLE001 - work for the next turn must never fail this one
         logger.warning("after-turn compaction stopped: %s", exc)
     usage = Ledger.sum(ledgers) if ledgers else None
-    res.after_turn_usage = usage  # type: ignore[attr-defined]  # proposed RunResult field (notes)
+    res.after_turn_usage = usage
     return usage

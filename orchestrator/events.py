@@ -104,6 +104,8 @@ class RunResult:
         final_state: ``done`` | ``max_steps`` | ``interrupted`` | ``error``.
         error: message when ``final_state == "error"``.
         compactions: compaction markers appended during this run.
+        after_turn_usage: ledger of the calls made after the turn for the next one (the
+            compaction's summary and prefill; ``orchestrator.compactor``), ``None`` when none.
         retrieved: this turn's retrieval hits as shown to the model, in rank order
             (each with ``.document``, ``.section``, ``.text``); empty without auto retrieval.
         rewritten_query: the follow-up rewritten into a standalone question for
@@ -120,6 +122,7 @@ class RunResult:
     final_state: FinalState = "done"
     error: str | None = None
     compactions: int = 0
+    after_turn_usage: Ledger | None = None
     retrieved: list[Any] = field(default_factory=list)
     rewritten_query: str | None = None
 

@@ -55,6 +55,7 @@ class AgentParts:
     memory_write_back: bool = True
     condense_question: bool = True
     condense_tokens: int = 32
+    parallel_tool_calls: bool = True
 
     @property
     def budget(self) -> ContextBudget:

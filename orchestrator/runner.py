@@ -118,8 +118,13 @@ class TurnRunner:
     async def _run_tools(self, outcome: StepOutcome, step: int) -> AsyncIterator[AgentEvent]:
         a = self.parts
 
+        first = outcome.calls[0].index if outcome.calls else None
+
         async def one(call: ParsedToolCall) -> ToolResultRecord:
             cid = outcome.call_id(call.index)
+            if not a.parallel_tool_calls and call.index != first:
+                return ToolResultRecord(cid, call.name or "", "Error: not run: call one tool at a time "
+                                        "(parallel tool calls are off); call it again in your next reply.", True, step)
             if call.error is not None:
                 return ToolResultRecord(cid, call.name or "", f"Error: malformed tool call: {call.error}", True, step)
             res = await a.registry.call(call.name, call.arguments)

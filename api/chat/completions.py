@@ -109,6 +109,8 @@ class ChoiceRun:
         """Merge events into one stream ``Delta`` (``None`` when nothing shows)."""
         content, reasoning, calls = "", "", []
         for ev in events:
+            if ev.kind.startswith("tool_call") and not self._allowed(ev.index):
+                continue  # parallel_tool_calls=false: only the reply's first call is returned
             if ev.kind == "content":
                 content += ev.text
             elif ev.kind == "reasoning":
@@ -142,15 +144,24 @@ class ChoiceRun:
                     "tokens, before the call was complete; retry with a larger max_tokens",
             param="max_tokens", code="tool_call_truncated")
 
+    def _allowed(self, index: int | None) -> bool:
+        """Whether call ``index`` is returned (``parallel_tool_calls=false``: the first call only)."""
+        if self.prepared.parallel_tool_calls or index is None or self.parser is None:
+            return True
+        first = next((c.index for c in self.parser.calls), index)
+        return index == first
+
     def tool_calls(self) -> list[ToolCall]:
-        """Well-formed calls of the reply, in order (ids ``call_<24 hex>``, unique per call)."""
+        """Well-formed calls of the reply, in order (ids ``call_<24 hex>``, unique per call);
+        with ``parallel_tool_calls=false`` the first one only (OpenAI)."""
         if self.parser is None:
             return []
-        return [
+        calls = [
             ToolCall(id=self._call_id(c.index), function=FunctionCall(name=c.name or "",
                      arguments=json.dumps(c.arguments, ensure_ascii=False)))
             for c in self.parser.calls if c.error is None
         ]
+        return calls if self.prepared.parallel_tool_calls else calls[:1]
 
     def finish_reason(self) -> str:
         """``tool_calls`` when the reply called a tool, else the engine's reason."""

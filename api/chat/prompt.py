@@ -135,6 +135,7 @@ class PreparedChat:
     top_logprobs: int | None = None  # None: no logprobs; else top tokens per position (0..20)
     constraint_field: str | None = None  # request field whose constraint the engine compiles
     return_token_ids: bool = False  # vLLM: prompt and output token ids in the response
+    parallel_tool_calls: bool = True  # OpenAI: False keeps at most one tool call per reply
 
 
 def check_schema(schema: dict[str, Any], param: str) -> None:
@@ -320,7 +321,8 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
             sampling[opt] = getattr(req, opt)
     params = SamplingParams(**sampling)
     if forced:  # the user's schemas exactly as given (bound=False): an API must not narrow them
-        params = force_call(params, fmt, tools or [], name)
+        # several calls only when asked explicitly (parallel_tool_calls=true with "required")
+        params = force_call(params, fmt, tools or [], name, parallel=name is None and req.parallel_tool_calls is True)
     return PreparedChat(
         prompt_token_ids=ids,
         sampling_params=params,
@@ -333,4 +335,5 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
         top_logprobs=top_logprobs,
         constraint_field="tools" if forced else constraint_field,
         return_token_ids=bool(req.return_token_ids),
+        parallel_tool_calls=req.parallel_tool_calls is not False,
     )

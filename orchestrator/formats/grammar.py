@@ -75,14 +75,19 @@ def _marker(text: str, token_id: int | None) -> str:
 
 
 def forced_call_grammar(fmt: ToolCallFormat, tools: list[dict[str, Any]], name: str | None = None,
-                        bound: bool = False) -> str:
-    """Lark grammar (llguidance) of exactly one call in ``fmt``.
+                        bound: bool = False, parallel: bool = False) -> str:
+    """Lark grammar (llguidance) of exactly one call in ``fmt`` (one or more with ``parallel``).
 
     Args:
         fmt: the model's format.
         tools: OpenAI-style tool dicts.
         name: only this tool may be called (``None``: any of ``tools``).
         bound: make unbounded scalars finite (:func:`bound_schema`).
+        parallel: allow several calls in one reply (OpenAI's ``parallel_tool_calls``):
+            one JSON list of calls in array formats (Mistral ``[TOOL_CALLS][...]``),
+            blocks separated by a newline in formats with a closing marker (Hermes /
+            default ``<tool_call>...</tool_call>``); formats with neither (Llama 3
+            JSON: one bare object per reply) stay at one call.
 
     Raises:
         ValueError: no tools, a malformed tool, or ``name`` not among them.
@@ -93,7 +98,7 @@ def forced_call_grammar(fmt: ToolCallFormat, tools: list[dict[str, Any]], name: 
     schema = compact(bound_schema(schema) if bound else schema)
     body = "call"
     if fmt.array:
-        body = '"[" call "]"'
+        body = '"[" call ("," call)* "]"' if parallel else '"[" call "]"'
     parts: list[str] = []
     if not fmt.open_in_body:
         parts.append(_marker(fmt.call_open, fmt.open_token_id))
@@ -104,12 +109,17 @@ def forced_call_grammar(fmt: ToolCallFormat, tools: list[dict[str, Any]], name: 
         if fmt.separator:
             parts.append(json.dumps(fmt.separator))
         parts.append(_marker(fmt.call_close, fmt.close_token_id))
-    return f"start: {' '.join(parts)}\ncall: %json {json.dumps(schema)}"
+    block = " ".join(parts)
+    if parallel and fmt.call_close is not None and not fmt.array:
+        return f"start: block (\"\\n\" block)*\nblock: {block}\ncall: %json {json.dumps(schema)}"
+    return f"start: {block}\ncall: %json {json.dumps(schema)}"
 
 
 def force_call(params: SamplingParams, fmt: ToolCallFormat, tools: list[dict[str, Any]],
-               name: str | None = None, bound: bool = False, min_tokens: int = 0) -> SamplingParams:
-    """``params`` constrained to exactly one call of ``fmt`` (:func:`forced_call_grammar`).
+               name: str | None = None, bound: bool = False, min_tokens: int = 0,
+               parallel: bool = False) -> SamplingParams:
+    """``params`` constrained to exactly one call of ``fmt`` (one or more with ``parallel``;
+    :func:`forced_call_grammar`).
 
     Stop strings are dropped (one inside the arguments would cut the call
     short); ``max_tokens`` is raised to ``min_tokens`` when below it (the agent
@@ -120,6 +130,6 @@ def force_call(params: SamplingParams, fmt: ToolCallFormat, tools: list[dict[str
     """
     from runtime.structured_output import StructuredOutputParams
 
-    grammar = forced_call_grammar(fmt, tools, name, bound=bound)
+    grammar = forced_call_grammar(fmt, tools, name, bound=bound, parallel=parallel)
     return params.clone(structured_output=StructuredOutputParams(grammar=grammar), stop=[],
                         max_tokens=max(params.max_tokens, min_tokens))

@@ -45,6 +45,17 @@ async def test_parallel_tool_calls_run_concurrently(tokenizer, tool_set) -> None
     assert [r.content for r in result.tool_results] == ["t0", "t1", "t2"]
 
 
+async def test_parallel_tool_calls_off_runs_only_the_first_call_and_answers_the_rest(tokenizer, tool_set) -> None:
+    reply = "\n".join(call("add", f'{{"a": {i}, "b": 1}}') for i in range(3))
+    agent = Agent(ScriptedLLM(tokenizer, [reply, "ok"]), tools=tool_set, parallel_tool_calls=False)
+    session = InMemorySession()
+    result = await agent.arun("add three times", session=session)
+    assert [(r.content, r.is_error) for r in result.tool_results][0] == ("1", False)
+    assert all(r.is_error and "one tool at a time" in r.content for r in result.tool_results[1:])
+    kinds = [it["kind"] for it in session.get_items()]
+    assert kinds == ["user", "assistant", "tool_result", "tool_result", "tool_result", "assistant"]
+
+
 async def test_tool_errors_timeouts_and_bad_calls_become_results(tokenizer, tool_set) -> None:
     reply = "\n".join([call("explode", '{"text": "x"}'), call("hang", '{"text": "x"}'),
                        call("add", '{"a": "not a number"}'), call("nope", "{}"),
