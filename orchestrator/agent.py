@@ -37,6 +37,7 @@ from runtime.errors import InvalidRequestError, LoomError
 from runtime.sampling_params import SamplingParams
 
 from orchestrator import compactor
+from orchestrator.approval import pending_approval
 from orchestrator.budget import ContextBudget
 from orchestrator.condense import DEFAULT_CONDENSE_TOKENS
 from orchestrator.context import ContextBuilder
@@ -106,6 +107,10 @@ class Agent:
             ``False`` only a reply's first call runs and each further call gets an error result
             asking for one call at a time (OpenAI's ``parallel_tool_calls``; every call keeps a
             result, so the prompt never shows a call without one).
+        approval: names of tools whose calls wait for a human decision before they run
+            (besides tools made with ``@tool(requires_approval=True)``): the turn ends with
+            ``final_state="awaiting_approval"`` and :meth:`resume` continues it
+            (``orchestrator.approval``; LangGraph's ``interrupt``, Letta's ``requires_approval``).
 
     Raises:
         ValueError: bad arguments, naming the field.
@@ -119,7 +124,8 @@ class Agent:
                  prices: PriceTable | None = None, retrieval_k: int = 4, memory_k: int = 4,
                  tool_timeout_s: float = 30.0, memory_write_back: bool = True,
                  tool_call_parser: Any = None, condense_question: bool = True,
-                 condense_tokens: int = DEFAULT_CONDENSE_TOKENS, parallel_tool_calls: bool = True) -> None:
+                 condense_tokens: int = DEFAULT_CONDENSE_TOKENS, parallel_tool_calls: bool = True,
+                 approval: Any = ()) -> None:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
         engine = EngineClient(llm)
@@ -140,7 +146,7 @@ class Agent:
             auto_retrieve=auto_retrieve, memory_namespace=memory_namespace or "default",
             retrieval_k=retrieval_k, memory_k=memory_k, memory_write_back=memory_write_back,
             condense_question=bool(condense_question), condense_tokens=condense_tokens,
-            parallel_tool_calls=bool(parallel_tool_calls))
+            parallel_tool_calls=bool(parallel_tool_calls), approval=frozenset(approval or ()))
         self.tool_timeout_s = tool_timeout_s
         self.tool_choice = self.check_tool_choice(tool_choice)
         self.num_compactions = 0
@@ -184,10 +190,40 @@ class Agent:
             raise InvalidRequestError("message: must be a non-empty string", param="message")
         choice = self.check_tool_choice(tool_choice) if tool_choice is not None else self.tool_choice
         runner = TurnRunner(self.parts, session if session is not None else InMemorySession(), message, choice)
+        waiting = pending_approval(runner.items)
+        if waiting is not None:
+            ids = [c["id"] for c in waiting["calls"]]
+            raise InvalidRequestError(f"message: the session's last turn waits for approval of tool call(s) {ids}; "
+                                      "decide them with Agent.resume first", param="message")
+        async for ev in self._drive(runner, runner.run()):
+            yield ev
+
+    async def resume_stream(self, session: Session, decisions: Any) -> AsyncIterator[AgentEvent]:
+        """Continue a turn paused for approval (``orchestrator.approval``), yielding events like :meth:`stream`.
+
+        ``decisions``: ``{call id: "approve" | "reject" | {"decision": "edit", "arguments": {...}} |
+        {"decision": "reject", "reason": "..."} | {"decision": "result", "output": "..."}}``.
+
+        Raises:
+            InvalidRequestError: nothing pending, or bad decisions (naming ``decisions``).
+        """
+        runner = TurnRunner(self.parts, session, "", "auto")
+        async for ev in self._drive(runner, runner.resume(decisions)):
+            yield ev
+
+    async def aresume(self, session: Session, decisions: Any) -> RunResult:
+        """:meth:`resume_stream` to the end; its :class:`RunResult`."""
+        return await self._result(self.resume_stream(session, decisions))
+
+    def resume(self, session: Session, decisions: Any) -> RunResult:
+        """Synchronous :meth:`aresume` (not from inside a running event loop)."""
+        return asyncio.run(self.aresume(session, decisions))
+
+    async def _drive(self, runner: TurnRunner, events: AsyncIterator[AgentEvent]) -> AsyncIterator[AgentEvent]:
         t0 = time.perf_counter()
         result = runner.result
         try:
-            async for ev in runner.run():
+            async for ev in events:
                 yield ev
         except (asyncio.CancelledError, GeneratorExit):
             result.final_state = "interrupted"
@@ -202,18 +238,23 @@ class Agent:
         self.num_compactions += result.compactions
         yield UsageEvent(result.usage)
         yield DoneEvent(result)
-        before = result.compactions
-        await compactor.after_turn(runner)
-        self.num_compactions += result.compactions - before
+        if result.final_state != "awaiting_approval":
+            before = result.compactions
+            await compactor.after_turn(runner)
+            self.num_compactions += result.compactions - before
 
-    async def arun(self, message: str, session: Session | None = None, tool_choice: Any = None) -> RunResult:
-        """Run one user turn to the end; return its :class:`RunResult`."""
+    @staticmethod
+    async def _result(events: AsyncIterator[AgentEvent]) -> RunResult:
         result: RunResult | None = None
-        async for ev in self.stream(message, session=session, tool_choice=tool_choice):
+        async for ev in events:
             if isinstance(ev, DoneEvent):
                 result = ev.result
         assert result is not None
         return result
+
+    async def arun(self, message: str, session: Session | None = None, tool_choice: Any = None) -> RunResult:
+        """Run one user turn to the end; return its :class:`RunResult`."""
+        return await self._result(self.stream(message, session=session, tool_choice=tool_choice))
 
     def run(self, message: str, session: Session | None = None, tool_choice: Any = None) -> RunResult:
         """Synchronous :meth:`arun` (not from inside a running event loop).

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from orchestrator.ledger import Ledger
 
-FinalState = Literal["done", "max_steps", "interrupted", "error"]
+FinalState = Literal["done", "max_steps", "interrupted", "error", "awaiting_approval"]
 
 
 @dataclass
@@ -45,6 +45,17 @@ class ToolCallEvent:
     index: int = 0
     error: str | None = None
     type: str = "tool_call"
+
+
+@dataclass
+class ApprovalRequiredEvent:
+    """The turn paused: these calls wait for a human's decision (``Agent.resume``).
+
+    ``calls``: ``[{"id", "name", "arguments"}]`` of the reply's calls, in order.
+    """
+
+    calls: list[dict[str, Any]]
+    type: str = "approval_required"
 
 
 @dataclass
@@ -104,6 +115,8 @@ class RunResult:
         final_state: ``done`` | ``max_steps`` | ``interrupted`` | ``error``.
         error: message when ``final_state == "error"``.
         compactions: compaction markers appended during this run.
+        pending: with ``final_state == "awaiting_approval"``, the reply's calls waiting for a
+            decision (``[{"id", "name", "arguments"}]``; see :mod:`orchestrator.approval`).
         after_turn_usage: ledger of the calls made after the turn for the next one (the
             compaction's summary and prefill; ``orchestrator.compactor``), ``None`` when none.
         retrieved: this turn's retrieval hits as shown to the model, in rank order
@@ -123,6 +136,7 @@ class RunResult:
     error: str | None = None
     compactions: int = 0
     after_turn_usage: Ledger | None = None
+    pending: list[dict[str, Any]] = field(default_factory=list)
     retrieved: list[Any] = field(default_factory=list)
     rewritten_query: str | None = None
 

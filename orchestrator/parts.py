@@ -56,6 +56,7 @@ class AgentParts:
     condense_question: bool = True
     condense_tokens: int = 32
     parallel_tool_calls: bool = True
+    approval: frozenset[str] = frozenset()  # tools whose calls wait for a human decision (orchestrator.approval)
 
     @property
     def budget(self) -> ContextBudget:

@@ -17,11 +17,19 @@ import time
 import uuid
 from typing import Any, AsyncIterator
 
+from runtime.errors import InvalidRequestError
 from runtime.sampling_params import SamplingParams
 
-from orchestrator import compactor, memory_view
+from orchestrator import approval, compactor, memory_view
 from orchestrator import condense as cond
-from orchestrator.events import AgentEvent, RunResult, ToolCallRecord, ToolResultEvent, ToolResultRecord
+from orchestrator.events import (
+    AgentEvent,
+    ApprovalRequiredEvent,
+    RunResult,
+    ToolCallRecord,
+    ToolResultEvent,
+    ToolResultRecord,
+)
 from orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
 from orchestrator.items import Item
 from orchestrator.ledger import Ledger
@@ -147,10 +155,72 @@ class TurnRunner:
 
     async def run(self) -> AsyncIterator[AgentEvent]:
         """Yield the turn's events; ``result`` holds the outcome afterwards."""
-        a, res = self.parts, self.result
         await self._prepare()
+        async for ev in self._loop(1):
+            yield ev
+
+    async def resume(self, decisions: Any) -> AsyncIterator[AgentEvent]:
+        """Continue the turn paused for approval: run the decided calls, then the loop.
+
+        Raises:
+            InvalidRequestError: nothing pending, or bad decisions (naming ``decisions``).
+        """
+        pending = approval.pending_approval(self.items)
+        if pending is None:
+            raise InvalidRequestError("decisions: the session has no tool call waiting for approval",
+                                      param="decisions")
+        decided = approval.check_decisions(pending, decisions)
+        self.turn = pending["turn"]
+        self.message = next((it.get("content", "") for it in reversed(self.items)
+                             if it.get("kind") == "user" and it.get("turn") == self.turn), "")
+        step = pending["step"]
+        t0 = time.perf_counter()
+
+        async def one(call: dict[str, Any]) -> ToolResultRecord:
+            d = decided[call["id"]]
+            if d["decision"] == "reject":
+                reason = (d.get("reason") or "").strip()
+                return ToolResultRecord(call["id"], call["name"], "The user rejected this call"
+                                        + (f": {reason}" if reason else "."), True, step)
+            if d["decision"] == "result":
+                return ToolResultRecord(call["id"], call["name"], d["output"], False, step)
+            args = d.get("arguments", call["arguments"])
+            res = await self.parts.registry.call(call["name"], args)
+            return ToolResultRecord(call["id"], call["name"], res.content, res.is_error, step, res.elapsed_ms)
+
+        with memory_view.tool_provenance(self):
+            results = await asyncio.gather(*(one(c) for c in pending["calls"]))
+        self.result.timings["tools"] += (time.perf_counter() - t0) * 1000.0
+        for call in pending["calls"]:
+            args = decided[call["id"]].get("arguments", call["arguments"])
+            self.result.tool_calls.append(ToolCallRecord(call["id"], call["name"], dict(args), step))
+        for r in results:
+            self.result.tool_results.append(r)
+            yield ToolResultEvent(r.id, r.name, r.content, r.is_error)
+        record = {"kind": approval.DECISION, "turn": self.turn, "step": step, "decisions": decided}
+        self._store([record] + self.parts.builder.tool_items(self.items, self.turn, results))
+        async for ev in self._loop(step + 1):
+            yield ev
+
+    def _needs_approval(self, outcome: StepOutcome) -> list[str]:
+        a = self.parts
+        return [outcome.call_id(c.index) for c in outcome.calls if c.error is None and (
+            c.name in a.approval or getattr(a.registry.get(c.name or ""), "requires_approval", False))]
+
+    def _pause(self, outcome: StepOutcome, step: int, required: list[str]) -> ApprovalRequiredEvent:
+        calls = [{"id": outcome.call_id(c.index), "name": c.name or "", "arguments": dict(c.arguments)}
+                 for c in outcome.calls]
+        self.session.add_items(self._pending + [approval.approval_item(self.turn, step, calls, required)])
+        self._pending = []
+        self.result.pending = calls
+        self.result.final_state = "awaiting_approval"
+        return ApprovalRequiredEvent(calls)
+
+    async def _loop(self, first_step: int) -> AsyncIterator[AgentEvent]:
+        """Model calls from ``first_step`` on, each followed by its tools, until an answer."""
+        a, res = self.parts, self.result
         res.final_state = "max_steps"
-        for step in range(1, a.max_steps + 1):
+        for step in range(first_step, a.max_steps + 1):
             await compactor.before_call(self)
             ctx = a.builder.build(self.items, self.turn)
             forced = step == 1 and (self.choice == "required" or isinstance(self.choice, dict))
@@ -175,6 +245,10 @@ class TurnRunner:
                 res.answer = outcome.parser.content.strip()
                 res.final_state = "done"
                 break
+            required = self._needs_approval(outcome)
+            if required:
+                yield self._pause(outcome, step, required)
+                return
             async for ev in self._run_tools(outcome, step):
                 yield ev
         if res.final_state == "done" and a.memory is not None and a.memory_write_back:

@@ -59,8 +59,10 @@ class FunctionTool:
         name: str | None = None,
         description: str | None = None,
         timeout_s: float | None = None,
+        requires_approval: bool = False,
     ) -> None:
         self.fn = fn
+        self.requires_approval = bool(requires_approval)
         self.name = name or getattr(fn, "__name__", "")
         if not _NAME_RE.match(self.name):
             raise ValueError(f"name: tool name {self.name!r} must match {_NAME_RE.pattern}")
@@ -175,7 +177,8 @@ async def run_sync(
 def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, timeout_s: float | None = None
+    *, name: str | None = None, description: str | None = None, timeout_s: float | None = None,
+    requires_approval: bool = False,
 ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -184,11 +187,13 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout_s: float | None = None,
+    requires_approval: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
     """Turn a typed function into a :class:`FunctionTool`.
 
     Use bare (``@tool``) or with options (``@tool(name=..., description=...,
-    timeout_s=...)``).  The name defaults to the function's ``__name__``; the
+    timeout_s=..., requires_approval=True)``; an agent pauses a turn for a human's
+    decision before running a tool that requires approval: ``orchestrator.approval``).  The name defaults to the function's ``__name__``; the
     description to its docstring (summary and body, without ``Args:``).
 
     Example::
@@ -204,6 +209,7 @@ def tool(
     """
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
-        return FunctionTool(f, name=name, description=description, timeout_s=timeout_s)
+        return FunctionTool(f, name=name, description=description, timeout_s=timeout_s,
+                            requires_approval=requires_approval)
 
     return wrap(fn) if fn is not None else wrap
