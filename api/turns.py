@@ -118,6 +118,7 @@ def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Any:
         auto_retrieve=cfg.index,
         condense_question=cfg.condense_question,
         tool_call_parser=services.tool_format,
+        approval=cfg.approval,
     )
 
 

@@ -23,6 +23,7 @@ from api.engine_io import settle, until_disconnect
 from api.errors import SessionBusyError, error_body, loom_error_body
 from api.schemas.errors import error_responses
 from api.schemas.sessions import (
+    ApprovalCreate,
     Deleted,
     MessageCreate,
     SessionCreate,
@@ -34,6 +35,7 @@ from api.schemas.sessions import (
 from api.services import Services
 from api.store import ChatSession
 from api.turn_lease import TurnLeaseKeeper
+from orchestrator.approval import check_decisions, pending_approval
 from runtime.errors import LoomError, NotFoundError
 
 log = logging.getLogger(__name__)
@@ -98,7 +100,7 @@ async def list_messages(session_id: str, request: Request, owner: str = Depends(
     """Every turn, oldest first, each with its state, usage and ledger."""
     services = _services(request)
     _own_session(services, session_id, owner)
-    return TurnList(data=[T.turn_out(t) for t in services.store.turns(session_id)])
+    return TurnList(data=[_turn_out(services, t) for t in services.store.turns(session_id)])
 
 
 @router.delete("/{session_id}", response_model=Deleted, responses=error_responses(404, 409),
@@ -137,21 +139,66 @@ async def post_message(session_id: str, body: MessageCreate, request: Request,
     row = _own_session(services, session_id, owner)
     cfg = SessionCreate.model_validate(row.config)
     run = _TurnRun(services, session_id, await _claim(services, session_id, owner))
-    handed_off = False
     try:
         agent = T.build_agent(services, owner, cfg)
         history = T.agent_session(services, session_id)
+        waiting = pending_approval(history.get_items())
+        if waiting is not None:
+            raise SessionBusyError(f"The session's last turn waits for decisions on tool call(s) "
+                                   f"{[c['id'] for c in waiting['calls']]}; POST /v1/sessions/{session_id}/approvals "
+                                   "first.", param="session_id")
         choice = T.tool_choice_arg(body.tool_choice) if body.tool_choice is not None else None
         run.turn_id = services.store.start_turn(session_id, body.content).id
         run.events = T.agent_events(agent, body.content, history, choice)
-        if body.stream:
-            first = await _first_event(run)  # errors before the model runs: 4xx
-            handed_off = True  # the stream owns the turn now; the background task is its last resort
-            return EventSourceResponse(_stream_turn(run, first), ping=15, background=BackgroundTask(run.close))
-        return await _run_turn(run, request)
+        return await _respond(run, request, body.stream)
     finally:
-        if not handed_off:
+        if not run.handed_off:
             await run.close()
+
+
+@router.post("/{session_id}/approvals", response_model=TurnOut, responses=_TURN_DOC,
+             summary="Decide a paused turn's tool calls (resumes the turn)")
+async def post_approvals(session_id: str, body: ApprovalCreate, request: Request,
+                         owner: str = Depends(require_owner)) -> Any:
+    """Approve, edit or reject the tool calls a turn paused on (tools that require approval), or give
+    the result of a call the client ran; the turn then goes on to its answer, as a posted message
+    does (``stream`` alike). 400 naming ``decisions`` for an unknown call id or a missing decision;
+    409 when nothing waits. Works after a server restart: the paused turn lives in the database."""
+    services = _services(request)
+    row = _own_session(services, session_id, owner)
+    cfg = SessionCreate.model_validate(row.config)
+    run = _TurnRun(services, session_id, await _claim(services, session_id, owner))
+    try:
+        history = T.agent_session(services, session_id)
+        turns = services.store.turns(session_id)
+        waiting = pending_approval(history.get_items())
+        if waiting is None or not turns or turns[-1].state != "awaiting_approval":
+            raise SessionBusyError("No tool call of this session waits for a decision.", param="session_id")
+        decisions = [d.model_dump(exclude_none=True) for d in body.decisions]
+        check_decisions(waiting, decisions)  # a bad decision is a 400 that leaves the turn waiting
+        agent = T.build_agent(services, owner, cfg)
+        run.turn_id, run.prior = turns[-1].id, turns[-1]
+        run.events = agent.resume_stream(history, decisions)
+        return await _respond(run, request, body.stream)
+    finally:
+        if not run.handed_off:
+            await run.close()
+
+
+async def _respond(run: _TurnRun, request: Request, stream: bool) -> Any:
+    if stream:
+        first = await _first_event(run)  # errors before the model runs: 4xx
+        run.handed_off = True  # the stream owns the turn now; the background task is its last resort
+        return EventSourceResponse(_stream_turn(run, first), ping=15, background=BackgroundTask(run.close))
+    return await _run_turn(run, request)
+
+
+def _turn_out(services: Services, turn: Any) -> TurnOut:
+    out = T.turn_out(turn)
+    if turn.state == "awaiting_approval":
+        waiting = pending_approval(T.agent_session(services, turn.session_id).get_items())
+        out.pending_tool_calls = list(waiting["calls"]) if waiting is not None else []
+    return out
 
 
 class _TurnRun:
@@ -162,6 +209,8 @@ class _TurnRun:
         self.turn_id: int | None = None
         self.events: Any = None  # the agent's event stream (AsyncIterator; aclose() aborts it)
         self.settled = False
+        self.handed_off = False  # a streamed response owns the turn (it closes it)
+        self.prior: Any = None  # a resumed turn's row as it paused (its calls and usage are kept)
 
     def finish(self, **fields: Any) -> None:
         """Record the turn's outcome (the first outcome wins)."""
@@ -171,8 +220,13 @@ class _TurnRun:
         self.services.store.finish_turn(self.turn_id, **fields)
 
     def done(self, result: Any) -> None:
-        """Record a finished agent run (answer, ledger) and its metrics."""
-        self.finish(**T.result_fields(result))
+        """Record a finished agent run (answer, ledger) and its metrics; a resumed turn keeps the
+        calls and results of its first part."""
+        fields = T.result_fields(result)
+        if self.prior is not None:
+            fields["tool_calls"] = list(self.prior.tool_calls or []) + fields["tool_calls"]
+            fields["tool_results"] = list(self.prior.tool_results or []) + fields["tool_results"]
+        self.finish(**fields)
         T.record_metrics(self.services, result)
 
     def stored(self) -> TurnOut:
@@ -183,7 +237,7 @@ class _TurnRun:
         """
         for t in self.services.store.turns(self.session_id):
             if t.id == self.turn_id:
-                return T.turn_out(t)
+                return _turn_out(self.services, t)
         raise NotFoundError(f"Session {self.session_id!r} was deleted during the turn.", param="session_id")
 
     async def close(self) -> None:

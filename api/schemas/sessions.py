@@ -48,6 +48,9 @@ class SessionCreate(_Strict):
     tools: list[ToolName] = Field(default_factory=list,
                                   description=f"Tools to enable: built-ins ({', '.join(BUILTIN_TOOLS)}) and "
                                   "`mcp:<server>` or `mcp:<server>/<tool>` from the server's MCP servers.")
+    approval: list[str] = Field(default_factory=list, description="Tools (of `tools`) whose calls wait for a "
+                                "decision: the turn pauses (state awaiting_approval) until POST "
+                                "/v1/sessions/{id}/approvals (LangGraph's interrupt, Letta's requires_approval).")
     index: bool = Field(default=False, description="Ground turns in the owner's documents "
                         "(the server's index): automatic retrieval before each turn.")
     condense_question: bool = Field(default=True, description="With index: rewrite a follow-up into a "
@@ -89,10 +92,28 @@ class MessageCreate(_Strict):
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice | None = None
 
 
+class Decision(_Strict):
+    """A decision on one pending tool call (``orchestrator.approval``)."""
+
+    tool_call_id: str = Field(min_length=1)
+    decision: Literal["approve", "edit", "reject", "result"]
+    arguments: dict[str, Any] | None = Field(default=None, description="edit: the arguments to run it with.")
+    reason: str | None = Field(default=None, description="reject: shown to the model in the tool result.")
+    output: str | None = Field(default=None, description="result: the output of a call the client ran.")
+
+
+class ApprovalCreate(_Strict):
+    """Body of ``POST /v1/sessions/{id}/approvals``: decisions on the paused turn's tool calls."""
+
+    decisions: list[Decision] = Field(min_length=1)
+    stream: bool = False
+
+
 class TurnOut(BaseModel):
     """One stored turn: the user's message, the agent's answer, its state and ledger.
 
-    ``state``: ``running`` | ``done`` | ``max_steps`` | ``interrupted`` | ``error``.
+    ``state``: ``running`` | ``done`` | ``max_steps`` | ``interrupted`` | ``error`` |
+    ``awaiting_approval`` (``pending_tool_calls`` wait for ``POST /v1/sessions/{id}/approvals``).
     ``usage`` is OpenAI-shaped; ``ledger`` splits tokens, time (ms) and cost by class.
     """
 
@@ -108,6 +129,8 @@ class TurnOut(BaseModel):
     usage: dict[str, Any] | None = None
     ledger: dict[str, Any] | None = None
     error: str | None = None
+    pending_tool_calls: list[Any] = Field(default_factory=list, description="With state awaiting_approval: "
+                                          "the calls waiting for a decision ({id, name, arguments}).")
     created_at: Timestamp
     finished_at: Timestamp | None = None
 
