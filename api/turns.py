@@ -66,6 +66,10 @@ def _tools(services: Services, owner: str, cfg: SessionCreate) -> list[Any]:
         ns = scoped_namespace(owner, cfg.memory_namespace or "default")
         chosen += [t for t in memory_tools(services.memory(), ns) if t.name in wanted]
     chosen += services.mcp_tools(list(cfg.tools))
+    from tools.client_tool import ClientTool
+
+    chosen += [ClientTool(t.function.name, t.function.description or "", t.function.parameters)
+               for t in cfg.client_tools]
     return chosen
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from api.schemas.chat import NamedToolChoice, integral
+from api.schemas.chat import NamedToolChoice, ToolDef, integral
 
 BUILTIN_TOOLS = ("calculator", "recall", "remember", "search_documents")
 #: A built-in tool, or ``mcp:<server>`` (every tool of a configured MCP server) / ``mcp:<server>/<tool>``.
@@ -48,6 +48,9 @@ class SessionCreate(_Strict):
     tools: list[ToolName] = Field(default_factory=list,
                                   description=f"Tools to enable: built-ins ({', '.join(BUILTIN_TOOLS)}) and "
                                   "`mcp:<server>` or `mcp:<server>/<tool>` from the server's MCP servers.")
+    client_tools: list[ToolDef] = Field(default_factory=list, description="Tools the client runs (OpenAI "
+                                        "function definitions): a call pauses the turn (awaiting_approval) and "
+                                        "the client posts its output as a `result` decision.")
     approval: list[str] = Field(default_factory=list, description="Tools (of `tools`) whose calls wait for a "
                                 "decision: the turn pauses (state awaiting_approval) until POST "
                                 "/v1/sessions/{id}/approvals (LangGraph's interrupt, Letta's requires_approval).")

@@ -77,3 +77,25 @@ def test_a_turn_waiting_for_approval_survives_a_server_restart(server: Server) -
             {"tool_call_id": cid, "decision": "edit", "arguments": {"expression": "6 * 7"}}]})
         assert r.status_code == 200, r.text
         assert r.json()["state"] in ("done", "max_steps") and r.json()["tool_results"][0]["content"] == "42"
+
+
+def test_client_tool_call_pauses_and_the_clients_output_continues_the_turn(server: Server) -> None:
+    lookup = {"type": "function", "function": {"name": "lookup_order", "description": "Status of an order.",
+              "parameters": {"type": "object", "properties": {"order_id": {"type": "string", "maxLength": 8,
+                                                                         "description": "e.g. A17"}},
+                             "required": ["order_id"]}}}
+    with httpx.Client(base_url=server.url, timeout=300) as c:
+        sid = c.post("/v1/sessions", json={"client_tools": [lookup], "max_steps": 3, "sampling": {"max_tokens": 64},
+                                           "tool_choice": {"type": "function",
+                                                           "function": {"name": "lookup_order"}}}).json()["id"]
+        turn = c.post(f"/v1/sessions/{sid}/messages", json={"content": "Where is my order A17?"}).json()
+        assert turn["state"] == "awaiting_approval"
+        call = turn["pending_tool_calls"][0]
+        assert call["name"] == "lookup_order" and "order_id" in call["arguments"]
+        r = c.post(f"/v1/sessions/{sid}/approvals", json={"decisions": [
+            {"tool_call_id": call["id"], "decision": "result", "output": "Order A17 shipped on Monday."}]})
+        assert r.status_code == 200, r.text
+        done = r.json()
+        assert done["state"] in ("done", "max_steps")
+        assert done["tool_results"][0] == {**done["tool_results"][0], "content": "Order A17 shipped on Monday.",
+                                           "is_error": False}
