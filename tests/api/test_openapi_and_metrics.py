@@ -9,6 +9,7 @@ EXPECTED = {
     ("get", "/v1/models"), ("get", "/v1/models/{model_id}"), ("post", "/v1/chat/completions"),
     ("post", "/v1/sessions"), ("get", "/v1/sessions"), ("get", "/v1/sessions/{session_id}"), ("delete", "/v1/sessions/{session_id}"),
     ("get", "/v1/sessions/{session_id}/messages"), ("post", "/v1/sessions/{session_id}/messages"),
+    ("post", "/v1/sessions/{session_id}/fork"), ("post", "/v1/sessions/{session_id}/approvals"),
     ("post", "/v1/documents"), ("delete", "/v1/documents/{document_id}"), ("get", "/v1/search"),
     ("post", "/v1/memories"), ("get", "/v1/memories"), ("delete", "/v1/memories/{memory_id}"),
     ("get", "/health"), ("get", "/metrics"), ("get", "/version"),
