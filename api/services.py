@@ -80,6 +80,12 @@ class Services:
                 self._mcp = {s.name: s for s in load_mcp_config(path)} if path is not None else {}
             return self._mcp
 
+    def _mcp_refs(self, names: list[str]) -> list[tuple[str, str, Any]]:
+        """``(server name, tool name or "", server or None)`` of each ``mcp:<server>[/<tool>]`` name."""
+        servers = self._mcp_servers()
+        refs = [ref[4:].partition("/") for ref in names if ref.startswith("mcp:")]
+        return [(server, tool, servers.get(server)) for server, _, tool in refs]
+
     def mcp_tools(self, names: list[str]) -> list[Any]:
         """The MCP tools a session's ``tools`` list names (``mcp:<server>``, ``mcp:<server>/<tool>``).
 
@@ -91,13 +97,8 @@ class Services:
         """
         from tools.mcp import MCPConnectionError
 
-        servers = self._mcp_servers()
         chosen: dict[str, Any] = {}
-        for ref in names:
-            if not ref.startswith("mcp:"):
-                continue
-            server_name, _, tool_name = ref[4:].partition("/")
-            server = servers.get(server_name)
+        for server_name, tool_name, server in self._mcp_refs(names):
             if server is None:
                 continue  # checked when the session was created; the config changed since
             listed = server.cached_tools
@@ -120,14 +121,9 @@ class Services:
         """
         from runtime.errors import InvalidRequestError
 
-        servers = self._mcp_servers()
-        for ref in names:
-            if not ref.startswith("mcp:"):
-                continue
-            server_name, _, tool_name = ref[4:].partition("/")
-            server = servers.get(server_name)
+        for server_name, tool_name, server in self._mcp_refs(names):
             if server is None:
-                known = ", ".join(sorted(servers)) or "none (loom serve --mcp-config)"
+                known = ", ".join(sorted(self._mcp_servers())) or "none (loom serve --mcp-config)"
                 raise InvalidRequestError(f"tools: no MCP server named {server_name!r}; configured: {known}",
                                           param="tools")
             listed = server.cached_tools
