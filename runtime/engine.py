@@ -228,7 +228,8 @@ class LLMEngine:
         num_logits = [1 + s.num_spec_tokens if s.samples else 0 for s in sched.scheduled]
         prompt_rows = [_prompt_logprob_rows(s) for s in sched.scheduled]
         t1 = time.perf_counter()
-        logits = self.runner.execute_model(sched.scheduled, [n + p for n, p in zip(num_logits, prompt_rows)])
+        logits = self.runner.execute_model(sched.scheduled, [n + p for n, p in zip(num_logits, prompt_rows)],
+                                           blocks_to_copy=sched.blocks_to_copy)
         self.kv.commit()
         if any(prompt_rows):
             logits = _take_prompt_logprobs(logits, sched.scheduled, prompt_rows, num_logits)
@@ -271,7 +272,7 @@ class LLMEngine:
 
     def _fail_step(self, sched: Any, exc: BaseException, outputs: list[RequestOutput]) -> None:
         """Finish every unfinished request of a failed step with ``FINISHED_ERROR``."""
-        self.kv.discard_uncommitted()
+        self.kv.discard_uncommitted(sched.blocks_to_copy)
         if isinstance(exc, Exception):
             logger.exception("engine step failed; failing its %d requests", len(sched.scheduled))
         now = time.monotonic()

@@ -32,6 +32,22 @@ token, whose KV was never computed), not just its full blocks: on a short
 turn of 47 tokens that is 46 instead of 32.  Taking the block drops its
 registration; allocation drops it when the block is evicted.
 
+A *full* cached block can serve its first ``m`` tokens too, by copy: when a
+request diverges inside a block that another request already filled (a
+session forked at an item its parent has since written past, a regenerated
+or edited last message), no tail exists any more, but the full block whose
+parent is the request's last full hit and whose first ``m`` tokens match is
+still cached.  It cannot be taken in place (it is registered, maybe shared,
+and the request would overwrite its slots ``m..``), so the request gets a
+fresh block and the step copies the source block's KV into it before the
+forward pass (``blocks_to_copy``, as vLLM v0's copy-on-write; SGLang's radix
+cache gets the same effect by splitting a node).  Full blocks are indexed by
+(parent hash, first token) for this lookup (``children``).  The copy runs at
+the start of the step that admits the request, before any layer writes KV, so
+the source may even be evicted by that same step's allocations; for the same
+reason a block registered by the step being scheduled (its KV not yet
+written) is no source.  A tail, which needs no copy, wins a tie.
+
 Prefix-cache counters (``prefix_cache_queries`` / ``prefix_cache_hits``,
 tokens) count once per admission, when the request's blocks are allocated
 (``record_admission``), as vLLM does: a request waiting for free blocks is not
@@ -48,6 +64,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from runtime.request import Request
 
@@ -63,6 +80,8 @@ class KVBlock:
         ref_cnt: number of requests whose block table holds this block.
         block_hash: chained hash when the block is full and registered.
         token_ids: the block's tokens when hashed (guards against collisions).
+        parent_hash: for a registered full block, the hash of the full prefix
+            before it (``_NO_PARENT`` for a first block); its ``children`` key.
         tail_parent: for a registered partial block, the hash of the full
             prefix before it (``_NO_PARENT`` for a first block); else ``None``.
         tail_tokens: the computed tokens of a registered partial block.
@@ -72,11 +91,30 @@ class KVBlock:
     ref_cnt: int = 0
     block_hash: int | None = None
     token_ids: tuple[int, ...] = ()
+    parent_hash: object = None
     tail_parent: object = None
     tail_tokens: tuple[int, ...] = ()
 
 
 _NO_PARENT = "root"  # tails key of a partial first block (no full block before it)
+
+
+class ComputedBlocks(NamedTuple):
+    """A request's prefix-cache hit (``KVCacheManager.get_computed_blocks``).
+
+    Attributes:
+        block_ids: blocks to take into the block table: full blocks, then
+            maybe one registered partial block (a tail).
+        num_tokens: tokens of the hit, counting the matched leading tokens of
+            a tail or of ``copy_from``.
+        copy_from: a cached full block whose first ``num_tokens - len(block_ids)
+            * block_size`` tokens continue ``block_ids``; its KV is copied into
+            the request's next, freshly allocated block.  ``None``: no copy.
+    """
+
+    block_ids: list[int]
+    num_tokens: int
+    copy_from: int | None = None
 
 
 def hash_block(parent_hash: int | None, token_ids: Sequence[int]) -> int:
@@ -97,6 +135,10 @@ class KVCacheManager:
         # (parent hash, first token) -> free partial blocks continuing that prefix with that token: an
         # admission scans only blocks that can match at least one token
         self.tails: dict[tuple[object, int], set[int]] = {}
+        # (parent hash, first token) -> registered full blocks, the sources of copied partial hits
+        self.children: dict[tuple[object, int], set[int]] = {}
+        self.blocks_to_copy: list[tuple[int, int]] = []  # (src, dst) of the step being scheduled
+        self._unwritten: set[int] = set()  # copy destinations of a failed step: never a tail
         self._num_registered: dict[str, int] = {}
         self._uncommitted: list[int] = []
         self.prefix_cache_queries = 0
@@ -111,8 +153,8 @@ class KVCacheManager:
         """Blocks that ``num_tokens`` tokens occupy."""
         return -(-num_tokens // self.block_size)
 
-    def get_computed_blocks(self, request: Request) -> tuple[list[int], int]:
-        """Longest cached prefix of ``request`` in whole blocks.
+    def get_computed_blocks(self, request: Request) -> ComputedBlocks:
+        """Longest cached prefix of ``request``, at token granularity.
 
         At least the last token is always left to compute, so the step that
         finishes the prompt still produces logits.  A request asking for
@@ -120,12 +162,12 @@ class KVCacheManager:
         position has logits (as vLLM).
 
         Returns:
-            (block ids, number of tokens they hold): full blocks, then maybe
-            one registered partial block whose first tokens continue them
-            (its matching tokens counted).
+            full blocks, then the partial match sharing the most leading tokens
+            of the next block: a registered partial block (taken in place) or a
+            cached full block (copied, ``copy_from``).
         """
         if not self.enable_prefix_caching or request.sampling_params.prompt_logprobs is not None:
-            return [], 0
+            return ComputedBlocks([], 0)
         self._update_hashes(request)
         bs = self.block_size
         max_blocks = (request.num_tokens - 1) // bs
@@ -136,23 +178,28 @@ class KVCacheManager:
                 break
             hits.append(block_id)
         num_hit = len(hits) * bs
-        tail, m = self._best_tail(request, len(hits))
+        parent = request.block_hashes[len(hits) - 1] if hits else _NO_PARENT
+        start = num_hit
+        want = request.all_token_ids[start:min(start + bs, request.num_tokens - 1)]
+        if not want:
+            return ComputedBlocks(hits, num_hit)
+        tail, m = self._longest_match(self.tails.get((parent, want[0])), want, "tail_tokens")
+        sources = self.children.get((parent, want[0]))
+        if sources and self._uncommitted:  # registered this step: its KV is written only by the forward pass
+            sources = sources.difference(self._uncommitted)
+        src, m_full = self._longest_match(sources, want, "token_ids")
+        if m_full > m:
+            return ComputedBlocks(hits, num_hit + m_full, src)
         if tail is not None:
-            return hits + [tail], num_hit + m
-        return hits, num_hit
+            return ComputedBlocks(hits + [tail], num_hit + m)
+        return ComputedBlocks(hits, num_hit)
 
-    def _best_tail(self, request: Request, num_full: int) -> tuple[int | None, int]:
-        """The registered partial block sharing the most leading tokens with ``request``'s
-        block ``num_full``, and how many (at least one token is left to compute)."""
-        parent = request.block_hashes[num_full - 1] if num_full else _NO_PARENT
-        start = num_full * self.block_size
-        want = request.all_token_ids[start:min(start + self.block_size, request.num_tokens - 1)]
-        candidates = self.tails.get((parent, want[0])) if want else None
-        if not candidates:
-            return None, 0
+    def _longest_match(self, candidates: set[int] | None, want: Sequence[int], field: str) -> tuple[int | None, int]:
+        """The block among ``candidates`` whose ``field`` tokens share the most leading tokens
+        with ``want``, and how many."""
         best, best_m = None, 0
-        for block_id in candidates:
-            have = self.blocks[block_id].tail_tokens
+        for block_id in candidates or ():
+            have = getattr(self.blocks[block_id], field)
             m = 0
             for a, b in zip(have, want):
                 if a != b:
@@ -174,19 +221,30 @@ class KVCacheManager:
             self.prefix_cache_queries += request.num_tokens
             self.prefix_cache_hits += num_hit_tokens
 
+    def take_blocks_to_copy(self) -> list[tuple[int, int]]:
+        """The (source, destination) block copies of the step just scheduled, in order."""
+        copies, self.blocks_to_copy = self.blocks_to_copy, []
+        return copies
+
     def commit(self) -> None:
         """The step's forward pass wrote its KV: its registered blocks become reusable for good."""
         self._uncommitted.clear()
 
-    def discard_uncommitted(self) -> None:
+    def discard_uncommitted(self, copied: Sequence[tuple[int, int]] = ()) -> None:
         """The step's forward pass failed: forget the hashes registered since ``commit``.
 
         Their blocks stay in their requests' tables (the caller frees or
-        recomputes those requests) but no later lookup can hit them.
+        recomputes those requests) but no later lookup can hit them; the
+        step's copy destinations may not hold their copy, so they never
+        become tails.
+
+        Args:
+            copied: the failed step's ``blocks_to_copy``.
         """
         for block_id in self._uncommitted:
             self._drop_hash(self.blocks[block_id])
         self._uncommitted.clear()
+        self._unwritten.update(dst for _, dst in copied)
 
     def allocate_slots(
         self,
@@ -195,6 +253,7 @@ class KVCacheManager:
         new_computed_blocks: Sequence[int] = (),
         num_lookahead_tokens: int = 0,
         num_hit_tokens: int | None = None,
+        copy_from: int | None = None,
     ) -> bool:
         """Grow ``request``'s block table to hold the tokens of this step.
 
@@ -204,9 +263,10 @@ class KVCacheManager:
             num_new_tokens: tokens computed this step.
             new_computed_blocks: prefix-cache hits to take (first scheduling only).
             num_lookahead_tokens: extra slots (speculative drafts).
-            num_hit_tokens: tokens ``new_computed_blocks`` hold, when the last
-                is a partial block (``get_computed_blocks``' count); default:
-                whole blocks.
+            num_hit_tokens: tokens of the hit, when it ends inside a block
+                (``get_computed_blocks``' count); default: whole blocks.
+            copy_from: ``ComputedBlocks.copy_from``: the first block allocated
+                here receives its KV (queued in ``blocks_to_copy``).
 
         Returns:
             False, changing nothing, when the free pool is too small.
@@ -227,8 +287,11 @@ class KVCacheManager:
         request.block_ids.extend(new_computed_blocks)
         if new_computed_blocks:
             self._num_registered[request.request_id] = num_computed // self.block_size
+        fresh_start = len(request.block_ids)
         for _ in range(max(need, 0)):
             request.block_ids.append(self._pop_free_block())
+        if copy_from is not None:
+            self.blocks_to_copy.append((copy_from, request.block_ids[fresh_start]))
         if self.enable_prefix_caching:
             self._register_full_blocks(request, num_computed + num_new_tokens)
         return True
@@ -301,6 +364,13 @@ class KVCacheManager:
                     assert req.block_hashes[idx] == block.block_hash, f"block {block.block_id} shared off-prefix"
         for block_hash, block_id in self.cached.items():
             assert self.blocks[block_id].block_hash == block_hash
+        for (parent, first), block_ids in self.children.items():
+            for block_id in block_ids:
+                block = self.blocks[block_id]
+                assert block.block_hash is not None and self.cached.get(block.block_hash) == block_id, \
+                    f"block {block_id}: a children entry for a block not cached"
+                assert block.parent_hash == parent and block.token_ids[:1] == (first,), \
+                    f"block {block_id}: children entry stale"
         for (parent, first), block_ids in self.tails.items():
             for block_id in block_ids:
                 block = self.blocks[block_id]
@@ -317,7 +387,7 @@ class KVCacheManager:
         if not k or num_full >= len(request.block_ids):
             return
         block = self.blocks[request.block_ids[num_full]]
-        if block.ref_cnt != 1 or block.block_hash is not None:
+        if block.ref_cnt != 1 or block.block_hash is not None or block.block_id in self._unwritten:
             return
         self._update_hashes(request)
         if num_full > len(request.block_hashes):
@@ -346,14 +416,23 @@ class KVCacheManager:
         self._drop_tail(block)
         if block.block_hash is not None:
             self._drop_hash(block)
+        self._unwritten.discard(block_id)
         block.ref_cnt = 1
         return block_id
 
     def _drop_hash(self, block: KVBlock) -> None:
-        """Make ``block`` unhittable: out of ``cached``, no hash, no tokens."""
+        """Make ``block`` unhittable: out of ``cached`` and ``children``, no hash, no tokens."""
         if block.block_hash is not None and self.cached.get(block.block_hash) == block.block_id:
             del self.cached[block.block_hash]
+        if block.parent_hash is not None:
+            key = (block.parent_hash, block.token_ids[0])
+            peers = self.children.get(key)
+            if peers is not None:
+                peers.discard(block.block_id)
+                if not peers:
+                    del self.children[key]
         block.block_hash = None
+        block.parent_hash = None
         block.token_ids = ()
 
     def _update_hashes(self, request: Request) -> None:
@@ -376,7 +455,9 @@ class KVCacheManager:
             if block.block_hash is None and block_hash not in self.cached:
                 block.block_hash = block_hash
                 block.token_ids = tuple(request.all_token_ids[i * bs:(i + 1) * bs])
+                block.parent_hash = request.block_hashes[i - 1] if i else _NO_PARENT
                 self.cached[block_hash] = block.block_id
+                self.children.setdefault((block.parent_hash, block.token_ids[0]), set()).add(block.block_id)
                 self._uncommitted.append(block.block_id)
         self._num_registered[request.request_id] = num_full
 

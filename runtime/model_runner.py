@@ -88,18 +88,26 @@ class ModelRunner:
         logger.info("attention backend: %s", self.attention_backend)
 
     @torch.inference_mode()
-    def execute_model(self, scheduled: Sequence[ScheduledRequest], num_logits: Sequence[int]) -> torch.Tensor:
+    def execute_model(
+        self,
+        scheduled: Sequence[ScheduledRequest],
+        num_logits: Sequence[int],
+        blocks_to_copy: Sequence[tuple[int, int]] = (),
+    ) -> torch.Tensor:
         """Run one step.
 
         Args:
             scheduled: the step's requests and token counts.
             num_logits: per request (same order), trailing positions needing logits.
+            blocks_to_copy: (source, destination) block ids whose K and V, all
+                layers, are copied before the forward pass (``copy_blocks``).
 
         Returns:
             ``[sum(num_logits), vocab]`` float32 logits, grouped by request in
             ``scheduled`` order, positions ascending within a request.
         """
         start = time.perf_counter()
+        self.copy_blocks(blocks_to_copy)
         input_ids, positions, meta, offsets = self._prepare(scheduled)
         self.last_prepare_s = time.perf_counter() - start
         hidden = self.model(input_ids, positions, meta)
@@ -110,6 +118,22 @@ class ModelRunner:
         if not index:
             return torch.empty(0, self.model.config.vocab_size, device=self.device)
         return self.model.compute_logits(hidden[torch.tensor(index, device=self.device)])
+
+    def copy_blocks(self, pairs: Sequence[tuple[int, int]]) -> None:
+        """Copy whole KV blocks, every layer, K and V: ``dst`` gets ``src``'s ``block_size`` slots.
+
+        One gather then one scatter, so each destination gets its source's
+        content as it was before any of the copies (a block popped as one
+        pair's destination is never a later pair's source: popping drops its
+        hash).  Cost: ``len(pairs)`` blocks' bytes (``kv_bytes_per_block``).
+        """
+        if not pairs:
+            return
+        bs = self.block_size
+        offs = torch.arange(bs)
+        src = (torch.tensor([s for s, _ in pairs]).unsqueeze(1) * bs + offs).reshape(-1).to(self.device)
+        dst = (torch.tensor([d for _, d in pairs]).unsqueeze(1) * bs + offs).reshape(-1).to(self.device)
+        self.kv_cache[:, :, dst] = self.kv_cache[:, :, src]
 
     def _prepare(
         self, scheduled: Sequence[ScheduledRequest]

@@ -19,7 +19,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 
-from runtime.kv_cache_manager import KVCacheManager
+from runtime.kv_cache_manager import ComputedBlocks, KVCacheManager
 from runtime.request import Request, RequestStatus
 
 logger = logging.getLogger(__name__)
@@ -56,11 +56,15 @@ class SchedulerOutput:
         scheduled: requests and their token counts, running ones first.
         num_batched_tokens: total tokens of the step.
         preempted: requests preempted while scheduling this step.
+        blocks_to_copy: (source, destination) KV block copies to run before
+            the forward pass, in order: partial prefix hits served from a full
+            cached block (``KVCacheManager`` docstring).
     """
 
     scheduled: list[ScheduledRequest] = field(default_factory=list)
     num_batched_tokens: int = 0
     preempted: list[Request] = field(default_factory=list)
+    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def is_empty(self) -> bool:
@@ -114,6 +118,7 @@ class Scheduler:
         if not out.preempted:
             budget = self._admit_waiting(out, budget)
         out.num_batched_tokens = self.max_num_batched_tokens - budget
+        out.blocks_to_copy = self.kv.take_blocks_to_copy()
         return out
 
     def _allocate_or_preempt(self, req: Request, num_new: int, out: SchedulerOutput) -> bool:
@@ -129,11 +134,13 @@ class Scheduler:
     def _admit_waiting(self, out: SchedulerOutput, budget: int) -> int:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            hit_blocks, num_hit = ([], 0)
+            hit = ComputedBlocks([], 0)
             if req.num_computed_tokens == 0:
-                hit_blocks, num_hit = self.kv.get_computed_blocks(req)
+                hit = self.kv.get_computed_blocks(req)
+            num_hit = hit.num_tokens
             num_new = min(req.num_tokens - req.num_computed_tokens - num_hit, budget)
-            if not self.kv.allocate_slots(req, num_new, hit_blocks, num_hit_tokens=num_hit):
+            if not self.kv.allocate_slots(req, num_new, hit.block_ids, num_hit_tokens=num_hit,
+                                          copy_from=hit.copy_from):
                 break
             self.waiting.popleft()
             if req.num_computed_tokens == 0:

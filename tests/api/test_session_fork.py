@@ -49,11 +49,11 @@ def test_fork_after_a_turn_is_served_from_the_cache_up_to_the_fork_point(client,
     prefix = last["prompt_tokens"] + last["completion_tokens"]
     first = _turn(client, fork["id"], "And of Germany?")["ledger"]["calls"][0]
     print(f"fork point prefix {prefix} tokens; fork first call: {first['cached_tokens']} of {first['prompt_tokens']} prompt tokens cached")
-    assert first["cached_tokens"] >= prefix - 16, (first, prefix)  # less than one KV block short
+    assert first["cached_tokens"] >= prefix, (first, prefix)  # every token before the fork point
     # the parent is untouched and goes on hitting its own cache
     assert client.get(f"/v1/sessions/{sid}").json()["num_turns"] == 3
     nxt = _turn(client, sid, "And of Portugal?")["ledger"]["calls"][0]
-    assert nxt["cached_tokens"] >= turns[2]["ledger"]["calls"][-1]["prompt_tokens"] - 16
+    assert nxt["cached_tokens"] >= turns[2]["ledger"]["calls"][-1]["prompt_tokens"]
     assert len(client.get(f"/v1/sessions/{fork['id']}/messages").json()["data"]) == 3
     engine = real_server.wait_idle()["engine"]
     assert engine["kv_blocks_free"] == engine["kv_blocks_total"]

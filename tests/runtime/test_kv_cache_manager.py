@@ -17,7 +17,7 @@ def _req(rid: str, tokens: list[int]) -> Request:
 
 def _admit(kv: KVCacheManager, req: Request) -> int:
     """Prefix lookup + allocation of the whole prompt, as the scheduler does."""
-    hits, num_hit = kv.get_computed_blocks(req)
+    hits, num_hit, _ = kv.get_computed_blocks(req)
     assert kv.allocate_slots(req, req.num_tokens - num_hit, hits, num_hit_tokens=num_hit)
     kv.record_admission(req, num_hit)
     kv.commit()  # the step's forward pass wrote the KV
@@ -70,15 +70,16 @@ def test_whole_prompt_cached_still_leaves_last_token_to_compute():
     a = _req("a", list(range(8)))
     _admit(kv, a)
     b = _req("b", list(range(8)))
-    hits, num_hit = kv.get_computed_blocks(b)
-    assert num_hit == 4 and len(hits) == 1
+    hits, num_hit, copy_from = kv.get_computed_blocks(b)
+    # one full block taken, 3 tokens of the second copied from a's; token 8 is computed
+    assert num_hit == 7 and hits == a.block_ids[:1] and copy_from == a.block_ids[1]
 
 
 def test_diverging_block_breaks_the_chain():
     kv = KVCacheManager(num_blocks=10, block_size=4)
     _admit(kv, _req("a", [1, 2, 3, 4, 5, 6, 7, 8, 0]))
     # Same second block, different first block: the chained hash must miss.
-    hits, num_hit = kv.get_computed_blocks(_req("b", [9, 2, 3, 4, 5, 6, 7, 8, 0]))
+    hits, num_hit, _ = kv.get_computed_blocks(_req("b", [9, 2, 3, 4, 5, 6, 7, 8, 0]))
     assert num_hit == 0 and hits == []
 
 
@@ -97,13 +98,13 @@ def test_freed_blocks_keep_their_hash_until_evicted_lru():
     # The most recently freed block (the cached prefix) survived; older free blocks were taken.
     assert kv.get_computed_blocks(_req("g", [1, 2, 3, 4, 9]))[1] == 4
     d = _req("d", list(range(200, 205)))
-    assert kv.get_computed_blocks(d) == ([], 0)
+    assert kv.get_computed_blocks(d).num_tokens == 0
     kv.check_invariants([c])
     kv.free(c)
     e = _req("e", list(range(300, 316)))
     _admit(kv, e)  # needs every block: the cached prefix block is evicted
     f = _req("f", [1, 2, 3, 4, 7])
-    assert kv.get_computed_blocks(f) == ([], 0)
+    assert kv.get_computed_blocks(f).num_tokens == 0
     kv.check_invariants([e])
 
 
@@ -141,7 +142,7 @@ def test_a_freed_partial_last_block_serves_its_computed_tokens_to_a_continuation
     kv.free(a)
     kv.check_invariants([])
     b = _req("b", list(range(10)) + [50, 51])
-    hits, num_hit = kv.get_computed_blocks(b)
+    hits, num_hit, _ = kv.get_computed_blocks(b)
     assert num_hit == 10 and hits[-1] == tail_block  # 2 full blocks + 2 tokens of the partial one
     assert kv.allocate_slots(b, b.num_tokens - num_hit, hits, num_hit_tokens=num_hit)
     assert b.block_ids[:3] == hits and kv.tails == {}  # taken: b writes its own tokens into it
@@ -152,10 +153,12 @@ def test_a_partial_block_matches_only_its_leading_equal_tokens_and_leaves_one_to
     kv = KVCacheManager(num_blocks=10, block_size=4)
     a = _req("a", [1, 2, 3, 4, 5, 6, 7])  # partial block holds [5, 6, 7]
     _admit(kv, a)
+    first = a.block_ids[0]
     kv.free(a)
     assert kv.get_computed_blocks(_req("b", [1, 2, 3, 4, 5, 9, 9]))[1] == 5  # diverges after 5
     assert kv.get_computed_blocks(_req("c", [1, 2, 3, 4, 5, 6, 7]))[1] == 6  # the last token is computed
-    assert kv.get_computed_blocks(_req("d", [1, 2, 3, 9, 5, 6, 7]))[1] == 0  # other prefix: other parent
+    # another first block: the tail's parent differs, so only 3 tokens of the first block, by copy
+    assert kv.get_computed_blocks(_req("d", [1, 2, 3, 9, 5, 6, 7])) == ([], 3, first)
 
 
 def test_an_evicted_partial_block_is_forgotten():
@@ -177,3 +180,68 @@ def test_no_partial_blocks_without_prefix_caching():
     _admit(kv, a)
     kv.free(a)
     assert kv.tails == {}
+
+
+def test_a_prompt_diverging_inside_a_full_cached_block_copies_its_leading_tokens():
+    kv = KVCacheManager(num_blocks=10, block_size=4)
+    a = _req("a", [1, 2, 3, 4, 5, 6, 7, 8, 9])  # full blocks [1-4] [5-8]
+    _admit(kv, a)
+    b = _req("b", [1, 2, 3, 4, 5, 6, 42, 43])  # continues [5, 6] of a's second block, then diverges
+    hit = kv.get_computed_blocks(b)
+    assert hit.block_ids == a.block_ids[:1] and hit.num_tokens == 6 and hit.copy_from == a.block_ids[1]
+    assert kv.allocate_slots(b, b.num_tokens - hit.num_tokens, hit.block_ids, num_hit_tokens=hit.num_tokens,
+                             copy_from=hit.copy_from)
+    dst = b.block_ids[1]
+    assert dst != a.block_ids[1] and kv.take_blocks_to_copy() == [(a.block_ids[1], dst)]
+    assert kv.take_blocks_to_copy() == []  # taken once, by the step that runs it
+    assert kv.blocks[a.block_ids[1]].ref_cnt == 1  # the source stays a's, untouched
+    kv.check_invariants([a, b])
+
+
+def test_a_tail_beats_an_equally_long_copy_and_a_longer_copy_beats_a_tail():
+    kv = KVCacheManager(num_blocks=10, block_size=4)
+    full = _req("full", [1, 2, 3, 4, 5, 6, 7, 8, 9])  # second block [5, 6, 7, 8], full
+    _admit(kv, full)
+    part = _req("part", [1, 2, 3, 4, 5, 6, 0])  # partial block [5, 6, 0]
+    _admit(kv, part)
+    kv.free(part)
+    tail_block = part.block_ids[1] if part.block_ids else None
+    same = kv.get_computed_blocks(_req("s", [1, 2, 3, 4, 5, 6, 50, 51]))  # both match 2 tokens
+    assert same.num_tokens == 6 and same.copy_from is None and len(same.block_ids) == 2
+    longer = kv.get_computed_blocks(_req("l", [1, 2, 3, 4, 5, 6, 7, 50]))  # the full block matches 3
+    assert longer.num_tokens == 7 and longer.copy_from == full.block_ids[1] and len(longer.block_ids) == 1
+    assert tail_block is None  # free() emptied the table
+
+
+def test_an_evicted_full_block_is_no_copy_source_and_a_failed_copy_never_becomes_a_tail():
+    kv = KVCacheManager(num_blocks=3, block_size=4)
+    a = _req("a", [1, 2, 3, 4, 5, 6, 7, 8])
+    _admit(kv, a)
+    kv.free(a)
+    b = _req("b", [1, 2, 3, 4, 5, 6, 70, 71, 72])
+    hit = kv.get_computed_blocks(b)
+    assert hit.copy_from is not None
+    assert kv.allocate_slots(b, b.num_tokens - hit.num_tokens, hit.block_ids, num_hit_tokens=hit.num_tokens,
+                             copy_from=hit.copy_from)
+    b.num_computed_tokens = hit.num_tokens
+    copies = kv.take_blocks_to_copy()
+    kv.discard_uncommitted(copies)  # the step failed before its forward pass copied anything
+    kv.free(b)
+    assert kv.tails == {}  # b's second block never got a's KV: it serves nobody
+    filler = _req("f", list(range(100, 112)))
+    _admit(kv, filler)  # evicts every block of a
+    assert kv.get_computed_blocks(_req("c", [1, 2, 3, 4, 5, 9])) == ([], 0, None)
+    assert all(key[1] >= 100 for key in kv.children)  # only the filler's blocks are copy sources
+    kv.free(filler)
+    kv.check_invariants([])
+
+
+def test_a_block_registered_by_the_step_being_scheduled_is_no_copy_source():
+    kv = KVCacheManager(num_blocks=10, block_size=4)
+    a = _req("a", [1, 2, 3, 4, 5, 6, 7, 8, 9])
+    assert kv.allocate_slots(a, a.num_tokens)  # registers a's full blocks; its forward pass has not run
+    b = _req("b", [1, 2, 3, 4, 5, 6, 42, 43])
+    hit = kv.get_computed_blocks(b)
+    assert hit == (a.block_ids[:1], 4, None)  # shares block 1 in place (written before attention reads it)
+    kv.commit()
+    assert kv.get_computed_blocks(b) == (a.block_ids[:1], 6, a.block_ids[1])

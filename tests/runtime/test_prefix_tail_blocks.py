@@ -1,4 +1,5 @@
-"""A conversation's next turn gets the whole previous prompt and reply from the cache.
+"""A conversation's next turn gets the whole previous prompt and reply from the cache,
+and a prompt diverging inside a block another request filled gets its leading tokens by copy.
 
 The previous request's partial last block is kept at token granularity
 (``KVCacheManager`` tails), so the continuation's cached tokens are every
@@ -43,4 +44,34 @@ def test_a_continuation_diverging_inside_the_partial_block_and_a_rival_for_it_st
     assert out["y"].num_cached_tokens == 32  # so y gets the full blocks only, and computes the rest
     assert out["x"].token_ids == hf_greedy(ckpt, x, 6)
     assert out["y"].token_ids == hf_greedy(ckpt, y, 6)
+    assert_pool_idle(engine)
+
+
+def test_a_prompt_diverging_inside_a_block_another_request_filled_is_served_by_copy_and_stays_exact(ckpt):
+    # a fork at an item its parent has since written past: the parent's reply filled the
+    # block the fork's prompt ends in, so no partial block exists; the full one is copied
+    engine = make_engine(ckpt, block_size=16)
+    prompt = random_prompts(engine.vocab_size, [40], seed=5)[0]  # 2 full blocks + 8 tokens
+    parent = run_to_completion(engine, [("parent", prompt, greedy(12))])["parent"]  # fills block 3
+    fork = prompt + random_prompts(engine.vocab_size, [9], seed=6)[0]
+    again = prompt + parent.token_ids[:3]  # regenerate from inside the filled block
+    out = run_to_completion(engine, [("fork", fork, greedy(6)), ("again", again, greedy(6))])
+    assert out["fork"].num_cached_tokens == 40  # every token before the fork point
+    assert out["again"].num_cached_tokens == 42  # all but the last token
+    assert out["fork"].token_ids == hf_greedy(ckpt, fork, 6)
+    assert out["again"].token_ids == hf_greedy(ckpt, again, 6)
+    assert_pool_idle(engine)
+
+
+def test_copied_blocks_stay_exact_under_chunked_prefill_and_eviction_pressure(ckpt):
+    # a small pool: the copy sources are free blocks the same step may evict and overwrite
+    engine = make_engine(ckpt, block_size=16, num_kv_blocks=12, max_num_batched_tokens=32)
+    prompt = random_prompts(engine.vocab_size, [56], seed=7)[0]
+    run_to_completion(engine, [("a", prompt, greedy(4))])  # 3 full blocks + 12 tokens, freed
+    b = prompt[:44] + random_prompts(engine.vocab_size, [60], seed=8)[0]  # diverges inside block 3
+    c = prompt[:20] + random_prompts(engine.vocab_size, [70], seed=9)[0]  # diverges inside block 2
+    out = run_to_completion(engine, [("b", b, greedy(5)), ("c", c, greedy(5))])
+    assert out["b"].token_ids == hf_greedy(ckpt, b, 5)
+    assert out["c"].token_ids == hf_greedy(ckpt, c, 5)
+    assert out["b"].num_cached_tokens == 44
     assert_pool_idle(engine)
