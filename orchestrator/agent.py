@@ -103,10 +103,12 @@ class Agent:
             message into a standalone question with the model and search with
             both (``orchestrator.condense``; default on).
         condense_tokens: ``max_tokens`` of that rewrite (default 32).
-        parallel_tool_calls: run every tool call of a reply (default, concurrently); with
-            ``False`` only a reply's first call runs and each further call gets an error result
-            asking for one call at a time (OpenAI's ``parallel_tool_calls``; every call keeps a
-            result, so the prompt never shows a call without one).
+        parallel_tool_calls: OpenAI's flag.  ``None`` (default): run every tool call of a
+            reply (concurrently), and a forced ``tool_choice="required"`` step emits one call.
+            ``True``: the same, and a forced ``"required"`` step may emit several calls (the
+            grammar allows a list of calls in the model's format).  ``False``: only a reply's
+            first call runs and each further call gets an error result asking for one call at
+            a time (every call keeps a result, so the prompt never shows a call without one).
         approval: names of tools whose calls wait for a human decision before they run
             (besides tools made with ``@tool(requires_approval=True)``): the turn ends with
             ``final_state="awaiting_approval"`` and :meth:`resume` continues it
@@ -124,7 +126,7 @@ class Agent:
                  prices: PriceTable | None = None, retrieval_k: int = 4, memory_k: int = 4,
                  tool_timeout_s: float = 30.0, memory_write_back: bool = True,
                  tool_call_parser: Any = None, condense_question: bool = True,
-                 condense_tokens: int = DEFAULT_CONDENSE_TOKENS, parallel_tool_calls: bool = True,
+                 condense_tokens: int = DEFAULT_CONDENSE_TOKENS, parallel_tool_calls: bool | None = None,
                  approval: Any = ()) -> None:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
@@ -146,7 +148,8 @@ class Agent:
             auto_retrieve=auto_retrieve, memory_namespace=memory_namespace or "default",
             retrieval_k=retrieval_k, memory_k=memory_k, memory_write_back=memory_write_back,
             condense_question=bool(condense_question), condense_tokens=condense_tokens,
-            parallel_tool_calls=bool(parallel_tool_calls), approval=frozenset(approval or ()))
+            parallel_tool_calls=None if parallel_tool_calls is None else bool(parallel_tool_calls),
+            approval=frozenset(approval or ()))
         self.tool_timeout_s = tool_timeout_s
         self.tool_choice = self.check_tool_choice(tool_choice)
         self.num_compactions = 0

@@ -55,7 +55,7 @@ class AgentParts:
     memory_write_back: bool = True
     condense_question: bool = True
     condense_tokens: int = 32
-    parallel_tool_calls: bool = True
+    parallel_tool_calls: bool | None = None  # None: run every call, force one; True: force may be several
     approval: frozenset[str] = frozenset()  # tools whose calls wait for a human decision (orchestrator.approval)
 
     @property

@@ -121,7 +121,8 @@ class TurnRunner:
             return sp
         name = self.choice["name"] if isinstance(self.choice, dict) else None
         return force_call(sp, a.format, a.registry.schemas(), name, bound=True,
-                          min_tokens=min(FORCED_MIN_TOKENS, room))
+                          min_tokens=min(FORCED_MIN_TOKENS, room),
+                          parallel=name is None and a.parallel_tool_calls is True)
 
     async def _run_tools(self, outcome: StepOutcome, step: int) -> AsyncIterator[AgentEvent]:
         a = self.parts
@@ -130,7 +131,7 @@ class TurnRunner:
 
         async def one(call: ParsedToolCall) -> ToolResultRecord:
             cid = outcome.call_id(call.index)
-            if not a.parallel_tool_calls and call.index != first:
+            if a.parallel_tool_calls is False and call.index != first:
                 return ToolResultRecord(cid, call.name or "", "Error: not run: call one tool at a time "
                                         "(parallel tool calls are off); call it again in your next reply.", True, step)
             if call.error is not None:

@@ -111,7 +111,9 @@ def forced_call_grammar(fmt: ToolCallFormat, tools: list[dict[str, Any]], name: 
         parts.append(_marker(fmt.call_close, fmt.close_token_id))
     block = " ".join(parts)
     if parallel and fmt.call_close is not None and not fmt.array:
-        return f"start: block (\"\\n\" block)*\nblock: {block}\ncall: %json {json.dumps(schema)}"
+        # a newline may follow the last block too: these formats' templates join calls with one,
+        # so a model picks it before deciding whether another call comes (then it may stop)
+        return f"start: block (\"\\n\" block)* \"\\n\"?\nblock: {block}\ncall: %json {json.dumps(schema)}"
     return f"start: {block}\ncall: %json {json.dumps(schema)}"
 
 

@@ -37,3 +37,26 @@ async def test_agent_turn_retrieves_calls_a_tool_and_answers(smol_llm, retriever
     second = await agent.arun("What does asyncio.Queue.put do when the queue is full?", session=session)
     assert second.final_state == "done" and second.answer
     assert second.usage.cache_hit_rate > 0.5  # the first turn's prompt and replies come from the cache
+
+
+async def test_required_tool_choice_with_parallel_tool_calls_runs_several_forced_calls(smol_llm):
+    from tools import tool
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Current weather in a city."""
+        return f"sunny in {city}"
+
+    question = "What is the weather in Paris and in Rome? Call get_weather once for each city."
+    results = {}
+    for parallel in (None, True):
+        agent = Agent(smol_llm, tools=[get_weather], parallel_tool_calls=parallel, max_steps=2,
+                      budget=ContextBudget(reserved_output=96))
+        results[parallel] = await agent.arun(question, tool_choice="required")
+    # by default a forced step is exactly one call; asked for parallel calls, greedy SmolLM2
+    # writes Paris then Rome (and, a 135M model, more cities until max_tokens) in one reply
+    assert [c.arguments for c in results[None].tool_calls] == [{"city": "Paris"}]
+    many = results[True]
+    assert [c.arguments["city"] for c in many.tool_calls[:2]] == ["Paris", "Rome"]
+    assert all(c.error is None for c in many.tool_calls)
+    assert [r.content for r in many.tool_results] == [f"sunny in {c.arguments['city']}" for c in many.tool_calls]

@@ -30,3 +30,10 @@ def test_mistral_parallel_grammar_accepts_a_list_of_calls(tokenizer) -> None:
 def test_llama3_json_stays_at_one_call(tokenizer) -> None:
     fmt = FORMATS["llama3_json"]
     assert forced_call_grammar(fmt, TOOLS, parallel=True) == forced_call_grammar(fmt, TOOLS)
+
+
+def test_a_newline_after_the_last_parallel_block_still_lets_the_reply_end(tokenizer) -> None:
+    # Hermes templates join calls with a newline: a model writing one must not be trapped into another call
+    many = forced_call_grammar(detect_format(tokenizer), TOOLS, parallel=True)
+    assert _accepts(tokenizer, many, f"<tool_call>\n{ADD}\n</tool_call>\n")
+    assert not _accepts(tokenizer, many, f"<tool_call>\n{ADD}\n</tool_call>\n\n")
