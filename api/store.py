@@ -254,6 +254,11 @@ class Store:
         with self.tx() as s:
             s.execute(update(Turn).where(Turn.id == turn_id).values(finished_at=_now(), **fields))
 
+    def amend_turn(self, turn_id: int, **fields: Any) -> None:
+        """Change a finished turn's columns (``finished_at`` stays)."""
+        with self.tx() as s:
+            s.execute(update(Turn).where(Turn.id == turn_id).values(**fields))
+
     def turns(self, session_id: str) -> list[Turn]:
         """A session's turns, oldest first."""
         with self.tx() as s:

@@ -168,9 +168,17 @@ def result_fields(result: Any) -> dict[str, Any]:
     }
 
 
-def record_metrics(services: Services, result: Any) -> None:
+def after_turn_ledger(result: Any) -> dict[str, Any] | None:
+    """The turn's stored ledger with ``after_turn`` added: the calls the agent made after the
+    answer for the next turn (``RunResult.after_turn_usage``); ``None`` when there were none."""
+    after = getattr(result, "after_turn_usage", None)
+    if after is None or result.usage is None:
+        return None
+    return {**result.usage.to_dict(with_calls=True), "after_turn": after.to_dict(with_calls=True)}
+
+
+def record_metrics(services: Services, ledger: Any) -> None:
     """Tokens by class, vLLM's token counters and per-call TTFT / E2EL from a run's ledger."""
-    ledger = result.usage
     if ledger is None:
         return
     counts: dict[str, int] = {}

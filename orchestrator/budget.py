@@ -57,9 +57,12 @@ class ContextBudget:
         prefill_after_turn: plan the next turn's compaction and prefill the
             compacted prompt once a turn has finished (off the critical path).
         next_turn_tokens: tokens that forecast reserves for the next turn's
-            inputs; ``None`` = ``max_retrieval_tokens + max_memory_tokens + 64``
-            (a full retrieval, new memories and a typical message; the first two
-            only when the agent retrieves / has a memory).
+            inputs; ``None``: forecast from recent turns
+            (``orchestrator.compactor.forecast``): their retrieval and new
+            memories with a margin, at most ``max_retrieval_tokens +
+            max_memory_tokens`` (each only when the agent retrieves / has a
+            memory), plus their longest message with a margin (64 tokens
+            before any turn).
 
     Raises:
         InvalidRequestError: (a ``ValueError``) naming the bad field.

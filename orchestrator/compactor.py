@@ -6,8 +6,8 @@ Owner of the compaction *decisions* (what to hide is planned by
 - :func:`after_turn` (``Agent.stream`` awaits it once it has yielded
   ``DoneEvent``, so a streaming client already has the answer): forecasts the
   next turn's prompt (this view + :func:`forecast`: the inputs of recent turns
-  with a margin, at most a full retrieval, new memories and a typical
-  message) and, when it would not fit,
+  with a margin, retrieval and new memories at most their caps, the message
+  as long as recent ones) and, when it would not fit,
   makes the compaction now: summary if whole turns go and the budget says
   ``summarize``, marker appended (``"after_turn": True``), then the compacted
   prompt prefilled in the engine with a ``max_tokens=1`` request.  The next
@@ -45,6 +45,7 @@ from typing import Protocol
 from runtime.errors import LoomError
 
 from orchestrator import compaction as comp
+from orchestrator.budget import TYPICAL_MESSAGE_TOKENS
 from orchestrator.events import RunResult
 from orchestrator.items import Item
 from orchestrator.ledger import Ledger
@@ -122,24 +123,34 @@ async def prefill(parts: AgentParts, items: list[Item], turn: int) -> Ledger:
 def forecast(parts: AgentParts, items: list[Item], turns: int = FORECAST_TURNS) -> int:
     """Tokens the next turn's inputs (retrieval, new memories, message) will likely add to the prompt.
 
-    ``ContextBudget.next_turn_tokens`` when set; else the largest inputs of the
-    last ``turns`` turns plus a fifth (hits vary in size), never more than
-    ``ContextBudget.next_turn_margin`` (full caps); that margin itself before
-    any turn was seen.  Forecasting the caps when hits are smaller compacts
-    turns earlier than needed; forecasting too little leaves the rest to
-    :func:`before_call` (an in-turn compaction, a cache miss on that turn).
+    ``ContextBudget.next_turn_tokens`` when set.  Else two parts: retrieval and
+    memory, the largest of the last ``turns`` turns plus a fifth (hits vary in
+    size) but never more than their caps (``max_retrieval_tokens``,
+    ``max_memory_tokens``; the caps themselves before any turn was seen); and
+    the user message, which has no cap: the largest recent message plus a
+    fifth (``TYPICAL_MESSAGE_TOKENS`` before any).  Forecasting the caps when
+    hits are smaller compacts turns earlier than needed; forecasting too little
+    leaves the rest to :func:`before_call` (an in-turn compaction, a cache miss
+    on that turn).
     """
     b = parts.budget
-    cap = b.next_turn_margin(retrieval=parts.retriever is not None and parts.auto_retrieve,
-                             memory=parts.memory is not None)
     if b.next_turn_tokens is not None:
-        return cap
-    per_turn: dict[int, int] = {}
+        return b.next_turn_tokens
+    cap = b.next_turn_margin(retrieval=parts.retriever is not None and parts.auto_retrieve,
+                             memory=parts.memory is not None) - TYPICAL_MESSAGE_TOKENS
+    docs: dict[int, int] = {}
+    messages: dict[int, int] = {}
     for it in items:
-        if it.get("kind") in INPUT_KINDS:
-            per_turn[it["turn"]] = per_turn.get(it["turn"], 0) + len(it["token_ids"])
-    recent = [per_turn[t] for t in sorted(per_turn)[-turns:]]
-    return min(cap, int(1.2 * max(recent))) if recent else cap
+        kind = it.get("kind")
+        if kind in INPUT_KINDS:
+            into = messages if kind == "user" else docs
+            into[it["turn"]] = into.get(it["turn"], 0) + len(it["token_ids"])
+    seen = sorted(set(docs) | set(messages))[-turns:]
+    if not seen:
+        return cap + TYPICAL_MESSAGE_TOKENS
+    recent_docs = max(docs.get(t, 0) for t in seen)
+    recent_message = max(messages.get(t, 0) for t in seen)
+    return min(cap, int(1.2 * recent_docs)) + int(1.2 * recent_message)
 
 
 async def after_turn(runner: TurnRunner) -> Ledger | None:

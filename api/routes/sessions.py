@@ -227,7 +227,16 @@ class _TurnRun:
             fields["tool_calls"] = list(self.prior.tool_calls or []) + fields["tool_calls"]
             fields["tool_results"] = list(self.prior.tool_results or []) + fields["tool_results"]
         self.finish(**fields)
-        T.record_metrics(self.services, result)
+        T.record_metrics(self.services, result.usage)
+
+    def after_turn(self, result: Any) -> None:
+        """Add the work the agent did after the answer for the next turn (a compaction's summary
+        and prefill; it runs after the ``done`` event) to the stored ledger and the metrics."""
+        ledger = T.after_turn_ledger(result) if result is not None and self.settled else None
+        if ledger is None or self.turn_id is None:
+            return
+        self.services.store.amend_turn(self.turn_id, ledger=ledger)
+        T.record_metrics(self.services, result.after_turn_usage)
 
     def stored(self) -> TurnOut:
         """The turn as stored now.
@@ -284,6 +293,7 @@ async def _run_turn(run: _TurnRun, request: Request) -> TurnOut:
         with anyio.CancelScope(shield=True):
             await settle(work)  # a cancelled consumer must unwind before the stream can close
     run.done(result)
+    run.after_turn(result)
     return run.stored()
 
 
@@ -296,10 +306,13 @@ async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
 
 async def _stream_turn(run: _TurnRun, first: Any) -> AsyncIterator[dict[str, str]]:
     try:
+        result = None
         async for ev in _chain(first, run.events):
             if getattr(ev, "type", None) == "done":
-                run.done(ev.result)
+                result = ev.result
+                run.done(result)
             yield {"data": json.dumps(T.event_json(ev))}
+        run.after_turn(result)  # the agent's stream ends after its after-turn work
         if run.settled:
             yield {"data": json.dumps({"type": "turn", "turn": run.stored().model_dump(mode="json")})}
         yield {"data": "[DONE]"}

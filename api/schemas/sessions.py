@@ -118,6 +118,9 @@ class TurnOut(BaseModel):
     ``state``: ``running`` | ``done`` | ``max_steps`` | ``interrupted`` | ``error`` |
     ``awaiting_approval`` (``pending_tool_calls`` wait for ``POST /v1/sessions/{id}/approvals``).
     ``usage`` is OpenAI-shaped; ``ledger`` splits tokens, time (ms) and cost by class.
+    ``ledger.after_turn``, when present, is the ledger of the calls made after the answer
+    to prepare the next turn (a compaction's summary and the prefill of the compacted
+    prompt; ``orchestrator.compactor``): engine work of this turn, not in ``usage``.
     """
 
     object: Literal["session.turn"] = "session.turn"

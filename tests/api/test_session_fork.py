@@ -73,7 +73,8 @@ def test_fork_inside_a_tool_step_is_a_400_naming_at(client) -> None:
 
 
 @pytest.mark.parametrize("body, param", [({"turn": 9}, "turn"), ({"turn": 1, "at": 1}, "at"),
-                                         ({"turn": -1}, "turn")])
+                                         ({"turn": -1}, "turn"), ({"turn": False}, "turn"),
+                                         ({"at": "2"}, "at")])
 def test_bad_fork_points_are_400s_naming_the_field(client, parent, body, param) -> None:
     r = client.post(f"/v1/sessions/{parent[0]}/fork", json=body)
     assert r.status_code in (400, 422) and param in r.text, r.text
