@@ -10,6 +10,15 @@
 // positions p with p <= i's position (causal) and, when window > 0,
 // p > position - window (transformers' sliding window).  Softmax is computed
 // online per block (FlashAttention's rescaling, Dao et al. 2022), in float32.
+//
+// Per block and KV head, the block's keys are transposed once into a small
+// [D, block] buffer, so the scores of 16 tokens for one query row are one
+// vector accumulated over D (GEMM-style; several rows share each key load)
+// when at least kGemmRows rows attend to the block, one dot product per
+// (row, token) otherwise (decodes),
+// and P.V keeps the output row in registers across the block's tokens.  This
+// makes long query chunks (prefill over a cached prefix) as cheap per query as
+// decodes, so every request reads the cache in place.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -20,6 +29,7 @@
 namespace {
 
 constexpr int64_t QT = 8;  // queries per tile: a block's K/V is reused from L1 across them
+constexpr int64_t kGemmRows = 8;  // rows (query, query head) of one KV head from which the transposed path wins
 
 typedef float v16 __attribute__((vector_size(64)));  // GCC vector extension: AVX-512 or 2x AVX2
 
@@ -44,6 +54,61 @@ inline void axpy(float* __restrict y, float a, const float* __restrict x, int64_
 
 inline void scale_row(float* __restrict y, float a, int64_t D) {
   for (int64_t d = 0; d < D; ++d) y[d] *= a;
+}
+
+// kt[d * bsp + t] = K[t, d] for the nt tokens of a block (k: head's first row, token stride tok):
+// the scores of 16 tokens are then one vector per query row (GEMM-style, no horizontal sums).
+inline void transpose_block(float* __restrict kt, const float* __restrict k, int64_t tok, int64_t nt, int64_t D,
+                            int64_t bsp) {
+  for (int64_t t = 0; t < nt; ++t) {
+    const float* kr = k + t * tok;
+    for (int64_t d = 0; d < D; ++d) kt[d * bsp + t] = kr[d];
+  }
+}
+
+// s[r * bsp + c .. c + 16) = scale * q_r . K[c .. c + 16) for RB rows at once (one K vector load feeds RB FMAs).
+template <int RB>
+inline void qk_rows(const int64_t* rows, const float* qbase, int64_t Hq, int64_t D, const float* __restrict kt,
+                    int64_t bsp, int64_t c0, int64_t c1, float scale, float* s) {
+  const float* q[RB];
+  for (int j = 0; j < RB; ++j) q[j] = qbase + rows[j] * D;  // row r = qi * Hq + hq: q[qi, hq] of the tile
+  for (int64_t c = c0; c < c1; c += 16) {
+    v16 a[RB];
+    for (int j = 0; j < RB; ++j) a[j] = v16{0};
+    for (int64_t d = 0; d < D; ++d) {
+      const v16 k = load16(kt + d * bsp + c);
+      for (int j = 0; j < RB; ++j) a[j] += q[j][d] * k;
+    }
+    for (int j = 0; j < RB; ++j) store16(s + rows[j] * bsp + c, a[j] * scale);
+  }
+}
+
+inline void qk_scores(const int64_t* rows, int64_t nr, const float* qbase, int64_t Hq, int64_t D,
+                      const float* kt, int64_t bsp, int64_t c0, int64_t c1, float scale, float* s) {
+  int64_t i = 0;
+  for (; i + 8 <= nr; i += 8) qk_rows<8>(rows + i, qbase, Hq, D, kt, bsp, c0, c1, scale, s);
+  for (; i + 4 <= nr; i += 4) qk_rows<4>(rows + i, qbase, Hq, D, kt, bsp, c0, c1, scale, s);
+  for (; i < nr; ++i) qk_rows<1>(rows + i, qbase, Hq, D, kt, bsp, c0, c1, scale, s);
+}
+
+// acc = acc * corr + sum_{t in [tlo, thi)} p[t] * V[t] (v: head's first row, token stride tok), with the
+// row held in registers across the block's tokens when D is a multiple of 16.
+inline void pv_accumulate(float* __restrict acc, float corr, const float* __restrict p, int64_t tlo, int64_t thi,
+                          const float* __restrict v, int64_t tok, int64_t D) {
+  if (D % 16 == 0 && D <= 256) {
+    const int64_t nc = D / 16;
+    v16 a[16];
+    for (int64_t c = 0; c < nc; ++c) a[c] = load16(acc + 16 * c) * corr;
+    for (int64_t t = tlo; t < thi; ++t) {
+      const float pt = p[t];
+      const float* vr = v + t * tok;
+      for (int64_t c = 0; c < nc; ++c) a[c] += pt * load16(vr + 16 * c);
+    }
+    for (int64_t c = 0; c < nc; ++c) store16(acc + 16 * c, a[c]);
+    return;
+  }
+  scale_row(acc, corr, D);
+  for (int64_t t = tlo; t < thi; ++t) axpy(acc, p[t], v + t * tok, D);
 }
 
 }  // namespace
@@ -78,24 +143,28 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor k_cache, torch::Ten
   const int64_t hper = Hkv / hsplit;
   const int64_t ntask = (int64_t)task_seq.size() * hsplit;
 
+  const int64_t bsp = (block_size + 15) / 16 * 16;  // a block's tokens padded to whole 16-lane vectors
+
   at::parallel_for(0, ntask, 1, [&](int64_t begin, int64_t end) {
     const int64_t R = QT * Hq;  // rows of a tile: (query, query head)
-    std::vector<float> acc(R * D), m(R), l(R), s(R * block_size);
+    std::vector<float> acc(R * D), m(R), l(R), s(R * bsp), kt(D * bsp, 0.f);
+    std::vector<int64_t> rows(R), rlo(R), rhi(R);
     for (int64_t task = begin; task < end; ++task) {
       const int64_t ti = task / hsplit;
-      const int64_t hq0 = (task % hsplit) * hper * G, hq1 = hq0 + hper * G;
+      const int64_t h0 = (task % hsplit) * hper, h1 = h0 + hper;
       const int64_t n = task_seq[ti], t0 = task_tile[ti];
       const int64_t nq = std::min<int64_t>(QT, ql[n] - t0);
       const int64_t first_pos = cl[n] - ql[n] + t0;
       const int64_t last_pos = first_pos + nq - 1;
       const int64_t lo = window > 0 ? std::max<int64_t>(0, first_pos - window + 1) : 0;
       for (int64_t qi = 0; qi < nq; ++qi)
-        for (int64_t hq = hq0; hq < hq1; ++hq) {
+        for (int64_t hq = h0 * G; hq < h1 * G; ++hq) {
           const int64_t r = qi * Hq + hq;
           std::fill(acc.begin() + r * D, acc.begin() + (r + 1) * D, 0.f);
           m[r] = -INFINITY;
           l[r] = 0.f;
         }
+      const float* qbase = qp + (int64_t)(qs[n] + t0) * Hq * D;
       for (int64_t blk = lo / block_size; blk * block_size <= last_pos; ++blk) {
         const int64_t bstart = blk * block_size;
         const int64_t nt = std::min<int64_t>(block_size, last_pos + 1 - bstart);
@@ -110,20 +179,37 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor k_cache, torch::Ten
             __builtin_prefetch(nv + off);
           }
         }
-        for (int64_t qi = 0; qi < nq; ++qi) {
-          const int64_t pos = first_pos + qi;
-          const int64_t tlo = window > 0 ? std::max<int64_t>(0, pos - window + 1 - bstart) : 0;
-          const int64_t thi = std::min<int64_t>(nt, pos + 1 - bstart);  // exclusive
-          if (thi <= tlo) continue;
-          const float* qrow = qp + (int64_t)(qs[n] + t0 + qi) * Hq * D;
-          for (int64_t t = tlo; t < thi; ++t) {  // token-major: a token's heads are contiguous
-            const float* krow = kb + t * tok;
-            for (int64_t hq = hq0; hq < hq1; ++hq)
-              s[(qi * Hq + hq) * block_size + t] = dot(qrow + hq * D, krow + (hq / G) * D, D) * scale;
+        for (int64_t h = h0; h < h1; ++h) {
+          // the rows (query, query head of KV head h) that see some token of this block
+          int64_t nr = 0, c0 = bsp, c1 = 0;
+          for (int64_t qi = 0; qi < nq; ++qi) {
+            const int64_t pos = first_pos + qi;
+            const int64_t tlo = window > 0 ? std::max<int64_t>(0, pos - window + 1 - bstart) : 0;
+            const int64_t thi = std::min<int64_t>(nt, pos + 1 - bstart);  // exclusive
+            if (thi <= tlo) continue;
+            c0 = std::min(c0, tlo / 16 * 16);
+            c1 = std::max(c1, thi);
+            for (int64_t g = 0; g < G; ++g) {
+              rows[nr] = qi * Hq + h * G + g;
+              rlo[nr] = tlo;
+              rhi[nr] = thi;
+              ++nr;
+            }
           }
-          for (int64_t hq = hq0; hq < hq1; ++hq) {
-            const int64_t r = qi * Hq + hq;
-            float* sr = s.data() + r * block_size;
+          if (!nr) continue;
+          if (nr >= kGemmRows) {  // enough rows share the block's keys: transpose them once
+            transpose_block(kt.data(), kb + h * D, tok, nt, D, bsp);
+            qk_scores(rows.data(), nr, qbase, Hq, D, kt.data(), bsp, c0, c1, scale, s.data());
+          } else {  // decode-like: a few rows, one dot product per (row, token)
+            for (int64_t i = 0; i < nr; ++i) {
+              const float* qrow = qbase + rows[i] * D;
+              float* sr = s.data() + rows[i] * bsp;
+              for (int64_t t = rlo[i]; t < rhi[i]; ++t) sr[t] = dot(qrow, kb + t * tok + h * D, D) * scale;
+            }
+          }
+          for (int64_t i = 0; i < nr; ++i) {
+            const int64_t r = rows[i], tlo = rlo[i], thi = rhi[i];
+            float* sr = s.data() + r * bsp;
             float mx = m[r];
             for (int64_t t = tlo; t < thi; ++t) mx = std::max(mx, sr[t]);
             const float corr = std::exp(m[r] - mx);
@@ -135,19 +221,12 @@ torch::Tensor paged_attention(torch::Tensor q, torch::Tensor k_cache, torch::Ten
             }
             l[r] = l[r] * corr + sum;
             m[r] = mx;
-            scale_row(acc.data() + r * D, corr, D);
-          }
-          for (int64_t t = tlo; t < thi; ++t) {
-            const float* vrow = vb + t * tok;
-            for (int64_t hq = hq0; hq < hq1; ++hq) {
-              const int64_t r = qi * Hq + hq;
-              axpy(acc.data() + r * D, s[r * block_size + t], vrow + (hq / G) * D, D);
-            }
+            pv_accumulate(acc.data() + r * D, corr, sr, tlo, thi, vb + h * D, tok, D);
           }
         }
       }
       for (int64_t qi = 0; qi < nq; ++qi)
-        for (int64_t hq = hq0; hq < hq1; ++hq) {
+        for (int64_t hq = h0 * G; hq < h1 * G; ++hq) {
           const int64_t r = qi * Hq + hq;
           float* o = op + ((int64_t)(qs[n] + t0 + qi) * Hq + hq) * D;
           const float inv = 1.f / l[r];

@@ -89,6 +89,22 @@ def test_kernel_equals_gather_reference_within_float32_tolerance(shape, window, 
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("block_size", [16, 256])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"hq{s[0]}-hkv{s[1]}-d{s[2]}")
+def test_kernel_equals_reference_on_chunks_longer_than_the_engine_sends_it(shape, block_size):
+    """The transposed-key (GEMM-style) path over many query tiles, windowed and not: the engine routes
+    chunks over ``KERNEL_MAX_QUERY_LEN`` to the reference path for speed, not because the kernel is wrong."""
+    hq, hkv, d = shape
+    q_lens, ctx_lens = [40, 1, 100], [300, 50, 400]
+    q, k_cache, v_cache, tables = _case(hq, hkv, d, block_size, q_lens, ctx_lens, seed=hq + d)
+    for window in (None, 70):
+        att = PagedAttention(hq, hkv, d, d**-0.5, sliding_window=window)
+        att.k_cache, att.v_cache = k_cache, v_cache
+        got = _run_kernel(att, q, tables, q_lens, ctx_lens, block_size)
+        torch.testing.assert_close(got, _reference(att, q, tables, q_lens, ctx_lens, block_size),
+                                   rtol=1e-5, atol=1e-5)
+
+
 def test_kernel_uses_every_thread_for_a_single_decode_and_matches():
     """Batch 1 splits the KV heads across threads; the answer must not depend on the split."""
     q_lens, ctx_lens = [1], [1000]
