@@ -28,8 +28,8 @@ accumulated over ``head_dim`` (GEMM-style), and P.V keeps the output row in
 registers; decode-like tiles keep one dot product per (row, token).  Longer
 prefill chunks keep gather + SDPA: there the copy is O(context) against
 O(chunk x context) arithmetic, and SDPA's GEMMs stay about 2x faster than
-this kernel.  Measured per layer, ``small`` shapes, 1 thread (``python
-/tmp/kb/bench.py`` in the issue-13 note; kernel / reference, ms): batch 16
+this kernel.  Measured per layer, ``small`` shapes, 1 thread (``python -m
+tests.runtime.bench_attention_kernel``; kernel / reference, ms): batch 16
 decodes at 1,024 tokens 3.1 / 9.3; batch 16 x 4 queries 9.5 / 11.5; batch 16 x
 8 queries 12.9 / 14.4 (before the transposed path 17.2); one 16-query chunk
 over 544 tokens 0.80 / 0.52 (before 1.04); 32 queries 1.33 / 0.76; 512 over
