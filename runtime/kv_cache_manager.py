@@ -117,6 +117,15 @@ class ComputedBlocks(NamedTuple):
     copy_from: int | None = None
 
 
+def _unindex(index: dict[tuple[object, int], set[int]], key: tuple[object, int], block_id: int) -> None:
+    """Remove ``block_id`` from ``index[key]`` (``tails`` or ``children``), dropping an emptied key."""
+    peers = index.get(key)
+    if peers is not None:
+        peers.discard(block_id)
+        if not peers:
+            del index[key]
+
+
 def hash_block(parent_hash: int | None, token_ids: Sequence[int]) -> int:
     """Chained block hash: equal values mean equal whole prefixes (vLLM APC)."""
     return hash((parent_hash, tuple(token_ids)))
@@ -401,12 +410,7 @@ class KVCacheManager:
         """Forget ``block``'s partial-block registration, if any."""
         if block.tail_parent is None:
             return
-        key = (block.tail_parent, block.tail_tokens[0])
-        peers = self.tails.get(key)
-        if peers is not None:
-            peers.discard(block.block_id)
-            if not peers:
-                del self.tails[key]
+        _unindex(self.tails, (block.tail_parent, block.tail_tokens[0]), block.block_id)
         block.tail_parent = None
         block.tail_tokens = ()
 
@@ -425,12 +429,7 @@ class KVCacheManager:
         if block.block_hash is not None and self.cached.get(block.block_hash) == block.block_id:
             del self.cached[block.block_hash]
         if block.parent_hash is not None:
-            key = (block.parent_hash, block.token_ids[0])
-            peers = self.children.get(key)
-            if peers is not None:
-                peers.discard(block.block_id)
-                if not peers:
-                    del self.children[key]
+            _unindex(self.children, (block.parent_hash, block.token_ids[0]), block.block_id)
         block.block_hash = None
         block.parent_hash = None
         block.token_ids = ()
