@@ -251,11 +251,10 @@ class Store:
 
     def finish_turn(self, turn_id: int, **fields: Any) -> None:
         """Record a turn's outcome (``state``, ``answer``, ``ledger``, ...)."""
-        with self.tx() as s:
-            s.execute(update(Turn).where(Turn.id == turn_id).values(finished_at=_now(), **fields))
+        self.amend_turn(turn_id, finished_at=_now(), **fields)
 
     def amend_turn(self, turn_id: int, **fields: Any) -> None:
-        """Change a finished turn's columns (``finished_at`` stays)."""
+        """Change a turn's columns (``finish_turn`` also stamps ``finished_at``)."""
         with self.tx() as s:
             s.execute(update(Turn).where(Turn.id == turn_id).values(**fields))
 

@@ -33,7 +33,7 @@ from orchestrator.events import (
 from orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
 from orchestrator.items import Item
 from orchestrator.ledger import Ledger
-from orchestrator.parsers import ParsedToolCall, StreamingParser
+from orchestrator.parsers import StreamingParser
 from orchestrator.parts import AgentParts
 from orchestrator.protocols import MemoryHit, MultiQueryRetriever
 from orchestrator.session import Session
@@ -125,33 +125,42 @@ class TurnRunner:
                           parallel=name is None and a.parallel_tool_calls is True)
 
     async def _run_tools(self, outcome: StepOutcome, step: int) -> AsyncIterator[AgentEvent]:
-        a = self.parts
+        calls = [ToolCallRecord(outcome.call_id(c.index), c.name or "", dict(c.arguments), step, c.error)
+                 for c in outcome.calls]
+        first = calls[0].id if calls else None
 
-        first = outcome.calls[0].index if outcome.calls else None
-
-        async def one(call: ParsedToolCall) -> ToolResultRecord:
-            cid = outcome.call_id(call.index)
-            if a.parallel_tool_calls is False and call.index != first:
-                return ToolResultRecord(cid, call.name or "", "Error: not run: call one tool at a time "
+        async def one(call: ToolCallRecord) -> ToolResultRecord:
+            if self.parts.parallel_tool_calls is False and call.id != first:
+                return ToolResultRecord(call.id, call.name, "Error: not run: call one tool at a time "
                                         "(parallel tool calls are off); call it again in your next reply.", True, step)
             if call.error is not None:
-                return ToolResultRecord(cid, call.name or "", f"Error: malformed tool call: {call.error}", True, step)
-            res = await a.registry.call(call.name, call.arguments)
-            return ToolResultRecord(cid, call.name or "", res.content, res.is_error, step, res.elapsed_ms)
+                return ToolResultRecord(call.id, call.name, f"Error: malformed tool call: {call.error}", True, step)
+            return await self._call_tool(call)
 
+        async for ev in self._run_calls(calls, one):
+            yield ev
+
+    async def _call_tool(self, call: ToolCallRecord) -> ToolResultRecord:
+        """Run one call through the registry (its errors and timeouts become error results)."""
+        res = await self.parts.registry.call(call.name, call.arguments)
+        return ToolResultRecord(call.id, call.name, res.content, res.is_error, call.step, res.elapsed_ms)
+
+    async def _run_calls(self, calls: list[ToolCallRecord], run: Any,
+                         before: list[Item] | None = None) -> AsyncIterator[AgentEvent]:
+        """Run ``calls`` concurrently with ``run(call) -> ToolResultRecord`` under tool provenance (their
+        output is untrusted), record calls and results, yield a ``ToolResultEvent`` each, and store
+        ``before`` and the results' items together with the reply that made the calls."""
         t0 = time.perf_counter()
         with memory_view.tool_provenance(self):
-            results = await asyncio.gather(*(one(c) for c in outcome.calls))
+            results = await asyncio.gather(*(run(c) for c in calls))
         self.result.timings["tools"] += (time.perf_counter() - t0) * 1000.0
-        for call in outcome.calls:
-            self.result.tool_calls.append(ToolCallRecord(outcome.call_id(call.index), call.name or "",
-                                                         dict(call.arguments), step, call.error))
+        self.result.tool_calls.extend(calls)
         for r in results:
             self.result.tool_results.append(r)
             yield ToolResultEvent(r.id, r.name, r.content, r.is_error)
-        tool_items = a.builder.tool_items(self.items, self.turn, results)
-        self.session.add_items(self._pending + tool_items)
-        self.items.extend(tool_items)
+        new = (before or []) + self.parts.builder.tool_items(self.items, self.turn, results)
+        self.session.add_items(self._pending + new)
+        self.items.extend(new)
         self._pending = []
 
     async def run(self) -> AsyncIterator[AgentEvent]:
@@ -175,31 +184,22 @@ class TurnRunner:
         self.message = next((it.get("content", "") for it in reversed(self.items)
                              if it.get("kind") == "user" and it.get("turn") == self.turn), "")
         step = pending["step"]
-        t0 = time.perf_counter()
+        calls = [ToolCallRecord(c["id"], c["name"], dict(decided[c["id"]].get("arguments", c["arguments"])), step)
+                 for c in pending["calls"]]
 
-        async def one(call: dict[str, Any]) -> ToolResultRecord:
-            d = decided[call["id"]]
+        async def one(call: ToolCallRecord) -> ToolResultRecord:
+            d = decided[call.id]
             if d["decision"] == "reject":
                 reason = (d.get("reason") or "").strip()
-                return ToolResultRecord(call["id"], call["name"], "The user rejected this call"
+                return ToolResultRecord(call.id, call.name, "The user rejected this call"
                                         + (f": {reason}" if reason else "."), True, step)
             if d["decision"] == "result":
-                return ToolResultRecord(call["id"], call["name"], d["output"], False, step)
-            args = d.get("arguments", call["arguments"])
-            res = await self.parts.registry.call(call["name"], args)
-            return ToolResultRecord(call["id"], call["name"], res.content, res.is_error, step, res.elapsed_ms)
+                return ToolResultRecord(call.id, call.name, d["output"], False, step)
+            return await self._call_tool(call)  # approved, or edited: with the decided arguments
 
-        with memory_view.tool_provenance(self):
-            results = await asyncio.gather(*(one(c) for c in pending["calls"]))
-        self.result.timings["tools"] += (time.perf_counter() - t0) * 1000.0
-        for call in pending["calls"]:
-            args = decided[call["id"]].get("arguments", call["arguments"])
-            self.result.tool_calls.append(ToolCallRecord(call["id"], call["name"], dict(args), step))
-        for r in results:
-            self.result.tool_results.append(r)
-            yield ToolResultEvent(r.id, r.name, r.content, r.is_error)
         record = {"kind": approval.DECISION, "turn": self.turn, "step": step, "decisions": decided}
-        self._store([record] + self.parts.builder.tool_items(self.items, self.turn, results))
+        async for ev in self._run_calls(calls, one, before=[record]):
+            yield ev
         async for ev in self._loop(step + 1):
             yield ev
 

@@ -1,7 +1,7 @@
 """Column- and row-parallel linear layers (Megatron-LM, arXiv 1909.08053; vLLM's ``linear.py``).
 
 Shapes with tp ranks: ``ColumnParallelLinear(in, out)`` holds ``weight [out / tp, in]`` (and bias
-``[out / tp]``) and maps ``[T, in] -> [T, out / tp]`` (``[T, out]`` with ``gather_output``);
+``[out / tp]``) and maps ``[T, in] -> [T, out / tp]``;
 ``RowParallelLinear(in, out)`` holds ``weight [out, in / tp]`` and maps ``[T, in / tp] -> [T, out]``,
 all-reducing the partial products and adding the (unsplit) bias once.  Weights are loaded whole
 (``load_full_weight``): each rank keeps its slice, so a checkpoint needs no resharding.
@@ -15,7 +15,6 @@ import torch
 from torch import nn
 
 from runtime.distributed.parallel_state import (
-    all_gather_last_dim,
     all_reduce,
     tensor_parallel_rank,
     tensor_parallel_world_size,
@@ -36,7 +35,6 @@ class ColumnParallelLinear(nn.Module):
         bias: whether it has a bias.
         output_sizes: a fused layer's parts (e.g. ``[q, k, v]`` or ``[gate, up]``), each split
             on its own so rank r holds every part's r-th slice, in part order; default one part.
-        gather_output: all-gather the output to ``[T, out_features]``.
 
     Raises:
         ValueError: a part not divisible by the tensor-parallel size, or parts not summing to
@@ -44,14 +42,13 @@ class ColumnParallelLinear(nn.Module):
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
-                 output_sizes: Sequence[int] | None = None, gather_output: bool = False) -> None:
+                 output_sizes: Sequence[int] | None = None) -> None:
         super().__init__()
         self.tp, self.rank = tensor_parallel_world_size(), tensor_parallel_rank()
         self.output_sizes = list(output_sizes or [out_features])
         if sum(self.output_sizes) != out_features:
             raise ValueError(f"output_sizes: {self.output_sizes} do not sum to out_features {out_features}")
         self.local_sizes = [_split(s, self.tp, "output_sizes") for s in self.output_sizes]
-        self.gather_output = gather_output
         self.weight = nn.Parameter(torch.empty(sum(self.local_sizes), in_features), requires_grad=False)
         self.bias = nn.Parameter(torch.zeros(sum(self.local_sizes)), requires_grad=False) if bias else None
 
@@ -70,12 +67,7 @@ class ColumnParallelLinear(nn.Module):
             self.bias.copy_(self._local_rows(bias))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = nn.functional.linear(x, self.weight, self.bias)
-        if not self.gather_output or self.tp == 1:
-            return y
-        if len(self.output_sizes) > 1:
-            raise NotImplementedError("gather_output of a fused layer")
-        return all_gather_last_dim(y)
+        return nn.functional.linear(x, self.weight, self.bias)
 
 
 class RowParallelLinear(nn.Module):

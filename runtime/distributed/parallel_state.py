@@ -52,12 +52,3 @@ def all_reduce(x: torch.Tensor) -> torch.Tensor:
         dist.all_reduce(x)
     return x
 
-
-def all_gather_last_dim(x: torch.Tensor) -> torch.Tensor:
-    """``[..., n]`` on each rank -> ``[..., n * tp]`` in rank order (identity at tp = 1)."""
-    tp = tensor_parallel_world_size()
-    if tp == 1:
-        return x
-    parts = [torch.empty_like(x) for _ in range(tp)]
-    dist.all_gather(parts, x.contiguous())
-    return torch.cat(parts, dim=-1)

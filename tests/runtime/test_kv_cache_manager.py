@@ -204,13 +204,12 @@ def test_a_tail_beats_an_equally_long_copy_and_a_longer_copy_beats_a_tail():
     _admit(kv, full)
     part = _req("part", [1, 2, 3, 4, 5, 6, 0])  # partial block [5, 6, 0]
     _admit(kv, part)
+    tail_block = part.block_ids[1]
     kv.free(part)
-    tail_block = part.block_ids[1] if part.block_ids else None
     same = kv.get_computed_blocks(_req("s", [1, 2, 3, 4, 5, 6, 50, 51]))  # both match 2 tokens
-    assert same.num_tokens == 6 and same.copy_from is None and len(same.block_ids) == 2
+    assert same == (full.block_ids[:1] + [tail_block], 6, None)  # the tail, taken in place: no copy
     longer = kv.get_computed_blocks(_req("l", [1, 2, 3, 4, 5, 6, 7, 50]))  # the full block matches 3
-    assert longer.num_tokens == 7 and longer.copy_from == full.block_ids[1] and len(longer.block_ids) == 1
-    assert tail_block is None  # free() emptied the table
+    assert longer == (full.block_ids[:1], 7, full.block_ids[1])
 
 
 def test_an_evicted_full_block_is_no_copy_source_and_a_failed_copy_never_becomes_a_tail():
