@@ -150,6 +150,7 @@ class AsyncLLM:
         self._wake.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join(timeout=30)
+        self.engine.shutdown()
 
     # -- engine thread ---------------------------------------------------------
 

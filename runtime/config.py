@@ -53,6 +53,10 @@ class EngineConfig:
         max_waiting: most requests waiting to be scheduled before
             ``QueueFullError``.
         enforce_eager: never capture CUDA graphs (no effect on CPU).
+        tensor_parallel_size: ranks the model is split over (vLLM's
+            ``--tensor-parallel-size``); above 1 the model runs in that many
+            worker processes (``runtime.distributed``: gloo on CPU, NCCL on
+            CUDA with one GPU per rank).
         attention_backend: ``"auto"`` (flash-attn on CUDA when installed, Loom's
             compiled ``cpu_paged`` kernel on CPU in float32, else
             ``torch_sdpa``), or one of ``"cpu_paged"``, ``"torch_sdpa"`` (the
@@ -81,6 +85,7 @@ class EngineConfig:
     max_waiting: int = 4096
     enforce_eager: bool = False
     attention_backend: str = "auto"
+    tensor_parallel_size: int = 1
     tokenizer: str | None = None
     hf_overrides: dict[str, Any] = field(default_factory=dict)
 
@@ -105,6 +110,7 @@ class EngineConfig:
         if self.load_format not in _LOAD_FORMATS:
             raise ValueError(f"load_format: must be one of {_LOAD_FORMATS}, got {self.load_format!r}")
         _positive("max_waiting", self.max_waiting)
+        _positive("tensor_parallel_size", self.tensor_parallel_size)
         if self.attention_backend not in _ATTENTION_BACKENDS:
             raise ValueError(
                 f"attention_backend: must be one of {_ATTENTION_BACKENDS}, got {self.attention_backend!r}"

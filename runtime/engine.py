@@ -19,6 +19,7 @@ import torch
 
 from runtime.config import STEP_PHASES, EngineConfig
 from runtime.detokenizer import IncrementalDetokenizer
+from runtime.distributed.executor import TensorParallelExecutor
 from runtime.errors import ContextLengthError, InvalidRequestError, KVCapacityError, QueueFullError
 from runtime.kv_cache_manager import KVCacheManager
 from runtime.model_runner import ModelRunner
@@ -56,14 +57,19 @@ class LLMEngine:
         self.dtype = config.torch_dtype(self.hf_config)
         torch.manual_seed(config.seed)
         self.tokenizer = _load_tokenizer(config.tokenizer or str(self.model_path))
-        model = load_model(
-            self.model_path, self.hf_config, dtype=self.dtype, device=self.device,
-            load_format=config.load_format, max_positions=config.max_model_len, seed=config.seed,
-        )
         num_blocks = num_kv_blocks(config, self.hf_config, self.dtype, self.device)
-        self.runner = ModelRunner(
-            model, self.hf_config, num_blocks, config.block_size, self.device, self.dtype, config.attention_backend
-        )
+        self.runner: ModelRunner | TensorParallelExecutor
+        if config.tensor_parallel_size > 1:
+            self.runner = TensorParallelExecutor(config, self.model_path, self.hf_config, num_blocks, self.dtype)
+        else:
+            model = load_model(
+                self.model_path, self.hf_config, dtype=self.dtype, device=self.device,
+                load_format=config.load_format, max_positions=config.max_model_len, seed=config.seed,
+            )
+            self.runner = ModelRunner(
+                model, self.hf_config, num_blocks, config.block_size, self.device, self.dtype,
+                config.attention_backend,
+            )
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len)
         self.sampler = Sampler(config.seed, self.device)
@@ -181,6 +187,11 @@ class LLMEngine:
         req.finish_time = time.monotonic()
         self._pending.append(self._output(req))
         return True
+
+    def shutdown(self) -> None:
+        """Stop the tensor-parallel worker processes, if any (idempotent; tp = 1 has none)."""
+        if isinstance(self.runner, TensorParallelExecutor):
+            self.runner.shutdown()
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests) or bool(self._pending)

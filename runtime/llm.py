@@ -53,6 +53,10 @@ class LLM:
         # engine request id -> the result slots of the caller that submitted it
         self._owners: dict[str, _Call] = {}
 
+    def shutdown(self) -> None:
+        """Stop the engine's tensor-parallel worker processes, if any (``LLMEngine.shutdown``)."""
+        self.engine.shutdown()
+
     def generate(
         self,
         prompts: str | Sequence[str] | None = None,

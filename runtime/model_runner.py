@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import chain
 from typing import Any
 
@@ -45,6 +46,36 @@ def kv_bytes_per_block(hf_config: Any, block_size: int, dtype: torch.dtype) -> i
     head_dim = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads
     elem = torch.tensor([], dtype=dtype).element_size()
     return 2 * hf_config.num_hidden_layers * block_size * kv_heads * head_dim * elem
+
+
+@dataclass(frozen=True)
+class StepSeq:
+    """One request's share of a step, as plain data (picklable, sent to tensor-parallel workers).
+
+    Attributes:
+        token_ids: the tokens this step computes (a prefill chunk, one decode token, or the last
+            token plus drafted tokens under speculative decoding).
+        num_computed_tokens: tokens already in the KV cache before this step (the chunk's first
+            position).
+        block_ids: the request's block table (KV block ids, in order).
+    """
+
+    token_ids: list[int]
+    num_computed_tokens: int
+    block_ids: list[int]
+
+
+def step_seqs(scheduled: Sequence[ScheduledRequest]) -> list[StepSeq]:
+    """The step's inputs, per scheduled request (drafted tokens appended past the known ones)."""
+    seqs = []
+    for sched in scheduled:
+        req, n = sched.request, sched.num_new_tokens
+        nc = req.num_computed_tokens
+        chunk = req.all_token_ids[nc:nc + n]
+        if len(chunk) < n:  # drafted tokens under speculative decoding
+            chunk = chunk + req.spec_token_ids[: n - len(chunk)]
+        seqs.append(StepSeq(list(chunk), nc, req.block_ids))
+    return seqs
 
 
 class ModelRunner:
@@ -87,7 +118,6 @@ class ModelRunner:
             self.attention_backend = "torch_sdpa"
         logger.info("attention backend: %s", self.attention_backend)
 
-    @torch.inference_mode()
     def execute_model(
         self,
         scheduled: Sequence[ScheduledRequest],
@@ -106,16 +136,31 @@ class ModelRunner:
             ``[sum(num_logits), vocab]`` float32 logits, grouped by request in
             ``scheduled`` order, positions ascending within a request.
         """
+        return self.execute(step_seqs(scheduled), num_logits, blocks_to_copy)
+
+    @torch.inference_mode()
+    def execute(
+        self,
+        seqs: Sequence[StepSeq],
+        num_logits: Sequence[int],
+        blocks_to_copy: Sequence[tuple[int, int]] = (),
+        compute_logits: bool = True,
+    ) -> torch.Tensor:
+        """``execute_model`` on the step's plain inputs (what a tensor-parallel worker receives).
+
+        ``compute_logits=False`` runs the forward pass only (ranks other than 0 under tensor
+        parallelism: the LM head is replicated, rank 0 samples) and returns an empty tensor.
+        """
         start = time.perf_counter()
         self.copy_blocks(blocks_to_copy)
-        input_ids, positions, meta, offsets = self._prepare(scheduled)
+        input_ids, positions, meta, offsets = self._prepare(seqs)
         self.last_prepare_s = time.perf_counter() - start
         hidden = self.model(input_ids, positions, meta)
         index: list[int] = []
-        for i, sched in enumerate(scheduled):
-            end = offsets[i] + sched.num_new_tokens
+        for i, seq in enumerate(seqs):
+            end = offsets[i] + len(seq.token_ids)
             index.extend(range(end - num_logits[i], end))
-        if not index:
+        if not index or not compute_logits:
             return torch.empty(0, self.model.config.vocab_size, device=self.device)
         return self.model.compute_logits(hidden[torch.tensor(index, device=self.device)])
 
@@ -136,32 +181,24 @@ class ModelRunner:
         self.kv_cache[:, :, dst] = self.kv_cache[:, :, src]
 
     def _prepare(
-        self, scheduled: Sequence[ScheduledRequest]
+        self, seqs: Sequence[StepSeq]
     ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, list[int]]:
         # Kernel backend: requests the kernel attends first.  Reference: decodes
         # first, shortest context first (so decode groups pad little), then the rest.
         if self.kernel is not None:
-            order = sorted(range(len(scheduled)), key=lambda i: scheduled[i].num_new_tokens > KERNEL_MAX_QUERY_LEN)
+            order = sorted(range(len(seqs)), key=lambda i: len(seqs[i].token_ids) > KERNEL_MAX_QUERY_LEN)
         else:
-            order = sorted(
-                range(len(scheduled)),
-                key=lambda i: (scheduled[i].num_new_tokens != 1, scheduled[i].request.num_computed_tokens),
-            )
-        offsets = [0] * len(scheduled)
+            order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i].token_ids) != 1, seqs[i].num_computed_tokens))
+        offsets = [0] * len(seqs)
         token_ids: list[int] = []
         starts, counts, tables = [], [], []
         for i in order:
-            sched = scheduled[i]
-            req, n = sched.request, sched.num_new_tokens
-            nc = req.num_computed_tokens
+            seq = seqs[i]
             offsets[i] = len(token_ids)
-            chunk = req.all_token_ids[nc:nc + n]
-            if len(chunk) < n:  # drafted tokens under speculative decoding
-                chunk = chunk + req.spec_token_ids[: n - len(chunk)]
-            token_ids.extend(chunk)
-            starts.append(nc)
-            counts.append(n)
-            tables.append(req.block_ids)
+            token_ids.extend(seq.token_ids)
+            starts.append(seq.num_computed_tokens)
+            counts.append(len(seq.token_ids))
+            tables.append(seq.block_ids)
         dev = self.device
         # Index arithmetic in NumPy (a microsecond per op against torch's ~5-10 µs
         # dispatch on CPU), handed to torch without copies.
