@@ -88,6 +88,14 @@ def serve(
     speculative_method: Optional[str] = typer.Option(None, "--speculative-method", hidden=True),
     num_speculative_tokens: Optional[int] = typer.Option(None, "--num-speculative-tokens", hidden=True),
     draft_model: Optional[str] = typer.Option(None, "--draft-model", hidden=True),
+    tensor_parallel_size: Optional[int] = typer.Option(None, "--tensor-parallel-size", "-tp", help="Split each "
+                                                       "engine's model over this many processes (default 1)."),
+    replicas: Optional[int] = typer.Option(None, "--replicas", help="Engine replicas behind one ingress, as "
+                                           "Ray Serve deployments sharing --db (default 1: no Ray)."),
+    routing_policy: Optional[str] = typer.Option(None, "--routing-policy", help="With --replicas: cache_aware "
+                                                 "(default) | round_robin | single."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="With --replicas: join this Ray "
+                                              "cluster (e.g. auto) instead of starting one."),
     drain_timeout_s: Optional[float] = typer.Option(None, "--drain-timeout", help="Shutdown drain limit (s)."),
     log_level: Optional[str] = typer.Option(None, "--log-level", help="Log level (default info)."),
     disable_uvicorn_access_log: bool = typer.Option(False, "--disable-uvicorn-access-log",
@@ -112,7 +120,8 @@ def serve(
         device=device, block_size=block_size, num_kv_blocks=num_kv_blocks,
         gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, enable_prefix_caching=enable_prefix_caching,
-        max_waiting=max_waiting, seed=seed,
+        max_waiting=max_waiting, seed=seed, tensor_parallel_size=tensor_parallel_size, replicas=replicas,
+        routing_policy=routing_policy, ray_address=ray_address,
         speculative_config=_json("--speculative-config", speculative_config, dict),
         speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,
         draft_model=draft_model, drain_timeout_s=drain_timeout_s, log_level=log_level,
@@ -122,12 +131,38 @@ def serve(
         typer.secho("WARNING: --no-auth: the API accepts requests without a key. "
                     "Local development only.", fg="yellow", err=True)
     logging.getLogger().setLevel(settings.log_level.upper())
+    if settings.replicas > 1:
+        _serve_replicas(settings)
+        return
     app = _load(settings)
     import uvicorn
 
     uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
                 access_log=not settings.disable_uvicorn_access_log,
                 timeout_graceful_shutdown=int(settings.drain_timeout_s) or None)
+
+
+def _serve_replicas(settings: Any) -> None:
+    """``--replicas N``: Ray Serve replicas behind the cache-aware ingress (``api.cluster``)."""
+    import logging
+
+    from rich.console import Console
+
+    from api.cluster import launch
+    from orchestrator.console import model_error, resolve_model
+
+    resolve_model(Console(stderr=True), settings.model)
+    try:
+        launch.prepare(settings)
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback
+        _fail(f"database {settings.db!r} cannot be opened: {str(exc).splitlines()[0] if str(exc) else exc!r}")
+    try:
+        launch.run(settings)
+    except ImportError:
+        _fail("--replicas needs Ray Serve: pip install 'loom[cluster]'")
+    except Exception as exc:  # noqa: BLE001 - a replica that cannot start is one line
+        logging.getLogger(__name__).debug("replicas failed", exc_info=True)
+        _fail(f"the replicas did not start: {model_error(settings.model, exc)}")
 
 
 def _settings(config: Path | None, **flags: Any) -> Any:

@@ -41,6 +41,7 @@ def engine_args(settings: Settings) -> dict[str, Any]:
         "enable_prefix_caching": settings.enable_prefix_caching,
         "gpu_memory_utilization": settings.gpu_memory_utilization,
         "seed": settings.seed,
+        "tensor_parallel_size": settings.tensor_parallel_size,
     }
     for name in ("num_kv_blocks", "max_model_len", "max_waiting", "speculative_config"):
         value = getattr(settings, name)

@@ -53,6 +53,9 @@ class Settings(BaseSettings):
         default=0.9, gt=0, le=1, description="Fraction of GPU memory the engine may use (CUDA only)."
     )
     seed: int = 0
+    tensor_parallel_size: int = Field(
+        default=1, gt=0, description="Ranks each engine splits its model over (worker processes; "
+        "gloo on CPU, NCCL on CUDA), vLLM's --tensor-parallel-size.")
     speculative_config: dict[str, Any] | None = Field(
         default=None, description="Speculative decoding as vLLM's --speculative-config JSON: "
         '{"method": "ngram"|"draft_model", "num_speculative_tokens": k, "model": DRAFT} '
@@ -69,6 +72,15 @@ class Settings(BaseSettings):
         default="sqlite:///loom.db",
         description="SQLAlchemy URL for keys, sessions and memories.",
     )
+
+    # replicas (api.cluster, Ray Serve)
+    replicas: int = Field(default=1, gt=0, description="Engine replicas behind one ingress; above 1 "
+                          "they run as Ray Serve deployments sharing the database.")
+    routing_policy: str = Field(default="cache_aware", description="How the ingress picks a replica: "
+                                "cache_aware (session affinity, then longest cached prefix, then least "
+                                "loaded) | round_robin | single.")
+    ray_address: str | None = Field(default=None, description="Ray cluster to join (ray.init's address, "
+                                    "e.g. auto); default: start one on this machine.")
 
     # serving
     host: str = "127.0.0.1"
@@ -114,6 +126,15 @@ class Settings(BaseSettings):
 
         if value != "auto" and value not in FORMATS:
             raise ValueError(f"must be 'auto' or one of {sorted(FORMATS)}")
+        return value
+
+    @field_validator("routing_policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        from api.cluster.router import POLICIES
+
+        if value not in POLICIES:
+            raise ValueError(f"must be one of {list(POLICIES)}")
         return value
 
     @field_validator("root_path")

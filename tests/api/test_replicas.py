@@ -1,0 +1,77 @@
+"""``loom serve --replicas 2``: two Ray Serve engine replicas of the real default model behind the
+cache-aware ingress, on one SQLite database.
+
+A stateless chat's next turn lands where its prefix is cached; ``/metrics`` shows each replica and
+their sum; a replica SIGKILLed mid-run fails no request and loses no message (its sessions go on
+elsewhere); a model that cannot be had fails the start in one line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from tests.api.replicas import ReplicaServer, conversations, replica_pid, run_workload
+from tests.api.server import REPO, _env
+
+pytestmark = pytest.mark.slow
+BLOCK = 16  # the server's KV block size (tokens)
+
+
+@pytest.fixture(scope="module")
+def cluster(real_model, tmp_path_factory):
+    """Two replicas on a SQLite file; ``LOOM_CLUSTER_TEST_DB=postgresql+psycopg://...`` puts them on Postgres."""
+    server = ReplicaServer(real_model, tmp_path_factory.mktemp("replicas"), 2, "cache_aware",
+                           db=os.environ.get("LOOM_CLUSTER_TEST_DB")).start(timeout=600)
+    yield server
+    assert server.stop() == 0
+
+
+def test_stateless_turns_find_their_prefix_on_one_replica(cluster, real_model):
+    res, _ = asyncio.run(run_workload(cluster.url, "stateless", "stateless", sessions=4, turns=3, max_tokens=16,
+                                      model=real_model.name))
+    assert [r.failed for r in res.records] == [None] * 12
+    by_conv: dict[int, list] = {}
+    for rec in sorted(res.records, key=lambda r: (r.conversation, r.turn)):
+        by_conv.setdefault(rec.conversation, []).append(rec)
+    for turns in by_conv.values():
+        for prev, cur in itertools.pairwise(turns):
+            # the previous prompt is cached (to the block its reply's tokens diverge in) on the routed replica
+            assert cur.cached_tokens >= prev.prompt_tokens - BLOCK, (prev, cur)
+
+
+def test_metrics_show_each_replica_and_their_sum(cluster):
+    text = httpx.get(cluster.url + "/metrics", timeout=60).text
+    for replica in ("0", "1", "all"):
+        assert f'replica="{replica}"' in text
+    assert 'loom_replica_up{replica="0"} 1.0' in text and 'loom_replica_up{replica="1"} 1.0' in text
+    assert 'reason="prefix_match"' in text
+
+
+def test_killed_replica_fails_no_session_and_loses_no_message(cluster, real_model):
+    assert replica_pid(1) is not None
+    res, sids = asyncio.run(run_workload(cluster.url, "kill", "sessions", sessions=4, turns=4, max_tokens=16,
+                                         model=real_model.name, kill_after=5))
+    assert [r.failed for r in res.records] == [None] * 16
+    for sid, (_, questions) in zip(sids, conversations(4, 4), strict=True):
+        turns = httpx.get(f"{cluster.url}/v1/sessions/{sid}/messages", timeout=60).json()["data"]
+        # every question answered once, in order; a turn the dead replica was running stays, interrupted
+        assert [t["user_message"] for t in turns if t["state"] == "done"] == questions
+        assert all(t["state"] in ("done", "interrupted") for t in turns)
+    metrics = httpx.get(cluster.url + "/metrics", timeout=60).text
+    assert "loom_router_failovers_total" in metrics
+
+
+def test_unknown_model_fails_the_start_in_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "api.cli", "serve", "--replicas", "2", "--model", "no-such-model",
+                           "--db", f"sqlite:///{tmp_path / 'x.db'}", "--no-auth"], check=False, cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "no-such-model" in errors[0] and "Traceback" not in proc.stderr
