@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import threading
 import time
 from typing import Any
@@ -26,12 +25,6 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 600.0
 REPLICA_KEEP_ALIVE_S = 75  # idle keep-alive (s): longer than the ingress keeps a pooled connection
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class LoomReplica:
@@ -51,12 +44,13 @@ class LoomReplica:
 
         from api.app import create_app
         from api.settings import Settings
+        from runtime.distributed import free_port
 
         self.replica = replica
         parsed = Settings(**{**settings, "host": host})
         self.app = create_app(parsed)
         self.app.state.services.start()
-        port = _free_port(host)
+        port = free_port(host)
         self.url = f"http://{host}:{port}"
         config = uvicorn.Config(self.app, host=host, port=port, log_level=parsed.log_level,
                                 access_log=not parsed.disable_uvicorn_access_log,

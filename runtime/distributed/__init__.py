@@ -13,28 +13,27 @@ Design:
   bias once after the reduction.  An attention block is column (QKV, heads split across ranks) then
   row (output projection); an MLP is column (gate/up) then row (down): one all-reduce per block.
 
-Status: the parallel layers and their process-group plumbing, tested against a single-process
-``nn.Linear`` under gloo with 2 processes.  Not yet wired into ``runtime/models/llama.py`` or the
-engine (the model still runs with tp = 1).
+Wiring (``tensor_parallel_size`` in ``EngineConfig``, ``loom serve -tp N``):
 
-Next (the plan, as vLLM's executor does it):
-
-* model: ``qkv_proj`` column-parallel with ``output_sizes=[q, kv, kv]`` and ``o_proj``
-  row-parallel, so each rank runs ``num_heads / tp`` query and ``num_kv_heads / tp`` KV heads
-  (KV heads replicated when tp exceeds them, as vLLM); ``gate_up_proj`` column-parallel with
-  ``[I, I]``, ``down_proj`` row-parallel; embeddings and ``lm_head`` replicated at first (exact,
-  simple; vocab-parallel later).  The loader calls ``load_full_weight`` per layer.
+* ``shard``: each rank loads the whole checkpoint, then keeps its slice: ``qkv_proj``
+  column-parallel with ``output_sizes=[q, kv, kv]``, ``o_proj`` row-parallel, ``gate_up_proj``
+  column-parallel with ``[I, I]``, ``down_proj`` row-parallel, so each rank runs
+  ``num_heads / tp`` query and ``num_kv_heads / tp`` KV heads; embeddings, norms and ``lm_head``
+  replicated (exact and simple; vocab-parallel later).  Heads not divisible by tp are refused
+  (vLLM replicates KV heads when tp exceeds them; not built).
 * KV cache: each rank holds its own KV heads for every block, so one block table and one slot
-  mapping address all ranks (the draft model's cache already works this way).
-* engine: rank 0 owns the scheduler, the KV cache manager and the sampler; each step it
-  broadcasts the step's inputs (token ids, positions, slot mapping, block tables, copies) and
-  every rank runs the same forward; rank 0 samples from its (replicated) logits.
-* test: greedy output of a tp = 2 engine in two gloo processes equal to tp = 1 token for token.
+  mapping address all ranks.
+* ``worker`` / ``executor``: the engine process keeps the scheduler, the KV cache manager and the
+  sampler; each step it sends every rank the step's plain inputs (``model_runner.StepSeq``) over
+  a pipe, every rank runs the same forward (the all-reduces meet), rank 0 returns the logits.
+* tested: greedy output of a tp = 2 engine in two gloo processes equal to HF ``generate``, and a
+  tp = 3 real SmolLM2 equal to tp = 1, token for token (``tests/runtime/test_tensor_parallel_engine.py``).
 """
 
 from runtime.distributed.layers import ColumnParallelLinear, RowParallelLinear
 from runtime.distributed.parallel_state import (
     destroy_tensor_parallel,
+    free_port,
     init_tensor_parallel,
     tensor_parallel_rank,
     tensor_parallel_world_size,
@@ -44,6 +43,7 @@ __all__ = [
     "ColumnParallelLinear",
     "RowParallelLinear",
     "destroy_tensor_parallel",
+    "free_port",
     "init_tensor_parallel",
     "tensor_parallel_rank",
     "tensor_parallel_world_size",

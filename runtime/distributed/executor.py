@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
-import socket
 from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 import torch
 
 from runtime.config import EngineConfig
+from runtime.distributed.parallel_state import free_port
 from runtime.distributed.shard import check_tensor_parallel_shape
 from runtime.distributed.worker import WorkerArgs, run_worker
 from runtime.errors import LoomError
@@ -40,12 +40,6 @@ START_TIMEOUT_S = 600.0  # a rank loading a large checkpoint from a slow disk
 
 class TensorParallelError(LoomError):
     """A tensor-parallel rank failed or died; the engine's model is gone."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class TensorParallelExecutor:
@@ -73,7 +67,7 @@ class TensorParallelExecutor:
         self.last_prepare_s = 0.0
         self._dead: str | None = None
         ctx = mp.get_context("spawn")
-        url = f"tcp://127.0.0.1:{_free_port()}"
+        url = f"tcp://127.0.0.1:{free_port()}"
         threads = max(1, min(torch.get_num_threads(), default_num_threads() // tp))
         self._conns: list[Connection] = []
         self._procs: list[Any] = []

@@ -7,8 +7,17 @@ single-process code paths need no branches.
 
 from __future__ import annotations
 
+import socket
+
 import torch
 import torch.distributed as dist
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` right now (a rendezvous or a replica's server binds it next)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def init_tensor_parallel(rank: int, world_size: int, init_method: str, backend: str | None = None) -> None:
