@@ -153,7 +153,11 @@ def _serve_replicas(settings: Any) -> None:
 
     resolve_model(Console(stderr=True), settings.model)
     try:
-        launch.prepare(settings)
+        launch.check_engine(settings)
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback
+        _fail(_engine_field_error(exc) or model_error(settings.model, exc))
+    try:
+        launch.prepare_database(settings)
     except Exception as exc:  # noqa: BLE001 - one line, not a traceback
         _fail(f"database {settings.db!r} cannot be opened: {str(exc).splitlines()[0] if str(exc) else exc!r}")
     try:
@@ -162,7 +166,21 @@ def _serve_replicas(settings: Any) -> None:
         _fail("--replicas needs Ray Serve: pip install 'loom[cluster]'")
     except Exception as exc:  # noqa: BLE001 - a replica that cannot start is one line
         logging.getLogger(__name__).debug("replicas failed", exc_info=True)
-        _fail(f"the replicas did not start: {model_error(settings.model, exc)}")
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        _fail(f"the replicas did not start ({reason}); --log-level debug shows the replicas' own logs")
+
+
+def _engine_field_error(exc: BaseException) -> str | None:
+    """A ``ValueError`` naming an engine setting (``EngineConfig``'s way: ``"field: why"``) as a flag error."""
+    import dataclasses
+
+    from runtime.config import EngineConfig
+
+    field, sep, why = str(exc).partition(": ")
+    names = {f.name for f in dataclasses.fields(EngineConfig)}
+    if not isinstance(exc, ValueError) or not sep or field not in names:
+        return None
+    return f"{field} (--{field.replace('_', '-')}): {why}"
 
 
 def _settings(config: Path | None, **flags: Any) -> Any:
@@ -222,6 +240,6 @@ def _load(settings: Any) -> Any:
             _fail(f"database {settings.db!r} cannot be opened: {reason}; pass --db with a SQLAlchemy URL, "
                   "e.g. sqlite:///loom.db")
         if services.engine is None:
-            _fail(model_error(settings.model, exc))
+            _fail(_engine_field_error(exc) or model_error(settings.model, exc))
         _fail(f"index {str(settings.index)!r} cannot be opened: {reason}; build one with loom ingest")
     return app

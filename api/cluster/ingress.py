@@ -228,7 +228,10 @@ class Ingress:
             self.router.finished(replica)
         if route.reason == "fewest_sessions":
             self.router.release_reservation(replica)  # the pin below replaces it
-        if upstream.status_code < 500:
+        if request.method == "DELETE" and session_id is not None and upstream.status_code == 200 \
+                and request.url.path.rstrip("/") == f"/v1/sessions/{session_id}":
+            self.router.forget(session_id)
+        elif upstream.status_code < 500:
             self.router.record(replica, session_id, key)
             self._pin_new_session(replica, request, content)
         return Response(content, status_code=upstream.status_code, headers=out_headers)

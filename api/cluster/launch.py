@@ -16,12 +16,30 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 
-def prepare(settings: Any) -> None:
-    """Pull the model and create the database's tables (raises what ``Store`` / the registry raise)."""
-    from api.store import Store
-    from runtime.models.loader import resolve_model_path
+def check_engine(settings: Any) -> None:
+    """Pull the model and check the engine settings against it, here, before N replicas try.
 
-    resolve_model_path(settings.model)
+    Raises:
+        ValueError: an engine setting the model cannot take (``"field: why"``), e.g. a
+            ``tensor_parallel_size`` that does not divide its heads.
+        runtime.errors.LoomError: the model cannot be had.
+    """
+    from api.services import engine_args
+    from runtime.config import EngineConfig
+    from runtime.distributed.shard import check_tensor_parallel_shape
+    from runtime.models.loader import load_hf_config, resolve_model_path
+
+    path = resolve_model_path(settings.model)
+    config = EngineConfig(model=str(path), **engine_args(settings))
+    hf_config = load_hf_config(path, config.hf_overrides)
+    config.resolve(hf_config)
+    check_tensor_parallel_shape(hf_config, config.tensor_parallel_size)
+
+
+def prepare_database(settings: Any) -> None:
+    """Create the database's tables once (raises what ``Store`` raises)."""
+    from api.store import Store
+
     Store(settings.db).close()
 
 

@@ -159,6 +159,13 @@ class CacheAwareRouter:
                     return Route(replica, "prefix_match", matched)
             return Route(lightest, "least_loaded")
 
+    def forget(self, session_id: str) -> None:
+        """A deleted session: unpin it."""
+        with self._lock:
+            replica = self.sessions.pop(session_id, None)
+            if replica is not None:
+                self.pinned[replica] -= 1
+
     def release_reservation(self, replica: int) -> None:
         """The session create routed to ``replica`` answered (its id is then ``record``-ed) or failed."""
         with self._lock:

@@ -166,3 +166,11 @@ def test_new_sessions_go_where_the_fewest_are_pinned_whatever_the_momentary_load
         router.release_reservation(replica)
         router.record(replica, session_id=f"s{i}")
     assert router.pinned == [8, 8]
+
+
+def test_a_deleted_session_is_unpinned():
+    router = CacheAwareRouter(2)
+    router.record(1, session_id="s")
+    router.forget("s")
+    router.forget("s")  # twice: nothing left to forget
+    assert router.pinned == [0, 0] and "s" not in router.sessions

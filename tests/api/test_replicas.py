@@ -1,8 +1,8 @@
 """``loom serve --replicas 2``: two Ray Serve engine replicas of the real default model behind the
 cache-aware ingress, on one SQLite database.
 
-A stateless chat's next turn lands where its prefix is cached; ``/metrics`` shows each replica and
-their sum; a replica SIGKILLed mid-run fails no request and loses no message (its sessions go on
+A stateless chat's next turn lands where its prefix is cached; a fork where its parent's prefix is;
+``/metrics`` shows each replica and their sum; a replica SIGKILLed mid-run fails no request and loses no message (its sessions go on
 elsewhere); a model that cannot be had fails the start in one line.
 """
 
@@ -46,6 +46,21 @@ def test_stateless_turns_find_their_prefix_on_one_replica(cluster, real_model):
             assert cur.cached_tokens >= prev.prompt_tokens - BLOCK, (prev, cur)
 
 
+def test_fork_lands_on_its_parents_replica_and_is_served_from_its_cache(cluster):
+    with httpx.Client(base_url=cluster.url, timeout=300) as c:
+        sid = c.post("/v1/sessions", json={"system_prompt": "You are a helpful assistant. Answer briefly.",
+                                           "sampling": {"max_tokens": 16}}).json()["id"]
+        turns = [c.post(f"/v1/sessions/{sid}/messages", json={"content": q}).json()
+                 for q in ("What is the capital of France?", "And of Italy?")]
+        fork = c.post(f"/v1/sessions/{sid}/fork", json={"turn": 2}).json()
+        last = turns[1]["ledger"]["calls"][-1]
+        first = c.post(f"/v1/sessions/{fork['id']}/messages", json={"content": "And of Spain?"}).json()
+        assert first["ledger"]["calls"][0]["cached_tokens"] >= last["prompt_tokens"] + last["completion_tokens"]
+        for session in (fork["id"], sid):
+            assert c.delete(f"/v1/sessions/{session}").status_code == 200
+            assert c.get(f"/v1/sessions/{session}").status_code == 404
+
+
 def test_metrics_show_each_replica_and_their_sum(cluster):
     text = httpx.get(cluster.url + "/metrics", timeout=60).text
     for replica in ("0", "1", "all"):
@@ -68,10 +83,14 @@ def test_killed_replica_fails_no_session_and_loses_no_message(cluster, real_mode
     assert "loom_router_failovers_total" in metrics
 
 
-def test_unknown_model_fails_the_start_in_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "api.cli", "serve", "--replicas", "2", "--model", "no-such-model",
+@pytest.mark.parametrize(("args", "named"), [
+    (["--model", "no-such-model"], "no-such-model"),
+    (["--tensor-parallel-size", "2"], "tensor_parallel_size"),  # SmolLM2's 9 heads: checked before Ray starts
+])
+def test_a_start_that_cannot_work_fails_in_one_line(tmp_path, real_model, args, named):
+    proc = subprocess.run([sys.executable, "-m", "api.cli", "serve", "--replicas", "2", *args,
                            "--db", f"sqlite:///{tmp_path / 'x.db'}", "--no-auth"], check=False, cwd=REPO, env=_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "no-such-model" in errors[0] and "Traceback" not in proc.stderr
+    assert len(errors) == 1 and named in errors[0] and "Traceback" not in proc.stderr
