@@ -55,7 +55,9 @@ def test_fork_lands_on_its_parents_replica_and_is_served_from_its_cache(cluster)
         fork = c.post(f"/v1/sessions/{sid}/fork", json={"turn": 2}).json()
         last = turns[1]["ledger"]["calls"][-1]
         first = c.post(f"/v1/sessions/{fork['id']}/messages", json={"content": "And of Spain?"}).json()
-        assert first["ledger"]["calls"][0]["cached_tokens"] >= last["prompt_tokens"] + last["completion_tokens"]
+        # every token before the fork point but the reply's last, which was sampled and never run
+        # through the model (on the other replica almost nothing would be cached)
+        assert first["ledger"]["calls"][0]["cached_tokens"] >= last["prompt_tokens"] + last["completion_tokens"] - 1
         for session in (fork["id"], sid):
             assert c.delete(f"/v1/sessions/{session}").status_code == 200
             assert c.get(f"/v1/sessions/{session}").status_code == 404
@@ -71,10 +73,10 @@ def test_metrics_show_each_replica_and_their_sum(cluster):
 
 def test_killed_replica_fails_no_session_and_loses_no_message(cluster, real_model):
     assert replica_pid(1) is not None
-    res, sids = asyncio.run(run_workload(cluster.url, "kill", "sessions", sessions=4, turns=4, max_tokens=16,
-                                         model=real_model.name, kill_after=5))
-    assert [r.failed for r in res.records] == [None] * 16
-    for sid, (_, questions) in zip(sids, conversations(4, 4), strict=True):
+    res, sids = asyncio.run(run_workload(cluster.url, "kill", "sessions", sessions=4, turns=3, max_tokens=16,
+                                         model=real_model.name, kill_after=4))
+    assert [r.failed for r in res.records] == [None] * 12
+    for sid, (_, questions) in zip(sids, conversations(4, 3), strict=True):
         turns = httpx.get(f"{cluster.url}/v1/sessions/{sid}/messages", timeout=60).json()["data"]
         # every question answered once, in order; a turn the dead replica was running stays, interrupted
         assert [t["user_message"] for t in turns if t["state"] == "done"] == questions
