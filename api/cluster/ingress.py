@@ -89,6 +89,10 @@ def routing_inputs(method: str, path: str, body: bytes) -> RoutingInputs:
     return RoutingInputs(key="\n".join(parts))
 
 
+class _AddressUnknown(Exception):
+    """The replica's ``info`` did not answer: its address is unknown, it cannot take the request."""
+
+
 def _error(status: int, message: str, kind: str = "service_unavailable") -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": None}},
                         status_code=status)
@@ -163,7 +167,14 @@ class Ingress:
     # -- requests --------------------------------------------------------------
 
     async def handle(self, request: Request) -> Response:
-        """Answer one HTTP request (see the module docstring)."""
+        """Answer one HTTP request (see the module docstring); never a bare 500."""
+        try:
+            return await self._handle(request)
+        except Exception:  # noqa: BLE001 - an ingress fault is an OpenAI-style 502, details in the log
+            log.exception("ingress failed on %s %s", request.method, request.url.path)
+            return _error(502, "the ingress could not forward this request; retry shortly", "bad_gateway")
+
+    async def _handle(self, request: Request) -> Response:
         if self._poller is None:
             self._poller = asyncio.ensure_future(self._poll_loads())
         path = request.url.path
@@ -179,10 +190,11 @@ class Ingress:
                 return _error(503, f"{exc}; retry shortly")
             try:
                 return await self._forward(route, request, body, headers, inputs.session_id, inputs.key)
-            except _RETRYABLE as exc:
+            except (*_RETRYABLE, _AddressUnknown) as exc:
                 if inputs.new_session:
                     self.router.release_reservation(route.replica)
-                if await self._alive(route.replica):  # a dropped connection, not a dead replica
+                if not isinstance(exc, _AddressUnknown) and await self._alive(route.replica):
+                    # a dropped connection, not a dead replica
                     log.warning("replica %d dropped a connection (%s); resending", route.replica,
                                 type(exc).__name__)
                     continue
@@ -190,6 +202,10 @@ class Ingress:
                 self.router.mark_down(route.replica)
                 self.urls[route.replica] = None
                 self.failovers += 1
+            except Exception:
+                if inputs.new_session:
+                    self.router.release_reservation(route.replica)
+                raise
         return _error(503, "no engine replica could answer; retry shortly")
 
     async def _alive(self, replica: int) -> bool:
@@ -204,7 +220,10 @@ class Ingress:
     async def _forward(self, route: Route, request: Request, body: bytes, headers: dict[str, str],
                        session_id: str | None, key: str | None) -> Response:
         replica = route.replica
-        url = await self._url(replica) + request.url.path
+        try:
+            url = await self._url(replica) + request.url.path
+        except Exception as exc:  # noqa: BLE001 - restarting or gone: another replica takes it
+            raise _AddressUnknown(str(exc)) from exc
         if request.url.query:
             url += "?" + request.url.query
         self.router.started(replica)
