@@ -74,7 +74,7 @@ def step_seqs(scheduled: Sequence[ScheduledRequest]) -> list[StepSeq]:
         chunk = req.all_token_ids[nc:nc + n]
         if len(chunk) < n:  # drafted tokens under speculative decoding
             chunk = chunk + req.spec_token_ids[: n - len(chunk)]
-        seqs.append(StepSeq(list(chunk), nc, req.block_ids))
+        seqs.append(StepSeq(chunk, nc, req.block_ids))
     return seqs
 
 
@@ -136,7 +136,12 @@ class ModelRunner:
             ``[sum(num_logits), vocab]`` float32 logits, grouped by request in
             ``scheduled`` order, positions ascending within a request.
         """
-        return self.execute(step_seqs(scheduled), num_logits, blocks_to_copy)
+        start = time.perf_counter()
+        seqs = step_seqs(scheduled)
+        gather_s = time.perf_counter() - start
+        logits = self.execute(seqs, num_logits, blocks_to_copy)
+        self.last_prepare_s += gather_s  # input preparation includes reading the requests' tokens
+        return logits
 
     @torch.inference_mode()
     def execute(

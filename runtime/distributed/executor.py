@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -95,14 +96,16 @@ class TensorParallelExecutor:
         """
         if self._dead is not None:
             raise TensorParallelError(f"the tensor-parallel workers are gone ({self._dead})")
+        start = time.perf_counter()
         msg = ("execute", step_seqs(scheduled), list(num_logits), list(blocks_to_copy))
+        gather_s = time.perf_counter() - start
         for conn in self._conns:
             try:
                 conn.send(msg)
             except OSError as exc:
                 self._fail(f"a rank's pipe is closed: {exc}")
         replies = self._gather(timeout=None)
-        self.last_prepare_s = float(replies[0][2])
+        self.last_prepare_s = gather_s + float(replies[0][2])  # rank 0's own preparation
         return torch.from_numpy(replies[0][1])
 
     def _gather(self, timeout: float | None) -> list[tuple[Any, ...]]:
