@@ -83,15 +83,3 @@ class ServeIngress:
 
     async def __call__(self, request: Any) -> Any:
         return await self.ingress.handle(request)
-
-    async def set_policy(self, policy: str) -> None:
-        """Switch the routing policy in place (benchmarks compare policies on one deployment)."""
-        from api.cluster.router import POLICIES
-
-        if policy not in POLICIES:
-            raise ValueError(f"policy: must be one of {POLICIES}")
-        self.ingress.router.policy = policy
-
-    async def replica_info(self) -> list[dict[str, Any]]:
-        """Each replica's ``info()`` (url, pid), as the ingress sees it now."""
-        return [await h.info.remote() for h in self.handles]

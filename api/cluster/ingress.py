@@ -291,8 +291,3 @@ class Ingress:
         texts: Sequence[str | None] = await asyncio.gather(*(scrape(i) for i in range(len(self.urls))))
         text = merge_replica_metrics(texts, self.router, self.routed, self.failovers)
         return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    async def close(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-        await self.client.aclose()
