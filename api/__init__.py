@@ -10,21 +10,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from api.settings import Settings
+    from loom.api.settings import Settings
 
 __all__ = ["Settings", "create_app"]
 
 
 def create_app(settings: Settings) -> Any:
-    """Build the app (see ``api.app.create_app``)."""
-    from api.app import create_app as _create
+    """Build the app (see ``loom.api.app.create_app``)."""
+    from loom.api.app import create_app as _create
 
     return _create(settings)
 
 
 def __getattr__(name: str) -> Any:
     if name == "Settings":
-        from api.settings import Settings
+        from loom.api.settings import Settings
 
         return Settings
     raise AttributeError(name)

@@ -6,8 +6,8 @@ outermost first: CORS when ``allowed_origins`` is set (FastAPI's
 ``CORSMiddleware`` with vLLM's option names; outermost, so a browser's
 preflight ``OPTIONS`` is answered without a key and a 401 carries the CORS
 headers); in-flight and status accounting; the API-key check from the
-headers alone (``api.auth.AuthGate``: no body is read before it); the lone
-surrogate guard (``api.text_guard``).  The accounting one counts in-flight
+headers alone (``loom.api.auth.AuthGate``: no body is read before it); the lone
+surrogate guard (``loom.api.text_guard``).  The accounting one counts in-flight
 requests (for the drain) and records ``loom_http_requests{method,route,status}``
 with the route *template* (``/v1/sessions/{session_id}``) so ids do not explode
 label cardinality.
@@ -24,13 +24,13 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from api.auth import AuthGate
-from api.errors import install_error_handlers
-from api.openapi import install_openapi
-from api.routes.system import loom_version
-from api.services import Services
-from api.text_guard import TextGuard
-from api.settings import Settings
+from loom.api.auth import AuthGate
+from loom.api.errors import install_error_handlers
+from loom.api.openapi import install_openapi
+from loom.version import loom_version
+from loom.api.services import Services
+from loom.api.text_guard import TextGuard
+from loom.api.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def create_app(settings: Settings) -> FastAPI:
     (agent turns with persistent history); ``/v1/documents``, ``/v1/search``;
     ``/v1/memories``; ``/health``; ``/metrics``.
     """
-    from api.routes import chat, completions, embeddings, forks, resources, sessions, system, tokenize
+    from loom.api.routes import chat, completions, embeddings, forks, resources, sessions, system, tokenize
 
     services = Services(settings=settings)
 
@@ -103,7 +103,7 @@ def create_app(settings: Settings) -> FastAPI:
     install_openapi(app)
     for module in (chat, completions, embeddings, tokenize, sessions, forks, resources, system):
         app.include_router(module.router)
-    app.add_middleware(TextGuard)  # lone surrogates: a 400 before any route (api.text_guard)
+    app.add_middleware(TextGuard)  # lone surrogates: a 400 before any route (loom.api.text_guard)
     app.add_middleware(AuthGate, services=services)  # 401 from the headers, before any body is read
     app.add_middleware(_Accounting, services=services)
     if settings.allowed_origins:

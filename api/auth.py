@@ -25,8 +25,8 @@ from sqlalchemy import select
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
-from api.errors import AuthenticationError, loom_error_body
-from api.store import ApiKey, Store
+from loom.api.errors import AuthenticationError, loom_error_body
+from loom.api.store import ApiKey, Store
 
 LOCAL_OWNER = "local"
 STATIC_KEY_OWNER = "api-key"

@@ -1,7 +1,7 @@
 """The ``loom`` command line: one typer app that mounts each package's commands.
 
-Each package owns its sub-commands in its own ``cli.py`` (``runtime.cli`` for
-``model`` and ``bench``, ``retrieval.cli`` for ``ingest`` and ``search``, ...);
+Each package owns its sub-commands in its own ``cli.py`` (``loom.runtime.cli`` for
+``model`` and ``bench``, ``loom.retrieval.cli`` for ``ingest`` and ``search``, ...);
 this module only assembles them, so ``loom --help`` stays fast (heavy imports
 such as torch happen inside the commands).
 """
@@ -30,24 +30,24 @@ def _root() -> None:
 @app.command()
 def version() -> None:
     """Print Loom's version."""
-    from importlib.metadata import version as _v
+    from loom.version import loom_version
 
-    typer.echo(_v("loom"))
+    typer.echo(loom_version())
 
 
 # (module, attribute, name): sub-apps (typer.Typer) or single commands (callables).
 _SUBAPPS = [
-    ("runtime.cli", "model_app", "model"),
-    ("runtime.cli", "bench_app", "bench"),
-    ("evals.cli", "eval_app", "eval"),
-    ("api.keys_cli", "keys_app", "keys"),
+    ("loom.runtime.cli", "model_app", "model"),
+    ("loom.runtime.cli", "bench_app", "bench"),
+    ("loom.evals.cli", "eval_app", "eval"),
+    ("loom.api.keys_cli", "keys_app", "keys"),
 ]
 _COMMANDS = [
-    ("retrieval.cli", "ingest", "ingest"),
-    ("retrieval.cli", "search", "search"),
-    ("api.serve_cli", "serve", "serve"),
-    ("evals.chat_cli", "chat", "chat"),
-    ("evals.demo", "demo", "demo"),
+    ("loom.retrieval.cli", "ingest", "ingest"),
+    ("loom.retrieval.cli", "search", "search"),
+    ("loom.api.serve_cli", "serve", "serve"),
+    ("loom.evals.chat_cli", "chat", "chat"),
+    ("loom.evals.demo", "demo", "demo"),
 ]
 
 
@@ -80,7 +80,7 @@ def main() -> None:
     ``error:`` line naming the flag and exit code 2, as a ``LoomError`` is; the
     help screens stay typer's.
     """
-    from runtime.errors import LoomError
+    from loom.runtime.errors import LoomError
 
     try:
         from typer._click import exceptions as click  # typer >= 0.24 vendors click

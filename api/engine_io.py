@@ -29,7 +29,7 @@ from typing import Any
 import anyio
 from fastapi import Request
 
-from runtime.errors import RequestAbortedError
+from loom.runtime.errors import RequestAbortedError
 
 log = logging.getLogger(__name__)
 
@@ -236,8 +236,8 @@ async def sse_events(engine: Any, generations: Sequence[Generation], outputs: As
     """
     import json
 
-    from api.errors import error_body, loom_error_body
-    from runtime.errors import InvalidRequestError, LoomError
+    from loom.api.errors import error_body, loom_error_body
+    from loom.runtime.errors import InvalidRequestError, LoomError
 
     try:
         async for data in events:

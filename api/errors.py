@@ -24,9 +24,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.openapi import allowed_methods
-from runtime import errors as core
-from runtime.errors import LoomError
+from loom.api.openapi import allowed_methods
+from loom.runtime import errors as core
+from loom.runtime.errors import LoomError
 
 log = logging.getLogger(__name__)
 

@@ -5,17 +5,17 @@ meanwhile (a busy parent is a 409, as a second message would be).  The fork
 gets a new ``sess_`` id, the parent's owner and configuration, a copy of the
 turn rows of every turn wholly before the fork point (so ``GET
 /v1/sessions/{fork}/messages`` reads as the same conversation), and the
-orchestrator's items up to the point (:meth:`orchestrator.session.SQLSession.fork`),
+orchestrator's items up to the point (:meth:`loom.orchestrator.session.SQLSession.fork`),
 whose stored token ids make the fork's first prompt start with the parent's
 cached prefix.
 """
 
 from __future__ import annotations
 
-from api import turns as T
-from api.services import Services
-from api.store import ChatSession, Turn
-from api.turn_lease import TurnLeaseKeeper
+from loom.api import turns as T
+from loom.api.services import Services
+from loom.api.store import ChatSession, Turn
+from loom.api.turn_lease import TurnLeaseKeeper
 
 
 async def fork_session(services: Services, parent: ChatSession, turn: int | None, at: int | None
@@ -30,7 +30,7 @@ async def fork_session(services: Services, parent: ChatSession, turn: int | None
     lease = await TurnLeaseKeeper.claim(store, parent.id, services.settings.turn_lease_s)
     try:
         source = T.agent_session(services, parent.id)
-        from orchestrator.fork import fork_point
+        from loom.orchestrator.fork import fork_point
 
         items = source.get_items()
         k = fork_point(items, at, turn)

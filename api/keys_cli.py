@@ -12,7 +12,7 @@ _DB_HELP = "SQLAlchemy URL of the server database (default: $LOOM_DB or sqlite:/
 def _store(db: str | None):  # noqa: ANN202 - lazy import keeps `loom --help` fast
     import os
 
-    from api.store import Store
+    from loom.api.store import Store
 
     return Store(db or os.environ.get("LOOM_DB") or "sqlite:///loom.db")
 
@@ -23,7 +23,7 @@ def create(
     db: str | None = typer.Option(None, "--db", help=_DB_HELP),
 ) -> None:
     """Create a key and print it once (only its hash is stored)."""
-    from api.auth import create_key
+    from loom.api.auth import create_key
 
     try:
         key = create_key(_store(db), owner)
@@ -39,7 +39,7 @@ def list_(db: str | None = typer.Option(None, "--db", help=_DB_HELP)) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from api.auth import list_keys
+    from loom.api.auth import list_keys
 
     table = Table("id", "owner", "prefix", "created", "revoked")
     for k in list_keys(_store(db)):
@@ -53,7 +53,7 @@ def revoke(
     db: str | None = typer.Option(None, "--db", help=_DB_HELP),
 ) -> None:
     """Revoke a key; requests with it get 401 from then on."""
-    from api.auth import revoke_key
+    from loom.api.auth import revoke_key
 
     n = revoke_key(_store(db), key_id)
     if n == 0:

@@ -40,11 +40,11 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from api.store import make_engine
+from loom.api.store import make_engine
 
 
 class _Base(DeclarativeBase):
-    """Declarative base of the checkpoint tables (kept apart from ``api.store``'s)."""
+    """Declarative base of the checkpoint tables (kept apart from ``loom.api.store``'s)."""
 
 
 class CheckpointRow(_Base):
@@ -119,7 +119,7 @@ class LoomCheckpointSaver(BaseCheckpointSaver[str]):
 
     Args:
         db: a database URL (``sqlite:///loom.db``, ``postgresql+psycopg://...``)
-            or an ``Engine`` (e.g. ``api.store.Store(url).engine``).
+            or an ``Engine`` (e.g. ``loom.api.store.Store(url).engine``).
         serde: LangGraph serializer (default ``JsonPlusSerializer``).
 
     Raises:

@@ -106,7 +106,7 @@ class Metrics:
     """The server's metrics on their own registry.
 
     ``model_name`` is the ``model_name`` label of the ``vllm:*`` series (the
-    served model name; ``api.services.Services`` sets it).
+    served model name; ``loom.api.services.Services`` sets it).
     """
 
     def __init__(self, model_name: str = "") -> None:

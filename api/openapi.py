@@ -2,7 +2,7 @@
 
 FastAPI documents a ``422`` ``HTTPValidationError`` on every route with
 parameters; Loom answers validation errors with ``400`` and OpenAI's error
-body instead (``api.errors``), which each router declares.  This drops the
+body instead (``loom.api.errors``), which each router declares.  This drops the
 ``422`` entries and their schemas so the document lists only what happens,
 and answers which methods a path allows (the ``Allow`` header of a 405, which
 Starlette fills from the first matching route only).

@@ -143,13 +143,13 @@ def serve(
 
 
 def _serve_replicas(settings: Any) -> None:
-    """``--replicas N``: Ray Serve replicas behind the cache-aware ingress (``api.cluster``)."""
+    """``--replicas N``: Ray Serve replicas behind the cache-aware ingress (``loom.api.cluster``)."""
     import logging
 
     from rich.console import Console
 
-    from api.cluster import launch
-    from orchestrator.console import model_error, resolve_model
+    from loom.api.cluster import launch
+    from loom.orchestrator.console import model_error, resolve_model
 
     resolve_model(Console(stderr=True), settings.model)
     try:
@@ -174,7 +174,7 @@ def _engine_field_error(exc: BaseException) -> str | None:
     """A ``ValueError`` naming an engine setting (``EngineConfig``'s way: ``"field: why"``) as a flag error."""
     import dataclasses
 
-    from runtime.config import EngineConfig
+    from loom.runtime.config import EngineConfig
 
     field, sep, why = str(exc).partition(": ")
     names = {f.name for f in dataclasses.fields(EngineConfig)}
@@ -187,7 +187,7 @@ def _settings(config: Path | None, **flags: Any) -> Any:
     """``Settings`` from flags, env and TOML; a bad value is one ``error:`` line per field, exit 2."""
     from pydantic import ValidationError
 
-    from api.settings import Settings
+    from loom.api.settings import Settings
 
     try:
         return Settings.load(config, **flags)
@@ -225,8 +225,8 @@ def _load(settings: Any) -> Any:
 
     from rich.console import Console
 
-    from api.app import create_app
-    from orchestrator.console import model_error, resolve_model
+    from loom.api.app import create_app
+    from loom.orchestrator.console import model_error, resolve_model
 
     resolve_model(Console(stderr=True), settings.model)  # pulled, converted and checked now
     app = create_app(settings)

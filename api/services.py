@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from api.metrics import Metrics
-from api.settings import Settings
-from api.store import Store
+from loom.api.metrics import Metrics
+from loom.api.settings import Settings
+from loom.api.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ def engine_args(settings: Settings) -> dict[str, Any]:
 
     Every engine flag of ``loom serve`` (vLLM's names) lands in the field of the
     same name; ``speculative_config`` goes as a dict of
-    ``runtime.spec.SpeculativeConfig`` fields.
+    ``loom.runtime.spec.SpeculativeConfig`` fields.
     """
     args: dict[str, Any] = {
         "dtype": settings.dtype,
@@ -57,25 +57,25 @@ class Services:
     settings: Settings
     store: Store | None = None
     engine: Any = None  # runtime.AsyncLLM
-    tool_format: Any = None  # orchestrator.formats.ToolCallFormat of the served model
-    generated_ids: Any = None  # orchestrator.reuse.GeneratedIds: exact ids for resent replies
+    tool_format: Any = None  # loom.orchestrator.formats.ToolCallFormat of the served model
+    generated_ids: Any = None  # loom.orchestrator.reuse.GeneratedIds: exact ids for resent replies
     retriever: Any = None  # retrieval.Retriever
     metrics: Metrics = field(default_factory=Metrics)
     started_at: float = field(default_factory=time.time)
     in_flight: int = 0
     _memory: Any = None
-    _mcp: dict[str, Any] | None = None  # tools.mcp.MCPServer by name (Settings.mcp_config)
+    _mcp: dict[str, Any] | None = None  # loom.tools.mcp.MCPServer by name (Settings.mcp_config)
     _embedder: Any = None
     _lock: Any = field(default_factory=threading.RLock)  # re-entrant: index() loads the embedder
 
     def __post_init__(self) -> None:
         self.metrics.model_name = self.settings.model_name  # vLLM's model_name label
 
-    # MCP servers (tools.mcp) ------------------------------------------------------------
+    # MCP servers (loom.tools.mcp) ------------------------------------------------------------
     def _mcp_servers(self) -> dict[str, Any]:
         with self._lock:
             if self._mcp is None:
-                from tools.mcp_config import load_mcp_config
+                from loom.tools.mcp_config import load_mcp_config
 
                 path = self.settings.mcp_config
                 self._mcp = {s.name: s for s in load_mcp_config(path)} if path is not None else {}
@@ -96,7 +96,7 @@ class Services:
         is left out of the turn with a warning; its calls would fail anyway, and the turn
         goes on with the other tools.
         """
-        from tools.mcp import MCPConnectionError
+        from loom.tools.mcp import MCPConnectionError
 
         chosen: dict[str, Any] = {}
         for server_name, tool_name, server in self._mcp_refs(names):
@@ -120,7 +120,7 @@ class Services:
         Raises:
             InvalidRequestError: naming ``tools``.
         """
-        from runtime.errors import InvalidRequestError
+        from loom.runtime.errors import InvalidRequestError
 
         for server_name, tool_name, server in self._mcp_refs(names):
             if server is None:
@@ -141,9 +141,9 @@ class Services:
         lifespan calls it again, which does nothing then.
 
         Raises:
-            runtime.errors.LoomError, ValueError, OSError: the model, database or index cannot be opened.
+            loom.runtime.errors.LoomError, ValueError, OSError: the model, database or index cannot be opened.
         """
-        from runtime import AsyncLLM
+        from loom.runtime import AsyncLLM
 
         if self.engine is not None:
             return
@@ -156,13 +156,13 @@ class Services:
             log.warning("marked %d turn(s) left running by a previous process as interrupted", stale)
         log.info("loading model %s", s.model)
         self.engine = AsyncLLM(s.model, **engine_args(s))
-        from orchestrator.formats import detect_format
+        from loom.orchestrator.formats import detect_format
 
         self.tool_format = detect_format(self.engine.tokenizer, s.tool_call_parser)
         log.info("tool-call format: %s%s", self.tool_format.name,
                  " (tools described in the system message)" if self.tool_format.tools_in_system else "")
         self.metrics.watch_engine(self.engine.stats)
-        from orchestrator.reuse import GeneratedIds
+        from loom.orchestrator.reuse import GeneratedIds
 
         self.generated_ids = GeneratedIds(self.engine.tokenizer)
         if s.index is not None:
@@ -192,7 +192,7 @@ class Services:
         """The MiniLM sentence embedder shared by index and memory (loaded once)."""
         with self._lock:
             if self._embedder is None:
-                from retrieval import Embedder
+                from loom.retrieval import Embedder
 
                 self._embedder = Embedder()
             return self._embedder
@@ -203,7 +203,7 @@ class Services:
             embedder = self.embedder()
             with self._lock:
                 if self._memory is None:
-                    from memory import LongTermMemory
+                    from loom.memory import LongTermMemory
 
                     self._memory = LongTermMemory(url=self.settings.db, embedder=embedder)
         return self._memory
@@ -217,7 +217,7 @@ class Services:
         return self.retriever
 
     def _open_index(self, path: Path) -> Any:
-        from retrieval import Retriever
+        from loom.retrieval import Retriever
 
         log.info("opening index %s", path)
         return Retriever.open(path, create=True, embedder=self.embedder())

@@ -21,7 +21,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from runtime.checkpoint.registry import DEFAULT_MODEL
+from loom.runtime.checkpoint.registry import DEFAULT_MODEL
 
 
 class Settings(BaseSettings):
@@ -34,7 +34,7 @@ class Settings(BaseSettings):
                        "checkpoint folder, .gguf file, random:ARCH-PRESET or hub id the engine loads.")
     tool_call_parser: str = Field(
         default="auto", description="Tool-call format: auto (from the chat template) or a name of "
-        "orchestrator.formats.FORMATS (hermes | llama3_json | mistral | default).")
+        "loom.orchestrator.formats.FORMATS (hermes | llama3_json | mistral | default).")
     served_model_name: str | None = Field(
         default=None, description="Name in /v1/models; default: the model folder's name."
     )
@@ -59,7 +59,7 @@ class Settings(BaseSettings):
     speculative_config: dict[str, Any] | None = Field(
         default=None, description="Speculative decoding as vLLM's --speculative-config JSON: "
         '{"method": "ngram"|"draft_model", "num_speculative_tokens": k, "model": DRAFT} '
-        "(runtime.spec.SpeculativeConfig's other fields too); off when unset.")
+        "(loom.runtime.spec.SpeculativeConfig's other fields too); off when unset.")
     speculative_method: str | None = Field(
         default=None, description="Alias: speculative_config's method ('ngram' | 'draft_model')."
     )
@@ -73,7 +73,7 @@ class Settings(BaseSettings):
         description="SQLAlchemy URL for keys, sessions and memories.",
     )
 
-    # replicas (api.cluster, Ray Serve)
+    # replicas (loom.api.cluster, Ray Serve)
     replicas: int = Field(default=1, gt=0, description="Engine replicas behind one ingress; above 1 "
                           "they run as Ray Serve deployments sharing the database.")
     routing_policy: str = Field(default="cache_aware", description="How the ingress picks a replica: "
@@ -122,7 +122,7 @@ class Settings(BaseSettings):
     @field_validator("tool_call_parser")
     @classmethod
     def _known_format(cls, value: str) -> str:
-        from orchestrator.formats import FORMATS
+        from loom.orchestrator.formats import FORMATS
 
         if value != "auto" and value not in FORMATS:
             raise ValueError(f"must be 'auto' or one of {sorted(FORMATS)}")
@@ -131,7 +131,7 @@ class Settings(BaseSettings):
     @field_validator("routing_policy")
     @classmethod
     def _known_policy(cls, value: str) -> str:
-        from api.cluster.router import POLICIES
+        from loom.api.cluster.router import POLICIES
 
         if value not in POLICIES:
             raise ValueError(f"must be one of {list(POLICIES)}")
@@ -204,7 +204,7 @@ class Settings(BaseSettings):
 
 
 def speculative_fields(value: dict[str, Any]) -> dict[str, Any]:
-    """``runtime.spec.SpeculativeConfig`` fields from vLLM's ``--speculative-config`` JSON.
+    """``loom.runtime.spec.SpeculativeConfig`` fields from vLLM's ``--speculative-config`` JSON.
 
     vLLM names the draft checkpoint ``model``; Loom's field is ``draft_model``
     (either is accepted).
@@ -214,7 +214,7 @@ def speculative_fields(value: dict[str, Any]) -> dict[str, Any]:
     """
     import dataclasses
 
-    from runtime.spec.config import SpeculativeConfig
+    from loom.runtime.spec.config import SpeculativeConfig
 
     fields = dict(value)
     if "model" in fields:

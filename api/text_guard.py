@@ -19,7 +19,7 @@ from typing import Any
 
 from starlette.responses import JSONResponse
 
-from api.errors import error_body
+from loom.api.errors import error_body
 
 _METHODS = frozenset({"POST", "PUT", "PATCH"})
 

@@ -15,8 +15,8 @@ import logging
 
 import anyio
 
-from api.errors import SessionBusyError
-from api.store import Store, new_holder
+from loom.api.errors import SessionBusyError
+from loom.api.store import Store, new_holder
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from api.engine_io import engine_max_model_len
-from api.schemas.sessions import SessionCreate, TurnOut
-from api.services import Services
-from api.store import Turn
+from loom.api.engine_io import engine_max_model_len
+from loom.api.schemas.sessions import SessionCreate, TurnOut
+from loom.api.services import Services
+from loom.api.store import Turn
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class OwnerRetriever:
 
 
 def _tools(services: Services, owner: str, cfg: SessionCreate) -> list[Any]:
-    from tools.builtin import calculator, memory_tools, search_documents_tool
+    from loom.tools.builtin import calculator, memory_tools, search_documents_tool
 
     chosen: list[Any] = []
     if "calculator" in cfg.tools:
@@ -66,7 +66,7 @@ def _tools(services: Services, owner: str, cfg: SessionCreate) -> list[Any]:
         ns = scoped_namespace(owner, cfg.memory_namespace or "default")
         chosen += [t for t in memory_tools(services.memory(), ns) if t.name in wanted]
     chosen += services.mcp_tools(list(cfg.tools))
-    from tools.client_tool import ClientTool
+    from loom.tools.client_tool import ClientTool
 
     chosen += [ClientTool(t.function.name, t.function.description or "", t.function.parameters)
                for t in cfg.client_tools]
@@ -86,8 +86,8 @@ def check_budget(services: Services, cfg: SessionCreate) -> None:
     Raises:
         InvalidRequestError: naming ``sampling.max_tokens`` (every turn would fail otherwise).
     """
-    from orchestrator import ContextBudget
-    from runtime.errors import InvalidRequestError
+    from loom.orchestrator import ContextBudget
+    from loom.runtime.errors import InvalidRequestError
 
     window = engine_max_model_len(services.engine)
     try:
@@ -100,8 +100,8 @@ def check_budget(services: Services, cfg: SessionCreate) -> None:
 
 def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Any:
     """An ``orchestrator.Agent`` for one turn of a session with config ``cfg``."""
-    from orchestrator import Agent, ContextBudget
-    from runtime import SamplingParams
+    from loom.orchestrator import Agent, ContextBudget
+    from loom.runtime import SamplingParams
 
     s = cfg.sampling
     sampling = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
@@ -128,7 +128,7 @@ def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Any:
 
 def agent_session(services: Services, session_id: str) -> Any:
     """The orchestrator's SQL-backed conversation items of ``session_id``."""
-    from orchestrator import SQLSession
+    from loom.orchestrator import SQLSession
 
     return SQLSession(session_id, url=services.settings.db)
 

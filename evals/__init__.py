@@ -6,12 +6,12 @@
 in-process engine or an OpenAI-compatible HTTP server, once per variant
 (``compare``) and optionally through HF transformers (``baseline="hf"``), and
 writes per-request records (JSONL), summaries (JSON) and an HTML report.
-Metric formulas live in :mod:`evals.metrics` (vLLM's benchmark definitions).
+Metric formulas live in :mod:`loom.evals.metrics` (vLLM's benchmark definitions).
 
 The terminal front-ends live here too, at the edge above the library
-packages: ``loom demo`` (:mod:`evals.demo`), ``loom chat``
-(:mod:`evals.chat_cli`), ``loom bench sessions`` (:mod:`evals.bench_sessions`)
-and the printing of agent turns they share (:mod:`evals.console`).
+packages: ``loom demo`` (:mod:`loom.evals.demo`), ``loom chat``
+(:mod:`loom.evals.chat_cli`), ``loom bench sessions`` (:mod:`loom.evals.bench_sessions`)
+and the printing of agent turns they share (:mod:`loom.evals.console`).
 """
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ __all__ = ["run", "EvalResult"]
 
 
 def run(*args: Any, **kwargs: Any) -> Any:
-    """See :func:`evals.harness.run`."""
-    from evals.harness import run as _run
+    """See :func:`loom.evals.harness.run`."""
+    from loom.evals.harness import run as _run
 
     return _run(*args, **kwargs)
 
 
 def __getattr__(name: str) -> Any:
     if name == "EvalResult":
-        from evals.harness import EvalResult
+        from loom.evals.harness import EvalResult
 
         return EvalResult
     raise AttributeError(f"module 'evals' has no attribute {name!r}")

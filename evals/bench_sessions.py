@@ -44,7 +44,7 @@ REASONING_GRAMMAR = 'start: <think> "\\n" /[a-z]{1,8}( [a-z]{1,8}){40,60}/ "\\n"
 
 
 def _index(index: Path | None) -> Any:
-    from retrieval import Retriever
+    from loom.retrieval import Retriever
 
     if index is not None and (index / "chunks.sqlite").exists():
         return Retriever.open(index)
@@ -55,9 +55,9 @@ def _index(index: Path | None) -> Any:
 
 
 def _agent(llm: Any, retriever: Any, max_tokens: int, k: int, keep_reasoning: bool, reasoning: bool) -> Any:
-    from orchestrator import Agent, ContextBudget
-    from runtime.sampling_params import SamplingParams
-    from runtime.structured_output import StructuredOutputParams
+    from loom.orchestrator import Agent, ContextBudget
+    from loom.runtime.sampling_params import SamplingParams
+    from loom.runtime.structured_output import StructuredOutputParams
 
     so = StructuredOutputParams(grammar=REASONING_GRAMMAR) if reasoning else None
     return Agent(llm, retriever=retriever, system_prompt="You are a concise assistant for Python questions.",
@@ -72,9 +72,9 @@ async def _lockstep(agents: dict[str, Any], n: int, turns: int) -> tuple[dict[st
     Alternating per turn exposes both variants to the same background load
     (this CPU is shared), which a run-A-then-run-B order does not.
     """
-    from orchestrator import InMemorySession
+    from loom.orchestrator import InMemorySession
 
-    from runtime.sampling_params import SamplingParams
+    from loom.runtime.sampling_params import SamplingParams
 
     for agent in agents.values():  # warm-up: first-request initialisation is not TTFT
         async for _ in agent.engine.stream(list(range(100, 164)), SamplingParams(temperature=0.0, max_tokens=2)):
@@ -97,7 +97,7 @@ async def _lockstep(agents: dict[str, Any], n: int, turns: int) -> tuple[dict[st
 
 
 def _engine(ckpt: Path, caching: bool, device: str, num_kv_blocks: int) -> Any:
-    from runtime import AsyncLLM
+    from loom.runtime import AsyncLLM
 
     return AsyncLLM(str(ckpt), enable_prefix_caching=caching, device=device, max_model_len=4096,
                     num_kv_blocks=num_kv_blocks)
@@ -128,7 +128,7 @@ def sessions(
     from rich.console import Console
     from rich.table import Table
 
-    from runtime.checkpoint import ensure_checkpoint
+    from loom.runtime.checkpoint import ensure_checkpoint
 
     console = Console()
     ckpt = ensure_checkpoint(arch, preset)

@@ -4,7 +4,7 @@ Runs Loom's default model (SmolLM2-135M-Instruct) unless ``--model`` names
 another; a ``random:`` model gets a warning that its answers are noise.
 Streams the reply (reasoning dimmed, tool calls shown as they happen), then,
 with an index, the sections retrieved for the turn and the ``Sources:`` line
-(each source checked against what was retrieved, :mod:`orchestrator.citations`).
+(each source checked against what was retrieved, :mod:`loom.orchestrator.citations`).
 The session is append-only, so every turn after the first is served mostly from
 the prefix cache.  Slash commands: ``/usage`` prints the session's ledger so
 far (tokens, time and cost by class), ``/reset`` starts a new session,
@@ -12,7 +12,7 @@ far (tokens, time and cost by class), ``/reset`` starts a new session,
 
 Everything a turn needs (model, embedder, FAISS and BM25 index, memory) loads
 before the first prompt, behind a spinner, and library logs stay quiet
-(:func:`orchestrator.console.quiet_logs`): no log line or progress bar lands
+(:func:`loom.orchestrator.console.quiet_logs`): no log line or progress bar lands
 inside a streamed answer.  ``-v`` brings INFO logs back.
 """
 
@@ -45,17 +45,17 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
 
     Raises:
         SetupError: the index or the memory database cannot be opened (one-line message).
-        runtime.errors.LoomError, ValueError, OSError: the model cannot be loaded.
+        loom.runtime.errors.LoomError, ValueError, OSError: the model cannot be loaded.
     """
-    from orchestrator import Agent, ContextBudget
-    from runtime import AsyncLLM, SamplingParams
-    from runtime.errors import LoomError
-    from tools.builtin import calculator, memory_tools, search_documents_tool
+    from loom.orchestrator import Agent, ContextBudget
+    from loom.runtime import AsyncLLM, SamplingParams
+    from loom.runtime.errors import LoomError
+    from loom.tools.builtin import calculator, memory_tools, search_documents_tool
 
     retriever = memory = None
     tools: list[Any] = [calculator]
     if index is not None:
-        from retrieval import Retriever
+        from loom.retrieval import Retriever
 
         try:
             retriever = Retriever.open(index, create=False)
@@ -65,11 +65,11 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
                              "build one with loom ingest PATH --index DIR") from exc
         tools.append(search_documents_tool(retriever))
     if db is not None:
-        from memory import LongTermMemory
+        from loom.memory import LongTermMemory
 
         try:
             memory = LongTermMemory(db, embedder=getattr(retriever, "embedder", None))
-            memory.search("warm-up", namespace)  # loads the embedder (when no index shares one) and the store
+            loom.memory.search("warm-up", namespace)  # loads the embedder (when no index shares one) and the store
         except Exception as exc:  # noqa: BLE001 - SQLAlchemy's URL and driver errors share no base with ours
             raise SetupError(f"memory database {db!r} cannot be opened: {_first_line(exc)}; "
                              "pass --db with a SQLAlchemy URL, e.g. sqlite:///memory.db") from exc
@@ -83,10 +83,10 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
 
 
 async def _loop(console: Console, agent: Any, read: Any) -> None:
-    from orchestrator import InMemorySession
-    from evals.console import SOURCES_LEGEND, print_retrieved, print_sources, stream_turn
-    from orchestrator.ledger import Ledger
-    from orchestrator.ledger_table import ledger_table
+    from loom.orchestrator import InMemorySession
+    from loom.evals.console import SOURCES_LEGEND, print_retrieved, print_sources, stream_turn
+    from loom.orchestrator.ledger import Ledger
+    from loom.orchestrator.ledger_table import ledger_table
 
     session, ledgers = InMemorySession(), []
     console.print(f"[dim]{HELP}[/]")
@@ -140,9 +140,9 @@ def chat(
 
     Example: loom chat --index .loom/index --db sqlite:///.loom/memory.db
     """
-    from orchestrator.citations import CITE_INSTRUCTION
-    from orchestrator.console import model_error, print_error, quiet_logs, resolve_model
-    from runtime.errors import LoomError
+    from loom.orchestrator.citations import CITE_INSTRUCTION
+    from loom.orchestrator.console import model_error, print_error, quiet_logs, resolve_model
+    from loom.runtime.errors import LoomError
 
     quiet_logs(verbose)
     console = Console(highlight=False)

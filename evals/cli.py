@@ -26,7 +26,7 @@ def _group() -> None:
 
 
 def _pairs(items: list[str] | None, what: str) -> dict[str, object]:
-    from evals.settings import parse_value
+    from loom.evals.settings import parse_value
 
     out: dict[str, object] = {}
     for item in items or []:
@@ -64,9 +64,9 @@ def run_cmd(
     """Run an eval suite and write records.jsonl, summary.json and report.html."""
     from rich.console import Console
 
-    from evals.compare import comparison_table
-    from evals.harness import run
-    from evals.targets.http import TargetUnreachableError
+    from loom.evals.compare import comparison_table
+    from loom.evals.harness import run
+    from loom.evals.targets.http import TargetUnreachableError
 
     console = Console(stderr=True)
     try:
@@ -100,11 +100,11 @@ def report_cmd(out: Path = typer.Argument(..., help="Output folder of an earlier
     import json
     import logging
 
-    from evals.report import PLOTS_NEED_EXTRA, write_report
+    from loom.evals.report import PLOTS_NEED_EXTRA, write_report
 
     if importlib.util.find_spec("matplotlib") is None:  # one plain line, not a log record
         typer.secho(PLOTS_NEED_EXTRA, fg="yellow", err=True)
-        logging.getLogger("evals.report").setLevel(logging.ERROR)
+        logging.getLogger("loom.evals.report").setLevel(logging.ERROR)
 
     summary = json.loads((out / "summary.json").read_text())
     records = {name: [json.loads(x) for x in (out / name / "records.jsonl").read_text().splitlines()]
@@ -151,7 +151,7 @@ def classes_table(summary: dict) -> object:
     """Rich table of tokens (cached share) and token cost per class, one column per variant."""
     from rich.table import Table
 
-    from evals.summary import CLASSES
+    from loom.evals.summary import CLASSES
 
     variants = summary["variants"]
     table = Table(title="tokens and cost per class")

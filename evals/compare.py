@@ -5,7 +5,7 @@ is better and for latencies and cost below 1 is better (the ``better`` column
 says which way each metric points).  Rows a run has no data for are left out
 (speculation when no variant drafted, quality without a quality block); the GPU
 cost row says "(hypothetical)" when a variant did not run on CUDA, and the
-table's caption gives the label (:func:`evals.prices.gpu_cost_label`).
+table's caption gives the label (:func:`loom.evals.prices.gpu_cost_label`).
 :func:`comparison_table` renders the same as a rich table for the CLI and the demo.
 """
 

@@ -3,7 +3,7 @@
 Reasoning is dimmed, content is plain, tool calls and results are shown as
 they happen.  After the answer, :func:`print_sources` prints the ``Sources:``
 line: the retrieved sections the answer rests on, each checked against what
-was retrieved this turn (:mod:`orchestrator.citations`), and the tool results
+was retrieved this turn (:mod:`loom.orchestrator.citations`), and the tool results
 it used.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 
 from rich.console import Console
 
-from orchestrator.citations import CitationCheck, check_answer, citation_label, format_source
-from orchestrator.events import ContentDelta, DoneEvent, ReasoningDelta, RunResult, ToolCallEvent, ToolResultEvent
+from loom.orchestrator.citations import CitationCheck, check_answer, citation_label, format_source
+from loom.orchestrator.events import ContentDelta, DoneEvent, ReasoningDelta, RunResult, ToolCallEvent, ToolResultEvent
 
 
 async def stream_turn(console: Console, agent: Any, session: Any, message: str,
@@ -76,7 +76,7 @@ def sources_line(check: CitationCheck, result: RunResult) -> str:
 
 def print_retrieved(console: Console, result: RunResult) -> None:
     """One dim line naming the sections retrieved this turn (nothing when none were),
-    preceded by the follow-up's rewrite when one was searched with (``orchestrator.condense``)."""
+    preceded by the follow-up's rewrite when one was searched with (``loom.orchestrator.condense``)."""
     if result.rewritten_query:
         console.print(f"  searched as: {result.rewritten_query}", style="dim", markup=False, highlight=False,
                       soft_wrap=True)

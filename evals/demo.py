@@ -3,7 +3,7 @@
 What it does, with no network:
 
 1. resolves the model: Loom's default, SmolLM2-135M-Instruct
-   (``runtime.checkpoint.registry.DEFAULT_MODEL``, pulled by ``make demo``), or
+   (``loom.runtime.checkpoint.registry.DEFAULT_MODEL``, pulled by ``make demo``), or
    anything ``--model`` names (a registered name, a folder, a ``.gguf``, a hub
    id, ``random:ARCH-PRESET``; random weights answer noise, and a panel says so);
 2. ingests part of the standard library's documentation (the language
@@ -12,7 +12,7 @@ What it does, with no network:
 3. starts the engine in this process and runs a scripted multi-turn agent
    session (:data:`SCRIPT`): documentation questions answered from the
    retrieved sections, each answer followed by its ``Sources:`` line (checked
-   against what was retrieved, :mod:`orchestrator.citations`); a memory
+   against what was retrieved, :mod:`loom.orchestrator.citations`); a memory
    written in one turn and recalled by a forced ``recall`` call later; a
    ``calculator`` call forced with ``tool_choice``; output streamed as it is
    generated;
@@ -35,9 +35,9 @@ from typing import Any, Optional, Sequence
 import typer
 from rich.console import Console
 
-from orchestrator.citations import CITE_INSTRUCTION, CitationCheck
-from orchestrator.console import quiet_logs, resolve_model
-from orchestrator.events import RunResult
+from loom.orchestrator.citations import CITE_INSTRUCTION, CitationCheck
+from loom.orchestrator.console import quiet_logs, resolve_model
+from loom.orchestrator.events import RunResult
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def open_index(console: Console, index_dir: Path, corpus: Sequence[str] = CORPUS
     An index from an older demo (topics only) gets the missing modules added;
     documents already there are not embedded again.
     """
-    from retrieval import Retriever
+    from loom.retrieval import Retriever
 
     retriever = Retriever.open(index_dir)
     missing = [s for s in corpus if not _has(s, set(retriever.documents()))]
@@ -119,11 +119,11 @@ async def run_session(console: Console, model: str, retriever: Any, memory: Any,
     The memory namespace :data:`NAMESPACE` is cleared first, so what is recalled
     was stored in this session.
     """
-    from orchestrator import Agent, ContextBudget, InMemorySession
-    from evals.console import SOURCES_LEGEND, print_retrieved, print_sources, stream_turn
-    from orchestrator.ledger_table import ledger_table
-    from runtime import AsyncLLM, SamplingParams
-    from tools.builtin import calculator, memory_tools
+    from loom.orchestrator import Agent, ContextBudget, InMemorySession
+    from loom.evals.console import SOURCES_LEGEND, print_retrieved, print_sources, stream_turn
+    from loom.orchestrator.ledger_table import ledger_table
+    from loom.runtime import AsyncLLM, SamplingParams
+    from loom.tools.builtin import calculator, memory_tools
 
     memory.forget(NAMESPACE)
     llm = AsyncLLM(model, max_model_len=4096)
@@ -158,8 +158,8 @@ async def run_session(console: Console, model: str, retriever: Any, memory: Any,
 
 
 def _totals(console: Console, results: list[RunResult]) -> None:
-    from orchestrator.ledger import Ledger
-    from orchestrator.ledger_table import ledger_table
+    from loom.orchestrator.ledger import Ledger
+    from loom.orchestrator.ledger_table import ledger_table
 
     total = Ledger.sum(r.usage for r in results)
     console.print(ledger_table(total, "session totals"))
@@ -172,13 +172,13 @@ def _totals(console: Console, results: list[RunResult]) -> None:
 def closing_eval(console: Console, model: str, workdir: Path, **overrides: Any) -> Any:
     """The demo's closing ``sessions`` eval: prefix caching on against off, the same requests.
 
-    Prints the comparison table (:func:`evals.compare.comparison_table`: each
+    Prints the comparison table (:func:`loom.evals.compare.comparison_table`: each
     metric with its ratio to caching on) and the report's path; returns the
     ``evals.EvalResult``.  ``overrides``: further ``evals.run`` arguments
     (a smaller run, e.g. ``num_requests``, ``options``).
     """
-    import evals
-    from evals.compare import comparison_table
+    from loom import evals
+    from loom.evals.compare import comparison_table
 
     console.print("\n[bold]Short `sessions` eval[/]: the same multi-turn chats with prefix caching on and off")
     out = workdir / "eval-sessions"
@@ -206,7 +206,7 @@ def demo(
     workdir.mkdir(parents=True, exist_ok=True)
     model_path = resolve_model(console, model, "Without --model the demo runs Loom's default model, a real one.")
     retriever = open_index(console, workdir / "index")
-    from memory import LongTermMemory
+    from loom.memory import LongTermMemory
 
     # One MiniLM in the process: memory reuses the retriever's embedder.
     memory = LongTermMemory(f"sqlite:///{workdir / 'memory.db'}", embedder=retriever.embedder)

@@ -1,7 +1,7 @@
 """``evals.run``: one eval run = a suite, its variants, an optional HF baseline, a report.
 
 Flow: resolve the model to a checkpoint folder
-(``runtime.models.loader.resolve_model_path``: a registered name such as the
+(``loom.runtime.models.loader.resolve_model_path``: a registered name such as the
 default ``smollm2-135m-instruct`` becomes its converted folder, a ``.gguf``
 file its cached conversion, ``random:ARCH-PRESET`` a random-weight checkpoint
 whose answers are noise while timings and token accounting are real), build the
@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from evals.compare import compare_summaries
-from evals.prices import Prices, load_prices
-from evals.runner import VariantResult, run_variant
-from evals.settings import parse_variant, split_settings, variant_name
-from evals.summary import summarize
-from evals.workloads import SUITES, Workload, build
+from loom.evals.compare import compare_summaries
+from loom.evals.prices import Prices, load_prices
+from loom.evals.runner import VariantResult, run_variant
+from loom.evals.settings import parse_variant, split_settings, variant_name
+from loom.evals.summary import summarize
+from loom.evals.workloads import SUITES, Workload, build
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +63,8 @@ def resolve_model(model: str | None, suite: str) -> str:
         ModelLoadError: a registered model that cannot be installed or converted.
         NotFoundError: a model that is none of the accepted forms.
     """
-    from runtime.checkpoint.registry import DEFAULT_MODEL
-    from runtime.models.loader import resolve_model_path
+    from loom.runtime.checkpoint.registry import DEFAULT_MODEL
+    from loom.runtime.models.loader import resolve_model_path
 
     return str(resolve_model_path(model or DEFAULT_MODEL))
 
@@ -85,7 +85,7 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
         target: ``"inproc"`` or ``"http://HOST:PORT"`` (an OpenAI-compatible server;
             ``model`` then only supplies the tokenizer).
         out: output folder (default ``evals-out/<suite>-<time>``).
-        compare: variants, each ``"KEY=VALUE[,KEY=VALUE]"`` (see :mod:`evals.settings`).
+        compare: variants, each ``"KEY=VALUE[,KEY=VALUE]"`` (see :mod:`loom.evals.settings`).
         baseline: ``"hf"``: the same requests and arrivals through transformers ``generate``
             (one request at a time: the others queue, and their TTFT includes the wait).
         concurrency / rate: conversations in flight / Poisson arrivals per second.
@@ -94,7 +94,7 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
         seed: workload and sampling seed (same seed, same requests).
         prices: TOML file or :class:`Prices`.
         warmup: warm-up conversations per variant (not recorded).
-        options: suite size overrides (``evals.workloads.DEFAULTS``).
+        options: suite size overrides (``loom.evals.workloads.DEFAULTS``).
         engine: base ``EngineConfig`` settings for every variant.
         slos_ms: goodput SLOs (``ttft``, ``tpot``, ``e2el``, ``itl`` in ms).
         progress: True for a rich progress bar, or a callable ``(variant, done, total)``.
@@ -134,7 +134,7 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     if small and num_requests is None:
-        from evals.workloads import DEFAULTS
+        from loom.evals.workloads import DEFAULTS
 
         num_requests = max(2, DEFAULTS[suite]["num_requests"] // 2)
     workload = build(suite, tokenizer, seed=seed, num_requests=num_requests, warmup=warmup, options=options)
@@ -159,7 +159,7 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
         res.summary["quality"] = quality
     (out_dir / "summary.json").write_text(json.dumps(res.summary, indent=1, default=str))
     if report and res.results:
-        from evals.report import write_report
+        from loom.evals.report import write_report
 
         res.report_path = write_report(out_dir, res.summary, {r.name: r.records for r in res.results})
     return res
@@ -209,11 +209,11 @@ async def _run_all(workload: Workload, model: str, target: str, plan: list[tuple
 async def _make_target(kind: str, workload: Workload, model: str, target: str, settings: dict[str, Any],
                        out_dir: Path, api_key: str | None) -> Any:
     if kind == "hf":
-        from evals.targets.hf import HFTarget
+        from loom.evals.targets.hf import HFTarget
 
         return HFTarget(model)
     if target != "inproc":
-        from evals.targets.http import HttpTarget
+        from loom.evals.targets.http import HttpTarget
         from transformers import AutoTokenizer
 
         key = api_key or os.environ.get("LOOM_API_KEY") or os.environ.get("OPENAI_API_KEY")
@@ -227,12 +227,12 @@ async def _make_target(kind: str, workload: Workload, model: str, target: str, s
     engine, budget = split_settings(dict(settings))
     engine.setdefault("seed", workload.seed)
     if workload.suite in QUALITY_SUITES:
-        from evals.targets.agent import make_agent_target
+        from loom.evals.targets.agent import make_agent_target
 
         return await make_agent_target(workload, model, engine, budget, settings)
     if workload.suite == "rag":
-        from evals.targets.rag import RagTarget, corpus_index
-        from runtime import AsyncLLM, EngineConfig
+        from loom.evals.targets.rag import RagTarget, corpus_index
+        from loom.runtime import AsyncLLM, EngineConfig
 
         retriever = await asyncio.to_thread(corpus_index, workload.params["corpus"],
                                             workload.params["index_dir"] or None)
@@ -241,7 +241,7 @@ async def _make_target(kind: str, workload: Workload, model: str, target: str, s
         db.unlink(missing_ok=True)
         llm = await asyncio.to_thread(AsyncLLM.from_config, EngineConfig(model=model, **engine))
         return RagTarget(llm, retriever, f"sqlite:///{db}", budget=budget)
-    from evals.targets.inproc import InprocTarget
+    from loom.evals.targets.inproc import InprocTarget
 
     if budget:
         raise ValueError(f"compare: budget.* settings apply to the rag suite only, got {sorted(budget)}")
@@ -249,7 +249,7 @@ async def _make_target(kind: str, workload: Workload, model: str, target: str, s
 
 
 async def _probe(url: str, api_key: str | None) -> None:
-    from evals.targets.http import HttpTarget
+    from loom.evals.targets.http import HttpTarget
 
     tgt = HttpTarget(url, tokenizer=None, api_key=api_key or os.environ.get("LOOM_API_KEY"))
     try:

@@ -11,7 +11,7 @@ figure: the report shows no empty axes.
 * ``class_time``: attributed ms per class, stacked, one bar per variant;
 * ``class_cost``: token cost and GPU cost (wall time x ``gpu_second``, shared by attributed
   ms) per class, stacked, one bar per variant; the GPU panel's title carries
-  ``cost.gpu_cost_label`` (hypothetical off CUDA, :func:`evals.prices.gpu_cost_label`);
+  ``cost.gpu_cost_label`` (hypothetical off CUDA, :func:`loom.evals.prices.gpu_cost_label`);
 * ``turns``: prefix-cache hit rate and median TTFT against turn number (runs with 2+ turns);
 * ``spec_acceptance``: acceptance rate per draft position (runs with speculative decoding).
 """
@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from evals.summary import CLASSES  # noqa: E402
+from loom.evals.summary import CLASSES  # noqa: E402
 
 Variants = dict[str, dict[str, Any]]
 Records = dict[str, list[dict[str, Any]]]

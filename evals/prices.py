@@ -77,7 +77,7 @@ class Prices:
 
     def ledger_prices(self) -> Any:
         """The orchestrator's ``PriceTable`` with the same token prices (GPU priced here, not there)."""
-        from orchestrator.ledger import PriceTable
+        from loom.orchestrator.ledger import PriceTable
 
         return PriceTable(input=self.input, cached_input=self.cached_input, output=self.output, gpu_second=0.0)
 

@@ -1,7 +1,7 @@
 """The ``qa`` suite's question set and its scoring: does the answer contain the facts?
 
 ``evals/data/qa_stdlib.json`` holds concrete Python questions written from the
-docstrings that Loom's ``stdlib:`` corpus contains (``retrieval.stdlib``), one
+docstrings that Loom's ``stdlib:`` corpus contains (``loom.retrieval.stdlib``), one
 object per line::
 
     {"id": "json-sort-keys", "question": "Which keyword argument of json.dumps ...?",

@@ -3,10 +3,10 @@
 A target returns a :class:`Outcome` (what it observed: chunks with their
 client-side arrival times, output ids and classes, the engine's timestamps
 and counters); :func:`make_record` turns it into the JSON-ready dict written
-to ``records.jsonl``.  Class splits come from ``orchestrator.ledger.Ledger.for_call``
+to ``records.jsonl``.  Class splits come from ``loom.orchestrator.ledger.Ledger.for_call``
 (cached share exact from the prompt spans and ``num_cached_tokens``; prefill
 time attributed to computed prompt tokens, decode time to each output class
-from per-token timestamps), costs from :class:`evals.prices.Prices`.
+from per-token timestamps), costs from :class:`loom.evals.prices.Prices`.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from evals.metrics import Chunk, request_latency
-from evals.prices import Prices
+from loom.evals.metrics import Chunk, request_latency
+from loom.evals.prices import Prices
 
-from orchestrator.ledger import OUTPUT_CLASSES, PROMPT_CLASSES  # noqa: F401  (one owner: the ledger)
+from loom.orchestrator.ledger import OUTPUT_CLASSES, PROMPT_CLASSES  # noqa: F401  (one owner: the ledger)
 
 
 @dataclass
@@ -46,7 +46,7 @@ class Outcome:
 
 
 def class_table(ledger: Any, prices: Prices) -> dict[str, dict[str, float]]:
-    """Per-class tokens, ms and cost (USD) of an ``orchestrator.ledger.Ledger``."""
+    """Per-class tokens, ms and cost (USD) of an ``loom.orchestrator.ledger.Ledger``."""
     out: dict[str, dict[str, float]] = {}
     for name in PROMPT_CLASSES:
         u = ledger.prompt[name]
@@ -68,7 +68,7 @@ def class_table(ledger: Any, prices: Prices) -> dict[str, dict[str, float]]:
 
 def ledger_for(outcome: Outcome, spans: list[tuple[str, int, int]]) -> Any:
     """``Ledger.for_call`` of one request; engine timestamps when known, else client ones."""
-    from orchestrator.ledger import Ledger
+    from loom.orchestrator.ledger import Ledger
 
     classes = outcome.output_classes or ["output"] * len(outcome.output_ids)
     if outcome.arrival_time is not None and outcome.first_token_time is not None:

@@ -4,8 +4,8 @@ Sections: run settings, the comparison table (ratios to the first variant;
 only with two or more variants), the vLLM-style benchmark block per variant
 (device included; speculation rows only when a variant drafted), the
 per-class table (tokens, cached, computed, share, ms, ms per 1k tokens, cost
-per 1M tokens), then the plots of :mod:`evals.plots` that have data.  GPU
-cost is labelled as :func:`evals.prices.gpu_cost_label` says: a what-if off
+per 1M tokens), then the plots of :mod:`loom.evals.plots` that have data.  GPU
+cost is labelled as :func:`loom.evals.prices.gpu_cost_label` says: a what-if off
 CUDA ("hypothetical: priced as if on H100 ... (this run was on CPU)").
 
 The plots need matplotlib (the ``eval`` extra); without it the report is
@@ -20,7 +20,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from evals.summary import CLASSES
+from loom.evals.summary import CLASSES
 
 logger = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def _comparison(comp: dict[str, Any]) -> str:
 def _plots(out_dir: Path, summary: dict[str, Any], records: dict[str, list[dict[str, Any]]]) -> list[str]:
     """The plots section (empty when the run has no plot data or matplotlib is missing)."""
     try:
-        from evals.plots import draw_all
+        from loom.evals.plots import draw_all
     except ModuleNotFoundError as exc:
         if not (exc.name or "").startswith("matplotlib"):
             raise

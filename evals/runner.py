@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evals.prices import Prices
-from evals.targets.base import RunContext
-from evals.workloads import Conversation, Workload
+from loom.evals.prices import Prices
+from loom.evals.targets.base import RunContext
+from loom.evals.workloads import Conversation, Workload
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Summary of one variant: vLLM's benchmark block, the per-class table, cache, spec, engine.
 
 Everything is computed from the per-request records with the formulas of
-:mod:`evals.metrics`, plus the engine's counters read before and after the
+:mod:`loom.evals.metrics`, plus the engine's counters read before and after the
 measured part (prefix-cache queries/hits, preemptions, speculative counters)
 and KV usage sampled during it.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from evals import metrics
-from evals.prices import Prices, gpu_cost_label
-from evals.records import OUTPUT_CLASSES, PROMPT_CLASSES
-from evals.runner import VariantResult
+from loom.evals import metrics
+from loom.evals.prices import Prices, gpu_cost_label
+from loom.evals.records import OUTPUT_CLASSES, PROMPT_CLASSES
+from loom.evals.runner import VariantResult
 
 # MLPerf llama3.1-8b interactive p99 TTFT 500 ms, TPOT 30 ms (ARCHITECTURE.md).
 DEFAULT_SLOS_MS = {"ttft": 500.0, "tpot": 30.0}
@@ -99,7 +99,7 @@ def cost_block(records: list[dict[str, Any]], prices: Prices, duration_s: float,
 
     ``device`` is the torch device type the run used (``None``: unknown); off CUDA
     the GPU cost is a what-if (``gpu_cost_hypothetical``), and ``gpu_cost_label``
-    (:func:`evals.prices.gpu_cost_label`) says so wherever the figure is shown.
+    (:func:`loom.evals.prices.gpu_cost_label`) says so wherever the figure is shown.
     """
     tokens_usd = sum(r["cost"] for r in records)
     gpu_usd = duration_s * prices.gpu_second

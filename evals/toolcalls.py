@@ -8,7 +8,7 @@ tool) and checks on the arguments, per argument one of:
 * ``{"one_of": [...]}``: case-insensitively equal to one of the strings;
 * ``{"contains": [...]}``: the string contains one of them (case-insensitive);
 * ``{"evaluates_to": X}``: a calculator expression whose value is X (within 1e-6 relative),
-  evaluated by ``tools.builtin.evaluate`` (so ``1234*5678`` and ``5678 * 1234`` both pass).
+  evaluated by ``loom.tools.builtin.evaluate`` (so ``1234*5678`` and ``5678 * 1234`` both pass).
 
 A call is *schema-valid* when its arguments validate against the tool's JSON
 schema (``jsonschema``, the same schema the model was shown), and its
@@ -26,8 +26,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from tools import tool
-from tools.base import ToolError
+from loom.tools import tool
+from loom.tools.base import ToolError
 
 DATA_FILE = Path(__file__).parent / "data" / "tool_prompts.json"
 
@@ -92,8 +92,8 @@ def get_time(timezone: str) -> str:
 
 
 def eval_tools() -> list[Any]:
-    """The suite's tools: ``calculator`` (``tools.builtin``), ``get_weather``, ``convert_units``, ``get_time``."""
-    from tools.builtin import calculator
+    """The suite's tools: ``calculator`` (``loom.tools.builtin``), ``get_weather``, ``convert_units``, ``get_time``."""
+    from loom.tools.builtin import calculator
 
     return [calculator, get_weather, convert_units, get_time]
 
@@ -135,7 +135,7 @@ def _close(a: Any, b: Any) -> bool:
 
 
 def _evaluates_to(value: Any, want: float) -> bool:
-    from tools.builtin import evaluate
+    from loom.tools.builtin import evaluate
 
     try:
         return isinstance(value, str) and _close(evaluate(value), want)

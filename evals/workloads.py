@@ -20,10 +20,10 @@ Suites (default sizes run in seconds with the ``tiny`` checkpoint on 2 cores):
   ingested stdlib docs with retrieval, memory and tool calls.
 * ``spec``: repetitive prompts (prompt lookup has something to match), run
   with speculative decoding off and on.
-* ``qa``: the stdlib question set of :mod:`evals.qa`, one agent turn per
+* ``qa``: the stdlib question set of :mod:`loom.evals.qa`, one agent turn per
   question, with retrieval on and off, scored by fact containment (default
   sizes take a few minutes with the real default model on 2 cores).
-* ``tools``: the prompts of :mod:`evals.toolcalls`, tools offered and never
+* ``tools``: the prompts of :mod:`loom.evals.toolcalls`, tools offered and never
   forced; scored on the tool picked and its arguments.
 
 ``qa`` and ``tools`` take every item of their data file by default;
@@ -258,7 +258,7 @@ def _pick(items: tuple[Any, ...], p: dict[str, Any], rng: random.Random, key: st
 
 
 def _qa(src: TextSource | None, rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
-    from evals.qa import QA_SYSTEM_PROMPT, load_questions
+    from loom.evals.qa import QA_SYSTEM_PROMPT, load_questions
 
     if tag == "w":
         return [Conversation(f"w{i}", QA_SYSTEM_PROMPT, [Turn(QA_WARMUP_QUESTION, p["output_tokens"])])
@@ -268,7 +268,7 @@ def _qa(src: TextSource | None, rng: random.Random, p: dict[str, Any], tag: str)
 
 
 def _tools(src: TextSource | None, rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
-    from evals.toolcalls import TOOLS_SYSTEM_PROMPT, load_cases
+    from loom.evals.toolcalls import TOOLS_SYSTEM_PROMPT, load_cases
 
     if tag == "w":
         return [Conversation(f"w{i}", TOOLS_SYSTEM_PROMPT, [Turn(WARMUP_QUESTION, p["output_tokens"], "auto")])

@@ -4,12 +4,12 @@ Each name lives in the package the design puts it in and is re-exported here,
 loaded on first attribute access (PEP 562 module ``__getattr__``), so
 ``import loom`` imports neither torch nor transformers (it takes about 3 ms):
 
-- ``LLM``, ``AsyncLLM``, ``SamplingParams``: the engine (``runtime``; vLLM's names);
-- ``Agent``: the tool-calling agent loop (``orchestrator``);
-- ``tool``: the decorator that turns a typed function into a tool (``tools``);
-- ``Retriever``: ingestion and hybrid FAISS + BM25 search (``retrieval``);
-- ``LongTermMemory``: extracted, scored long-term memories (``memory``);
-- ``create_app``: the OpenAI-compatible FastAPI server (``api``).
+- ``LLM``, ``AsyncLLM``, ``SamplingParams``: the engine (``loom.runtime``; vLLM's names);
+- ``Agent``: the tool-calling agent loop (``loom.orchestrator``);
+- ``tool``: the decorator that turns a typed function into a tool (``loom.tools``);
+- ``Retriever``: ingestion and hybrid FAISS + BM25 search (``loom.retrieval``);
+- ``LongTermMemory``: extracted, scored long-term memories (``loom.memory``);
+- ``create_app``: the OpenAI-compatible FastAPI server (``loom.api``).
 
 Example::
 
@@ -28,23 +28,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from api import create_app
-    from memory import LongTermMemory
-    from orchestrator import Agent
-    from retrieval import Retriever
-    from runtime import LLM, AsyncLLM, SamplingParams
-    from tools import tool
+    from loom.api import create_app
+    from loom.memory import LongTermMemory
+    from loom.orchestrator import Agent
+    from loom.retrieval import Retriever
+    from loom.runtime import LLM, AsyncLLM, SamplingParams
+    from loom.tools import tool
 
 # public name -> the package that owns it
 _HOMES = {
-    "LLM": "runtime",
-    "AsyncLLM": "runtime",
-    "SamplingParams": "runtime",
-    "Agent": "orchestrator",
-    "tool": "tools",
-    "Retriever": "retrieval",
-    "LongTermMemory": "memory",
-    "create_app": "api",
+    "LLM": "loom.runtime",
+    "AsyncLLM": "loom.runtime",
+    "SamplingParams": "loom.runtime",
+    "Agent": "loom.orchestrator",
+    "tool": "loom.tools",
+    "Retriever": "loom.retrieval",
+    "LongTermMemory": "loom.memory",
+    "create_app": "loom.api",
 }
 
 __all__ = [*_HOMES, "__version__"]
@@ -52,12 +52,9 @@ __all__ = [*_HOMES, "__version__"]
 
 def __getattr__(name: str) -> Any:
     if name == "__version__":  # importlib.metadata costs ~15 ms: read it only when asked
-        from importlib.metadata import PackageNotFoundError, version
+        from loom.version import loom_version
 
-        try:
-            value = version("loom")
-        except PackageNotFoundError:  # a source tree that was never installed
-            value = "0.0.0+unknown"
+        value = loom_version()
     elif name in _HOMES:
         value = getattr(importlib.import_module(_HOMES[name]), name)
     else:

@@ -2,7 +2,7 @@
 
 Usage::
 
-    from memory import LongTermMemory
+    from loom.memory import LongTermMemory
     mem = LongTermMemory("sqlite:///memory.db")
     mem.add("My name is Ada", namespace="user-1")   # [MemoryEvent(ADD #1)]
     mem.add("My name is Bea", namespace="user-1")   # [MemoryEvent(UPDATE #2, previous_id=1)]

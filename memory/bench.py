@@ -5,7 +5,7 @@ bulk-inserted), then times ``add`` of new facts and ``search`` with the
 per-revision vector cache (the default) against a peer that reloads the
 namespace's vectors on every query (cache disabled), in the same run.
 
-    python -m memory.bench --sizes 100 1000 5000 --queries 50
+    python -m loom.memory.bench --sizes 100 1000 5000 --queries 50
 """
 
 from __future__ import annotations

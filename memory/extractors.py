@@ -6,8 +6,8 @@
   rewrites them in the third person ("User's name is Bob") so memories read
   unambiguously when shown to the model later.  A "remember that ..." whose
   content names neither the user nor a first person is not a fact about the user:
-  it comes back as a :class:`~memory.types.HeldFact` (stored quarantined).  "forget that ..." becomes a
-  :class:`~memory.types.ForgetRequest`, which ``LongTermMemory.add`` turns into a DELETE.
+  it comes back as a :class:`~loom.memory.types.HeldFact` (stored quarantined).  "forget that ..." becomes a
+  :class:`~loom.memory.types.ForgetRequest`, which ``LongTermMemory.add`` turns into a DELETE.
 * :class:`LLMExtractor` asks a model for ``{"facts": [...], "forget": [...]}`` through a
   ``generate(prompt, json_schema) -> str`` callable, so the orchestrator can pass
   its engine with constrained decoding (the schema is then always satisfied).

@@ -1,23 +1,23 @@
 """``LongTermMemory``: facts per namespace in SQL, written back with duplicate and conflict handling.
 
-Design (see ``memory.policy`` for the ADD/UPDATE/NOOP rules and ``memory.scoring``
+Design (see ``loom.memory.policy`` for the ADD/UPDATE/NOOP rules and ``loom.memory.scoring``
 for ranking and eviction):
 
-* Storage is SQLAlchemy (``memory.models``): a SQLite file in WAL mode by
+* Storage is SQLAlchemy (``loom.memory.models``): a SQLite file in WAL mode by
   default, any SQLAlchemy URL (Postgres) otherwise.  History is never lost: an
   UPDATE inserts a new row and marks the old one inactive, linked both ways.
 * Writes of one namespace are serialised by locking its ``memory_namespaces``
-  row first in the transaction (portable; ``memory.writes``), so decide-then-
+  row first in the transaction (portable; ``loom.memory.writes``), so decide-then-
   write is atomic across threads and processes.  Embeddings are computed before
   the transaction, never while holding the lock.
 * Isolation: every statement filters on ``namespace``; ids from another
-  namespace raise :class:`runtime.errors.NotFoundError` exactly like unknown ids.
+  namespace raise :class:`loom.runtime.errors.NotFoundError` exactly like unknown ids.
 * Forgetting: by age (``ttl_s``: active memories not used or written for that
   long are deleted on the next add/search of the namespace, or by
   :meth:`purge_expired`), by capacity (``capacity_per_namespace``: lowest eviction
   value first, after each add) and on request (:meth:`delete`, :meth:`forget`).
   Deleting an active memory deletes the history it superseded with it.
-* Trust (``memory.trust``): every row records its provenance (``MemorySource``:
+* Trust (``loom.memory.trust``): every row records its provenance (``MemorySource``:
   kind, session, turn).  Instruction-like text and text from untrusted sources
   (tool results, retrieved documents) is quarantined: kept inactive for audit
   (:meth:`quarantined`), never searched, shown, or allowed to change another memory.
@@ -39,7 +39,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from runtime.errors import NotFoundError
+from loom.runtime.errors import NotFoundError
 
 from . import store
 from . import writes as W
@@ -84,7 +84,7 @@ class LongTermMemory:
         now: clock in Unix seconds (inject one in tests).
         model_extraction: let the orchestrator ask the agent's model for facts when
             the rule-based extractor finds none in a message with memory cues
-            (``orchestrator.memory_view.write_back``).
+            (``loom.orchestrator.memory_view.write_back``).
 
     Raises:
         ValueError: naming the field for invalid thresholds, ttl or capacity.
@@ -147,7 +147,7 @@ class LongTermMemory:
         A :class:`ForgetRequest` among the facts (the extractors emit one for "forget
         that ...") deletes the memory it names instead (DELETE, reason ``forget``).
         Instruction-like text, and any text whose ``source`` is untrusted (kind ``tool``
-        or ``document``), is quarantined instead (QUARANTINE; see ``memory.trust``).
+        or ``document``), is quarantined instead (QUARANTINE; see ``loom.memory.trust``).
 
         Args:
             source: provenance (:class:`MemorySource`, a mapping of its fields,
@@ -191,7 +191,7 @@ class LongTermMemory:
 
     @contextmanager
     def _write(self, namespace: str) -> Iterator[tuple[Session, int]]:
-        """:func:`memory.writes.locked_transaction`, dropping the cached snapshot afterwards."""
+        """:func:`loom.memory.writes.locked_transaction`, dropping the cached snapshot afterwards."""
         if namespace not in self._known_namespaces:
             W.ensure_namespace(self.engine, namespace)
             self._known_namespaces.add(namespace)
@@ -236,7 +236,7 @@ class LongTermMemory:
     # --- reading ------------------------------------------------------------------
 
     def search(self, query: str, namespace: str, k: int = 5, min_score: float = 0.0) -> list[MemoryHit]:
-        """The ``k`` best active memories of ``namespace`` for ``query`` (see ``memory.scoring``).
+        """The ``k`` best active memories of ``namespace`` for ``query`` (see ``loom.memory.scoring``).
 
         ``min_score`` is a floor on cosine similarity.  Returned memories get
         ``last_used_at = now`` and ``use_count + 1`` (hits report the values they were ranked with).

@@ -53,7 +53,7 @@ class MemoryRow(Base):
     use_count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     source_session_id: Mapped[str | None] = mapped_column(String(255), nullable=True)
     source_turn: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    # Provenance kind (memory.types.SOURCE_KINDS) and an audit note; NULL on rows written
+    # Provenance kind (loom.memory.types.SOURCE_KINDS) and an audit note; NULL on rows written
     # before provenance existed (db.migrate adds the columns to such files).
     source_kind: Mapped[str | None] = mapped_column(String(32), nullable=True)
     source_detail: Mapped[str | None] = mapped_column(String(255), nullable=True)

@@ -6,7 +6,7 @@ all-MiniLM-L6-v2 embeddings; defaults measured in ``/work/notes/memory.md``):
 
 1. **Exact**: same text after normalisation (case, whitespace, trailing
    punctuation) -> NOOP on that memory.
-2. **Slot**: the fact fills a subject slot (``memory.text.slot_of``: ``name``,
+2. **Slot**: the fact fills a subject slot (``loom.memory.text.slot_of``: ``name``,
    ``location``, ``age``, ``employer``, ``favourite <x>``, any ``my <x> is <y>``)
    that an active memory already fills.  Same value -> NOOP; a different value
    is a contradiction -> UPDATE superseding every active memory of that slot.
@@ -117,7 +117,7 @@ def forget_targets(request: str, vector: np.ndarray, snap: Snapshot, *, conflict
     1. a slot with a value ("forget that I live in Paris"): the memories of that slot
        whose value contains it or is contained in it (none: ``[]``, so "I don't live
        in Paris anymore" never deletes "User lives in Lyon");
-    2. a topic (``memory.text.forget_topic``: "where I live", "everything about my
+    2. a topic (``loom.memory.text.forget_topic``: "where I live", "everything about my
        job", "everything"): every memory of the topic's slots or marked by its words;
     3. a bare subject ("forget my address"): the memories of that slot;
     4. else the most similar memory when its cosine is >= ``conflict_threshold``.

@@ -5,7 +5,7 @@ same run is the similarity-only policy many memory layers start from: NOOP at
 cosine >= ``duplicate_threshold``, otherwise ADD (it can never UPDATE, so a changed
 value is either dropped as a "duplicate" or kept beside the stale one).
 
-    python -m memory.policy_eval
+    python -m loom.memory.policy_eval
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Exact ranking of one namespace's memories for a query (see ``memory.scoring`` for the score).
+"""Exact ranking of one namespace's memories for a query (see ``loom.memory.scoring`` for the score).
 
 The similarity term is computed for every memory of the snapshot (``[N, D] @
 [D]``).  Use statistics (last used, use count) change on every search, in any

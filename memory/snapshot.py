@@ -4,7 +4,7 @@ A namespace holds one user's or agent's memories (hundreds to thousands), so a
 brute-force ``[N, D] @ [D]`` product over them is exact and cheap; the cost is
 loading N vectors from the database.  :class:`NamespaceIndex` keeps the last
 snapshot per namespace and reuses it while the namespace's ``revision`` (bumped
-under the write lock by every write, see ``memory.models``) is unchanged, so a
+under the write lock by every write, see ``loom.memory.models``) is unchanged, so a
 write by another handle or process is always seen.  A writer that held the lock
 derives the next snapshot from the previous one instead of reloading.
 

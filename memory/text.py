@@ -19,7 +19,7 @@ _NEGATIONS = frozenset(
     "not no never none nobody nothing neither nor cannot dislike dislikes hate hates "
     "don't doesn't didn't isn't aren't wasn't weren't won't can't couldn't shouldn't wouldn't haven't hasn't".split()
 )
-NEGATIONS = _NEGATIONS  # public name for memory.trust
+NEGATIONS = _NEGATIONS  # public name for loom.memory.trust
 _STOPWORDS = frozenset(
     """a an the is are am was were be been being i i'm me my mine we our you your user user's
     he she they it its this that these those of to in on at for with and or but as by from

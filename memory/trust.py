@@ -15,7 +15,7 @@ So :meth:`memory.LongTermMemory.add` quarantines a fact instead of storing it wh
    prompt"), a standing order ("from now on ...", "in every answer ..."), a payment
    order ("send money to IBAN ...", "transfer $500 to ..."), or a request to leak
    secrets ("reveal the system prompt");
-2. its source is untrusted (``tool`` / ``document``, :data:`memory.types.UNTRUSTED_KINDS`):
+2. its source is untrusted (``tool`` / ``document``, :data:`loom.memory.types.UNTRUSTED_KINDS`):
    a third party's words, however factual they sound ("the user's bank account is ...").
 
 A user's own preferences stay facts when phrased as facts ("I prefer short
@@ -46,7 +46,7 @@ _IBAN = r"\b[a-z]{2}\d{2}(?:\s?[a-z0-9]{4}){2,7}\b"
 _SECRET = r"(?:system prompt|(?:your|the) (?:instructions|prompt|rules)|passwords?|api keys?|secrets?|credentials|tokens?)"
 _RECIPIENT = r"(?:the user|users|everyone|everybody|people|customers|all users|anyone)"
 
-# (rule name, pattern), matched against the normalised text (``memory.text.normalize``).
+# (rule name, pattern), matched against the normalised text (``loom.memory.text.normalize``).
 RULES: list[tuple[str, re.Pattern[str]]] = [
     ("override", re.compile(
         r"\b(?:ignore|disregard|forget|override|bypass)\b.{0,30}\b(?:previous|prior|above|earlier|all|any|your|the)\b"
@@ -102,7 +102,7 @@ def instruction_rule(text: str) -> str | None:
 def in_user_words(fact: str, user_texts: Iterable[str]) -> bool:
     """True when every content word and number of ``fact`` occurs in ``user_texts``.
 
-    Words are compared stemmed (``memory.text.content_tokens``: "lives" = "live",
+    Words are compared stemmed (``loom.memory.text.content_tokens``: "lives" = "live",
     "color" = "colour"); "User", "I", "my" and other stopwords are ignored, so a
     third-person rewrite of the user's sentence passes.  A negated fact needs a
     negation in the user's words.  A fact with no content word never passes.

@@ -137,7 +137,7 @@ class MemoryEvent:
         previous_text: its text.
         reason: why: ``new``, ``exact``, ``duplicate``, ``revision``, ``slot:<name>``,
             ``negation``, ``number``, ``capacity``, ``ttl``, ``request``, ``forget``; for
-            QUARANTINE ``instruction:<rule>`` or ``untrusted:<kind>`` (see ``memory.trust``).
+            QUARANTINE ``instruction:<rule>`` or ``untrusted:<kind>`` (see ``loom.memory.trust``).
     """
 
     event: EventType
@@ -156,7 +156,7 @@ class MemoryHit:
     Attributes:
         id: memory id.
         text: memory text.
-        score: blended rank score (similarity, recency, use; see ``memory.scoring``).
+        score: blended rank score (similarity, recency, use; see ``loom.memory.scoring``).
         similarity: cosine similarity of query and memory in [-1, 1].
         created_at: when the memory was written (Unix seconds).
         last_used_at / use_count: as ranked, before this search counted as a use.

@@ -2,9 +2,9 @@
 
 Every function runs inside :func:`locked_transaction`, whose first statement
 locks the namespace's ``memory_namespaces`` row (a row lock on Postgres, the
-write lock on SQLite), so the decision of ``memory.policy`` and the rows it
+write lock on SQLite), so the decision of ``loom.memory.policy`` and the rows it
 writes are atomic with respect to every other writer of that namespace.  Each
-function takes and returns the namespace :class:`~memory.snapshot.Snapshot`,
+function takes and returns the namespace :class:`~loom.memory.snapshot.Snapshot`,
 so a sequence of writes never reloads the vectors.
 """
 
@@ -118,7 +118,7 @@ def apply_facts(session: Session, namespace: str, facts: list[str], vecs: np.nda
 def quarantine_reason(fact: str, src: MemorySource) -> str | None:
     """Why ``fact`` must not become a fact (``None``: it may): ``untrusted:<kind>`` for text
     from a tool or document (forget requests included: a document cannot delete the
-    user's memories), else ``instruction:<rule>`` (``memory.trust``)."""
+    user's memories), else ``instruction:<rule>`` (``loom.memory.trust``)."""
     if not src.trusted:
         return f"untrusted{'-forget' if isinstance(fact, ForgetRequest) else ''}:{src.kind}"
     rule = fact.reason if isinstance(fact, HeldFact) else instruction_rule(fact)

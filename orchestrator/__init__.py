@@ -3,18 +3,18 @@
 - :class:`ContextBuilder` assembles prompts from stored token ids in the order
   of ARCHITECTURE.md, under a :class:`ContextBudget`;
 - :class:`Agent` runs the reasoning / tool-call loop (``run``, ``arun``, ``stream``);
-- :mod:`orchestrator.ledger` splits tokens, time and cost by class;
-- :mod:`orchestrator.parsers` splits streamed text into reasoning, content and tool calls;
+- :mod:`loom.orchestrator.ledger` splits tokens, time and cost by class;
+- :mod:`loom.orchestrator.parsers` splits streamed text into reasoning, content and tool calls;
 - sessions: :class:`InMemorySession`, :class:`SQLSession`.
 """
 
-from orchestrator.agent import Agent
-from orchestrator.budget import ContextBudget
-from orchestrator.context import Context, ContextBuilder, Segment
-from orchestrator.events import RunResult
-from orchestrator.ledger import Ledger, PriceTable
-from orchestrator.parsers import StreamingParser
-from orchestrator.session import InMemorySession, Session, SQLSession
+from loom.orchestrator.agent import Agent
+from loom.orchestrator.budget import ContextBudget
+from loom.orchestrator.context import Context, ContextBuilder, Segment
+from loom.orchestrator.events import RunResult
+from loom.orchestrator.ledger import Ledger, PriceTable
+from loom.orchestrator.parsers import StreamingParser
+from loom.orchestrator.session import InMemorySession, Session, SQLSession
 
 __all__ = [
     "Agent",

@@ -7,7 +7,7 @@ One user turn (:meth:`Agent.stream`):
    user message as this turn's tail items and store them;
 3. loop up to ``max_steps`` model calls: compact the view if the history
    outgrew its cap, assemble the prompt from stored ids
-   (:class:`~orchestrator.context.ContextBuilder`), stream the reply through
+   (:class:`~loom.orchestrator.context.ContextBuilder`), stream the reply through
    the parser, store the reply's exact ids, run every tool call of the reply
    concurrently (``asyncio.gather``; errors and timeouts come back as error
    results), store the results as one group, and go on; a reply without tool
@@ -33,23 +33,23 @@ import logging
 import time
 from typing import Any, AsyncIterator
 
-from runtime.errors import InvalidRequestError, LoomError
-from runtime.sampling_params import SamplingParams
+from loom.runtime.errors import InvalidRequestError, LoomError
+from loom.runtime.sampling_params import SamplingParams
 
-from orchestrator import compactor
-from orchestrator.approval import pending_approval
-from orchestrator.budget import ContextBudget
-from orchestrator.condense import DEFAULT_CONDENSE_TOKENS
-from orchestrator.context import ContextBuilder
-from orchestrator.engine import EngineClient
-from orchestrator.events import AgentEvent, DoneEvent, RunResult, UsageEvent
-from orchestrator.formats import ToolCallFormat
-from orchestrator.ledger import Ledger, PriceTable
-from orchestrator.parts import AgentParts
-from orchestrator.protocols import Engine, Memory, Retriever, Tokenizer, eos_token_ids
-from orchestrator.runner import TurnRunner
-from orchestrator.session import InMemorySession, Session
-from tools import ToolRegistry
+from loom.orchestrator import compactor
+from loom.orchestrator.approval import pending_approval
+from loom.orchestrator.budget import ContextBudget
+from loom.orchestrator.condense import DEFAULT_CONDENSE_TOKENS
+from loom.orchestrator.context import ContextBuilder
+from loom.orchestrator.engine import EngineClient
+from loom.orchestrator.events import AgentEvent, DoneEvent, RunResult, UsageEvent
+from loom.orchestrator.formats import ToolCallFormat
+from loom.orchestrator.ledger import Ledger, PriceTable
+from loom.orchestrator.parts import AgentParts
+from loom.orchestrator.protocols import Engine, Memory, Retriever, Tokenizer, eos_token_ids
+from loom.orchestrator.runner import TurnRunner
+from loom.orchestrator.session import InMemorySession, Session
+from loom.tools import ToolRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ DEFAULT_KEEP_REASONING = False
 def _registry(tools: Any, retriever: Retriever | None, auto_retrieve: bool, timeout_s: float) -> ToolRegistry:
     reg = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools or (), default_timeout_s=timeout_s)
     if retriever is not None and not auto_retrieve and "search_documents" not in reg:
-        from tools.builtin import search_documents_tool
+        from loom.tools.builtin import search_documents_tool
 
         reg.register(search_documents_tool(retriever))
     return reg
@@ -96,12 +96,12 @@ class Agent:
         tool_timeout_s: default tool timeout (seconds).
         memory_write_back: add each user message to long-term memory.
         tool_call_parser: the model's tool-call format: ``None``/``"auto"``
-            detects it from the chat template (``orchestrator.formats``), a name
+            detects it from the chat template (``loom.orchestrator.formats``), a name
             (``hermes``, ``llama3_json``, ``mistral``, ``default``) or a
             ``ToolCallFormat`` overrides it (vLLM's ``--tool-call-parser``).
         condense_question: before retrieving for a follow-up turn, rewrite the
             message into a standalone question with the model and search with
-            both (``orchestrator.condense``; default on).
+            both (``loom.orchestrator.condense``; default on).
         condense_tokens: ``max_tokens`` of that rewrite (default 32).
         parallel_tool_calls: OpenAI's flag.  ``None`` (default): run every tool call of a
             reply (concurrently), and a forced ``tool_choice="required"`` step emits one call.
@@ -112,7 +112,7 @@ class Agent:
         approval: names of tools whose calls wait for a human decision before they run
             (besides tools made with ``@tool(requires_approval=True)``): the turn ends with
             ``final_state="awaiting_approval"`` and :meth:`resume` continues it
-            (``orchestrator.approval``; LangGraph's ``interrupt``, Letta's ``requires_approval``).
+            (``loom.orchestrator.approval``; LangGraph's ``interrupt``, Letta's ``requires_approval``).
 
     Raises:
         ValueError: bad arguments, naming the field.
@@ -202,7 +202,7 @@ class Agent:
             yield ev
 
     async def resume_stream(self, session: Session, decisions: Any) -> AsyncIterator[AgentEvent]:
-        """Continue a turn paused for approval (``orchestrator.approval``), yielding events like :meth:`stream`.
+        """Continue a turn paused for approval (``loom.orchestrator.approval``), yielding events like :meth:`stream`.
 
         ``decisions``: ``{call id: "approve" | "reject" | {"decision": "edit", "arguments": {...}} |
         {"decision": "reject", "reason": "..."} | {"decision": "result", "output": "..."}}``.
@@ -269,7 +269,7 @@ class Agent:
 
 
 def _format(tokenizer: Tokenizer, parser: str | ToolCallFormat | None) -> ToolCallFormat:
-    from orchestrator.formats import detect_format
+    from loom.orchestrator.formats import detect_format
 
     if isinstance(parser, ToolCallFormat):
         return parser

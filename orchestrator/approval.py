@@ -23,7 +23,7 @@ A call that needs no approval is approved by default.  The decisions are stored
 from the next step: its prompt extends the stored one, so the prefix cache
 serves it.  Both records live in the session log, so a paused turn survives the
 process (``SQLSession``) and any agent over the same session can resume it.
-Neither record is a message: :func:`orchestrator.items.is_message` leaves them
+Neither record is a message: :func:`loom.orchestrator.items.is_message` leaves them
 out of every prompt.
 """
 
@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runtime.errors import InvalidRequestError
+from loom.runtime.errors import InvalidRequestError
 
 Item = dict[str, Any]
 APPROVAL, DECISION = "approval", "approval_decision"

@@ -12,11 +12,11 @@ start of the history at every turn and throw away the whole prefix cache each
 time; one big drop loses it once and then stays put for many turns.  This is
 the "rare, big steps" policy ARCHITECTURE.md asks for (compare Letta/MemGPT's
 summarise-on-overflow).  What goes first is the retention policy of
-:mod:`orchestrator.compaction`: retrieved chunks and tool steps of turns older
+:mod:`loom.orchestrator.compaction`: retrieved chunks and tool steps of turns older
 than the newest ``keep_retrieval_turns`` earlier turns, the dialogue kept;
 whole turns only when that is not enough.  ``prefill_after_turn`` makes the
 compaction the next turn will need once a turn has finished, and prefills
-the compacted prompt then (:mod:`orchestrator.compactor`), so the next turn
+the compacted prompt then (:mod:`loom.orchestrator.compactor`), so the next turn
 finds it in the prefix cache; ``next_turn_tokens`` is the room that forecast
 leaves for the next turn's retrieval, memories and message.
 """
@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from runtime.errors import InvalidRequestError
+from loom.runtime.errors import InvalidRequestError
 
 TYPICAL_MESSAGE_TOKENS = 64  # a user message with its template tokens, as the after-turn forecast assumes
 
@@ -58,7 +58,7 @@ class ContextBudget:
             compacted prompt once a turn has finished (off the critical path).
         next_turn_tokens: tokens that forecast reserves for the next turn's
             inputs; ``None``: forecast from recent turns
-            (``orchestrator.compactor.forecast``): their retrieval and new
+            (``loom.orchestrator.compactor.forecast``): their retrieval and new
             memories with a margin, at most ``max_retrieval_tokens +
             max_memory_tokens`` (each only when the agent retrieves / has a
             memory), plus their longest message with a margin (64 tokens

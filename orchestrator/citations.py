@@ -88,7 +88,7 @@ def _key(text: str) -> str:
 
 
 def _exact_keys(hit: Any) -> set[str]:
-    from orchestrator.items import source_label
+    from loom.orchestrator.items import source_label
 
     name, section = document_name(hit), str(getattr(hit, "section", "") or "")
     keys = {_key(citation_label(hit)), _key(source_label(hit)), _key(f"{name} {section}")}

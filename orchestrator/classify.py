@@ -1,10 +1,10 @@
 """Output token classes (``reasoning`` / ``tool_call`` / ``output``) from the engine's own text.
 
-The engine detokenizes once (``runtime.detokenizer``: whole UTF-8
+The engine detokenizes once (``loom.runtime.detokenizer``: whole UTF-8
 characters, stop strings cut, eos left out) and hands each step's text to
 its consumers as ``RequestOutput.new_text`` with that step's
 ``new_token_ids``.  :class:`OutputClassifier` feeds that text to the
-:class:`~orchestrator.parsers.StreamingParser` and gives each new token the
+:class:`~loom.orchestrator.parsers.StreamingParser` and gives each new token the
 class of the parser state around the text it produced: a token touching the
 ``<think>`` block is ``reasoning`` (the closing marker belongs to the block
 it closes), one touching a tool-call block is ``tool_call``, else ``output``.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orchestrator.parsers import ParserEvent, StreamingParser
+from loom.orchestrator.parsers import ParserEvent, StreamingParser
 
 __all__ = ["OutputClassifier", "classify"]
 

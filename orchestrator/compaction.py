@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.items import Item, is_message
+from loom.orchestrator.items import Item, is_message
 
 __all__ = ["Plan", "View", "compute_view", "hide_ranges", "marker", "plan", "plan_drop", "rebuilt"]
 

@@ -1,7 +1,7 @@
 """When a session's view is compacted: after a turn (prefilled off the critical path), or before a call.
 
 Owner of the compaction *decisions* (what to hide is planned by
-:mod:`orchestrator.compaction`, the summary call is :mod:`orchestrator.summarize`).
+:mod:`loom.orchestrator.compaction`, the summary call is :mod:`loom.orchestrator.summarize`).
 
 - :func:`after_turn` (``Agent.stream`` awaits it once it has yielded
   ``DoneEvent``, so a streaming client already has the answer): forecasts the
@@ -42,20 +42,20 @@ import time
 import uuid
 from typing import Protocol
 
-from runtime.errors import LoomError
+from loom.runtime.errors import LoomError
 
-from orchestrator import compaction as comp
-from orchestrator.budget import TYPICAL_MESSAGE_TOKENS
-from orchestrator.events import RunResult
-from orchestrator.items import Item
-from orchestrator.ledger import Ledger
-from orchestrator.parts import AgentParts
-from orchestrator.step import StepOutcome, model_call
-from orchestrator.summarize import summarize_turns
+from loom.orchestrator import compaction as comp
+from loom.orchestrator.budget import TYPICAL_MESSAGE_TOKENS
+from loom.orchestrator.events import RunResult
+from loom.orchestrator.items import Item
+from loom.orchestrator.ledger import Ledger
+from loom.orchestrator.parts import AgentParts
+from loom.orchestrator.step import StepOutcome, model_call
+from loom.orchestrator.summarize import summarize_turns
 
 
 class TurnRunner(Protocol):
-    """What these hooks use of :class:`orchestrator.runner.TurnRunner` (named here, not imported,
+    """What these hooks use of :class:`loom.orchestrator.runner.TurnRunner` (named here, not imported,
     so runner -> compactor stays one arrow)."""
 
     parts: AgentParts

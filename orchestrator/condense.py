@@ -7,7 +7,7 @@ file in Python?") and searches with that.  Two choices differ from LlamaIndex:
 
 1. **The rewrite call reuses the session's prompt.**  Its prompt is the next
    call's own prefix (template header, tools, memory snapshot, the stored
-   history, exactly as :class:`~orchestrator.context.ContextBuilder` assembles
+   history, exactly as :class:`~loom.orchestrator.context.ContextBuilder` assembles
    it) plus one instruction message, so the runtime's prefix cache serves all
    but the instruction: the rewrite costs about 60 computed prompt tokens and
    its own output, not a re-prefill of the conversation as a transcript.  The
@@ -38,13 +38,13 @@ import logging
 import re
 import uuid
 
-from runtime.errors import LoomError
-from runtime.sampling_params import SamplingParams
+from loom.runtime.errors import LoomError
+from loom.runtime.sampling_params import SamplingParams
 
-from orchestrator.items import Item, message_item
-from orchestrator.ledger import Ledger
-from orchestrator.parts import AgentParts
-from orchestrator.step import StepOutcome, model_call
+from loom.orchestrator.items import Item, message_item
+from loom.orchestrator.ledger import Ledger
+from loom.orchestrator.parts import AgentParts
+from loom.orchestrator.step import StepOutcome, model_call
 
 logger = logging.getLogger(__name__)
 

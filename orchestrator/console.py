@@ -54,12 +54,12 @@ def quiet_logs(verbose: bool = False) -> None:
 def model_error(model: str, exc: BaseException) -> str:
     """One line naming ``model``, what went wrong and what to do (no traceback, no repr).
 
-    ``NotFoundError`` from ``runtime.models.loader.resolve_model_path``: not a
+    ``NotFoundError`` from ``loom.runtime.models.loader.resolve_model_path``: not a
     registered name, folder, ``.gguf`` file or reachable hub id.  ``ModelLoadError``:
     a registered model or GGUF file that could not be prepared.  Anything else:
     a folder the engine could not read (no ``config.json``, no weights, ...).
     """
-    from runtime.errors import ModelLoadError, NotFoundError
+    from loom.runtime.errors import ModelLoadError, NotFoundError
 
     reason = _first_line(exc)
     if isinstance(exc, NotFoundError):
@@ -112,7 +112,7 @@ def check_readable(path: Path) -> None:
 def resolve_model(console: Console, model: str | None, hint: str = "") -> str:
     """The checkpoint folder for ``model`` (default: Loom's default model); print which model runs.
 
-    ``model`` is anything ``runtime.models.loader.resolve_model_path`` accepts.
+    ``model`` is anything ``loom.runtime.models.loader.resolve_model_path`` accepts.
     A ``random:ARCH-PRESET`` model gets a yellow panel saying its answers are
     noise (``hint`` is added to it); any other model one line.
 
@@ -120,9 +120,9 @@ def resolve_model(console: Console, model: str | None, hint: str = "") -> str:
         typer.Exit: (code 2) the model cannot be found, prepared or read; the cause and the fix are
             printed in one ``error:`` line on stderr (:func:`model_error`).
     """
-    from runtime.checkpoint.registry import DEFAULT_MODEL
-    from runtime.errors import LoomError
-    from runtime.models.loader import RANDOM_PREFIX, resolve_model_path
+    from loom.runtime.checkpoint.registry import DEFAULT_MODEL
+    from loom.runtime.errors import LoomError
+    from loom.runtime.models.loader import RANDOM_PREFIX, resolve_model_path
 
     name = model or DEFAULT_MODEL
     try:

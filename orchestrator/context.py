@@ -11,11 +11,11 @@ prompt starts with the previous call's prompt:
    turn's tool steps, and the generation prompt.
 
 Nothing per-turn goes into the system message; no timestamps or ids are
-rendered.  Token ids come from the stored items (see :mod:`orchestrator.items`)
-and from :class:`~orchestrator.template.TemplateRenderer` for new ones, so a
+rendered.  Token ids come from the stored items (see :mod:`loom.orchestrator.items`)
+and from :class:`~loom.orchestrator.template.TemplateRenderer` for new ones, so a
 :class:`Context` is assembled, never re-rendered.  The builder also makes the
 new items of a turn (rendered once, stored with their ids) and checks the
-budget; compaction is planned by :mod:`orchestrator.compaction`.
+budget; compaction is planned by :mod:`loom.orchestrator.compaction`.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from runtime.errors import ContextLengthError
+from loom.runtime.errors import ContextLengthError
 
-from orchestrator import compaction as comp
-from orchestrator.budget import ContextBudget
-from orchestrator.events import ToolResultRecord
-from orchestrator.formats import ToolCallFormat
-from orchestrator.items import (
+from loom.orchestrator import compaction as comp
+from loom.orchestrator.budget import ContextBudget
+from loom.orchestrator.events import ToolResultRecord
+from loom.orchestrator.formats import ToolCallFormat
+from loom.orchestrator.items import (
     Item,
     format_memory,
     format_retrieval,
@@ -42,8 +42,8 @@ from orchestrator.items import (
     source_label,
     to_message,
 )
-from orchestrator.protocols import MemoryHit, SearchHit, Tokenizer
-from orchestrator.template import TemplateRenderer
+from loom.orchestrator.protocols import MemoryHit, SearchHit, Tokenizer
+from loom.orchestrator.template import TemplateRenderer
 
 
 @dataclass
@@ -320,7 +320,7 @@ class ContextBuilder:
         """The ids an item shows in a prompt.
 
         ``rebuilt``: a compaction made after the item was stored re-prefilled it
-        (:func:`orchestrator.compaction.rebuilt`).  With ``keep_reasoning=False``
+        (:func:`loom.orchestrator.compaction.rebuilt`).  With ``keep_reasoning=False``
         an earlier turn's reply is shown without its reasoning only then: the
         cut re-prefills everything after it anyway, so dropping reasoning there
         costs no cache hit, while dropping it elsewhere would break the
@@ -338,7 +338,7 @@ class ContextBuilder:
                 forecast of the next turn's retrieval and message).
 
         Returns:
-            a :class:`~orchestrator.compaction.Plan`: documents of older turns first
+            a :class:`~loom.orchestrator.compaction.Plan`: documents of older turns first
             (the retention policy), then whole turns, then this turn's oldest steps.
         """
         view = comp.compute_view(items, turn)

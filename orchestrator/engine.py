@@ -14,10 +14,10 @@ import inspect
 import uuid
 from typing import Any, AsyncIterator
 
-from orchestrator.protocols import Engine
-from runtime.errors import request_error
-from runtime.outputs import RequestOutput
-from runtime.sampling_params import SamplingParams
+from loom.orchestrator.protocols import Engine
+from loom.runtime.errors import request_error
+from loom.runtime.outputs import RequestOutput
+from loom.runtime.sampling_params import SamplingParams
 
 DEFAULT_WINDOW = 4096
 

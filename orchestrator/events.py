@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from orchestrator.ledger import Ledger
+from loom.orchestrator.ledger import Ledger
 
 FinalState = Literal["done", "max_steps", "interrupted", "error", "awaiting_approval"]
 
@@ -116,13 +116,13 @@ class RunResult:
         error: message when ``final_state == "error"``.
         compactions: compaction markers appended during this run.
         pending: with ``final_state == "awaiting_approval"``, the reply's calls waiting for a
-            decision (``[{"id", "name", "arguments"}]``; see :mod:`orchestrator.approval`).
+            decision (``[{"id", "name", "arguments"}]``; see :mod:`loom.orchestrator.approval`).
         after_turn_usage: ledger of the calls made after the turn for the next one (the
-            compaction's summary and prefill; ``orchestrator.compactor``), ``None`` when none.
+            compaction's summary and prefill; ``loom.orchestrator.compactor``), ``None`` when none.
         retrieved: this turn's retrieval hits as shown to the model, in rank order
             (each with ``.document``, ``.section``, ``.text``); empty without auto retrieval.
         rewritten_query: the follow-up rewritten into a standalone question for
-            retrieval (``orchestrator.condense``); ``None`` when no rewrite was made.
+            retrieval (``loom.orchestrator.condense``); ``None`` when no rewrite was made.
     """
 
     answer: str = ""

@@ -10,7 +10,7 @@ original goes on untouched.  The fork point is either
   memory snapshot), including compaction markers made after turn N finished.
 
 A point that would separate an assistant reply's tool calls from their results
-is refused (:class:`~runtime.errors.InvalidRequestError` naming ``at``): the
+is refused (:class:`~loom.runtime.errors.InvalidRequestError` naming ``at``): the
 prompt never shows a call without its result.  Compaction markers before the
 point are kept (their ``hide`` ranges index earlier items only), later ones
 are dropped with the items they belong to.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runtime.errors import InvalidRequestError
+from loom.runtime.errors import InvalidRequestError
 
 Item = dict[str, Any]
 

@@ -1,6 +1,6 @@
 """Session items: chat messages plus the exact tokens they occupy in the prompt.
 
-An item is a JSON-serialisable dict (so any :class:`~orchestrator.session.Session`
+An item is a JSON-serialisable dict (so any :class:`~loom.orchestrator.session.Session`
 can store it):
 
 - ``kind``: ``memory_snapshot`` | ``memory`` | ``retrieval`` | ``user`` |

@@ -2,14 +2,14 @@
 
 LangChain's own local-model wrapper drops tools (langchain issue #29033); this
 one keeps them both ways: ``bind_tools`` passes OpenAI-style schemas to the
-chat template, replies are parsed by :mod:`orchestrator.parsers` into
+chat template, replies are parsed by :mod:`loom.orchestrator.parsers` into
 ``AIMessage.tool_calls`` (malformed ones into ``invalid_tool_calls``), and
 ``AIMessage`` tool calls / ``ToolMessage`` results are rendered back through
 the template.  ``tool_choice="required"`` or a tool name forces a valid call
 with constrained decoding.
 
 LangChain passes the whole conversation on every call, so the prompt is
-assembled by :class:`~orchestrator.context.ContextBuilder` from the message
+assembled by :class:`~loom.orchestrator.context.ContextBuilder` from the message
 list (everything before the last human message is history); with Loom's
 prefix-stable template the ids equal the previous call's prompt + reply and
 the engine's prefix cache serves them.  ``usage_metadata`` carries
@@ -29,19 +29,19 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr
 
-from runtime.sampling_params import SamplingParams
+from loom.runtime.sampling_params import SamplingParams
 
-from orchestrator.budget import ContextBudget
-from orchestrator.context import Context, ContextBuilder
-from orchestrator.engine import EngineClient
-from orchestrator.events import ContentDelta, ReasoningDelta, ToolCallEvent
-from orchestrator.items import Item, message_item, new_tool_call_id
-from orchestrator.ledger import PriceTable
-from orchestrator.formats import ToolCallFormat, detect_format
-from orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
-from orchestrator.parsers import StreamingParser
-from orchestrator.step import StepOutcome, model_call
-from orchestrator.sync import iter_sync, run_sync
+from loom.orchestrator.budget import ContextBudget
+from loom.orchestrator.context import Context, ContextBuilder
+from loom.orchestrator.engine import EngineClient
+from loom.orchestrator.events import ContentDelta, ReasoningDelta, ToolCallEvent
+from loom.orchestrator.items import Item, message_item, new_tool_call_id
+from loom.orchestrator.ledger import PriceTable
+from loom.orchestrator.formats import ToolCallFormat, detect_format
+from loom.orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
+from loom.orchestrator.parsers import StreamingParser
+from loom.orchestrator.step import StepOutcome, model_call
+from loom.orchestrator.sync import iter_sync, run_sync
 
 
 def _to_items(messages: Sequence[BaseMessage]) -> tuple[str | None, list[Item]]:
@@ -76,12 +76,12 @@ class LoomChatModel(BaseChatModel):
     Args:
         llm: the engine instance.
         temperature / top_p / max_tokens / seed: sampling (``max_tokens`` in tokens).
-        prices: :class:`~orchestrator.ledger.PriceTable` for the ledger's costs.
+        prices: :class:`~loom.orchestrator.ledger.PriceTable` for the ledger's costs.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    llm: Any = Field(exclude=True)  # an orchestrator.protocols.Engine (pydantic cannot check a Protocol)
+    llm: Any = Field(exclude=True)  # an loom.orchestrator.protocols.Engine (pydantic cannot check a Protocol)
     model_name: str = "loom"
     temperature: float = 0.0
     top_p: float = 1.0

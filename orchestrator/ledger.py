@@ -2,7 +2,7 @@
 
 Prompt classes (``system, tools, memory, history, retrieval, tool_result,
 user``, and ``query_rewrite`` for the whole prompt of a condense-question call,
-:mod:`orchestrator.condense`) are each split into cached and computed tokens *exactly*: the context
+:mod:`loom.orchestrator.condense`) are each split into cached and computed tokens *exactly*: the context
 builder knows every segment's token span ``[start, end)`` and the runtime
 reports ``num_cached_tokens``, the number of leading prompt tokens served from
 the prefix cache, so token ``i`` is cached iff ``i < num_cached_tokens``.
@@ -24,7 +24,7 @@ recompute cached tokens its ``prefix_cache_hits``, preemption included.  Their
 time lies inside the decode gaps of the output tokens, where it is counted.
 ``budget_cut`` counts, per prompt class, tokens of content the context
 budget left out of the prompt (a retrieved chunk cut at a sentence boundary or
-dropped: :meth:`orchestrator.context.ContextBuilder.fit_retrieval`); they are
+dropped: :meth:`loom.orchestrator.context.ContextBuilder.fit_retrieval`); they are
 not part of the prompt and are recorded on the first call of the turn.
 
 Cost comes from a :class:`PriceTable` (API-style USD per million tokens: input,

@@ -1,4 +1,4 @@
-"""Rich tables of a :class:`~orchestrator.ledger.Ledger`: tokens, time and cost by class.
+"""Rich tables of a :class:`~loom.orchestrator.ledger.Ledger`: tokens, time and cost by class.
 
 Shared by ``make demo`` (``orchestrator.demo``) and ``loom chat``'s ``/usage``.
 TTFT and TPOT follow vLLM's benchmark definitions (ARCHITECTURE.md):
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from orchestrator.ledger import OUTPUT_CLASSES, PROMPT_CLASSES, Ledger
+from loom.orchestrator.ledger import OUTPUT_CLASSES, PROMPT_CLASSES, Ledger
 
 
 def tpot_ms(ledger: Ledger) -> float | None:

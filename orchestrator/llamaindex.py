@@ -2,7 +2,7 @@
 
 Set it as ``Settings.llm`` or pass it as ``llm=`` to any query or chat engine.
 It is a chat model (``metadata.is_chat_model``): ``chat`` renders the
-messages through the model's own chat template (:func:`orchestrator.template.prompt_ids`,
+messages through the model's own chat template (:func:`loom.orchestrator.template.prompt_ids`,
 the renderer ``/v1/chat/completions`` uses), and ``complete`` sends the
 prompt as one user message through the same template (``formatted=True``
 sends the prompt text as it is).  Streaming yields LlamaIndex's cumulative
@@ -26,12 +26,12 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.custom import CustomLLM
 from pydantic import Field, PrivateAttr
 
-from runtime.sampling_params import SamplingParams
+from loom.runtime.sampling_params import SamplingParams
 
-from orchestrator.engine import EngineClient
-from orchestrator.formats import ToolCallFormat, detect_format
-from orchestrator.template import prompt_ids
-from orchestrator.sync import iter_sync
+from loom.orchestrator.engine import EngineClient
+from loom.orchestrator.formats import ToolCallFormat, detect_format
+from loom.orchestrator.template import prompt_ids
+from loom.orchestrator.sync import iter_sync
 
 # one streamed step: (cumulative text, delta, usage/finish fields or None until the end)
 _Step = tuple[str, str, "dict[str, Any] | None"]
@@ -47,9 +47,9 @@ class LoomLlamaLLM(CustomLLM):
         temperature / top_p / seed: sampling.
 
     Raises:
-        runtime.errors.ContextLengthError: (on a call) the rendered prompt does
+        loom.runtime.errors.ContextLengthError: (on a call) the rendered prompt does
             not fit the engine's ``max_model_len``; other engine submission errors.
-        runtime.errors.InvalidRequestError: the chat template rejects the messages.
+        loom.runtime.errors.InvalidRequestError: the chat template rejects the messages.
     """
 
     llm: Any = Field(exclude=True, description="runtime.LLM or runtime.AsyncLLM")

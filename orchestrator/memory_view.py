@@ -1,7 +1,7 @@
 """Long-term memory as a turn sees it: provenance of writes, and which memories stay shown.
 
 Owner of the orchestrator's side of memory trust (the store's side is
-:mod:`memory`, its rules :mod:`memory.trust`).  :class:`~orchestrator.runner.TurnRunner`
+:mod:`memory`, its rules :mod:`loom.memory.trust`).  :class:`~loom.orchestrator.runner.TurnRunner`
 calls :func:`stale_marker` when a turn starts, wraps tool calls in
 :func:`tool_provenance`, and calls :func:`write_back` when a turn is done.
 
@@ -14,7 +14,7 @@ Trust rule for the ``remember`` tool (the model writes what its context told it)
   (``tool_result`` item) ``tool``.  Both are untrusted: ``memory.add`` quarantines
   the fact.  Earlier turns count too: a document shown three turns ago can
   still steer this call.
-* Exception: a fact made only of the user's own words (``memory.trust.in_user_words``
+* Exception: a fact made only of the user's own words (``loom.memory.trust.in_user_words``
   over the visible user messages: every content word and number occurs there)
   has provenance ``user``: whatever steered the call, the user said it.
 * With neither in view, provenance is ``assistant`` (trusted: the model saw only
@@ -32,7 +32,7 @@ price of not showing a fact the user withdrew.
 Write-back: the user's message goes through the memory's extractor (rules,
 ``memory.RuleBasedExtractor``) with provenance ``user``.  When the rules find
 nothing but the message has memory cues ("forget ...", "... anymore", "I
-changed jobs", ``memory.extractors.needs_model``), the agent's own model is asked
+changed jobs", ``loom.memory.extractors.needs_model``), the agent's own model is asked
 for ``{"facts", "forget"}`` under a JSON-schema constraint (mem0's approach);
 its facts are kept only when made of the user's words (provenance ``extractor``),
 its forget requests only when they share a content word with the message.
@@ -47,20 +47,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from memory.extractors import FACTS_PROMPT, needs_model, parse_facts
-from memory.extractors import facts_schema as _facts_schema
-from memory.text import content_tokens
-from memory.trust import in_user_words
-from memory.types import ForgetRequest
-from runtime.sampling_params import SamplingParams
-from runtime.structured_output import StructuredOutputParams
-from tools.builtin.memory import memory_provenance
+from loom.memory.extractors import FACTS_PROMPT, needs_model, parse_facts
+from loom.memory.extractors import facts_schema as _facts_schema
+from loom.memory.text import content_tokens
+from loom.memory.trust import in_user_words
+from loom.memory.types import ForgetRequest
+from loom.runtime.sampling_params import SamplingParams
+from loom.runtime.structured_output import StructuredOutputParams
+from loom.tools.builtin.memory import memory_provenance
 
-from orchestrator.compaction import compute_view, hide_ranges
-from orchestrator.items import Item
-from orchestrator.parts import AgentParts
-from orchestrator.session import Session
-from orchestrator.template import prompt_ids
+from loom.orchestrator.compaction import compute_view, hide_ranges
+from loom.orchestrator.items import Item
+from loom.orchestrator.parts import AgentParts
+from loom.orchestrator.session import Session
+from loom.orchestrator.template import prompt_ids
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ EXTRACT_MAX_TOKENS = 160  # enough for 4 short facts in the schema's JSON
 
 
 class TurnRunner(Protocol):
-    """What these hooks read of :class:`orchestrator.runner.TurnRunner` (named here, not
+    """What these hooks read of :class:`loom.orchestrator.runner.TurnRunner` (named here, not
     imported, so runner -> memory_view stays one arrow)."""
 
     parts: AgentParts
@@ -126,7 +126,7 @@ def provenance_for(runner: TurnRunner) -> Callable[[str], dict[str, Any]]:
 def tool_provenance(runner: TurnRunner) -> Iterator[None]:
     """Context in which this turn's tools run: ``remember`` records where its fact came from.
 
-    Sets a ``ContextVar`` (``tools.builtin.memory.memory_provenance``) that the
+    Sets a ``ContextVar`` (``loom.tools.builtin.memory.memory_provenance``) that the
     ``asyncio.gather`` tasks and tool threads of the block copy.
     """
     with memory_provenance(provenance_for(runner)):
@@ -199,7 +199,7 @@ async def write_back(runner: TurnRunner) -> list[Any]:
 async def model_facts(runner: TurnRunner) -> list[str]:
     """Facts and forget requests the agent's model reads in the user's message, screened.
 
-    One constrained call (``memory.extractors.facts_schema``, greedy).  A fact is
+    One constrained call (``loom.memory.extractors.facts_schema``, greedy).  A fact is
     kept only when made of the user's words; a forget request only when it shares
     a content word with the message (a small model's invention is dropped).
     """

@@ -1,7 +1,7 @@
 """Streaming parser for model output: ``<think>`` reasoning, answer content and
 tool-call blocks, fed text token by token, in the model's own format.
 
-The markers come from a :class:`~orchestrator.formats.ToolCallFormat`
+The markers come from a :class:`~loom.orchestrator.formats.ToolCallFormat`
 (``<tool_call>...</tool_call>`` for Hermes/Qwen and Loom's default, a bare JSON
 reply for Llama 3.1, ``[TOOL_CALLS]`` + a JSON array for Mistral); ``<think>``
 is recognised only when the format says the model reasons. The default
@@ -34,8 +34,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from orchestrator.formats.bare import BARE_OPENS, FENCE, bare_call_head
-from orchestrator.formats.format import HERMES, ToolCallFormat
+from loom.orchestrator.formats.bare import BARE_OPENS, FENCE, bare_call_head
+from loom.orchestrator.formats.format import HERMES, ToolCallFormat
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
@@ -114,7 +114,7 @@ class StreamingParser:
         parse_tools: when False, tool-call text is plain content
             (``tool_choice="none"``).
         start_in_reasoning: the prompt already opened ``<think>``.
-        fmt: the model's :class:`~orchestrator.formats.ToolCallFormat`
+        fmt: the model's :class:`~loom.orchestrator.formats.ToolCallFormat`
             (default: Hermes ``<tool_call>`` with ``<think>`` reasoning).
         tool_names: the callable tools. When given, a reply that is nothing but a
             JSON object ``{"name": <one of them>, "arguments": {...}}``, possibly in a

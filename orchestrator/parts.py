@@ -1,8 +1,8 @@
 """``AgentParts``: what one turn of an agent runs on, named.
 
-:class:`~orchestrator.agent.Agent` checks its arguments and builds this once;
-:class:`~orchestrator.runner.TurnRunner` and the side calls
-(:mod:`orchestrator.condense`, :mod:`orchestrator.summarize`) take it (or the
+:class:`~loom.orchestrator.agent.Agent` checks its arguments and builds this once;
+:class:`~loom.orchestrator.runner.TurnRunner` and the side calls
+(:mod:`loom.orchestrator.condense`, :mod:`loom.orchestrator.summarize`) take it (or the
 few fields they need) instead of reaching through the ``Agent``, so the
 modules form a line ``agent -> runner -> condense / summarize -> step``
 with no import back up.
@@ -13,15 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from orchestrator.budget import ContextBudget
-from orchestrator.context import ContextBuilder
-from orchestrator.formats import ToolCallFormat
-from orchestrator.ledger import PriceTable
-from orchestrator.protocols import Memory, ModelClient, Retriever
-from runtime.sampling_params import SamplingParams
+from loom.orchestrator.budget import ContextBudget
+from loom.orchestrator.context import ContextBuilder
+from loom.orchestrator.formats import ToolCallFormat
+from loom.orchestrator.ledger import PriceTable
+from loom.orchestrator.protocols import Memory, ModelClient, Retriever
+from loom.runtime.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from tools import ToolRegistry
+    from loom.tools import ToolRegistry
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class AgentParts:
     condense_question: bool = True
     condense_tokens: int = 32
     parallel_tool_calls: bool | None = None  # None: run every call, force one; True: force may be several
-    approval: frozenset[str] = frozenset()  # tools whose calls wait for a human decision (orchestrator.approval)
+    approval: frozenset[str] = frozenset()  # tools whose calls wait for a human decision (loom.orchestrator.approval)
 
     @property
     def budget(self) -> ContextBudget:

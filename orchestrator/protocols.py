@@ -6,7 +6,7 @@ Structural types (``typing.Protocol``), so anything with the methods fits:
 ``retrieval.Retriever`` is a :class:`MultiQueryRetriever`,
 ``memory.LongTermMemory`` is a :class:`Memory`; test stand-ins and user
 objects fit the same way.  The retriever and memory seams the built-in tools
-use (``tools.builtin``: ``SearchBackend``, ``MemoryBackend``) are the base of
+use (``loom.tools.builtin``: ``SearchBackend``, ``MemoryBackend``) are the base of
 these, so each method is declared once.
 """
 
@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Protocol, Union, runtime_checkable
 
-from runtime.outputs import RequestOutput
-from runtime.sampling_params import SamplingParams
-from tools.builtin.memory import MemoryBackend
-from tools.builtin.search import SearchBackend
+from loom.runtime.outputs import RequestOutput
+from loom.runtime.sampling_params import SamplingParams
+from loom.tools.builtin.memory import MemoryBackend
+from loom.tools.builtin.search import SearchBackend
 
 __all__ = ["AsyncEngine", "Engine", "Memory", "MemoryHit", "ModelClient", "MultiQueryRetriever",
            "Retriever", "SearchHit", "SyncEngine", "Tokenizer", "eos_token_ids"]
@@ -51,7 +51,7 @@ Engine = Union[AsyncEngine, SyncEngine]
 
 
 class ModelClient(Protocol):
-    """The one interface the agent loop talks to (``orchestrator.engine.EngineClient``)."""
+    """The one interface the agent loop talks to (``loom.orchestrator.engine.EngineClient``)."""
 
     tokenizer: Tokenizer
 
@@ -63,7 +63,7 @@ class ModelClient(Protocol):
 
 
 class SearchHit(Protocol):
-    """One retrieval hit as the prompt shows it (``retrieval.types.Hit``)."""
+    """One retrieval hit as the prompt shows it (``loom.retrieval.types.Hit``)."""
 
     text: str
     document: str
@@ -84,7 +84,7 @@ class MultiQueryRetriever(Retriever, Protocol):
 
 
 class MemoryHit(Protocol):
-    """One memory as the prompt shows it (``memory.types.MemoryHit``)."""
+    """One memory as the prompt shows it (``loom.memory.types.MemoryHit``)."""
 
     id: Any
     text: str

@@ -1,7 +1,7 @@
-"""``TurnRunner``: the state and steps of one user turn of an :class:`~orchestrator.agent.Agent`.
+"""``TurnRunner``: the state and steps of one user turn of an :class:`~loom.orchestrator.agent.Agent`.
 
 Kept apart from ``Agent`` so the agent holds configuration only (its
-:class:`~orchestrator.parts.AgentParts`, which is all a turn reads) and a
+:class:`~loom.orchestrator.parts.AgentParts`, which is all a turn reads) and a
 turn's mutable state (items, ledgers, the result being built) lives and dies
 here.
 Items are written to the session as soon as they exist (this turn's inputs
@@ -17,12 +17,12 @@ import time
 import uuid
 from typing import Any, AsyncIterator
 
-from runtime.errors import InvalidRequestError
-from runtime.sampling_params import SamplingParams
+from loom.runtime.errors import InvalidRequestError
+from loom.runtime.sampling_params import SamplingParams
 
-from orchestrator import approval, compactor, memory_view
-from orchestrator import condense as cond
-from orchestrator.events import (
+from loom.orchestrator import approval, compactor, memory_view
+from loom.orchestrator import condense as cond
+from loom.orchestrator.events import (
     AgentEvent,
     ApprovalRequiredEvent,
     RunResult,
@@ -30,14 +30,14 @@ from orchestrator.events import (
     ToolResultEvent,
     ToolResultRecord,
 )
-from orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
-from orchestrator.items import Item
-from orchestrator.ledger import Ledger
-from orchestrator.parsers import StreamingParser
-from orchestrator.parts import AgentParts
-from orchestrator.protocols import MemoryHit, MultiQueryRetriever
-from orchestrator.session import Session
-from orchestrator.step import StepOutcome, model_call
+from loom.orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
+from loom.orchestrator.items import Item
+from loom.orchestrator.ledger import Ledger
+from loom.orchestrator.parsers import StreamingParser
+from loom.orchestrator.parts import AgentParts
+from loom.orchestrator.protocols import MemoryHit, MultiQueryRetriever
+from loom.orchestrator.session import Session
+from loom.orchestrator.step import StepOutcome, model_call
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ local SQLAlchemy engine and calls are short, so async callers may use
 ``asyncio.to_thread`` when they care.  ``clear_session`` is an alias of
 ``clear``.
 
-Items are JSON-serialisable dicts (see :mod:`orchestrator.items`).  Besides the
+Items are JSON-serialisable dicts (see :mod:`loom.orchestrator.items`).  Besides the
 chat message fields they carry the item's exact prompt tokens
 (``token_ids``, ``spans``), so the next turn's prompt starts with exactly the
 tokens the engine already holds in its prefix cache.  The log is append-only
@@ -24,9 +24,9 @@ from typing import Any, Protocol, runtime_checkable
 from sqlalchemy import ForeignKey, Integer, String, Text, create_engine, delete, func, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session as _DBSession, mapped_column
 
-from runtime.errors import InvalidRequestError
+from loom.runtime.errors import InvalidRequestError
 
-from orchestrator.fork import fork_point
+from loom.orchestrator.fork import fork_point
 
 Item = dict[str, Any]
 
@@ -78,7 +78,7 @@ class InMemorySession:
 
     def fork(self, session_id: str | None = None, at: int | None = None, turn: int | None = None
              ) -> InMemorySession:
-        """A new session holding this one's items up to the fork point (see :mod:`orchestrator.fork`).
+        """A new session holding this one's items up to the fork point (see :mod:`loom.orchestrator.fork`).
 
         Raises:
             InvalidRequestError: a bad ``at`` / ``turn`` (naming it).
@@ -187,7 +187,7 @@ class SQLSession:
 
         Args:
             session_id: the fork's id (default: ``<this id>-fork-<8 hex>``).
-            at / turn: the fork point (:func:`orchestrator.fork.fork_point`): the first
+            at / turn: the fork point (:func:`loom.orchestrator.fork.fork_point`): the first
                 ``at`` items, or everything up to the end of turn ``turn``.
 
         Raises:

@@ -3,7 +3,7 @@
 The engine's own text (``RequestOutput.new_text``: detokenized once, stop
 strings cut, eos left out) is fed to the streaming parser; each generated
 token gets an output class from the parser state around the text it produced
-(:mod:`orchestrator.classify`); the classes drive the ledger's decode-time
+(:mod:`loom.orchestrator.classify`); the classes drive the ledger's decode-time
 split and the reasoning mask of the stored reply.
 """
 
@@ -13,15 +13,15 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
-from runtime.sampling_params import SamplingParams
+from loom.runtime.sampling_params import SamplingParams
 
-from orchestrator.context import Context
-from orchestrator.classify import OutputClassifier
-from orchestrator.events import AgentEvent, ContentDelta, ReasoningDelta, ToolCallEvent
-from orchestrator.items import new_tool_call_id
-from orchestrator.ledger import Ledger, PriceTable
-from orchestrator.parsers import ParsedToolCall, ParserEvent, StreamingParser
-from orchestrator.protocols import ModelClient
+from loom.orchestrator.context import Context
+from loom.orchestrator.classify import OutputClassifier
+from loom.orchestrator.events import AgentEvent, ContentDelta, ReasoningDelta, ToolCallEvent
+from loom.orchestrator.items import new_tool_call_id
+from loom.orchestrator.ledger import Ledger, PriceTable
+from loom.orchestrator.parsers import ParsedToolCall, ParserEvent, StreamingParser
+from loom.orchestrator.protocols import ModelClient
 
 
 @dataclass

@@ -1,14 +1,14 @@
 """Summarising hidden turns with the model (``ContextBudget(compaction="summarize")``).
 
 The summary request is a *continuation of the cached conversation*, as the
-condense-question rewrite is (:mod:`orchestrator.condense`): its prompt is
+condense-question rewrite is (:mod:`loom.orchestrator.condense`): its prompt is
 the session's own prompt (template header, tools, memory snapshot, the
 current summary, the earlier turns exactly as the last call showed them)
 plus one instruction message, so the prefix cache serves everything but the
 instruction; a transcript in a new prompt (the old way) prefilled the whole
 conversation again (TTFT 6.2x a normal turn, issue 16).  The instruction is
 never stored; the summary is shown after the memory snapshot in place of
-the hidden turns (:mod:`orchestrator.compaction`) and the stored turns are
+the hidden turns (:mod:`loom.orchestrator.compaction`) and the stored turns are
 untouched.  The call is greedy, ``summary_tokens`` at most; its tokens are
 accounted like any call's (classes of the prompt it extends, the instruction
 as ``user``).
@@ -22,14 +22,14 @@ from __future__ import annotations
 
 import uuid
 
-from runtime.errors import ContextLengthError
+from loom.runtime.errors import ContextLengthError
 
-from orchestrator import compaction as comp
-from orchestrator.context import Context
-from orchestrator.items import Item, message_item
-from orchestrator.ledger import Ledger
-from orchestrator.parts import AgentParts
-from orchestrator.step import StepOutcome, model_call
+from loom.orchestrator import compaction as comp
+from loom.orchestrator.context import Context
+from loom.orchestrator.items import Item, message_item
+from loom.orchestrator.ledger import Ledger
+from loom.orchestrator.parts import AgentParts
+from loom.orchestrator.step import StepOutcome, model_call
 
 INSTRUCTION = ("Summarise the conversation above in a few sentences. Keep facts, decisions, tool results "
                "and open questions; drop pleasantries. Reply with the summary only.")

@@ -24,7 +24,7 @@ render for the whole conversation (e.g. old reasoning is kept as first shown).
 
 :func:`render_chat` is the one place a conversation meets the chat template
 (tool schemas injected the model's way by its
-:class:`~orchestrator.formats.ToolCallFormat`); the agent's renderer and
+:class:`~loom.orchestrator.formats.ToolCallFormat`); the agent's renderer and
 ``/v1/chat/completions`` (:func:`prompt_ids`) both go through it.
 """
 
@@ -33,10 +33,10 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Sequence
 
-from runtime.errors import InvalidRequestError
+from loom.runtime.errors import InvalidRequestError
 
-from orchestrator.formats import ToolCallFormat
-from orchestrator.protocols import Tokenizer
+from loom.orchestrator.formats import ToolCallFormat
+from loom.orchestrator.protocols import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ def prompt_ids(tokenizer: Tokenizer, fmt: ToolCallFormat, messages: Sequence[dic
 
     Tokenized without adding special tokens, so the ids are exactly what the
     template spells; ``encode`` replaces that tokenization (e.g.
-    :meth:`orchestrator.reuse.GeneratedIds.encode`, which keeps the ids the
+    :meth:`loom.orchestrator.reuse.GeneratedIds.encode`, which keeps the ids the
     model generated for replies a stateless client resent).
     ``template_kwargs``: see :func:`render_chat`.
 
@@ -106,7 +106,7 @@ class TemplateRenderer:
         tokenizer: HF fast tokenizer with ``chat_template`` (needs offsets).
         tools: OpenAI-style tool dicts passed to the template (sorted by the
             caller for a stable prefix), or ``None``.
-        fmt: the model's :class:`~orchestrator.formats.ToolCallFormat`
+        fmt: the model's :class:`~loom.orchestrator.formats.ToolCallFormat`
             (detected from the tokenizer when ``None``); it decides how tools,
             tool calls and tool results reach the template.
 
@@ -118,7 +118,7 @@ class TemplateRenderer:
                  fmt: ToolCallFormat | None = None) -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("tokenizer: has no chat_template; Loom renders prompts through it")
-        from orchestrator.formats import detect_format
+        from loom.orchestrator.formats import detect_format
 
         self.tokenizer = tokenizer
         self.tools = tools or None

@@ -11,16 +11,16 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "Retriever": "retrieval.retriever",
-    "Hit": "retrieval.types",
-    "Document": "retrieval.types",
-    "Section": "retrieval.types",
-    "Chunk": "retrieval.types",
-    "Embedder": "retrieval.embedder",
-    "Chunker": "retrieval.chunking",
-    "IngestStats": "retrieval.ingest",
-    "load_path": "retrieval.loaders",
-    "load_file": "retrieval.loaders",
+    "Retriever": "loom.retrieval.retriever",
+    "Hit": "loom.retrieval.types",
+    "Document": "loom.retrieval.types",
+    "Section": "loom.retrieval.types",
+    "Chunk": "loom.retrieval.types",
+    "Embedder": "loom.retrieval.embedder",
+    "Chunker": "loom.retrieval.chunking",
+    "IngestStats": "loom.retrieval.ingest",
+    "load_path": "loom.retrieval.loaders",
+    "load_file": "loom.retrieval.loaders",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,7 +1,7 @@
 """Retrieval benchmark: ingestion rate, known-item quality, query latency at 10k/100k chunks.
 
-Run ``python -m retrieval.bench --corpus sqlalchemy|fastapi|stdlib [--index DIR]``.
-The corpus (:mod:`retrieval.corpora`; ``stdlib`` is the ``stdlib:`` pseudo-path)
+Run ``python -m loom.retrieval.bench --corpus sqlalchemy|fastapi|stdlib [--index DIR]``.
+The corpus (:mod:`loom.retrieval.corpora`; ``stdlib`` is the ``stdlib:`` pseudo-path)
 is ingested into DIR (default ``$LOOM_CACHE/bench/<corpus>-<version>/index``);
 documents already there unchanged are skipped, so a second run embeds nothing.
 It prints tables, and writes everything as JSON with ``--json``:
@@ -10,7 +10,7 @@ It prints tables, and writes everything as JSON with ``--json``:
    (a table only when DIR started empty; otherwise what changed);
 2. recall@5 and MRR@10 of hybrid (identifier-weighted RRF, the default) vs
    plain RRF vs dense-only vs BM25-only on each known-item set
-   :mod:`retrieval.evalset` builds from the index;
+   :mod:`loom.retrieval.evalset` builds from the index;
 3. ``Retriever.search`` latency, p50/p99 in ms, per mode, at each ``--sizes``
    size: end to end (query embedding + FAISS + BM25 + fusion + SQLite fetch),
    the query embedding alone, and hybrid/dense with the query vector given.
@@ -42,18 +42,18 @@ from pathlib import Path
 import numpy as np
 from sqlalchemy import insert, select
 
-from retrieval.bm25 import bm25_tokenize
-from retrieval.chunking import chunk_id_for
-from retrieval.corpora import CORPORA, ensure_corpus
-from retrieval.evalset import build_queries, evaluate
-from retrieval.index import VectorIndex
-from retrieval.ingest import load_documents
-from retrieval.retriever import Retriever
-from runtime.checkpoint.cache import loom_cache_root
-from retrieval.store import ChunkRow, DocumentRow
-from retrieval.types import chunk_faiss_id, embedding_text
+from loom.retrieval.bm25 import bm25_tokenize
+from loom.retrieval.chunking import chunk_id_for
+from loom.retrieval.corpora import CORPORA, ensure_corpus
+from loom.retrieval.evalset import build_queries, evaluate
+from loom.retrieval.index import VectorIndex
+from loom.retrieval.ingest import load_documents
+from loom.retrieval.retriever import Retriever
+from loom.runtime.checkpoint.cache import loom_cache_root
+from loom.retrieval.store import ChunkRow, DocumentRow
+from loom.retrieval.types import chunk_faiss_id, embedding_text
 
-logger = logging.getLogger("retrieval.bench")
+logger = logging.getLogger("loom.retrieval.bench")
 
 
 def _real_chunks(r: Retriever) -> tuple[list[dict], np.ndarray]:
@@ -263,7 +263,7 @@ def print_tables(result: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(prog="python -m retrieval.bench", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m loom.retrieval.bench", description=__doc__.split("\n")[0])
     p.add_argument("--corpus", default="stdlib", choices=["stdlib", *sorted(CORPORA)])
     p.add_argument("--index", type=Path, default=None,
                    help="index folder (default $LOOM_CACHE/bench/<corpus>-<version>/index)")

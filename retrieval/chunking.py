@@ -31,7 +31,7 @@ import copy
 import hashlib
 from typing import Any
 
-from retrieval.types import Chunk, Document
+from loom.retrieval.types import Chunk, Document
 
 DEFAULT_CHUNK_TOKENS = 192
 DEFAULT_OVERLAP_TOKENS = 32

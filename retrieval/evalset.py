@@ -3,7 +3,7 @@
 Each query comes with the chunk ids that count as relevant.  Which sets an
 index yields depends on what it holds:
 
-* the ``stdlib:`` corpus (:mod:`retrieval.stdlib`) —
+* the ``stdlib:`` corpus (:mod:`loom.retrieval.stdlib`) —
   ``topic``: each ``pydoc_data.topics`` key as ``help()`` takes it
   (``"typesseq-mutable"``), relevant: that topic's chunks;
   ``api``: qualified names of documented functions/classes/methods
@@ -40,7 +40,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from retrieval.store import ChunkRow
+from loom.retrieval.store import ChunkRow
 
 #: shortest ``describe``/``section`` query kept (characters)
 MIN_QUERY_CHARS = 30
@@ -220,7 +220,7 @@ def build_queries(store, per_set: int = 200, seed: int = 0) -> list[Query]:
     """Every set the index supports, up to ``per_set`` queries each, sampled with ``seed``.
 
     Args:
-        store: a :class:`retrieval.store.ChunkStore`.
+        store: a :class:`loom.retrieval.store.ChunkStore`.
 
     Returns:
         ``topic``, ``api``, ``describe`` and ``section`` queries in that order

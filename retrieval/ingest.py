@@ -1,4 +1,4 @@
-"""Ingestion into a :class:`~retrieval.retriever.Retriever`: add, replace, delete, reconcile.
+"""Ingestion into a :class:`~loom.retrieval.retriever.Retriever`: add, replace, delete, reconcile.
 
 A document is replaced as a whole: its new chunks are diffed against the
 chunks stored for the same document id; chunks with an unchanged content-hash
@@ -33,14 +33,14 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from runtime.errors import NotFoundError
-from retrieval.bm25 import bm25_tokenize
-from retrieval.chunking import Chunker
-from retrieval.embedder import Embedder
-from retrieval.index import VectorIndex
-from retrieval.loaders import DEFAULT_PATTERNS, iter_files, load_path
-from retrieval.store import ChunkStore
-from retrieval.types import Chunk, Document, embedding_text
+from loom.runtime.errors import NotFoundError
+from loom.retrieval.bm25 import bm25_tokenize
+from loom.retrieval.chunking import Chunker
+from loom.retrieval.embedder import Embedder
+from loom.retrieval.index import VectorIndex
+from loom.retrieval.loaders import DEFAULT_PATTERNS, iter_files, load_path
+from loom.retrieval.store import ChunkStore
+from loom.retrieval.types import Chunk, Document, embedding_text
 
 logger = logging.getLogger(__name__)
 FLUSH_CHUNKS = 2048
@@ -117,7 +117,7 @@ def load_documents(paths: Iterable[str | Path], patterns: Iterable[str] = DEFAUL
     """Every document under ``paths``; all paths are checked before any is read.
 
     A file that fails to load is skipped and, when ``failures`` is a list,
-    reported in it as ``(path, reason)`` (see :func:`retrieval.loaders.load_path`).
+    reported in it as ``(path, reason)`` (see :func:`loom.retrieval.loaders.load_path`).
 
     Raises:
         FileNotFoundError: a path does not exist.

@@ -25,8 +25,8 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
-from retrieval.retriever import Retriever
-from retrieval.types import Hit
+from loom.retrieval.retriever import Retriever
+from loom.retrieval.types import Hit
 
 
 def hit_to_document(hit: Hit) -> Document:

@@ -21,8 +21,8 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
-from retrieval.retriever import Retriever
-from retrieval.types import Hit
+from loom.retrieval.retriever import Retriever
+from loom.retrieval.types import Hit
 
 _HIDDEN = ["chunk_id"]
 

@@ -6,7 +6,7 @@ documented functions and classes) give each entry's section the metadata
 ``sqlalchemy.orm.Session.merge``).  :class:`ObjectIndex` maps those names to
 the entry's chunks; the code identifiers a query names (dotted names,
 snake_case, CamelCase, ``name()``) come from
-:func:`retrieval.bm25.query_identifiers`, the one test of "looks like code"
+:func:`loom.retrieval.bm25.query_identifiers`, the one test of "looks like code"
 that the BM25 weighting uses too.
 
 An identifier matches an object when it equals the qualified name or is a
@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from retrieval.bm25 import query_identifiers
+from loom.retrieval.bm25 import query_identifiers
 
 class ObjectIndex:
     """Qualified object name → the faiss id of the entry's first chunk.

@@ -1,7 +1,7 @@
 """``Retriever``: an index folder with dense (FAISS), keyword (BM25) and hybrid search.
 
 An index folder holds ``chunks.sqlite`` (the chunk store, see
-:mod:`retrieval.store`), ``vectors.faiss`` (see :mod:`retrieval.index`) and a
+:mod:`loom.retrieval.store`), ``vectors.faiss`` (see :mod:`loom.retrieval.index`) and a
 ``bm25/`` cache.  Opening a folder reads only the settings; the FAISS index,
 the BM25 index and the embedder load on first use, and the embedder model is
 shared per process.
@@ -10,9 +10,9 @@ Search modes: ``dense`` (cosine over MiniLM vectors), ``bm25`` (keywords with
 identifier-aware tokens) and ``hybrid`` (default: both fused by reciprocal
 rank fusion, the BM25 list weighted up when the query looks like a code
 identifier, and the entries a query's identifiers name put first:
-:mod:`retrieval.objects`).  :meth:`Retriever.search_many` fuses several
+:mod:`loom.retrieval.objects`).  :meth:`Retriever.search_many` fuses several
 phrasings of one need (a rewritten follow-up and the message as typed).  Results are ordered by score, then chunk id, so equal inputs
-give equal output.  Ingestion lives in :mod:`retrieval.ingest`.
+give equal output.  Ingestion lives in :mod:`loom.retrieval.ingest`.
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ from typing import Any
 
 import numpy as np
 
-from runtime.errors import NotFoundError
-from retrieval.bm25 import BM25Index, looks_like_identifier
-from retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, Chunker
-from retrieval.embedder import DEFAULT_MODEL, Embedder
-from retrieval.fusion import order_by_score, rrf_fuse
-from retrieval.index import VectorIndex
-from retrieval.ingest import IngestStats, add_documents, delete_documents, load_documents, reconcile
-from retrieval.loaders import DEFAULT_PATTERNS
-from retrieval.objects import ObjectIndex
-from retrieval.store import ChunkStore
-from retrieval.types import Document, Hit
+from loom.runtime.errors import NotFoundError
+from loom.retrieval.bm25 import BM25Index, looks_like_identifier
+from loom.retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, Chunker
+from loom.retrieval.embedder import DEFAULT_MODEL, Embedder
+from loom.retrieval.fusion import order_by_score, rrf_fuse
+from loom.retrieval.index import VectorIndex
+from loom.retrieval.ingest import IngestStats, add_documents, delete_documents, load_documents, reconcile
+from loom.retrieval.loaders import DEFAULT_PATTERNS
+from loom.retrieval.objects import ObjectIndex
+from loom.retrieval.store import ChunkStore
+from loom.retrieval.types import Document, Hit
 
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class Retriever:
             query looks like a code identifier (``os.path.join``,
             ``move_to_end``, ``OrderedDict``); 1.0 = plain RRF.  Exact keyword
             evidence is what dense embeddings blur on such queries; 3.0 was
-            picked on the stdlib known-item set (see ``retrieval.bench``).
+            picked on the stdlib known-item set (see ``loom.retrieval.bench``).
 
     Raises:
         ValueError: settings that contradict the ones the index was built with.
@@ -183,7 +183,7 @@ class Retriever:
                 self._objects = ObjectIndex(self.store.object_rows())
             return self._objects
 
-    # -- writing (retrieval.ingest goes through these, never the fields) ----
+    # -- writing (loom.retrieval.ingest goes through these, never the fields) ----
     def writer(self) -> threading.Lock:
         """Held for a whole ingest or delete: one writer at a time (searches go on)."""
         return self._write_lock
@@ -212,7 +212,7 @@ class Retriever:
         """Drop the BM25 and object indexes; they are rebuilt from the store on next use."""
         self._bm25 = self._objects = None
 
-    # -- ingestion (see retrieval.ingest) -----------------------------------
+    # -- ingestion (see loom.retrieval.ingest) -----------------------------------
     def add_documents(self, documents: Iterable[Document],
                       show_progress: bool | None = None) -> IngestStats:
         """Add or replace documents; unchanged ones are skipped. Returns ``IngestStats``."""
@@ -258,7 +258,7 @@ class Retriever:
         Returns:
             Hits, best first (score descending, then chunk id); in hybrid mode
             the first chunks of the entries the query's identifiers name come
-            first (:mod:`retrieval.objects`).  Fewer than ``k`` when the index
+            first (:mod:`loom.retrieval.objects`).  Fewer than ``k`` when the index
             (or the filter) has fewer chunks.
 
         Raises:
@@ -384,7 +384,7 @@ def _model_tokenizer(model: str | None) -> Any:
         return None
     from transformers import AutoTokenizer
 
-    from runtime.models.loader import resolve_model_path
+    from loom.runtime.models.loader import resolve_model_path
 
     return AutoTokenizer.from_pretrained(str(resolve_model_path(model)))
 

@@ -27,7 +27,7 @@ import warnings
 from collections.abc import Iterator
 from types import ModuleType
 
-from retrieval.types import Document, Section
+from loom.retrieval.types import Document, Section
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ def _signature(obj: object) -> str:
 
 
 def _member_section(qualname: str, obj: object, module: str) -> Section | None:
-    """The entry of one function/class/method; ``metadata.object`` names it (``retrieval.objects``)."""
+    """The entry of one function/class/method; ``metadata.object`` names it (``loom.retrieval.objects``)."""
     doc = inspect.getdoc(obj)
     if not doc:
         return None

@@ -22,7 +22,7 @@ from sqlalchemy import (JSON, BigInteger, DateTime, ForeignKey, Integer, String,
                         create_engine, delete, event, func, select, update)
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
-from retrieval.types import Chunk, chunk_faiss_id
+from loom.retrieval.types import Chunk, chunk_faiss_id
 
 
 class Base(DeclarativeBase):

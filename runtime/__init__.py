@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runtime.config import EngineConfig
-from runtime.outputs import RequestOutput
-from runtime.sampling_params import SamplingParams
+from loom.runtime.config import EngineConfig
+from loom.runtime.outputs import RequestOutput
+from loom.runtime.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
-    from runtime.async_llm import AsyncLLM
-    from runtime.engine import LLMEngine
-    from runtime.llm import LLM
+    from loom.runtime.async_llm import AsyncLLM
+    from loom.runtime.engine import LLMEngine
+    from loom.runtime.llm import LLM
 
 __all__ = ["LLM", "AsyncLLM", "LLMEngine", "SamplingParams", "RequestOutput", "EngineConfig"]
 
-_LAZY = {"LLM": "runtime.llm", "AsyncLLM": "runtime.async_llm", "LLMEngine": "runtime.engine"}
+_LAZY = {"LLM": "loom.runtime.llm", "AsyncLLM": "loom.runtime.async_llm", "LLMEngine": "loom.runtime.engine"}
 
 
 def __getattr__(name: str) -> Any:

@@ -29,12 +29,12 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from runtime.config import EngineConfig
-from runtime.engine import LLMEngine
-from runtime.errors import EngineStepError, InvalidRequestError, LoomError, QueueFullError, request_error
-from runtime.outputs import RequestOutput
-from runtime.request import Request
-from runtime.sampling_params import SamplingParams
+from loom.runtime.config import EngineConfig
+from loom.runtime.engine import LLMEngine
+from loom.runtime.errors import EngineStepError, InvalidRequestError, LoomError, QueueFullError, request_error
+from loom.runtime.outputs import RequestOutput
+from loom.runtime.request import Request
+from loom.runtime.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ The batch is flattened into one token dimension, decodes first (vLLM's
 reordering).  Backends, chosen at start (``EngineConfig.attention_backend``):
 
 * ``cpu_paged`` (CPU, float32; the CPU default): Loom's compiled kernel
-  (``runtime.kernels``) reads each block where it lies in the cache for every
+  (``loom.runtime.kernels``) reads each block where it lies in the cache for every
   request with at most ``KERNEL_MAX_QUERY_LEN`` query tokens this step
   (decodes, verification of drafted tokens, short suffixes), all of them in
   one call per layer; longer prefill chunks take the reference path below.
@@ -101,7 +101,7 @@ class AttentionMetadata:
         prefills: the remaining requests, in batch order.
         block_tables / cu_seqlens_q / cu_seqlens_k / block_size: flash-attn
             inputs (CUDA only).
-        kernel: the compiled CPU kernel (``runtime.kernels``) or ``None``.
+        kernel: the compiled CPU kernel (``loom.runtime.kernels``) or ``None``.
         kernel_rows: the first ``kernel_rows`` tokens belong to requests the
             kernel attends (their ``decode_groups`` stay empty).
         kernel_args: ``(q_start [N], q_len [N], ctx_len [N], block_tables [N, W])``

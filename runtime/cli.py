@@ -43,8 +43,8 @@ def init(
     """
     from rich.console import Console
 
-    from runtime.checkpoint import init_checkpoint
-    from runtime.checkpoint.init import count_parameters
+    from loom.runtime.checkpoint import init_checkpoint
+    from loom.runtime.checkpoint.init import count_parameters
 
     try:
         path = init_checkpoint(
@@ -69,12 +69,12 @@ def pull(name: str = typer.Argument(..., help="Registered model name (see loom m
     """
     from rich.console import Console
 
-    from runtime.checkpoint.registry import ensure_model, lookup
+    from loom.runtime.checkpoint.registry import ensure_model, lookup
 
     spec = lookup(name)
     if spec is not None:
         Console(stderr=True).print(f"[dim]{spec.name}: {spec.upstream} ({spec.license}); {spec.note}[/dim]")
-    path = ensure_model(name)  # ModelLoadError prints as one line (api.cli.main)
+    path = ensure_model(name)  # ModelLoadError prints as one line (loom.api.cli.main)
     typer.echo(str(path))
 
 
@@ -84,8 +84,8 @@ def list_models() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from runtime.checkpoint.cache import is_complete
-    from runtime.checkpoint.registry import DEFAULT_MODEL, REGISTRY, cached_path, is_installed
+    from loom.runtime.checkpoint.cache import is_complete
+    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, REGISTRY, cached_path, is_installed
 
     table = Table("name", "family", "GGUF", "installed", "converted folder")
     for spec in REGISTRY.values():
@@ -116,11 +116,11 @@ def register_bench(name: str, module: str, attr: str) -> None:
 
 # Benchmarks: each lives in its own module (heavy imports inside the function,
 # docstring with an example) and is registered here with ONE line, e.g.
-#   register_bench("throughput", "runtime.bench.throughput", "throughput")
-#   register_bench("spec", "runtime.bench.spec", "spec")
-#   register_bench("sessions", "evals.bench_sessions", "sessions")
-register_bench("sessions", "evals.bench_sessions", "sessions")
-register_bench("throughput", "runtime.bench.throughput", "throughput")
-register_bench("spec", "runtime.bench.spec", "spec")
-register_bench("overhead", "runtime.bench.overhead", "overhead")
-register_bench("decode", "runtime.bench.decode", "decode")
+#   register_bench("throughput", "loom.runtime.bench.throughput", "throughput")
+#   register_bench("spec", "loom.runtime.bench.spec", "spec")
+#   register_bench("sessions", "loom.evals.bench_sessions", "sessions")
+register_bench("sessions", "loom.evals.bench_sessions", "sessions")
+register_bench("throughput", "loom.runtime.bench.throughput", "throughput")
+register_bench("spec", "loom.runtime.bench.spec", "spec")
+register_bench("overhead", "loom.runtime.bench.overhead", "overhead")
+register_bench("decode", "loom.runtime.bench.decode", "decode")

@@ -48,14 +48,14 @@ class EngineConfig:
         load_format: ``"auto"``/``"safetensors"`` read the checkpoint's weights,
             ``"dummy"`` builds random weights from its config alone.
         seed: seed of the engine's sampling generator and of dummy weights.
-        speculative_config: a ``runtime.spec.SpeculativeConfig`` (or a dict of
+        speculative_config: a ``loom.runtime.spec.SpeculativeConfig`` (or a dict of
             its fields), or ``None`` (no speculative decoding).
         max_waiting: most requests waiting to be scheduled before
             ``QueueFullError``.
         enforce_eager: never capture CUDA graphs (no effect on CPU).
         tensor_parallel_size: ranks the model is split over (vLLM's
             ``--tensor-parallel-size``); above 1 the model runs in that many
-            worker processes (``runtime.distributed``: gloo on CPU, NCCL on
+            worker processes (``loom.runtime.distributed``: gloo on CPU, NCCL on
             CUDA with one GPU per rank).
         attention_backend: ``"auto"`` (flash-attn on CUDA when installed, Loom's
             compiled ``cpu_paged`` kernel on CPU in float32, else
@@ -116,7 +116,7 @@ class EngineConfig:
                 f"attention_backend: must be one of {_ATTENTION_BACKENDS}, got {self.attention_backend!r}"
             )
         if self.speculative_config is not None:
-            from runtime.spec.config import SpeculativeConfig
+            from loom.runtime.spec.config import SpeculativeConfig
 
             if isinstance(self.speculative_config, dict):
                 self.speculative_config = SpeculativeConfig(**self.speculative_config)

@@ -32,7 +32,7 @@ from typing import Any
 
 from tokenizers.decoders import DecodeStream
 
-from runtime.sampling_params import SamplingParams
+from loom.runtime.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)
 

@@ -17,22 +17,22 @@ from typing import Any
 
 import torch
 
-from runtime.config import STEP_PHASES, EngineConfig
-from runtime.detokenizer import IncrementalDetokenizer
-from runtime.distributed.executor import TensorParallelExecutor
-from runtime.errors import ContextLengthError, InvalidRequestError, KVCapacityError, QueueFullError
-from runtime.kv_cache_manager import KVCacheManager
-from runtime.model_runner import ModelRunner
-from runtime.models.loader import load_hf_config, load_model, resolve_model_path
-from runtime.outputs import RequestOutput
-from runtime.pool import num_kv_blocks
-from runtime.request import Request, RequestStatus
-from runtime.sampler import LogitsProcessor, Sampler
-from runtime.sampling_params import SamplingParams
-from runtime.scheduler import Scheduler
-from runtime.spec.decoder import SpecDecoder
-from runtime.threads import cap_cpu_threads
-from runtime.structured_output.manager import StructuredOutputManager
+from loom.runtime.config import STEP_PHASES, EngineConfig
+from loom.runtime.detokenizer import IncrementalDetokenizer
+from loom.runtime.distributed.executor import TensorParallelExecutor
+from loom.runtime.errors import ContextLengthError, InvalidRequestError, KVCapacityError, QueueFullError
+from loom.runtime.kv_cache_manager import KVCacheManager
+from loom.runtime.model_runner import ModelRunner
+from loom.runtime.models.loader import load_hf_config, load_model, resolve_model_path
+from loom.runtime.outputs import RequestOutput
+from loom.runtime.pool import num_kv_blocks
+from loom.runtime.request import Request, RequestStatus
+from loom.runtime.sampler import LogitsProcessor, Sampler
+from loom.runtime.sampling_params import SamplingParams
+from loom.runtime.scheduler import Scheduler
+from loom.runtime.spec.decoder import SpecDecoder
+from loom.runtime.threads import cap_cpu_threads
+from loom.runtime.structured_output.manager import StructuredOutputManager
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class LLMEngine:
         self._pending: list[RequestOutput] = []
         self.eos_token_ids = _eos_ids(self.model_path, self.hf_config, self.tokenizer)
         self.vocab_size = int(self.hf_config.vocab_size)
-        # grammar masks run as a logits processor; speculation wraps sampling (runtime.spec)
+        # grammar masks run as a logits processor; speculation wraps sampling (loom.runtime.spec)
         self.structured = StructuredOutputManager(self.tokenizer, self.vocab_size, self.eos_token_ids)
         self.logits_processors.append(self.structured)
         self.spec = None

@@ -66,7 +66,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from runtime.request import Request
+from loom.runtime.request import Request
 
 logger = logging.getLogger(__name__)
 

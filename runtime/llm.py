@@ -20,10 +20,10 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from runtime.config import EngineConfig
-from runtime.engine import LLMEngine
-from runtime.outputs import RequestOutput
-from runtime.sampling_params import SamplingParams
+from loom.runtime.config import EngineConfig
+from loom.runtime.engine import LLMEngine
+from loom.runtime.outputs import RequestOutput
+from loom.runtime.sampling_params import SamplingParams
 
 _TQDM_MIN_REQUESTS = 8
 _POLL_S = 0.005  # how often a caller waiting for the engine lock checks its results (s)

@@ -11,7 +11,7 @@ not reach the end of the prompt).
 
 The KV cache is one tensor ``[2, num_layers, num_blocks * block_size,
 num_kv_heads, head_dim]`` allocated once; each attention layer gets views.
-Attention backends (``runtime.attention``): on CPU in float32 Loom's compiled
+Attention backends (``loom.runtime.attention``): on CPU in float32 Loom's compiled
 kernel reads the KV cache in place for decodes and short chunks (requests
 with at most ``KERNEL_MAX_QUERY_LEN`` query tokens go first in the flattened
 batch, so the kernel covers rows ``[0, kernel_rows)``); on CUDA flash-attn is
@@ -31,10 +31,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from runtime.attention import DECODE_GROUP, AttentionMetadata, DecodeGroup, PrefillSeq, flash_attn_varlen_func
-from runtime.kernels import KERNEL_MAX_QUERY_LEN, cpu_paged_attention
-from runtime.models.llama import LlamaForCausalLM
-from runtime.scheduler import ScheduledRequest
+from loom.runtime.attention import DECODE_GROUP, AttentionMetadata, DecodeGroup, PrefillSeq, flash_attn_varlen_func
+from loom.runtime.kernels import KERNEL_MAX_QUERY_LEN, cpu_paged_attention
+from loom.runtime.models.llama import LlamaForCausalLM
+from loom.runtime.scheduler import ScheduledRequest
 
 logger = logging.getLogger(__name__)
 

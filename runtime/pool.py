@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from runtime.config import EngineConfig
-from runtime.model_runner import kv_bytes_per_block
+from loom.runtime.config import EngineConfig
+from loom.runtime.model_runner import kv_bytes_per_block
 
 logger = logging.getLogger(__name__)
 

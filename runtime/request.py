@@ -14,12 +14,12 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from runtime.sampling_params import SamplingParams
+from loom.runtime.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
     import torch
 
-    from runtime.detokenizer import IncrementalDetokenizer
+    from loom.runtime.detokenizer import IncrementalDetokenizer
 
 
 class RequestStatus(enum.Enum):

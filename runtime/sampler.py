@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from runtime.request import Request
+from loom.runtime.request import Request
 
 LogitsProcessor = Callable[[torch.Tensor, Sequence[Request]], None]
 """Hook ``fn(logits [N, V] float32, rows)`` editing logits in place before sampling.
@@ -94,7 +94,7 @@ class Sampler:
 def seeded_uniform(generator: torch.Generator, probs: torch.Tensor) -> torch.Tensor:
     """The next uniform of a seeded request's stream, ``[1]`` in ``probs``' dtype and device.
 
-    The plain sampler and the speculative verifier (``runtime.spec``) both take
+    The plain sampler and the speculative verifier (``loom.runtime.spec``) both take
     exactly one per emitted token through here, so a seeded request's tokens
     do not depend on whether its drafts were verified or it decoded plainly.
     """

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from runtime.errors import InvalidRequestError
+from loom.runtime.errors import InvalidRequestError
 
 _GREEDY_EPS = 1e-5
 
@@ -53,7 +53,7 @@ class SamplingParams:
             output before this many tokens (vLLM's ``min_tokens``).
         include_stop_str_in_output: keep the matched stop string in ``text``.
         skip_special_tokens: leave special tokens out of ``text``.
-        structured_output: a ``runtime.structured_output.StructuredOutputParams``.
+        structured_output: a ``loom.runtime.structured_output.StructuredOutputParams``.
         output_kind: vLLM's ``RequestOutputKind``: ``"cumulative"`` (every step's
             output holds everything so far, plus the ``new_*`` delta),
             ``"delta"`` (``token_ids`` / ``text`` / ``token_times`` /

@@ -19,8 +19,8 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 
-from runtime.kv_cache_manager import ComputedBlocks, KVCacheManager
-from runtime.request import Request, RequestStatus
+from loom.runtime.kv_cache_manager import ComputedBlocks, KVCacheManager
+from loom.runtime.request import Request, RequestStatus
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-# --- random-weight checkpoints (runtime.checkpoint) -------------------------
+# --- random-weight checkpoints (loom.runtime.checkpoint) -------------------------
 import pytest  # noqa: E402
 
 
@@ -15,11 +15,11 @@ import pytest  # noqa: E402
 def checkpoint_factory(tmp_path_factory):
     """Callable ``(arch="qwen3", preset="tiny", **kw) -> Path`` of a cached checkpoint.
 
-    Wraps ``runtime.checkpoint.ensure_checkpoint`` with a cache private to the
+    Wraps ``loom.runtime.checkpoint.ensure_checkpoint`` with a cache private to the
     test session; ``kw`` as ``init_checkpoint`` (``seed``, ``vocab_size``,
     config overrides such as ``sliding_window=32``). Same arguments, same folder.
     """
-    from runtime.checkpoint import ensure_checkpoint
+    from loom.runtime.checkpoint import ensure_checkpoint
 
     cache = tmp_path_factory.mktemp("loom-checkpoints")
 
@@ -39,7 +39,7 @@ def tiny_checkpoint(checkpoint_factory):
     return make
 
 
-# --- the real default model (runtime.checkpoint.registry) ---------------------
+# --- the real default model (loom.runtime.checkpoint.registry) ---------------------
 @pytest.fixture(scope="session")
 def real_model():
     """Path of the converted SmolLM2-135M-Instruct folder (Loom's default model).
@@ -48,6 +48,6 @@ def real_model():
     check, conversion) into ``$LOOM_CACHE`` / ``~/.cache/loom`` and reused by
     every later test session, as ``loom model pull`` would.
     """
-    from runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
+    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
 
     return ensure_model(DEFAULT_MODEL)

@@ -12,8 +12,8 @@ import pytest
 import loom
 from tests.api.server import REPO
 
-HOMES = {"LLM": "runtime", "AsyncLLM": "runtime", "SamplingParams": "runtime", "Agent": "orchestrator",
-         "tool": "tools", "Retriever": "retrieval", "LongTermMemory": "memory", "create_app": "api"}
+HOMES = {"LLM": "loom.runtime", "AsyncLLM": "loom.runtime", "SamplingParams": "loom.runtime", "Agent": "loom.orchestrator",
+         "tool": "loom.tools", "Retriever": "loom.retrieval", "LongTermMemory": "loom.memory", "create_app": "loom.api"}
 
 
 @pytest.mark.parametrize("name", sorted(HOMES))
@@ -23,7 +23,7 @@ def test_each_public_name_is_the_same_object_as_in_its_home_package(name: str) -
 
 def test_all_lists_exactly_the_public_api_and_version_is_the_installed_distributions() -> None:
     assert sorted(loom.__all__) == sorted([*HOMES, "__version__"])
-    assert loom.__version__ == version("loom")
+    assert loom.__version__ == version("loom-llm")
 
 
 def test_unknown_name_raises_attribute_error() -> None:

@@ -54,7 +54,7 @@ def _free_port() -> int:
 
 
 def _serve(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen, int]:
-    from runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
+    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
 
     port = _free_port()
     ensure_model(DEFAULT_MODEL)  # pulled once per machine; `loom serve` then finds it by name

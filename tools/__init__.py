@@ -8,11 +8,11 @@
 - :class:`ToolRegistry` holds the tools, renders their schemas canonically
   (sorted, byte-stable, for the cached prompt prefix) and calls them under a
   timeout, turning every failure into a :class:`ToolResult` the model can read.
-- Built-ins live in :mod:`tools.builtin` (``search_documents``, ``remember`` /
+- Built-ins live in :mod:`loom.tools.builtin` (``search_documents``, ``remember`` /
   ``recall``, ``calculator``).
 """
 
-from tools.base import (
+from loom.tools.base import (
     Tool,
     ToolArgumentsError,
     ToolError,
@@ -20,11 +20,11 @@ from tools.base import (
     canonical_json,
     canonicalize,
 )
-from tools.function_tool import FunctionTool, tool
-from tools.langchain_adapter import LangChainTool
-from tools.mcp import MCPServerHTTP, MCPServerStdio, MCPServerStreamableHttp, mcp_tools
-from tools.mcp_config import load_mcp_config
-from tools.registry import ToolRegistry, as_tool
+from loom.tools.function_tool import FunctionTool, tool
+from loom.tools.langchain_adapter import LangChainTool
+from loom.tools.mcp import MCPServerHTTP, MCPServerStdio, MCPServerStreamableHttp, mcp_tools
+from loom.tools.mcp_config import load_mcp_config
+from loom.tools.registry import ToolRegistry, as_tool
 
 __all__ = [
     "FunctionTool",

@@ -2,9 +2,9 @@
 
 A tool is anything with a ``name``, a ``description``, a JSON-schema
 ``parameters`` object, an ``async ainvoke(arguments) -> str`` and
-``openai_schema()``.  Loom's own :class:`~tools.function_tool.FunctionTool` and
+``openai_schema()``.  Loom's own :class:`~loom.tools.function_tool.FunctionTool` and
 the langchain-core adapter implement it; the orchestrator only talks to this
-protocol through :class:`~tools.registry.ToolRegistry`.
+protocol through :class:`~loom.tools.registry.ToolRegistry`.
 
 Everything a tool shows the model is text.  Non-string values are serialized as
 canonical JSON (sorted keys, UTF-8, fixed separators) so the same value always
@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic_core import to_jsonable_python
 
-from runtime.errors import InvalidRequestError, LoomError
+from loom.runtime.errors import InvalidRequestError, LoomError
 
 __all__ = [
     "ErrorType",
@@ -79,7 +79,7 @@ class Tool(Protocol):
     ``parameters`` is a JSON schema of type ``object`` for the keyword
     arguments.  ``ainvoke`` raises :class:`ToolArgumentsError` for arguments
     that do not validate (the tool body is then not run) and may raise anything
-    else from the tool body; :class:`~tools.registry.ToolRegistry` turns all of
+    else from the tool body; :class:`~loom.tools.registry.ToolRegistry` turns all of
     it into :class:`ToolResult`.
     """
 

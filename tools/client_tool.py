@@ -3,7 +3,7 @@
 In a REST session (``SessionCreate.client_tools``) the model may call such a
 tool like any other; the call always pauses the turn (``requires_approval``)
 and the client answers it with ``{"decision": "result", "output": ...}`` on
-``POST /v1/sessions/{id}/approvals`` (``orchestrator.approval``).  Running it
+``POST /v1/sessions/{id}/approvals`` (``loom.orchestrator.approval``).  Running it
 in Loom is impossible by construction: an ``approve`` of such a call gives the
 model an error result saying the client must supply the output.
 """
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tools.base import ToolError, openai_schema
-from tools.schema import clean_schema
+from loom.tools.base import ToolError, openai_schema
+from loom.tools.schema import clean_schema
 
 
 class ClientTool:
-    """A :class:`~tools.base.Tool` whose calls the client executes.
+    """A :class:`~loom.tools.base.Tool` whose calls the client executes.
 
     Args:
         name / description / parameters: the OpenAI function definition (``parameters``: a JSON

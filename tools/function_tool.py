@@ -1,9 +1,9 @@
-"""``@tool``: a typed Python function (sync or async) as a :class:`~tools.base.Tool`.
+"""``@tool``: a typed Python function (sync or async) as a :class:`~loom.tools.base.Tool`.
 
 The parameter schema and its validation come from one pydantic model built
-from the signature (:mod:`tools.schema`); the description from the docstring.
+from the signature (:mod:`loom.tools.schema`); the description from the docstring.
 Arguments are validated before the function runs: invalid ones raise
-:class:`~tools.base.ToolArgumentsError` naming the field, and the function is
+:class:`~loom.tools.base.ToolArgumentsError` naming the field, and the function is
 not called.
 
 Sync functions run on a fresh daemon thread per call, so a slow or blocking
@@ -26,8 +26,8 @@ from typing import Any, TypeVar, overload
 
 from pydantic import ValidationError
 
-from tools.base import ToolArgumentsError, openai_schema, to_content
-from tools.schema import args_model_from_signature, clean_schema, describe_function
+from loom.tools.base import ToolArgumentsError, openai_schema, to_content
+from loom.tools.schema import args_model_from_signature, clean_schema, describe_function
 
 __all__ = ["FunctionTool", "format_validation_error", "run_sync", "tool"]
 
@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 
 class FunctionTool:
-    """A Python function with a derived JSON schema; implements :class:`~tools.base.Tool`.
+    """A Python function with a derived JSON schema; implements :class:`~loom.tools.base.Tool`.
 
     Attributes:
         name: tool name (``^[A-Za-z0-9_-]{1,64}$``).
@@ -193,7 +193,7 @@ def tool(
 
     Use bare (``@tool``) or with options (``@tool(name=..., description=...,
     timeout_s=..., requires_approval=True)``; an agent pauses a turn for a human's
-    decision before running a tool that requires approval: ``orchestrator.approval``).  The name defaults to the function's ``__name__``; the
+    decision before running a tool that requires approval: ``loom.orchestrator.approval``).  The name defaults to the function's ``__name__``; the
     description to its docstring (summary and body, without ``Args:``).
 
     Example::

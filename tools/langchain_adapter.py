@@ -9,7 +9,7 @@ same way as Loom's (no titles, canonical key order); the call is the tool's own
 ``args_schema``.
 
 Sync langchain tools run through ``invoke`` on Loom's per-call daemon thread
-(:func:`tools.function_tool.run_sync`) instead of langchain's default-executor
+(:func:`loom.tools.function_tool.run_sync`) instead of langchain's default-executor
 path, so a hanging tool behaves the same as a hanging Loom tool.
 """
 
@@ -20,9 +20,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tools.base import ToolArgumentsError, ToolError, openai_schema, to_content
-from tools.function_tool import format_validation_error, run_sync
-from tools.schema import clean_schema
+from loom.tools.base import ToolArgumentsError, ToolError, openai_schema, to_content
+from loom.tools.function_tool import format_validation_error, run_sync
+from loom.tools.schema import clean_schema
 
 __all__ = ["LangChainTool", "is_langchain_tool"]
 
@@ -38,7 +38,7 @@ def is_langchain_tool(obj: Any) -> bool:
 
 
 class LangChainTool:
-    """Adapter implementing :class:`~tools.base.Tool` over a langchain ``BaseTool``.
+    """Adapter implementing :class:`~loom.tools.base.Tool` over a langchain ``BaseTool``.
 
     Attributes:
         lc_tool: the wrapped langchain tool.

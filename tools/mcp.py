@@ -13,7 +13,7 @@ Design:
   transport plus a ``ClientSession``) is anyio-based and bound to the event
   loop that opened it, while ``Agent.run`` is ``asyncio.run`` per turn and the
   REST server has its own loop.  So each server's connection lives on a
-  :class:`~tools.mcp_loop.LoopThread` of its own; a call from any loop is
+  :class:`~loom.tools.mcp_loop.LoopThread` of its own; a call from any loop is
   bridged with ``asyncio.wrap_future`` and cancelling it (the registry's
   timeout) cancels the request on the server's loop (the SDK then sends
   ``notifications/cancelled``).  The connection is held open by one task on
@@ -21,14 +21,14 @@ Design:
 - **Listing.**  :meth:`MCPServer.tools` connects on first use and lists every
   page of ``tools/list``; the tools come back sorted by name and are kept until
   the next successful listing (a restart).  Tool schemas are canonical
-  (:mod:`tools.mcp_tool`), so the cached prompt prefix does not depend on the
+  (:mod:`loom.tools.mcp_tool`), so the cached prompt prefix does not depend on the
   order a server lists its tools in, nor on restarts.
 - **Death and restart.**  A call on a connection that is closed (the server
   exited or the HTTP endpoint went away) fails with :class:`MCPConnectionError`,
   a ``ToolError``: the registry turns it into ``ToolResult(is_error=True)`` with
   a one-line message and the agent loop goes on.  The connection is then
   dropped; the next call starts the server again (and lists its tools anew).
-  The transport records when its read stream ends (:mod:`tools.mcp_transport`),
+  The transport records when its read stream ends (:mod:`loom.tools.mcp_transport`),
   so a server that died while idle is restarted before the next call, which
   then succeeds.
 - **Close.**  :meth:`MCPServer.close` (or leaving ``with`` / ``async with``)
@@ -45,10 +45,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tools.base import ToolError
-from tools.mcp_loop import LoopThread
-from tools.mcp_tool import MCPTool
-from tools.mcp_transport import http_client, stdio_client
+from loom.tools.base import ToolError
+from loom.tools.mcp_loop import LoopThread
+from loom.tools.mcp_tool import MCPTool
+from loom.tools.mcp_transport import http_client, stdio_client
 
 __all__ = ["MCPConnectionError", "MCPServer", "MCPServerHTTP", "MCPServerStdio", "MCPServerStreamableHttp",
            "mcp_tools"]
@@ -100,7 +100,7 @@ class MCPServer:
         self._closed = False
         # the worker loop's own state (touched on its thread only)
         self._client: Any = None
-        self._link: Any = None  # tools.mcp_transport.Link of the open connection
+        self._link: Any = None  # loom.tools.mcp_transport.Link of the open connection
         self._stop: asyncio.Event | None = None
         self._holder: asyncio.Task[None] | None = None
         self._connecting: asyncio.Lock | None = None
@@ -108,7 +108,7 @@ class MCPServer:
 
     # what subclasses provide ---------------------------------------------------------
     def _make_client(self) -> tuple[Any, Any]:
-        """A fresh, unentered ``mcp.Client`` for one connection and its ``tools.mcp_transport.Link``."""
+        """A fresh, unentered ``mcp.Client`` for one connection and its ``loom.tools.mcp_transport.Link``."""
         raise NotImplementedError
 
     def describe(self) -> str:

@@ -8,9 +8,9 @@
 ```
 
 JSON or YAML (by file suffix; ``.yaml`` / ``.yml`` is YAML).  An entry with
-``command`` is a stdio server (:class:`~tools.mcp.MCPServerStdio`; optional
+``command`` is a stdio server (:class:`~loom.tools.mcp.MCPServerStdio`; optional
 ``args``, ``env``, ``cwd``), one with ``url`` a streamable HTTP server
-(:class:`~tools.mcp.MCPServerStreamableHttp`; optional ``headers``).  Loom's
+(:class:`~loom.tools.mcp.MCPServerStreamableHttp`; optional ``headers``).  Loom's
 own options may be given per entry: ``prefix_tools``, ``timeout_s``,
 ``connect_timeout_s``, ``use_structured_content``.  ``type`` /
 ``transport`` (``stdio``, ``http``, ``streamable-http``, ``streamable_http``)
@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tools.mcp import MCPServer, MCPServerStdio, MCPServerStreamableHttp
+from loom.tools.mcp import MCPServer, MCPServerStdio, MCPServerStreamableHttp
 
 __all__ = ["load_mcp_config", "servers_from_config"]
 

@@ -1,6 +1,6 @@
-"""One tool of an MCP server as a :class:`~tools.base.Tool`: stable schema, checked arguments, text result.
+"""One tool of an MCP server as a :class:`~loom.tools.base.Tool`: stable schema, checked arguments, text result.
 
-Schema: the server's ``inputSchema`` goes through :func:`tools.schema.clean_schema`
+Schema: the server's ``inputSchema`` goes through :func:`loom.tools.schema.clean_schema`
 (local ``$ref`` inlined, titles dropped, keys sorted), with ``type: object`` and
 ``properties`` filled in when a server leaves them out, and the description is
 stripped.  Nothing else of the listing (``title``, ``annotations``,
@@ -17,7 +17,7 @@ Result (MCP spec, ``tools/call``): text blocks joined by newlines; when there
 are none, ``structuredContent`` as canonical JSON (preferred over text with
 ``use_structured_content=True``, as openai-agents-python's option); images,
 audio and resource links as a one-line placeholder, embedded text resources
-as their text.  ``isError: true`` raises :class:`~tools.base.ToolError` with
+as their text.  ``isError: true`` raises :class:`~loom.tools.base.ToolError` with
 the server's text, so the registry returns ``ToolResult(is_error=True)``.
 """
 
@@ -26,12 +26,12 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
-from tools.base import ToolArgumentsError, ToolError, canonical_json, openai_schema
-from tools.schema import clean_schema
+from loom.tools.base import ToolArgumentsError, ToolError, canonical_json, openai_schema
+from loom.tools.schema import clean_schema
 
 
 class MCPServer(Protocol):
-    """What a tool needs from its server (:class:`tools.mcp.MCPServer`, not imported: no import circle)."""
+    """What a tool needs from its server (:class:`loom.tools.mcp.MCPServer`, not imported: no import circle)."""
 
     name: str
     prefix_tools: bool
@@ -42,7 +42,7 @@ class MCPServer(Protocol):
 
 __all__ = ["MCPTool", "exposed_name", "result_text"]
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's function-name rule, as tools.function_tool
+_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # OpenAI's function-name rule, as loom.tools.function_tool
 _BAD_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -60,7 +60,7 @@ def exposed_name(server: str, tool: str, prefix: bool) -> str:
 
 
 class MCPTool:
-    """A tool of an :class:`~tools.mcp.MCPServer`; implements :class:`~tools.base.Tool`.
+    """A tool of an :class:`~loom.tools.mcp.MCPServer`; implements :class:`~loom.tools.base.Tool`.
 
     Attributes:
         name: the name the model calls (see :func:`exposed_name`).
@@ -119,7 +119,7 @@ class MCPTool:
         Raises:
             ToolArgumentsError: arguments that do not match the schema (no call is made).
             ToolError: the server answered ``isError`` or a JSON-RPC error.
-            tools.mcp.MCPConnectionError: the server could not be started or reached,
+            loom.tools.mcp.MCPConnectionError: the server could not be started or reached,
                 or closed the connection during the call (a ``ToolError`` too).
         """
         result = await self.server.call_tool(self.remote_name, self.validate(arguments))

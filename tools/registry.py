@@ -23,9 +23,9 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from tools.base import ErrorType, Tool, ToolArgumentsError, ToolError, ToolResult, to_content
-from tools.function_tool import FunctionTool
-from tools.langchain_adapter import LangChainTool, is_langchain_tool
+from loom.tools.base import ErrorType, Tool, ToolArgumentsError, ToolError, ToolResult, to_content
+from loom.tools.function_tool import FunctionTool
+from loom.tools.langchain_adapter import LangChainTool, is_langchain_tool
 
 __all__ = ["ToolRegistry", "as_tool"]
 
@@ -33,11 +33,11 @@ logger = logging.getLogger(__name__)
 
 
 def as_tool(obj: Any) -> Tool:
-    """Return ``obj`` as a :class:`~tools.base.Tool`.
+    """Return ``obj`` as a :class:`~loom.tools.base.Tool`.
 
     Accepts a ``Tool`` (returned as is), a langchain-core ``BaseTool`` (wrapped
-    in :class:`~tools.langchain_adapter.LangChainTool`) or a plain typed
-    function (wrapped with :func:`~tools.function_tool.tool`).
+    in :class:`~loom.tools.langchain_adapter.LangChainTool`) or a plain typed
+    function (wrapped with :func:`~loom.tools.function_tool.tool`).
 
     Raises:
         TypeError: anything else.

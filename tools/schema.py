@@ -11,7 +11,7 @@ to the model instead of silently dropped.
 The raw pydantic schema is then made model-friendly and stable:
 non-recursive ``$ref``s are inlined (small models follow flat schemas better),
 ``title`` keywords are dropped (noise in the prompt), and keys are sorted
-(:func:`tools.base.canonicalize`) so a schema always renders to the same bytes.
+(:func:`loom.tools.base.canonicalize`) so a schema always renders to the same bytes.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from tools.base import canonicalize
+from loom.tools.base import canonicalize
 
 __all__ = ["ArgsModel", "clean_schema", "describe_function", "args_model_from_signature"]
 

@@ -2,13 +2,13 @@
 
 The engine's text deltas (special tokens kept: ``skip_special_tokens=False``;
 stop strings already cut; eos left out) are fed to
-``orchestrator.parsers.StreamingParser``, which splits
+``loom.orchestrator.parsers.StreamingParser``, which splits
 ``<think>`` reasoning, content and ``<tool_call>`` blocks; each output token is
 classed ``reasoning`` / ``tool_call`` / ``output`` by
-``orchestrator.classify.OutputClassifier`` (the agent's own rule: a closing
+``loom.orchestrator.classify.OutputClassifier`` (the agent's own rule: a closing
 marker belongs to the block it closes), which gives the exact
 ``completion_tokens_details.reasoning_tokens``.  A forced tool call is a
-grammar-constrained call in the model's format (``orchestrator.formats``),
+grammar-constrained call in the model's format (``loom.orchestrator.formats``),
 parsed like any other; it is never shown as content: when ``max_tokens`` cut
 it short the choice ends with ``finish_reason="length"`` and an ``error``
 naming the budget.  Constrained output (response_format, structured_outputs,
@@ -33,9 +33,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.chat.logprobs import TokenText, finite_logprob
-from api.chat.prompt import PreparedChat
-from api.schemas.chat import (
+from loom.api.chat.logprobs import TokenText, finite_logprob
+from loom.api.chat.prompt import PreparedChat
+from loom.api.schemas.chat import (
     ChatCompletion,
     ChatCompletionChunk,
     Choice,
@@ -54,8 +54,8 @@ from api.schemas.chat import (
     TopLogprob,
     Usage,
 )
-from orchestrator.classify import OutputClassifier
-from orchestrator.parsers import ParsedToolCall, ParserEvent, StreamingParser
+from loom.orchestrator.classify import OutputClassifier
+from loom.orchestrator.parsers import ParsedToolCall, ParserEvent, StreamingParser
 
 
 @dataclass
@@ -318,7 +318,7 @@ class CompletionRun:
 
 async def stream_chunks(run: CompletionRun, outputs: AsyncIterator[tuple[int, Any]], include_usage: bool,
                         continuous_usage: bool = False) -> AsyncIterator[ChatCompletionChunk]:
-    """OpenAI chunks of ``(choice index, RequestOutput)`` pairs (``api.engine_io.merge_outputs``).
+    """OpenAI chunks of ``(choice index, RequestOutput)`` pairs (``loom.api.engine_io.merge_outputs``).
 
     Each choice opens with a ``role`` chunk and ends with a ``finish_reason``
     chunk; chunks of different choices interleave as their tokens come.

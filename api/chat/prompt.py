@@ -4,9 +4,9 @@ This module only reads the request (OpenAI messages, tools, ``tool_choice``,
 ``response_format``) and checks it, naming the field at fault; the prompt is
 built by the orchestrator, as the agent's is: messages are rendered once
 through the model's own chat template with the tool schemas injected the
-model's way (``orchestrator.template.prompt_ids``), and
+model's way (``loom.orchestrator.template.prompt_ids``), and
 ``tool_choice="required"`` or a named tool forces exactly one call in the
-model's own format (``orchestrator.formats.grammar.force_call``, llguidance
+model's own format (``loom.orchestrator.formats.grammar.force_call``, llguidance
 Lark grammar from the same format object), so even a random model emits a
 valid call.  ``response_format`` ``json_object`` / ``json_schema`` and vLLM's
 ``structured_outputs`` / ``guided_*`` fields constrain the whole output the
@@ -25,13 +25,13 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from api.schemas.chat import AssistantMessage, ChatCompletionRequest, Content, NamedToolChoice, ToolMessage
-from orchestrator.formats import ToolCallFormat, detect_format
-from orchestrator.formats.grammar import compact, force_call
-from orchestrator.parsers import HERMES_THINK
-from orchestrator.template import prompt_ids
-from runtime.errors import InvalidRequestError
-from runtime.sampling_params import SamplingParams
+from loom.api.schemas.chat import AssistantMessage, ChatCompletionRequest, Content, NamedToolChoice, ToolMessage
+from loom.orchestrator.formats import ToolCallFormat, detect_format
+from loom.orchestrator.formats.grammar import compact, force_call
+from loom.orchestrator.parsers import HERMES_THINK
+from loom.orchestrator.template import prompt_ids
+from loom.runtime.errors import InvalidRequestError
+from loom.runtime.sampling_params import SamplingParams
 
 
 def _text(content: Content | None) -> str:
@@ -168,7 +168,7 @@ def _choice_grammar(choices: list[str]) -> str:
 
 def _constraints(req: ChatCompletionRequest) -> list[tuple[str, Any]]:
     """``(request field, StructuredOutputParams)`` of every constraint the request sets."""
-    from runtime.structured_output import StructuredOutputParams as P
+    from loom.runtime.structured_output import StructuredOutputParams as P
 
     found: list[tuple[str, Any]] = []
     rf = req.response_format
@@ -197,7 +197,7 @@ def _constraints(req: ChatCompletionRequest) -> list[tuple[str, Any]]:
 
 
 def _constraint(field: str, kind: str, value: Any) -> tuple[str, Any]:
-    from runtime.structured_output import StructuredOutputParams as P
+    from loom.runtime.structured_output import StructuredOutputParams as P
 
     if kind == "json":
         return field, P(json=compact(_schema(value, field)))
@@ -269,14 +269,14 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
 
     ``fmt`` is the model's tool-call format (detected from ``tokenizer`` when ``None``).
     ``encode`` tokenizes the rendered prompt instead of the tokenizer (the
-    server passes :meth:`orchestrator.reuse.GeneratedIds.encode` for the
+    server passes :meth:`loom.orchestrator.reuse.GeneratedIds.encode` for the
     caller's key, so replies the client resends keep the ids the model generated).
 
     Raises:
         InvalidRequestError / ValueError: invalid combination or value (field named).
         ContextLengthError: the prompt alone fills the model window.
     """
-    from runtime.errors import ContextLengthError
+    from loom.runtime.errors import ContextLengthError
 
     tools = tool_dicts(req)
     for i, t in enumerate(req.tools or []):

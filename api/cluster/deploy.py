@@ -9,7 +9,7 @@ or ``num_gpus=1`` on CUDA.
 
 On an existing Ray cluster, deploy with Serve's own CLI::
 
-    serve run api.cluster.deploy:app_builder model=smollm2-135m-instruct replicas=2 \\
+    serve run loom.api.cluster.deploy:app_builder model=smollm2-135m-instruct replicas=2 \\
         db=postgresql+psycopg://loom@dbhost/loom
 
 (any ``loom serve`` setting as ``key=value``; ``db`` must be a database every node reaches).
@@ -21,8 +21,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from api.cluster.ingress import Ingress
-from api.cluster.replica import LoomReplica
+from loom.api.cluster.ingress import Ingress
+from loom.api.cluster.replica import LoomReplica
 
 HEALTH_CHECK_PERIOD_S = 2.0
 INGRESS_NAME = "loom-ingress"
@@ -64,8 +64,8 @@ def build_app(settings: Any) -> Any:
 
 
 def app_builder(args: dict[str, str]) -> Any:
-    """``serve run api.cluster.deploy:app_builder key=value ...``: Settings from ``args``, env, TOML."""
-    from api.settings import Settings
+    """``serve run loom.api.cluster.deploy:app_builder key=value ...``: Settings from ``args``, env, TOML."""
+    from loom.api.settings import Settings
 
     return build_app(Settings.load(None, **args))
 

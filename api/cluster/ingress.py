@@ -1,7 +1,7 @@
 """The ingress: one OpenAI-compatible address in front of N engine replicas.
 
 ``Ingress.handle`` takes every HTTP request, asks the ``CacheAwareRouter`` where it goes and
-proxies it to that replica's own Loom server (``api.cluster.replica``) with httpx, streaming
+proxies it to that replica's own Loom server (``loom.api.cluster.replica``) with httpx, streaming
 server-sent events through as they come.  Routing inputs come from the request itself:
 
 * ``/v1/sessions/{id}/...``: the session id (affinity);
@@ -36,8 +36,8 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from api.cluster.metrics import merge_replica_metrics
-from api.cluster.router import CacheAwareRouter, NoReplicaError, Route
+from loom.api.cluster.metrics import merge_replica_metrics
+from loom.api.cluster.router import CacheAwareRouter, NoReplicaError, Route
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +105,7 @@ class Ingress:
         num_replicas: engine replicas behind it.
         call: ``call(replica, "info" | "load")``: the replica's ``LoomReplica.info()`` / ``load()``
             (over a Ray Serve handle in production).
-        policy: the router's policy (``api.cluster.router.POLICIES``).
+        policy: the router's policy (``loom.api.cluster.router.POLICIES``).
         load_interval_s: seconds between load polls.
     """
 

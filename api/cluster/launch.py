@@ -22,12 +22,12 @@ def check_engine(settings: Any) -> None:
     Raises:
         ValueError: an engine setting the model cannot take (``"field: why"``), e.g. a
             ``tensor_parallel_size`` that does not divide its heads.
-        runtime.errors.LoomError: the model cannot be had.
+        loom.runtime.errors.LoomError: the model cannot be had.
     """
-    from api.services import engine_args
-    from runtime.config import EngineConfig
-    from runtime.distributed.shard import check_tensor_parallel_shape
-    from runtime.models.loader import load_hf_config, resolve_model_path
+    from loom.api.services import engine_args
+    from loom.runtime.config import EngineConfig
+    from loom.runtime.distributed.shard import check_tensor_parallel_shape
+    from loom.runtime.models.loader import load_hf_config, resolve_model_path
 
     path = resolve_model_path(settings.model)
     config = EngineConfig(model=str(path), **engine_args(settings))
@@ -38,7 +38,7 @@ def check_engine(settings: Any) -> None:
 
 def prepare_database(settings: Any) -> None:
     """Create the database's tables once (raises what ``Store`` raises)."""
-    from api.store import Store
+    from loom.api.store import Store
 
     Store(settings.db).close()
 
@@ -48,7 +48,7 @@ def run(settings: Any) -> None:
     import ray
     from ray import serve
 
-    from api.cluster.deploy import APP_NAME, build_app
+    from loom.api.cluster.deploy import APP_NAME, build_app
 
     ray.init(address=settings.ray_address, include_dashboard=False, logging_level=logging.WARNING,
              log_to_driver=settings.log_level.lower() == "debug")

@@ -1,8 +1,8 @@
 """One engine replica as a Ray Serve deployment: the whole Loom server (engine, sessions, tools).
 
-Each replica runs the same app ``loom serve`` runs (``api.app.create_app``) under its own uvicorn,
+Each replica runs the same app ``loom serve`` runs (``loom.api.app.create_app``) under its own uvicorn,
 on a free loopback port (or ``host`` for a multi-machine cluster), in a thread of the Serve replica
-actor; the ingress (``api.cluster.ingress``) proxies HTTP to it.  Ray Serve places the replica,
+actor; the ingress (``loom.api.cluster.ingress``) proxies HTTP to it.  Ray Serve places the replica,
 health-checks it (``check_health``) and starts a new one when it dies; the new one comes up with a
 cold cache on a new port, which the ingress learns from ``info``.
 
@@ -28,10 +28,10 @@ REPLICA_KEEP_ALIVE_S = 75  # idle keep-alive (s): longer than the ingress keeps 
 
 
 class LoomReplica:
-    """The replica's body; ``api.cluster.deploy`` wraps it in ``serve.deployment``.
+    """The replica's body; ``loom.api.cluster.deploy`` wraps it in ``serve.deployment``.
 
     Args:
-        settings: ``api.settings.Settings`` fields (the ``loom serve`` flags), ``db`` absolute.
+        settings: ``loom.api.settings.Settings`` fields (the ``loom serve`` flags), ``db`` absolute.
         replica: this replica's number (names its log lines).
         host: address its uvicorn binds (loopback on one machine).
 
@@ -42,9 +42,9 @@ class LoomReplica:
     def __init__(self, settings: dict[str, Any], replica: int, host: str = "127.0.0.1") -> None:
         import uvicorn
 
-        from api.app import create_app
-        from api.settings import Settings
-        from runtime.distributed import free_port
+        from loom.api.app import create_app
+        from loom.api.settings import Settings
+        from loom.runtime.distributed import free_port
 
         self.replica = replica
         parsed = Settings(**{**settings, "host": host})

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from api.chat.prompt import token_bias, output_constraint
-from api.schemas.completions import MAX_CHOICES, CompletionRequest
-from runtime.errors import ContextLengthError, InvalidRequestError
-from runtime.sampling_params import SamplingParams
+from loom.api.chat.prompt import token_bias, output_constraint
+from loom.api.schemas.completions import MAX_CHOICES, CompletionRequest
+from loom.runtime.errors import ContextLengthError, InvalidRequestError
+from loom.runtime.sampling_params import SamplingParams
 
 
 @dataclass

@@ -28,10 +28,10 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from api.chat.logprobs import TokenText, finite_logprob
-from api.completions.prompts import CompletionPrompt, PreparedCompletion
-from api.schemas.chat import PromptTokensDetails, Usage
-from api.schemas.completions import Completion, CompletionChoice, CompletionLogprobs
+from loom.api.chat.logprobs import TokenText, finite_logprob
+from loom.api.completions.prompts import CompletionPrompt, PreparedCompletion
+from loom.api.schemas.chat import PromptTokensDetails, Usage
+from loom.api.schemas.completions import Completion, CompletionChoice, CompletionLogprobs
 
 
 class _Offsets:

@@ -1,7 +1,7 @@
 """``POST /v1/chat/completions`` (OpenAI-compatible), ``GET /v1/models`` and ``GET /v1/models/{model}``.
 
 A request with ``n`` choices runs ``n`` engine requests for the same prompt
-(``api.engine_io.open_generations``); all are aborted when the client goes
+(``loom.api.engine_io.open_generations``); all are aborted when the client goes
 away or one of them fails, so no KV block stays held.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from sse_starlette.sse import EventSourceResponse
 
-from api.auth import require_owner
-from api.chat.completions import CompletionRun, stream_chunks
-from api.chat.prompt import prepare
-from api.engine_io import (
+from loom.api.auth import require_owner
+from loom.api.chat.completions import CompletionRun, stream_chunks
+from loom.api.chat.prompt import prepare
+from loom.api.engine_io import (
     Generation,
     collect_outputs,
     engine_max_model_len,
@@ -25,10 +25,10 @@ from api.engine_io import (
     open_generations,
     sse_events,
 )
-from api.schemas.base import check_unknown_fields, strict_setting
-from api.schemas.chat import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
-from api.schemas.errors import error_responses
-from runtime.errors import InvalidRequestError, NotFoundError
+from loom.api.schemas.base import check_unknown_fields, strict_setting
+from loom.api.schemas.chat import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
+from loom.api.schemas.errors import error_responses
+from loom.runtime.errors import InvalidRequestError, NotFoundError
 
 router = APIRouter(tags=["openai"], responses=error_responses(400, 401))
 
@@ -47,7 +47,7 @@ async def list_models(request: Request, owner: str = Depends(require_owner)) -> 
 
 
 def _embedder_card(services: Any) -> ModelCard:
-    from retrieval.embedder import DEFAULT_MODEL
+    from loom.retrieval.embedder import DEFAULT_MODEL
 
     return ModelCard(id=DEFAULT_MODEL, created=int(services.started_at), max_model_len=256)
 
@@ -63,7 +63,7 @@ async def retrieve_model(model_id: str, request: Request, owner: str = Depends(r
     """The served model's card (OpenAI ``GET /v1/models/{model}``); any name ``model`` accepts
     in a completion request answers it, another name is a 404 naming it."""
     services = request.app.state.services
-    from retrieval.embedder import DEFAULT_MODEL
+    from loom.retrieval.embedder import DEFAULT_MODEL
 
     if model_id in (DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}"):
         return _embedder_card(services)

@@ -1,6 +1,6 @@
 """``POST /v1/completions``: OpenAI's legacy text completions, with vLLM's extensions.
 
-Every prompt runs ``n`` engine requests (``api.engine_io.open_generations``);
+Every prompt runs ``n`` engine requests (``loom.api.engine_io.open_generations``);
 all of them are submitted before the first answer is awaited, and all are
 aborted when the client goes away or one fails, so no KV block stays held.
 """
@@ -15,10 +15,10 @@ import anyio
 from fastapi import APIRouter, Depends, Request
 from sse_starlette.sse import EventSourceResponse
 
-from api.auth import require_owner
-from api.completions.prompts import PreparedCompletion, prepare
-from api.completions.run import CompletionRun
-from api.engine_io import (
+from loom.api.auth import require_owner
+from loom.api.completions.prompts import PreparedCompletion, prepare
+from loom.api.completions.run import CompletionRun
+from loom.api.engine_io import (
     Generation,
     close_generations,
     collect_outputs,
@@ -27,11 +27,11 @@ from api.engine_io import (
     open_generations,
     sse_events,
 )
-from api.routes.chat import check_model, constraint_error
-from api.schemas.base import check_unknown_fields, strict_setting
-from api.schemas.completions import Completion, CompletionRequest
-from api.schemas.errors import error_responses
-from runtime.errors import InvalidRequestError
+from loom.api.routes.chat import check_model, constraint_error
+from loom.api.schemas.base import check_unknown_fields, strict_setting
+from loom.api.schemas.completions import Completion, CompletionRequest
+from loom.api.schemas.errors import error_responses
+from loom.runtime.errors import InvalidRequestError
 
 router = APIRouter(tags=["openai"], responses=error_responses(400, 401))
 

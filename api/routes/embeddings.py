@@ -22,11 +22,11 @@ import anyio
 import numpy as np
 from fastapi import APIRouter, Depends, Request
 
-from api.auth import require_owner
-from api.schemas.base import check_unknown_fields, strict_setting
-from api.schemas.embeddings import MAX_INPUTS, Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
-from api.schemas.errors import error_responses
-from runtime.errors import ContextLengthError, InvalidRequestError, NotFoundError
+from loom.api.auth import require_owner
+from loom.api.schemas.base import check_unknown_fields, strict_setting
+from loom.api.schemas.embeddings import MAX_INPUTS, Embedding, EmbeddingRequest, EmbeddingResponse, EmbeddingUsage
+from loom.api.schemas.errors import error_responses
+from loom.runtime.errors import ContextLengthError, InvalidRequestError, NotFoundError
 
 router = APIRouter(tags=["openai"], responses=error_responses(400, 401))
 

@@ -1,19 +1,19 @@
 """``POST /v1/sessions/{id}/fork``: a new session that starts as a copy of another up to a point.
 
-See :mod:`api.forks` (the copy) and :mod:`orchestrator.fork` (the fork point).
+See :mod:`loom.api.forks` (the copy) and :mod:`loom.orchestrator.fork` (the fork point).
 """
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request
 
-from api.auth import require_owner
-from api.forks import fork_session
-from api.schemas.errors import error_responses
-from api.schemas.forks import ForkCreate, SessionFork
-from api.schemas.sessions import SessionCreate
-from api.services import Services
-from runtime.errors import NotFoundError
+from loom.api.auth import require_owner
+from loom.api.forks import fork_session
+from loom.api.schemas.errors import error_responses
+from loom.api.schemas.forks import ForkCreate, SessionFork
+from loom.api.schemas.sessions import SessionCreate
+from loom.api.services import Services
+from loom.runtime.errors import NotFoundError
 
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=error_responses(400, 401))
 

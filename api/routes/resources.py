@@ -16,9 +16,9 @@ import anyio
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 
-from api.auth import require_owner
-from api.schemas.errors import error_responses
-from api.schemas.resources import (
+from loom.api.auth import require_owner
+from loom.api.schemas.errors import error_responses
+from loom.api.schemas.resources import (
     DocumentCreate,
     DocumentOut,
     MemoryCreate,
@@ -27,8 +27,8 @@ from api.schemas.resources import (
     SearchHit,
     SearchResults,
 )
-from api.schemas.sessions import Deleted
-from api.turns import OwnerRetriever, scoped_namespace
+from loom.api.schemas.sessions import Deleted
+from loom.api.turns import OwnerRetriever, scoped_namespace
 
 router = APIRouter(tags=["documents and memory"], responses=error_responses(400, 401))
 
@@ -43,7 +43,7 @@ def _doc_key(owner: str, doc_id: str) -> str:
 async def create_document(body: DocumentCreate, request: Request,
                           owner: str = Depends(require_owner)) -> DocumentOut:
     """Chunk, embed and index text; the document belongs to the caller's owner."""
-    from retrieval import loaders
+    from loom.retrieval import loaders
 
     services = request.app.state.services
     doc_id = body.id or f"doc_{uuid.uuid4().hex}"
@@ -99,7 +99,7 @@ async def list_memories(request: Request, namespace: str = Query("default", min_
     memory = await anyio.to_thread.run_sync(services.memory)
     ns = scoped_namespace(owner, namespace)
     if q:
-        hits = await anyio.to_thread.run_sync(lambda: memory.search(q, ns, k=k))
+        hits = await anyio.to_thread.run_sync(lambda: loom.memory.search(q, ns, k=k))
         return MemoryList(data=[MemoryOut(id=h.id, text=h.text, namespace=namespace, score=float(h.score))
                                 for h in hits])
     rows = await anyio.to_thread.run_sync(lambda: memory.list(ns))

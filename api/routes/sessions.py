@@ -17,12 +17,12 @@ from fastapi import APIRouter, Depends, Query, Request
 from sse_starlette.sse import EventSourceResponse
 from starlette.background import BackgroundTask
 
-from api import turns as T
-from api.auth import require_owner
-from api.engine_io import settle, until_disconnect
-from api.errors import SessionBusyError, error_body, loom_error_body
-from api.schemas.errors import error_responses
-from api.schemas.sessions import (
+from loom.api import turns as T
+from loom.api.auth import require_owner
+from loom.api.engine_io import settle, until_disconnect
+from loom.api.errors import SessionBusyError, error_body, loom_error_body
+from loom.api.schemas.errors import error_responses
+from loom.api.schemas.sessions import (
     ApprovalCreate,
     Deleted,
     MessageCreate,
@@ -32,11 +32,11 @@ from api.schemas.sessions import (
     TurnList,
     TurnOut,
 )
-from api.services import Services
-from api.store import ChatSession
-from api.turn_lease import TurnLeaseKeeper
-from orchestrator.approval import check_decisions, pending_approval
-from runtime.errors import LoomError, NotFoundError
+from loom.api.services import Services
+from loom.api.store import ChatSession
+from loom.api.turn_lease import TurnLeaseKeeper
+from loom.orchestrator.approval import check_decisions, pending_approval
+from loom.runtime.errors import LoomError, NotFoundError
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/sessions", tags=["sessions"], responses=error_responses(400, 401))

@@ -12,6 +12,8 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
+from loom.version import loom_version
+
 router = APIRouter(tags=["system"])
 
 
@@ -54,19 +56,8 @@ async def health(request: Request) -> Health:
 
 @router.get("/version", response_model=Version, summary="Loom's version")
 async def version() -> Version:
-    """``{"version": "0.1.0"}``: the installed ``loom`` distribution's version (vLLM's ``/version``)."""
+    """``{"version": "0.1.0"}``: the installed ``loom-llm`` distribution's version (vLLM's ``/version``)."""
     return Version(version=loom_version())
-
-
-def loom_version() -> str:
-    """The installed ``loom`` distribution's version (``0.0.0+unknown`` in a never-installed tree)."""
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
-
-    try:
-        return dist_version("loom")
-    except PackageNotFoundError:
-        return "0.0.0+unknown"
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response,

@@ -1,7 +1,7 @@
 """vLLM's ``POST /tokenize`` and ``POST /detokenize`` for the served model's tokenizer.
 
 Chat ``messages`` go through the same renderer as ``/v1/chat/completions``
-(``api.chat.prompt.template_messages`` and ``orchestrator.template``), so the
+(``loom.api.chat.prompt.template_messages`` and ``loom.orchestrator.template``), so the
 ``count`` of a chat equals the ``prompt_tokens`` a chat completion of it reports.
 A prompt longer than the window is still tokenized (``count`` then exceeds
 ``max_model_len``: that is how a client measures it).
@@ -13,16 +13,16 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request
 
-from api.auth import require_owner
-from api.chat.prompt import template_kwargs, template_messages, tool_dicts
-from api.engine_io import engine_max_model_len
-from api.routes.chat import check_model
-from api.schemas.base import check_unknown_fields, strict_setting
-from api.schemas.chat import ChatCompletionRequest
-from api.schemas.errors import error_responses
-from api.schemas.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
-from orchestrator.template import prompt_ids
-from runtime.errors import InvalidRequestError
+from loom.api.auth import require_owner
+from loom.api.chat.prompt import template_kwargs, template_messages, tool_dicts
+from loom.api.engine_io import engine_max_model_len
+from loom.api.routes.chat import check_model
+from loom.api.schemas.base import check_unknown_fields, strict_setting
+from loom.api.schemas.chat import ChatCompletionRequest
+from loom.api.schemas.errors import error_responses
+from loom.api.schemas.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
+from loom.orchestrator.template import prompt_ids
+from loom.runtime.errors import InvalidRequestError
 
 router = APIRouter(tags=["vllm"], responses=error_responses(400, 401, 404))
 
@@ -51,7 +51,7 @@ async def tokenize(body: TokenizeRequest, request: Request,
 
 def _chat_ids(body: TokenizeRequest, tokenizer: Any, fmt: Any, generated: Any, owner: str) -> list[int]:
     """The chat's prompt ids: exactly ``/v1/chat/completions``' for the default flags (the caller's
-    remembered generated ids included, ``orchestrator.reuse``)."""
+    remembered generated ids included, ``loom.orchestrator.reuse``)."""
     chat = ChatCompletionRequest.model_construct(model=body.model or "", messages=body.messages,
                                                  tools=body.tools, chat_template_kwargs=body.chat_template_kwargs)
     messages, tools = template_messages(chat), tool_dicts(chat)

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, model_validator
 
-from runtime.errors import InvalidRequestError
+from loom.runtime.errors import InvalidRequestError
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ server accepts (``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``,
 ``stop_token_ids``, ``ignore_eos``, ``chat_template_kwargs``,
 ``structured_outputs`` and the older ``guided_*`` fields,
 ``stream_options.continuous_usage_stats``).  Unknown fields are ignored and
-logged, or a 400 naming them on a ``--strict`` server (``api.schemas.base``);
+logged, or a 400 naming them on a ``--strict`` server (``loom.api.schemas.base``);
 a known field with a value of the wrong type is always a 400 naming it.
 """
 
@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from api.schemas.base import RequestModel
+from loom.api.schemas.base import RequestModel
 
 
 def integral(value: Any) -> Any:

@@ -6,7 +6,7 @@ extensions are vLLM's ``CompletionRequest`` fields (``top_k``, ``min_p``,
 ``include_stop_str_in_output``, ``skip_special_tokens``, ``add_special_tokens``,
 ``structured_outputs`` / ``guided_*``, ``stream_options.continuous_usage_stats``)
 and a choice's ``stop_reason``.  Unknown fields are ignored and logged, or a 400
-naming them on a ``--strict`` server (``api.schemas.base``).
+naming them on a ``--strict`` server (``loom.api.schemas.base``).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from api.schemas.base import RequestModel
-from api.schemas.chat import MAX_N, ResponseFormat, StreamOptions, StructuredOutputs, Usage, integral
+from loom.api.schemas.base import RequestModel
+from loom.api.schemas.chat import MAX_N, ResponseFormat, StreamOptions, StructuredOutputs, Usage, integral
 
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs (OpenAI's legacy API allows 5)
 MAX_CHOICES = 256  # prompts x n per request: each one is an engine request

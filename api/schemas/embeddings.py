@@ -2,7 +2,7 @@
 
 Shapes follow OpenAI's API reference ("Embeddings"); the response also carries
 vLLM's ``id`` and ``created``.  Unknown fields are ignored and logged, or a 400
-naming them on a ``--strict`` server (``api.schemas.base``).
+naming them on a ``--strict`` server (``loom.api.schemas.base``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from api.schemas.base import RequestModel
-from api.schemas.chat import integral
+from loom.api.schemas.base import RequestModel
+from loom.api.schemas.chat import integral
 
 MAX_INPUTS = 2048  # texts per request, as OpenAI
 

@@ -1,7 +1,7 @@
 """OpenAI's error body as a documented schema, and the error answers each route declares.
 
 Every non-2xx answer of the API is ``{"error": {"message", "type", "param", "code"}}``
-(``api.errors`` builds it); routes list the statuses they can answer with
+(``loom.api.errors`` builds it); routes list the statuses they can answer with
 ``responses=error_responses(401, 404, ...)`` so the OpenAPI document (and a
 client generated from it, or a fuzzer checking against it) knows them all.
 """

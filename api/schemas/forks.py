@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from api.schemas.chat import integral
-from api.schemas.sessions import SessionOut
+from loom.api.schemas.chat import integral
+from loom.api.schemas.sessions import SessionOut
 
 
 class ForkCreate(BaseModel):

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from api.schemas.chat import NamedToolChoice, ToolDef, integral
+from loom.api.schemas.chat import NamedToolChoice, ToolDef, integral
 
 BUILTIN_TOOLS = ("calculator", "recall", "remember", "search_documents")
 #: A built-in tool, or ``mcp:<server>`` (every tool of a configured MCP server) / ``mcp:<server>/<tool>``.
@@ -96,7 +96,7 @@ class MessageCreate(_Strict):
 
 
 class Decision(_Strict):
-    """A decision on one pending tool call (``orchestrator.approval``)."""
+    """A decision on one pending tool call (``loom.orchestrator.approval``)."""
 
     tool_call_id: str = Field(min_length=1)
     decision: Literal["approve", "edit", "reject", "result"]
@@ -120,7 +120,7 @@ class TurnOut(BaseModel):
     ``usage`` is OpenAI-shaped; ``ledger`` splits tokens, time (ms) and cost by class.
     ``ledger.after_turn``, when present, is the ledger of the calls made after the answer
     to prepare the next turn (a compaction's summary and the prefill of the compacted
-    prompt; ``orchestrator.compactor``): engine work of this turn, not in ``usage``.
+    prompt; ``loom.orchestrator.compactor``): engine work of this turn, not in ``usage``.
     """
 
     object: Literal["session.turn"] = "session.turn"

@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from api.schemas.base import RequestModel
-from api.schemas.chat import Message, ToolDef
+from loom.api.schemas.base import RequestModel
+from loom.api.schemas.chat import Message, ToolDef
 
 TokenId = Annotated[int, Field(ge=0)]
 

@@ -1,3 +1,3 @@
 """Data files of the evals: ``qa_stdlib.json`` (the ``qa`` suite's questions, see
-:mod:`evals.qa`) and ``tool_prompts.json`` (the ``tools`` suite's prompts, see
-:mod:`evals.toolcalls`)."""
+:mod:`loom.evals.qa`) and ``tool_prompts.json`` (the ``tools`` suite's prompts, see
+:mod:`loom.evals.toolcalls`)."""

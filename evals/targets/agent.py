@@ -4,7 +4,7 @@ Each conversation is one question (``qa``) or one prompt (``tools``), run as a
 single ``orchestrator.Agent`` turn in a fresh ``InMemorySession`` on the
 in-process engine, greedy (temperature 0).  The record is the ``rag``
 target's (latency from streamed events, the agent's ledger per class) plus the
-score of the turn (:mod:`evals.qa`, :mod:`evals.toolcalls`), and the
+score of the turn (:mod:`loom.evals.qa`, :mod:`loom.evals.toolcalls`), and the
 variant's summary gets a ``quality`` block from the scored records.
 
 * ``qa``: no tools, one model call (``max_steps=1``); with ``retrieval=on``
@@ -12,7 +12,7 @@ variant's summary gets a ``quality`` block from the scored records.
   index before the call (the index covers every module the question set
   touches, so a subset faces the same distractors); ``retrieval=off`` runs the
   same agent without a retriever.
-* ``tools``: the tools of :func:`evals.toolcalls.eval_tools`, ``tool_choice="auto"``
+* ``tools``: the tools of :func:`loom.evals.toolcalls.eval_tools`, ``tool_choice="auto"``
   (never forced), one model call: the first call of the reply is scored.
 """
 
@@ -23,11 +23,11 @@ import logging
 from dataclasses import asdict
 from typing import Any
 
-from evals.records import Outcome, make_record
-from evals.targets.base import RunContext
-from evals.targets.inproc import InprocTarget
-from evals.targets.rag import agent_turn, open_corpus_index
-from evals.workloads import Conversation, Workload
+from loom.evals.records import Outcome, make_record
+from loom.evals.targets.base import RunContext
+from loom.evals.targets.inproc import InprocTarget
+from loom.evals.targets.rag import agent_turn, open_corpus_index
+from loom.evals.workloads import Conversation, Workload
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +52,8 @@ class ScoredAgentTarget(InprocTarget):
         return {}
 
     def _agent(self, system: str, max_tokens: int) -> Any:
-        from orchestrator import Agent, ContextBudget
-        from runtime import SamplingParams
+        from loom.orchestrator import Agent, ContextBudget
+        from loom.runtime import SamplingParams
 
         key = (system, max_tokens)
         if key not in self._agents:
@@ -76,7 +76,7 @@ class ScoredAgentTarget(InprocTarget):
         return {"quality": self.quality(records)}
 
     async def conversation(self, conv: Conversation, ctx: RunContext) -> None:
-        from orchestrator import InMemorySession
+        from loom.orchestrator import InMemorySession
 
         turn = conv.turns[0]
         agent = self._agent(conv.system, turn.max_tokens)
@@ -89,7 +89,7 @@ class ScoredAgentTarget(InprocTarget):
 
 
 class QATarget(ScoredAgentTarget):
-    """Questions of :mod:`evals.qa`, answered with or without retrieval.
+    """Questions of :mod:`loom.evals.qa`, answered with or without retrieval.
 
     Args:
         retriever: ``retrieval.Retriever`` over the stdlib modules, or ``None`` (no retrieval).
@@ -101,7 +101,7 @@ class QATarget(ScoredAgentTarget):
 
     def __init__(self, llm: Any, retriever: Any = None, retrieval_k: int = 3, max_retrieval_tokens: int = 640,
                  budget: dict[str, Any] | None = None) -> None:
-        from evals.qa import question_by_id
+        from loom.evals.qa import question_by_id
 
         super().__init__(llm, budget)
         self.retriever, self.retrieval_k, self.max_retrieval_tokens = retriever, retrieval_k, max_retrieval_tokens
@@ -113,7 +113,7 @@ class QATarget(ScoredAgentTarget):
                 "budget": {"max_retrieval_tokens": self.max_retrieval_tokens}}
 
     def score(self, conv: Conversation, out: Outcome, result: Any) -> dict[str, Any] | None:
-        from evals.qa import score_answer
+        from loom.evals.qa import score_answer
 
         q = self.questions.get(conv.id)
         if q is None:
@@ -130,7 +130,7 @@ class QATarget(ScoredAgentTarget):
         return fields
 
     def quality(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        from evals.qa import qa_quality
+        from loom.evals.qa import qa_quality
 
         block = qa_quality(records)
         block["retrieval"] = self.retriever is not None
@@ -144,12 +144,12 @@ class QATarget(ScoredAgentTarget):
 
 
 class ToolsTarget(ScoredAgentTarget):
-    """Prompts of :mod:`evals.toolcalls`, tools offered, tool choice left to the model."""
+    """Prompts of :mod:`loom.evals.toolcalls`, tools offered, tool choice left to the model."""
 
     name = "tools"
 
     def __init__(self, llm: Any, budget: dict[str, Any] | None = None) -> None:
-        from evals.toolcalls import eval_tools, load_cases
+        from loom.evals.toolcalls import eval_tools, load_cases
 
         super().__init__(llm, budget)
         self.cases = {c.id: c for c in load_cases()}
@@ -161,7 +161,7 @@ class ToolsTarget(ScoredAgentTarget):
         return {"tools": self.tools}
 
     def score(self, conv: Conversation, out: Outcome, result: Any) -> dict[str, Any] | None:
-        from evals.toolcalls import score_calls
+        from loom.evals.toolcalls import score_calls
 
         case = self.cases.get(conv.id)
         if case is None:
@@ -172,7 +172,7 @@ class ToolsTarget(ScoredAgentTarget):
                 **asdict(score_calls(case, calls, self.schemas))}
 
     def quality(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        from evals.toolcalls import tools_quality
+        from loom.evals.toolcalls import tools_quality
 
         return tools_quality(records)
 
@@ -186,7 +186,7 @@ async def make_agent_target(workload: Workload, model: str, engine: dict[str, An
     Raises:
         ValueError: an unknown ``retrieval`` value or suite.
     """
-    from runtime import AsyncLLM, EngineConfig
+    from loom.runtime import AsyncLLM, EngineConfig
 
     p = workload.params
     if workload.suite == "qa":
@@ -195,7 +195,7 @@ async def make_agent_target(workload: Workload, model: str, engine: dict[str, An
             raise ValueError(f"retrieval: must be 'on' or 'off', got {settings.get('retrieval')!r}")
         retriever, info = None, None
         if mode in ("on", "true"):
-            from evals.qa import corpus_for, load_questions
+            from loom.evals.qa import corpus_for, load_questions
 
             corpus = p["corpus"] or corpus_for(load_questions())
             retriever, info = await asyncio.to_thread(open_corpus_index, corpus, p["index_dir"] or None)

@@ -2,7 +2,7 @@
 
 A target sends one :class:`Request` at a time (``send``); the shared
 :meth:`EngineTarget.conversation` builds each turn's prompt with
-:class:`evals.prompts.PromptState` (token ids and class spans for in-process
+:class:`loom.evals.prompts.PromptState` (token ids and class spans for in-process
 targets, chat messages for HTTP), appends the reply, and hands the record to
 the run.  The ``rag`` target overrides ``conversation`` (the agent assembles
 its own prompts).
@@ -14,10 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from evals.prices import Prices
-from evals.prompts import PromptState
-from evals.records import Outcome, make_record
-from evals.workloads import Conversation
+from loom.evals.prices import Prices
+from loom.evals.prompts import PromptState
+from loom.evals.records import Outcome, make_record
+from loom.evals.workloads import Conversation
 
 
 @dataclass

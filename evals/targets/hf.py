@@ -15,9 +15,9 @@ import threading
 import time
 from typing import Any
 
-from evals.metrics import Chunk
-from evals.records import Outcome
-from evals.targets.base import EngineTarget, Request
+from loom.evals.metrics import Chunk
+from loom.evals.records import Outcome
+from loom.evals.targets.base import EngineTarget, Request
 
 
 class _Stamper:

@@ -22,10 +22,10 @@ import logging
 import time
 from typing import Any
 
-from evals.metrics import Chunk
-from evals.records import Outcome
-from evals.targets.base import EngineTarget, Request
-from runtime.errors import LoomError
+from loom.evals.metrics import Chunk
+from loom.evals.records import Outcome
+from loom.evals.targets.base import EngineTarget, Request
+from loom.runtime.errors import LoomError
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ bunch up and fake near-zero ITLs); that lag is recorded per request as
 ``client_lag_ms`` (mean receipt minus engine time).  The engine's timestamps
 (arrival, first token, per-token) also feed the ledger.
 Every output token gets a class (``reasoning``, ``tool_call``, ``output``)
-from the engine's text delta (``orchestrator.classify.OutputClassifier``, the
+from the engine's text delta (``loom.orchestrator.classify.OutputClassifier``, the
 agent's own classifier).
 """
 
@@ -19,9 +19,9 @@ import logging
 import time
 from typing import Any
 
-from evals.metrics import Chunk
-from evals.records import Outcome
-from evals.targets.base import EngineTarget, Request
+from loom.evals.metrics import Chunk
+from loom.evals.records import Outcome
+from loom.evals.targets.base import EngineTarget, Request
 
 logger = logging.getLogger(__name__)
 
@@ -42,13 +42,13 @@ class InprocTarget(EngineTarget):
     @classmethod
     def from_settings(cls, model: str, settings: dict[str, Any]) -> InprocTarget:
         """Start an ``AsyncLLM`` for ``model`` with engine settings (``EngineConfig`` fields)."""
-        from runtime import AsyncLLM, EngineConfig
+        from loom.runtime import AsyncLLM, EngineConfig
 
         return cls(AsyncLLM.from_config(EngineConfig(model=model, **settings)))
 
     async def send(self, req: Request) -> Outcome:
-        from orchestrator.classify import OutputClassifier
-        from runtime import SamplingParams
+        from loom.orchestrator.classify import OutputClassifier
+        from loom.runtime import SamplingParams
 
         params = SamplingParams(temperature=0.0, max_tokens=req.max_tokens, ignore_eos=req.ignore_eos,
                                 seed=req.seed)

@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evals.metrics import Chunk
-from evals.records import Outcome, make_record
-from evals.targets.base import RunContext
-from evals.targets.inproc import InprocTarget
-from evals.workloads import Conversation
+from loom.evals.metrics import Chunk
+from loom.evals.records import Outcome, make_record
+from loom.evals.targets.base import RunContext
+from loom.evals.targets.inproc import InprocTarget
+from loom.evals.workloads import Conversation
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ def open_corpus_index(corpus: str, index_dir: str | Path | None = None) -> tuple
     import hashlib
     import os
 
-    from retrieval import Retriever
+    from loom.retrieval import Retriever
 
     t0 = time.perf_counter()
     paths = [p.strip() for p in corpus.split(",") if p.strip()]
@@ -83,7 +83,7 @@ class RagTarget(InprocTarget):
 
     def __init__(self, llm: Any, retriever: Any, memory_url: str, budget: dict[str, Any] | None = None,
                  max_steps: int = 3) -> None:
-        from memory import LongTermMemory
+        from loom.memory import LongTermMemory
 
         super().__init__(llm)
         self.retriever = retriever
@@ -92,9 +92,9 @@ class RagTarget(InprocTarget):
         self.max_steps = max_steps
 
     def _agent(self, conv: Conversation, max_tokens: int) -> Any:
-        from orchestrator import Agent, ContextBudget
-        from runtime import SamplingParams
-        from tools.builtin import calculator, memory_tools
+        from loom.orchestrator import Agent, ContextBudget
+        from loom.runtime import SamplingParams
+        from loom.tools.builtin import calculator, memory_tools
 
         ns = f"{NAMESPACE_PREFIX}-{conv.id}"
         self.memory.forget(ns)
@@ -110,7 +110,7 @@ class RagTarget(InprocTarget):
         return bool(getattr(getattr(self.llm, "engine", None), "logits_processors", None))
 
     async def conversation(self, conv: Conversation, ctx: RunContext) -> None:
-        from orchestrator import InMemorySession
+        from loom.orchestrator import InMemorySession
 
         agent = self._agent(conv, conv.turns[0].max_tokens if conv.turns else 16)
         session = InMemorySession()
@@ -135,7 +135,7 @@ class RagTarget(InprocTarget):
 async def agent_turn(agent: Any, session: Any, message: str, choice: Any) -> tuple[Outcome, Any]:
     """Run one ``agent.stream`` turn; return the observed :class:`Outcome` and the ``RunResult``
     (``None`` when the turn raised before finishing: the outcome then carries the error)."""
-    from orchestrator.events import ContentDelta, DoneEvent, ReasoningDelta, ToolCallEvent
+    from loom.orchestrator.events import ContentDelta, DoneEvent, ReasoningDelta, ToolCallEvent
 
     out = Outcome(send_time=time.monotonic())
     result = None

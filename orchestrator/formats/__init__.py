@@ -1,8 +1,8 @@
 """Tool-call and reasoning formats of model families (one owner for the parser's markers,
 the template's view of tools and the forced-call grammar). See ``format.py``."""
 
-from orchestrator.formats.detect import detect_format, renders_tools, template_source
-from orchestrator.formats.format import (
+from loom.orchestrator.formats.detect import detect_format, renders_tools, template_source
+from loom.orchestrator.formats.format import (
     DEFAULT,
     FORMATS,
     HERMES,
@@ -11,7 +11,7 @@ from orchestrator.formats.format import (
     ParsedCall,
     ToolCallFormat,
 )
-from orchestrator.formats.grammar import bound_schema, forced_call_grammar
+from loom.orchestrator.formats.grammar import bound_schema, forced_call_grammar
 
 __all__ = [
     "DEFAULT",

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from orchestrator.formats.format import DEFAULT, FORMATS, HERMES, LLAMA3_JSON, MISTRAL, ToolCallFormat
+from loom.orchestrator.formats.format import DEFAULT, FORMATS, HERMES, LLAMA3_JSON, MISTRAL, ToolCallFormat
 
 logger = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 The format belongs to the model, not to Loom. One frozen object per family
 says everything the rest of Loom needs, so the prompt renderer, the streaming
-parser (``orchestrator.parsers``) and the forced-call grammar
-(``orchestrator.formats.grammar``) always agree:
+parser (``loom.orchestrator.parsers``) and the forced-call grammar
+(``loom.orchestrator.formats.grammar``) always agree:
 
 - which text opens and closes a call (``call_open`` / ``call_close``; a
   ``None`` close means the call runs to the end of the reply), whether the

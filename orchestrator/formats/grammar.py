@@ -5,7 +5,7 @@ Lark dialect) to exactly one call spelled as ``fmt.render_call`` spells it:
 the open marker (a token reference by id, ``<[151657]>``, when it is one
 special token, since llguidance does not match added tokens from plain text;
 a quoted string otherwise), the JSON of ``{"name", <arguments key>}`` over the
-tools' schemas (``runtime.structured_output.tool_call_schema``) with no free
+tools' schemas (``loom.runtime.structured_output.tool_call_schema``) with no free
 whitespace and the separators ``json.dumps`` / Jinja's ``tojson`` write, then
 the close marker. After the grammar completes only end-of-sequence is allowed,
 so the reply is the call and nothing else.
@@ -24,10 +24,10 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.formats.format import ToolCallFormat
+from loom.orchestrator.formats.format import ToolCallFormat
 
 if TYPE_CHECKING:
-    from runtime.sampling_params import SamplingParams
+    from loom.runtime.sampling_params import SamplingParams
 
 FORCED_INT_BOUND = 10**9
 FORCED_STRING_MAX = 128
@@ -92,7 +92,7 @@ def forced_call_grammar(fmt: ToolCallFormat, tools: list[dict[str, Any]], name: 
     Raises:
         ValueError: no tools, a malformed tool, or ``name`` not among them.
     """
-    from runtime.structured_output import tool_call_schema
+    from loom.runtime.structured_output import tool_call_schema
 
     schema = tool_call_schema(tools, name, arguments_key=fmt.arguments_key)
     schema = compact(bound_schema(schema) if bound else schema)
@@ -130,7 +130,7 @@ def force_call(params: SamplingParams, fmt: ToolCallFormat, tools: list[dict[str
     Raises:
         ValueError: as :func:`forced_call_grammar`.
     """
-    from runtime.structured_output import StructuredOutputParams
+    from loom.runtime.structured_output import StructuredOutputParams
 
     grammar = forced_call_grammar(fmt, tools, name, bound=bound, parallel=parallel)
     return params.clone(structured_output=StructuredOutputParams(grammar=grammar), stop=[],

@@ -5,21 +5,21 @@ never with a hand-written parser, and keeping the heading structure: a
 document is a list of sections, each under its heading path
 (``"Usage > Options"``), so chunks carry their section as metadata.
 
-* :mod:`~retrieval.loaders.text` — plain text, one section.
-* :mod:`~retrieval.loaders.markdown` — markdown-it-py with mdit-py-plugins, as
+* :mod:`~loom.retrieval.loaders.text` — plain text, one section.
+* :mod:`~loom.retrieval.loaders.markdown` — markdown-it-py with mdit-py-plugins, as
   MkDocs sites are written (front matter, admonitions, ``///`` blocks, content
   tabs, tables; snippet markers dropped).
-* :mod:`~retrieval.loaders.rst` — docutils with Sphinx's directives and roles
-  registered (:mod:`~retrieval.loaders.sphinx`); each Python object entry is a
+* :mod:`~loom.retrieval.loaders.rst` — docutils with Sphinx's directives and roles
+  registered (:mod:`~loom.retrieval.loaders.sphinx`); each Python object entry is a
   section of its own with ``object``/``objtype``/``module`` metadata.
-* :mod:`~retrieval.loaders.html` — BeautifulSoup, main content only (no
+* :mod:`~loom.retrieval.loaders.html` — BeautifulSoup, main content only (no
   navigation, header, footer or sidebars); Sphinx-built object entries are
   sections of their own, as in reST.
 
 ``load_path`` walks folders with glob patterns (sorted, so ingestion order and
 therefore chunk positions are deterministic), dispatches on the suffix, and
 reports and skips a file that fails to load.  The ``stdlib:`` pseudo-path is
-handled by :mod:`retrieval.stdlib`.
+handled by :mod:`loom.retrieval.stdlib`.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from retrieval.loaders.html import load_html
-from retrieval.loaders.markdown import load_markdown
-from retrieval.loaders.rst import load_rst
-from retrieval.loaders.text import load_text
-from retrieval.types import Document
+from loom.retrieval.loaders.html import load_html
+from loom.retrieval.loaders.markdown import load_markdown
+from loom.retrieval.loaders.rst import load_rst
+from loom.retrieval.loaders.text import load_text
+from loom.retrieval.types import Document
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def load_path(path: str, patterns: Iterable[str] = DEFAULT_PATTERNS,
         ValueError: unknown ``stdlib:`` part.
     """
     if path.startswith("stdlib:"):
-        from retrieval.stdlib import load_stdlib
+        from loom.retrieval.stdlib import load_stdlib
 
         yield from load_stdlib(path[len("stdlib:"):])
         return

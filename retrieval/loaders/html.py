@@ -18,7 +18,7 @@ The walk keeps document order: each ``<h1>``..``<h6>`` starts a section
 is a text block with whitespace collapsed, ``<pre>`` is kept verbatim, and a
 table is one block of rows with cells joined by ``" | "``.  A Sphinx object
 description (``<dl class="py method">``, its ``dt`` id the qualified name) is
-a section of its own, as in :mod:`~retrieval.loaders.rst`: the signature with
+a section of its own, as in :mod:`~loom.retrieval.loaders.rst`: the signature with
 the qualified name, then the body; metadata ``object`` (the id), ``objtype``
 (the ``dl`` class), ``module`` (the enclosing entry's; at top level the last
 ``module-<name>`` target when it prefixes the name, else the name up to its
@@ -31,8 +31,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from retrieval.loaders.sections import SectionBuilder
-from retrieval.types import Document
+from loom.retrieval.loaders.sections import SectionBuilder
+from loom.retrieval.types import Document
 
 MAIN_SELECTORS: tuple[str, ...] = (
     "article.md-content__inner", "[role=main]", "main", "div.body", "div.document", "article",

@@ -33,8 +33,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from retrieval.loaders.sections import SectionBuilder
-from retrieval.types import Document
+from loom.retrieval.loaders.sections import SectionBuilder
+from loom.retrieval.types import Document
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """reStructuredText (plain or Sphinx) to a :class:`Document`, parsed by docutils.
 
-The source is parsed by docutils inside :func:`retrieval.loaders.sphinx.sphinx_markup`
+The source is parsed by docutils inside :func:`loom.retrieval.loaders.sphinx.sphinx_markup`
 (Sphinx's directives and roles, and a generic handler for every unknown name),
 then the doctree is turned into sections:
 
@@ -13,7 +13,7 @@ then the doctree is turned into sections:
   the members nested in it; text after an entry starts a new section under the
   same heading, so document order is kept.  Autodoc entries are filled from
   the documented package's source, found from the page's path ``doc_id``
-  (:mod:`~retrieval.loaders.autodoc`), and their members are entries too.
+  (:mod:`~loom.retrieval.loaders.autodoc`), and their members are entries too.
 * everything else is rendered to text by :func:`render`, which never emits
   parser output: ``system_message`` and comment nodes are skipped, a
   ``problematic`` node (an undefined ``|substitution|``, an unknown target)
@@ -29,11 +29,11 @@ from pathlib import Path
 
 from docutils import nodes
 
-from retrieval.loaders.sections import SectionBuilder
-from retrieval.loaders.sphinx import role_text, sphinx_markup
-from retrieval.loaders.sphinx_directives import labelled
-from retrieval.loaders.sphinx_python import desc
-from retrieval.types import Document
+from loom.retrieval.loaders.sections import SectionBuilder
+from loom.retrieval.loaders.sphinx import role_text, sphinx_markup
+from loom.retrieval.loaders.sphinx_directives import labelled
+from loom.retrieval.loaders.sphinx_python import desc
+from loom.retrieval.types import Document
 
 _SETTINGS = {
     "report_level": 5, "halt_level": 5, "warning_stream": False, "traceback": True,

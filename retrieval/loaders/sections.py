@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from retrieval.types import Section
+from loom.retrieval.types import Section
 
 
 class SectionBuilder:

@@ -18,8 +18,8 @@ This is the mechanism Sphinx itself uses (``sphinx.util.docutils.sphinx_domains`
 The lookups and docutils' registries are restored on exit and the swap is
 serialised by a lock, so docutils is left as it was found.
 
-What the handlers make (:mod:`~retrieval.loaders.sphinx_python`,
-:mod:`~retrieval.loaders.sphinx_directives`):
+What the handlers make (:mod:`~loom.retrieval.loaders.sphinx_python`,
+:mod:`~loom.retrieval.loaders.sphinx_directives`):
 
 * Python object descriptions (``function``, ``class``, ``method``,
   ``attribute``, ``data``, ``exception``, ``decorator``, ``classmethod``,
@@ -27,7 +27,7 @@ What the handlers make (:mod:`~retrieval.loaders.sphinx_python`,
   (``autoclass``, ``autofunction``, ``automodule`` ...) become a ``desc`` node
   with the qualified name, object type and module; autodoc entries get their
   signature, docstring and members from the parsed source where it is found
-  (:mod:`~retrieval.loaders.autodoc`).
+  (:mod:`~loom.retrieval.loaders.autodoc`).
 * ``versionadded``/``versionchanged``/``deprecated``/``versionremoved`` become
   a ``labelled`` block, "Added in version 3.9: ..." (Sphinx 7.3 wording);
   ``seealso`` becomes "See also: ...".
@@ -55,9 +55,9 @@ from typing import Any
 from docutils import nodes, utils
 from docutils.parsers.rst import Directive, directives, roles
 
-from retrieval.loaders.sphinx_directives import (VERSION_LABELS, Code, Content, Generic, Null,
+from loom.retrieval.loaders.sphinx_directives import (VERSION_LABELS, Code, Content, Generic, Null,
                                                  SeeAlso, VersionNote, lenient)
-from retrieval.loaders.sphinx_python import AUTODOC, OBJTYPES, Module, PyObject
+from loom.retrieval.loaders.sphinx_python import AUTODOC, OBJTYPES, Module, PyObject
 
 # -- roles ------------------------------------------------------------------
 

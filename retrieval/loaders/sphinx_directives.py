@@ -1,4 +1,4 @@
-"""Sphinx's general directives for docutils (see :mod:`retrieval.loaders.sphinx`).
+"""Sphinx's general directives for docutils (see :mod:`loom.retrieval.loaders.sphinx`).
 
 :class:`Base` is what every handler here builds on: it takes any argument,
 options and content, and reads the options itself (:meth:`Base.head`), so an

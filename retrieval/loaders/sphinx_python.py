@@ -11,7 +11,7 @@ option, or ``automodule``) and the enclosing class for nested entries
 module-level names are import paths.  On SQLAlchemy 2.0.36's API pages the
 names and object types equal those of the ``objects.inv`` Sphinx builds.
 
-An autodoc entry whose name :mod:`~retrieval.loaders.autodoc` finds in the
+An autodoc entry whose name :mod:`~loom.retrieval.loaders.autodoc` finds in the
 source (parsed, never imported) is filled in as Sphinx's autodoc fills it: the
 signature after the name, the docstring parsed as reST before the content
 written in the page, then, for ``:members:`` (``:exclude-members:`` and
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from docutils import nodes
 from docutils.statemachine import StringList
 
-from retrieval.loaders.autodoc import ApiObject, SourceTree, resolve
-from retrieval.loaders.sphinx_directives import Base
+from loom.retrieval.loaders.autodoc import ApiObject, SourceTree, resolve
+from loom.retrieval.loaders.sphinx_directives import Base
 
 
 class desc(nodes.General, nodes.Element):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from retrieval.types import Document, Section
+from loom.retrieval.types import Document, Section
 
 
 def load_text(text: str, doc_id: str, title: str | None = None) -> Document:

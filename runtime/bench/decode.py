@@ -24,7 +24,7 @@ from typing import Any
 
 import typer
 
-from runtime.bench.throughput import in_process
+from loom.runtime.bench.throughput import in_process
 
 
 def _prompts(vocab: int, batch: int, ctx: int, seed: int) -> list[list[int]]:
@@ -36,7 +36,7 @@ def loom_step(path: str, batch: int, ctx: int, steps: int, threads: int, seed: i
     """ms per Loom decode step at ``batch`` x ``ctx`` tokens."""
     import torch
 
-    from runtime import EngineConfig, LLMEngine, SamplingParams
+    from loom.runtime import EngineConfig, LLMEngine, SamplingParams
 
     torch.set_num_threads(threads)
     block = 16
@@ -94,10 +94,10 @@ def decode(
     from rich.console import Console
     from rich.table import Table
 
-    from runtime.checkpoint import ensure_checkpoint
-    from runtime.threads import default_num_threads
+    from loom.runtime.checkpoint import ensure_checkpoint
+    from loom.runtime.threads import default_num_threads
 
-    from runtime.models.loader import resolve_model_path
+    from loom.runtime.models.loader import resolve_model_path
 
     path = str(resolve_model_path(model)) if model else str(ensure_checkpoint(arch, preset))
     threads = threads or default_num_threads()

@@ -4,7 +4,7 @@ On the ``tiny`` preset (hidden 64, 2 layers) a step's model call is a few
 hundred microseconds, so what a step costs beyond it is host work that grows
 with the batch: scheduling, input preparation, sampling, output processing.
 The engine accumulates each phase in ``LLMEngine.step_times``
-(``runtime.config.STEP_PHASES``); this benchmark fills the batch, lets every
+(``loom.runtime.config.STEP_PHASES``); this benchmark fills the batch, lets every
 request reach decode, resets the counters, runs ``--steps`` steps and prints
 microseconds per step for each phase, greedy and sampled
 (``temperature=1.0, top_p=0.95``).  The budget (issue 13) is at most 1 ms of
@@ -19,14 +19,14 @@ import time
 
 import typer
 
-from runtime.config import STEP_PHASES
+from loom.runtime.config import STEP_PHASES
 
 HOST_PHASES = tuple(p for p in STEP_PHASES if p != "model")
 
 
 def measure(path: str, batch: int, steps: int, params_kw: dict, seed: int = 0) -> dict[str, float]:
     """µs per step of each phase (and ``host``, ``wall``) for ``batch`` decoding requests."""
-    from runtime import EngineConfig, LLMEngine, SamplingParams
+    from loom.runtime import EngineConfig, LLMEngine, SamplingParams
 
     engine = LLMEngine(EngineConfig(model=path, max_num_seqs=max(batch, 1), seed=seed))
     rng = random.Random(seed)
@@ -61,7 +61,7 @@ def overhead(
     from rich.console import Console
     from rich.table import Table
 
-    from runtime.checkpoint import ensure_checkpoint
+    from loom.runtime.checkpoint import ensure_checkpoint
 
     torch.set_num_threads(threads)
     path = str(ensure_checkpoint(arch, preset))

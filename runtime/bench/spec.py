@@ -72,7 +72,7 @@ def layer_draft(target: Path, num_layers: int) -> Path:
 
 def _prompts(llm: Any, batch: int, history: int, seed: int) -> list[list[int]]:
     """Random seed tokens + the model's own greedy continuation (see module docstring)."""
-    from runtime import SamplingParams
+    from loom.runtime import SamplingParams
 
     rng = random.Random(seed)
     top = llm.engine.vocab_size - 64
@@ -105,7 +105,7 @@ def _rag_prompts(llm: Any, batch: int, doc_tokens: int, seed: int) -> list[list[
 
 def _timed(llm: Any, prompts: list[list[int]], output_len: int,
            ignore_eos: bool = True) -> tuple[float, list[list[int]]]:
-    from runtime import SamplingParams
+    from loom.runtime import SamplingParams
 
     # prefill once (prefix cache) so the timed run measures decode
     llm.generate(prompt_token_ids=prompts, use_tqdm=False,
@@ -153,10 +153,10 @@ def spec(
     from rich.console import Console
     from rich.table import Table
 
-    from runtime import LLM
-    from runtime.checkpoint import ensure_checkpoint
-    from runtime.models.loader import resolve_model_path
-    from runtime.spec import SpeculativeConfig
+    from loom.runtime import LLM
+    from loom.runtime.checkpoint import ensure_checkpoint
+    from loom.runtime.models.loader import resolve_model_path
+    from loom.runtime.spec import SpeculativeConfig
 
     if workload not in ("self", "rag"):
         raise typer.BadParameter("workload must be 'self' or 'rag'")

@@ -72,7 +72,7 @@ def run_loom(model: str, wl: Workload, threads: int, engine_args: dict[str, Any]
     """Run ``wl`` through ``runtime.LLM``; returns seconds, tokens and counters."""
     import torch
 
-    from runtime import LLM, SamplingParams
+    from loom.runtime import LLM, SamplingParams
 
     torch.set_num_threads(threads)
     tokens = sum(len(p) + n for p, n in zip(wl.prompts, wl.output_lens))
@@ -176,10 +176,10 @@ def throughput(
     from rich.table import Table
     from transformers import AutoConfig
 
-    from runtime.checkpoint import ensure_checkpoint
-    from runtime.threads import default_num_threads
+    from loom.runtime.checkpoint import ensure_checkpoint
+    from loom.runtime.threads import default_num_threads
 
-    from runtime.models.loader import resolve_model_path
+    from loom.runtime.models.loader import resolve_model_path
 
     path = str(resolve_model_path(model)) if model else str(ensure_checkpoint(arch, preset))
     vocab = AutoConfig.from_pretrained(path).vocab_size

@@ -16,15 +16,15 @@ where dict ARGS render as ``json.dumps(args, ensure_ascii=False, sort_keys=True)
 and string ARGS verbatim; the model ends with ``<|im_end|>``.
 """
 
-from runtime.checkpoint.init import (
+from loom.runtime.checkpoint.init import (
     count_parameters,
     default_cache_dir,
     ensure_checkpoint,
     init_checkpoint,
     model_config,
 )
-from runtime.checkpoint.presets import ARCHES, PRESETS
-from runtime.checkpoint.tokenizer import ADDED_TOKENS, build_tokenizer, chat_template
+from loom.runtime.checkpoint.presets import ARCHES, PRESETS
+from loom.runtime.checkpoint.tokenizer import ADDED_TOKENS, build_tokenizer, chat_template
 
 __all__ = [
     "ADDED_TOKENS",

@@ -15,7 +15,7 @@ folder is self-consistent, which is what equality needs.
 Converted folders live under ``$LOOM_CACHE/gguf/<stem>-<key>`` where the key
 hashes the file's absolute path, size and mtime, so a second start takes
 seconds and a replaced file is converted again. Creation is atomic
-(``runtime.checkpoint.cache.build_atomically``).
+(``loom.runtime.checkpoint.cache.build_atomically``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import json
 import logging
 from pathlib import Path
 
-from runtime.checkpoint.cache import build_atomically, loom_cache_root
-from runtime.errors import ModelLoadError
+from loom.runtime.checkpoint.cache import build_atomically, loom_cache_root
+from loom.runtime.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
 

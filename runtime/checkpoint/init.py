@@ -21,9 +21,9 @@ import os
 from pathlib import Path
 from typing import Any, Iterator
 
-from runtime.checkpoint.cache import build_atomically, loom_cache_root
-from runtime.checkpoint.presets import make_config
-from runtime.checkpoint.tokenizer import (
+from loom.runtime.checkpoint.cache import build_atomically, loom_cache_root
+from loom.runtime.checkpoint.presets import make_config
+from loom.runtime.checkpoint.tokenizer import (
     ADDED_TOKENS,
     DEFAULT_VOCAB_SIZE,
     EOS_TOKEN,

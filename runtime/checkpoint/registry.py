@@ -11,10 +11,10 @@ concatenate in order), and the GGUF's own SHA-256. :func:`ensure_model`:
    packages' declared dependencies are for other programs; the packages are
    never imported, their files are found with ``importlib.util.find_spec``);
 3. assembles the GGUF (hashing while it reads), refuses it on a hash mismatch;
-4. converts it to a float32 HF folder (``runtime.checkpoint.gguf``) under
+4. converts it to a float32 HF folder (``loom.runtime.checkpoint.gguf``) under
    ``$LOOM_CACHE/models/<name>``, atomically.
 
-Every failure is a :class:`runtime.errors.ModelLoadError` with one line naming
+Every failure is a :class:`loom.runtime.errors.ModelLoadError` with one line naming
 the cause, and nothing half-written stays in the cache.
 """
 
@@ -29,9 +29,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from runtime.checkpoint.cache import build_atomically, is_complete, loom_cache_root
-from runtime.checkpoint.gguf import convert_gguf
-from runtime.errors import ModelLoadError
+from loom.runtime.checkpoint.cache import build_atomically, is_complete, loom_cache_root
+from loom.runtime.checkpoint.gguf import convert_gguf
+from loom.runtime.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
 

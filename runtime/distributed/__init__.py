@@ -30,8 +30,8 @@ Wiring (``tensor_parallel_size`` in ``EngineConfig``, ``loom serve -tp N``):
   tp = 3 real SmolLM2 equal to tp = 1, token for token (``tests/runtime/test_tensor_parallel_engine.py``).
 """
 
-from runtime.distributed.layers import ColumnParallelLinear, RowParallelLinear
-from runtime.distributed.parallel_state import (
+from loom.runtime.distributed.layers import ColumnParallelLinear, RowParallelLinear
+from loom.runtime.distributed.parallel_state import (
     destroy_tensor_parallel,
     free_port,
     init_tensor_parallel,

@@ -2,7 +2,7 @@
 
 vLLM's multiprocessing executor in small: the engine process keeps the scheduler, the KV cache
 manager (block accounting only: every rank's cache has the same blocks) and the sampler; the
-model lives in ``tp`` worker processes (``runtime.distributed.worker``), one per rank, which hold
+model lives in ``tp`` worker processes (``loom.runtime.distributed.worker``), one per rank, which hold
 the weights' slices and their KV heads.  Each step the executor sends every rank the same plain
 inputs (``StepSeq`` per request, logits rows, block copies), all ranks run the forward pass in
 lockstep (their all-reduces meet), and rank 0 returns the logits.
@@ -25,14 +25,14 @@ from typing import Any
 
 import torch
 
-from runtime.config import EngineConfig
-from runtime.distributed.parallel_state import free_port
-from runtime.distributed.shard import check_tensor_parallel_shape
-from runtime.distributed.worker import WorkerArgs, run_worker
-from runtime.errors import LoomError
-from runtime.model_runner import step_seqs
-from runtime.scheduler import ScheduledRequest
-from runtime.threads import default_num_threads
+from loom.runtime.config import EngineConfig
+from loom.runtime.distributed.parallel_state import free_port
+from loom.runtime.distributed.shard import check_tensor_parallel_shape
+from loom.runtime.distributed.worker import WorkerArgs, run_worker
+from loom.runtime.errors import LoomError
+from loom.runtime.model_runner import step_seqs
+from loom.runtime.scheduler import ScheduledRequest
+from loom.runtime.threads import default_num_threads
 
 logger = logging.getLogger(__name__)
 

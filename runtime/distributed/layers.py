@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from runtime.distributed.parallel_state import (
+from loom.runtime.distributed.parallel_state import (
     all_reduce,
     tensor_parallel_rank,
     tensor_parallel_world_size,

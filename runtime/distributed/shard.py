@@ -1,6 +1,6 @@
 """Split a loaded Llama-family model across the tensor-parallel group, in place.
 
-Each rank loads the whole checkpoint (``runtime.models.loader.load_model``, identical on every
+Each rank loads the whole checkpoint (``loom.runtime.models.loader.load_model``, identical on every
 rank, dummy weights included since they are seeded), then ``shard_model`` swaps the four
 projections of every decoder layer for their parallel forms, as vLLM's Llama does:
 
@@ -24,9 +24,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from runtime.distributed.layers import ColumnParallelLinear, RowParallelLinear
-from runtime.distributed.parallel_state import tensor_parallel_world_size
-from runtime.models.llama import LlamaForCausalLM
+from loom.runtime.distributed.layers import ColumnParallelLinear, RowParallelLinear
+from loom.runtime.distributed.parallel_state import tensor_parallel_world_size
+from loom.runtime.models.llama import LlamaForCausalLM
 
 
 def check_tensor_parallel_shape(hf_config: object, tp: int) -> None:

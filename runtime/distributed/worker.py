@@ -59,10 +59,10 @@ class WorkerArgs:
 def _build_runner(args: WorkerArgs) -> Any:
     import torch
 
-    from runtime.distributed.parallel_state import init_tensor_parallel
-    from runtime.distributed.shard import shard_model
-    from runtime.model_runner import ModelRunner
-    from runtime.models.loader import load_hf_config, load_model
+    from loom.runtime.distributed.parallel_state import init_tensor_parallel
+    from loom.runtime.distributed.shard import shard_model
+    from loom.runtime.model_runner import ModelRunner
+    from loom.runtime.models.loader import load_hf_config, load_model
 
     device = torch.device(f"cuda:{args.rank}" if args.device.startswith("cuda") else args.device)
     if device.type == "cuda":  # pragma: no cover - CUDA only
@@ -82,7 +82,7 @@ def _build_runner(args: WorkerArgs) -> Any:
 def run_worker(args: WorkerArgs, conn: Connection) -> None:
     """The rank's main loop (see the module docstring); returns when told to stop or orphaned."""
     logging.basicConfig(level=os.environ.get("LOOM_LOG_LEVEL", "WARNING"))
-    from runtime.distributed.parallel_state import destroy_tensor_parallel
+    from loom.runtime.distributed.parallel_state import destroy_tensor_parallel
 
     try:
         runner = _build_runner(args)

@@ -2,7 +2,7 @@
 
 Why a kernel of our own (issue 13, measured on a 2-core Sapphire Rapids VM,
 ``small`` preset shapes, 10 query / 5 KV heads, head_dim 64, float32; per
-layer, batch 16 decodes): the PyTorch reference path (``runtime.attention``
+layer, batch 16 decodes): the PyTorch reference path (``loom.runtime.attention``
 gathers every block into a workspace, then SDPA) takes 3.0 / 24.0 ms at
 context 1,024 / 4,096 tokens; PyTorch FlexAttention compiled for the CPU
 (inductor C++, paged ``BlockMask``) 2.7 / 27.5 ms, i.e. no better; this kernel
@@ -116,7 +116,7 @@ def _build(name: str) -> Callable | None:
     library and no stale lock behind; a finished build is imported directly,
     without torch's JIT machinery (which takes a lock file on every load).
     """
-    from runtime.checkpoint.cache import build_atomically, loom_cache_root
+    from loom.runtime.checkpoint.cache import build_atomically, loom_cache_root
 
     library = f"{name}.so"
     built: dict[str, object] = {}

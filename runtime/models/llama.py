@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
-from runtime.attention import AttentionMetadata, PagedAttention
+from loom.runtime.attention import AttentionMetadata, PagedAttention
 
 
 class RMSNorm(nn.Module):

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from runtime.models.llama import LlamaForCausalLM
+from loom.runtime.models.llama import LlamaForCausalLM
 
 logger = logging.getLogger(__name__)
 
@@ -34,9 +34,9 @@ def resolve_model_path(model: str) -> Path:
     ``model`` may be, in this order:
 
     - ``random:ARCH-PRESET`` (e.g. ``random:qwen3-small``): a cached random-weight
-      checkpoint (``runtime.checkpoint.ensure_checkpoint``), for shapes and benchmarks;
+      checkpoint (``loom.runtime.checkpoint.ensure_checkpoint``), for shapes and benchmarks;
     - a registered name (``smollm2-135m-instruct``): installed, verified and
-      converted on first use (``runtime.checkpoint.registry``);
+      converted on first use (``loom.runtime.checkpoint.registry``);
     - a ``.gguf`` file, or a folder holding exactly one: converted once, cached;
     - a HF checkpoint folder;
     - a Hugging Face hub id (``huggingface_hub.snapshot_download``, which honours
@@ -47,9 +47,9 @@ def resolve_model_path(model: str) -> Path:
         NotFoundError: none of the above.
         ValueError: a malformed ``random:`` spec.
     """
-    from runtime.checkpoint.gguf import ensure_converted, find_gguf
-    from runtime.checkpoint.registry import ensure_model, lookup
-    from runtime.errors import NotFoundError
+    from loom.runtime.checkpoint.gguf import ensure_converted, find_gguf
+    from loom.runtime.checkpoint.registry import ensure_model, lookup
+    from loom.runtime.errors import NotFoundError
 
     if model.startswith(RANDOM_PREFIX):
         return _random_checkpoint(model[len(RANDOM_PREFIX):])
@@ -77,7 +77,7 @@ def resolve_model_path(model: str) -> Path:
 
 
 def _random_checkpoint(spec: str) -> Path:
-    from runtime.checkpoint import ARCHES, PRESETS, ensure_checkpoint
+    from loom.runtime.checkpoint import ARCHES, PRESETS, ensure_checkpoint
 
     arch, _, preset = spec.partition("-")
     if arch not in ARCHES or preset not in PRESETS:

@@ -32,12 +32,12 @@ from typing import Any
 
 import torch
 
-from runtime.sampler import apply_bias, filtered_probs, row_argmax
-from runtime.scheduler import ScheduledRequest
-from runtime.spec.config import ADAPTIVE_PAUSE_STEPS, SpeculativeConfig
-from runtime.spec.metrics import SpecDecodeStats
-from runtime.spec.ngram import NgramProposer
-from runtime.spec.rejection_sampler import VerifyResult, rejection_sample
+from loom.runtime.sampler import apply_bias, filtered_probs, row_argmax
+from loom.runtime.scheduler import ScheduledRequest
+from loom.runtime.spec.config import ADAPTIVE_PAUSE_STEPS, SpeculativeConfig
+from loom.runtime.spec.metrics import SpecDecodeStats
+from loom.runtime.spec.ngram import NgramProposer
+from loom.runtime.spec.rejection_sampler import VerifyResult, rejection_sample
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class SpecDecoder:
         if config.method == "ngram":
             self.ngram = NgramProposer(self.k, config.prompt_lookup_min, config.prompt_lookup_max)
         else:
-            from runtime.spec.draft_model import DraftModelProposer
+            from loom.runtime.spec.draft_model import DraftModelProposer
 
             draft_dtype = getattr(torch, config.draft_dtype) if config.draft_dtype else dtype
             self.draft = DraftModelProposer(config.draft_model, vocab_size, num_blocks, block_size,

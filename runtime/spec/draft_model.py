@@ -38,9 +38,9 @@ from typing import Any
 
 import torch
 
-from runtime.model_runner import ModelRunner
-from runtime.models.loader import load_hf_config, load_model, resolve_model_path
-from runtime.scheduler import ScheduledRequest
+from loom.runtime.model_runner import ModelRunner
+from loom.runtime.models.loader import load_hf_config, load_model, resolve_model_path
+from loom.runtime.scheduler import ScheduledRequest
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ sampler draws it, and drafts are accepted while they equal it.  With q one-hot
 this *is* the rule above: x is accepted with probability p(x), and a rejected
 position's token is distributed as p without x, renormalised, which is
 norm(max(0, p - q)).  Because a seeded request takes one uniform from its own
-generator per emitted token (``runtime.sampler.seeded_uniform``), its output
+generator per emitted token (``loom.runtime.sampler.seeded_uniform``), its output
 is the same whether its drafts were verified or it decoded plainly, alone or in
 any batch (speculation switches off at ``disable_by_batch_size``).
 
@@ -38,7 +38,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from runtime.sampler import inverse_cdf, seeded_uniform
+from loom.runtime.sampler import inverse_cdf, seeded_uniform
 
 
 @dataclass

@@ -7,17 +7,17 @@ drafted tokens and rolls back; ``apply_bitmask_`` masks logits;
 ``tool_call_schema`` builds the schema of a forced tool call.
 """
 
-from runtime.structured_output.bitmask import allocate_bitmask, apply_bitmask_, bitmask_to_bool
-from runtime.structured_output.params import StructuredOutputParams
-from runtime.structured_output.tool_call import tool_call_schema
+from loom.runtime.structured_output.bitmask import allocate_bitmask, apply_bitmask_, bitmask_to_bool
+from loom.runtime.structured_output.params import StructuredOutputParams
+from loom.runtime.structured_output.tool_call import tool_call_schema
 
 
 def __getattr__(name: str):  # llguidance/transformers load only when the backend is used
     if name in ("GrammarBackend", "CompiledGrammar"):
-        from runtime.structured_output import backend
+        from loom.runtime.structured_output import backend
         return getattr(backend, name)
     if name == "GrammarMatcher":
-        from runtime.structured_output.matcher import GrammarMatcher
+        from loom.runtime.structured_output.matcher import GrammarMatcher
         return GrammarMatcher
     raise AttributeError(name)
 

@@ -25,9 +25,9 @@ from typing import Any
 import llguidance
 import llguidance.hf
 
-from runtime.structured_output.bitmask import allocate_bitmask
-from runtime.structured_output.matcher import GrammarError, GrammarMatcher
-from runtime.structured_output.params import StructuredOutputParams
+from loom.runtime.structured_output.bitmask import allocate_bitmask
+from loom.runtime.structured_output.matcher import GrammarError, GrammarMatcher
+from loom.runtime.structured_output.params import StructuredOutputParams
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from runtime.structured_output.bitmask import allocate_bitmask, apply_bitmask_
-from runtime.structured_output.matcher import GrammarError
-from runtime.structured_output.params import StructuredOutputParams
+from loom.runtime.structured_output.bitmask import allocate_bitmask, apply_bitmask_
+from loom.runtime.structured_output.matcher import GrammarError
+from loom.runtime.structured_output.params import StructuredOutputParams
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class StructuredOutputManager:
     def backend(self) -> Any:
         """The ``GrammarBackend`` (created on first use)."""
         if self._backend is None:
-            from runtime.structured_output.backend import GrammarBackend
+            from loom.runtime.structured_output.backend import GrammarBackend
 
             self._backend = GrammarBackend(self._tokenizer, self.vocab_size, self.eos_token_ids)
         return self._backend
@@ -62,7 +62,7 @@ class StructuredOutputManager:
             InvalidRequestError (a ``ValueError``, ``param="structured_output"``):
                 not a ``StructuredOutputParams``, or it cannot compile.
         """
-        from runtime.errors import InvalidRequestError
+        from loom.runtime.errors import InvalidRequestError
 
         if not isinstance(params, StructuredOutputParams):
             raise InvalidRequestError("structured_output: must be a StructuredOutputParams",

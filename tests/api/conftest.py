@@ -17,7 +17,7 @@ ENGINE_FLAGS = ("--max-model-len", "1024", "--num-kv-blocks", "512", "--max-num-
 @pytest.fixture(scope="session")
 def checkpoint() -> Path:
     """Tiny random-weight Qwen3 checkpoint (created once, reused)."""
-    from runtime.checkpoint import ensure_checkpoint
+    from loom.runtime.checkpoint import ensure_checkpoint
 
     return ensure_checkpoint("qwen3", "tiny")
 

@@ -243,7 +243,7 @@ def main() -> None:
     import tempfile
     from pathlib import Path
 
-    from runtime.checkpoint import ensure_checkpoint
+    from loom.runtime.checkpoint import ensure_checkpoint
     from tests.api.server import Server, cli
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -197,7 +197,7 @@ class ReplicaServer(Server):
 
 
 def main() -> None:
-    from runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
+    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=DEFAULT_MODEL)

@@ -53,7 +53,7 @@ def main() -> None:
 
     import openai
 
-    from runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
+    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
     from tests.api.server import Server
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

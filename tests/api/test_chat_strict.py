@@ -11,7 +11,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from api.settings import Settings
+from loom.api.settings import Settings
 from tests.api.server import Server
 
 pytestmark = pytest.mark.skipif("strict" not in Settings.model_fields,

@@ -12,9 +12,9 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.cluster.ingress import RoutingInputs, routing_inputs
-from api.cluster.metrics import merge_replica_metrics
-from api.cluster.router import CacheAwareRouter, NoReplicaError
+from loom.api.cluster.ingress import RoutingInputs, routing_inputs
+from loom.api.cluster.metrics import merge_replica_metrics
+from loom.api.cluster.router import CacheAwareRouter, NoReplicaError
 
 SYSTEM = "You are a careful assistant who answers questions about the Python language reference. " * 6
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 
-from api.chat.completions import CompletionRun
-from api.chat.prompt import PreparedChat
-from runtime.outputs import RequestOutput
+from loom.api.chat.completions import CompletionRun
+from loom.api.chat.prompt import PreparedChat
+from loom.runtime.outputs import RequestOutput
 
 
 def _scripted(pieces: list[str], finish_reason: str = "stop", cached: int = 3) -> list[RequestOutput]:

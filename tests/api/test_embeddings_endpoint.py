@@ -18,7 +18,7 @@ TEXTS = ["The cat sat on the mat.", "A kitten was sitting on the rug.", "Quarter
 
 @pytest.fixture(scope="module")
 def local():  # noqa: ANN201
-    from retrieval import Embedder
+    from loom.retrieval import Embedder
 
     return Embedder()
 

@@ -1,11 +1,11 @@
-"""``api.errors`` alone maps Loom's errors to HTTP; a 5xx body never carries the exception's text."""
+"""``loom.api.errors`` alone maps Loom's errors to HTTP; a 5xx body never carries the exception's text."""
 
 from __future__ import annotations
 
 import pytest
 
-from api.errors import AuthenticationError, SessionBusyError, http_status, loom_error_body
-from runtime import errors as core
+from loom.api.errors import AuthenticationError, SessionBusyError, http_status, loom_error_body
+from loom.runtime import errors as core
 
 
 @pytest.mark.parametrize(("exc", "status", "type_", "code"), [

@@ -20,7 +20,7 @@ from langchain_openai import ChatOpenAI
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
-from api.langgraph import LoomCheckpointSaver
+from loom.api.langgraph import LoomCheckpointSaver
 
 RAN: list[tuple[int, int]] = []
 

@@ -15,8 +15,8 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 from sqlalchemy import inspect
 
-from api.langgraph import LoomCheckpointSaver
-from api.store import Store
+from loom.api.langgraph import LoomCheckpointSaver
+from loom.api.store import Store
 
 URLS = ["sqlite"] + (["postgres"] if os.environ.get("LOOM_POSTGRES_TEST_URL") else [])
 

@@ -1,11 +1,11 @@
-"""api.turns.OwnerRetriever: every search path of a session's retriever view is owner-filtered."""
+"""loom.api.turns.OwnerRetriever: every search path of a session's retriever view is owner-filtered."""
 
 from __future__ import annotations
 
 import pytest
 
-from api.turns import OwnerRetriever
-from retrieval import Document, Retriever, Section
+from loom.api.turns import OwnerRetriever
+from loom.retrieval import Document, Retriever, Section
 
 
 @pytest.fixture(scope="module")

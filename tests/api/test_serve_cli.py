@@ -13,9 +13,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from api.serve_cli import serve
-from api.services import engine_args
-from api.settings import Settings
+from loom.api.serve_cli import serve
+from loom.api.services import engine_args
+from loom.api.settings import Settings
 from tests.api.server import REPO, _env
 
 # one subprocess per case, all started at once: each is ~3 s of imports, mostly waiting on the same files
@@ -34,7 +34,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Compl
     weightless = work / "weightless"
     weightless.mkdir()
     (weightless / "config.json").write_text('{"model_type": "qwen3"}')
-    procs = {name: subprocess.Popen([sys.executable, "-m", "api.cli", *(a.format(weightless=weightless) for a in args)],
+    procs = {name: subprocess.Popen([sys.executable, "-m", "loom.api.cli", *(a.format(weightless=weightless) for a in args)],
                                     cwd=work, env={**_env(), "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for name, args in CASES.items()}
@@ -117,7 +117,7 @@ def test_speculative_config_takes_vllms_json_and_the_old_flags_fold_into_it() ->
 
 
 def test_every_engine_setting_lands_in_the_engine_config_field_of_its_name() -> None:
-    from runtime.config import EngineConfig
+    from loom.runtime.config import EngineConfig
 
     settings = Settings.load(model="/m", block_size=32, enable_prefix_caching=False, max_num_batched_tokens=256,
                              max_model_len=512, dtype="bfloat16", device="cpu", gpu_memory_utilization=0.5,

@@ -27,7 +27,7 @@ class PositionalServer(Server):
     health_path = "/loom/health"  # served under --root-path /loom
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "api.cli", "serve", str(self.model), "--db", self.db_url,
+        return [sys.executable, "-m", "loom.api.cli", "serve", str(self.model), "--db", self.db_url,
                 "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", *self.extra]
 
 
@@ -77,7 +77,7 @@ def test_no_enable_prefix_caching_serves_a_repeated_prompt_without_cached_tokens
 
 
 def test_static_api_key_works_beside_database_keys_and_runs_as_owner_api_key(options_server) -> None:
-    from api.store import Store
+    from loom.api.store import Store
 
     srv, db_key = options_server
     created = httpx.post(srv.url + "/loom/v1/sessions", json={}, timeout=30,
@@ -138,8 +138,8 @@ def test_disable_uvicorn_access_log_leaves_no_line_per_request(options_server) -
 def test_cors_is_off_unless_allowed_origins_is_given() -> None:
     from fastapi.testclient import TestClient
 
-    from api.app import create_app
-    from api.settings import Settings
+    from loom.api.app import create_app
+    from loom.api.settings import Settings
 
     app = create_app(Settings.load(model="/unused", db="sqlite://"))  # no lifespan: nothing loads
     r = TestClient(app).options("/v1/models", headers={"Origin": ORIGIN, "Access-Control-Request-Method": "GET"})
@@ -148,10 +148,10 @@ def test_cors_is_off_unless_allowed_origins_is_given() -> None:
 
 def test_loom_api_key_env_is_the_static_key_and_a_near_miss_is_refused(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from api.auth import check_key
-    from api.errors import AuthenticationError
-    from api.settings import Settings
-    from api.store import Store
+    from loom.api.auth import check_key
+    from loom.api.errors import AuthenticationError
+    from loom.api.settings import Settings
+    from loom.api.store import Store
 
     monkeypatch.setenv("LOOM_API_KEY", STATIC_KEY)
     settings = Settings.load(model="/m")

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api.store import Store, TurnLease, new_holder
+from loom.api.store import Store, TurnLease, new_holder
 from tests.api.conftest import ENGINE_FLAGS
 from tests.api.server import Server
 
@@ -40,7 +40,7 @@ def _busy(r: httpx.Response) -> None:
 
 
 def _history_users(db_url: str, sid: str) -> list[str]:
-    from orchestrator import SQLSession
+    from loom.orchestrator import SQLSession
 
     return [item["content"] for item in SQLSession(sid, url=db_url).get_items() if item.get("role") == "user"]
 

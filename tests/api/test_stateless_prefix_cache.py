@@ -4,7 +4,7 @@ turn) gets the previous turn's prompt and reply from the prefix cache.
 Real default model, sampled replies (temperature 1, a seed per turn), eight
 turns.  From turn 2 on, ``cached_tokens`` must cover at least 90% of the
 previous turn's ``prompt_tokens + completion_tokens``: the reply's exact
-generated ids are reused (orchestrator.reuse) and the previous request's
+generated ids are reused (loom.orchestrator.reuse) and the previous request's
 partial last KV block is kept (runtime KV tails).
 """
 

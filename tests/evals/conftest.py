@@ -1,4 +1,4 @@
-"""Shared fixtures: the real random-weight tiny checkpoint (created once by runtime.checkpoint)."""
+"""Shared fixtures: the real random-weight tiny checkpoint (created once by loom.runtime.checkpoint)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,6 @@ import pytest
 
 @pytest.fixture(scope="session")
 def tiny_model() -> str:
-    from runtime.checkpoint import ensure_checkpoint
+    from loom.runtime.checkpoint import ensure_checkpoint
 
     return str(ensure_checkpoint("qwen3", "tiny"))

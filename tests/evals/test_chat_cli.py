@@ -13,12 +13,12 @@ import sys
 import pytest
 from rich.console import Console
 
-from evals.chat_cli import _build_agent, _loop
+from loom.evals.chat_cli import _build_agent, _loop
 
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory):
-    from retrieval import Retriever
+    from loom.retrieval import Retriever
 
     path = tmp_path_factory.mktemp("chat") / "index"
     Retriever.open(path).ingest(["stdlib:module/zipfile", "stdlib:module/tarfile"], show_progress=False)
@@ -66,7 +66,7 @@ def chat_runs(real_model, index) -> dict[bool, subprocess.CompletedProcess]:
     """One question to ``loom chat --index``, quiet (default) and with ``-v``, run side by side."""
     from tests.api.server import REPO, _env
 
-    cmd = [sys.executable, "-m", "api.cli", "chat", "--index", str(index), "--max-tokens", "24",
+    cmd = [sys.executable, "-m", "loom.api.cli", "chat", "--index", str(index), "--max-tokens", "24",
            "--no-condense-question"]
     procs = {verbose: subprocess.Popen(cmd + (["-v"] if verbose else []), cwd=REPO, env=_env(), text=True,
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -1,4 +1,4 @@
-"""The demo's scripted session (``evals.demo.run_session``) on the real default model
+"""The demo's scripted session (``loom.evals.demo.run_session``) on the real default model
 over a small stdlib index: every turn finishes, a documentation answer ends with a source
 checked against what was retrieved, the forced calculator call computes, and a fact stored
 in one turn is recalled in a later one."""
@@ -10,7 +10,7 @@ import io
 import pytest
 from rich.console import Console
 
-from evals.demo import SCRIPT, open_index, run_session
+from loom.evals.demo import SCRIPT, open_index, run_session
 
 CORPUS = ("stdlib:module/os.path", "stdlib:module/functools")
 
@@ -47,7 +47,7 @@ def test_open_index_adds_what_an_older_index_lacks_then_reuses_it(built, console
 
 async def test_demo_session_cites_retrieved_section_calculates_and_recalls(real_model, small_index, console,
                                                                            tmp_path):
-    from memory import LongTermMemory
+    from loom.memory import LongTermMemory
 
     doc = _turn(lambda t: "os.path.join" in t.message)
     remember = _turn(lambda t: t.message.startswith("Remember"))

@@ -47,7 +47,7 @@ def test_ctrl_c_writes_partial_records_summary_and_report(tiny_model, tmp_path):
 
 
 def test_unreachable_http_target_is_one_clear_line(tmp_path):
-    from evals.cli import eval_app
+    from loom.evals.cli import eval_app
 
     result = CliRunner().invoke(eval_app, ["run", "--suite", "throughput", "--target", "http://127.0.0.1:9",
                                            "--out", str(tmp_path)])
@@ -58,7 +58,7 @@ def test_unreachable_http_target_is_one_clear_line(tmp_path):
 
 
 def test_bad_arguments_are_named():
-    import evals
+    from loom import evals
 
     with pytest.raises(ValueError, match="suite"):
         evals.run("nope", model="unused")
@@ -73,7 +73,7 @@ def test_bad_arguments_are_named():
 
 
 def test_variant_settings_parse_to_engine_spec_and_budget():
-    from evals.settings import parse_variant, split_settings, variant_name
+    from loom.evals.settings import parse_variant, split_settings, variant_name
 
     v = parse_variant("enable_prefix_caching=false,max_num_seqs=4,speculative=ngram,num_speculative_tokens=3,"
                       "budget.max_retrieval_tokens=256")

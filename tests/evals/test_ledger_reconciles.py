@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-import evals
-from evals.records import OUTPUT_CLASSES, PROMPT_CLASSES
+from loom import evals
+from loom.evals.records import OUTPUT_CLASSES, PROMPT_CLASSES
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_records_file_and_workload_repeat_exactly(prefix_run, tiny_model):
     assert [json.loads(x)["request_id"] for x in lines] == [r["request_id"] for r in prefix_run.results[0].records]
     from transformers import AutoTokenizer
 
-    from evals.workloads import build
+    from loom.evals.workloads import build
 
     tok = AutoTokenizer.from_pretrained(tiny_model)
     opts = {"prefix_tokens": 96, "suffix_tokens": 16, "output_tokens": 8, "groups": 3}

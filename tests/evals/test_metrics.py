@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evals import metrics
-from evals.metrics import Chunk, request_latency
+from loom.evals import metrics
+from loom.evals.metrics import Chunk, request_latency
 
 
 def test_tpot_is_undefined_for_one_output_token_and_excluded_from_aggregates():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evals.prices import Prices, load_prices
+from loom.evals.prices import Prices, load_prices
 
 
 def test_reasoning_and_tool_calls_are_priced_as_output_by_default(tmp_path):
@@ -39,7 +39,7 @@ def test_unknown_key_and_negative_price_are_named(tmp_path):
 def test_shipped_example_price_table_loads():
     from pathlib import Path
 
-    import evals
+    from loom import evals
 
     p = load_prices(Path(evals.__file__).parent / "prices.example.toml")
     assert (p.input, p.cached_input, p.output, p.output_price("reasoning"), p.gpu_second) == \
@@ -57,7 +57,7 @@ def test_gpu_name_loads_from_top_level_or_gpu_table_and_must_be_text(tmp_path):
 
 
 def test_gpu_cost_is_hypothetical_off_cuda_and_plain_on_it():
-    from evals.prices import gpu_cost_label
+    from loom.evals.prices import gpu_cost_label
 
     p = Prices(gpu_second=2.5 / 3600, gpu_name="A100")
     assert gpu_cost_label(p, "cuda") == "A100 at 2.50 USD/h"

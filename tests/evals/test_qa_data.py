@@ -7,9 +7,9 @@ from collections import defaultdict
 
 import pytest
 
-from evals.qa import load_questions, normalize
-from evals.toolcalls import CHECKS, eval_tools, load_cases
-from retrieval.stdlib import load_stdlib
+from loom.evals.qa import load_questions, normalize
+from loom.evals.toolcalls import CHECKS, eval_tools, load_cases
+from loom.retrieval.stdlib import load_stdlib
 
 
 @pytest.fixture(scope="module")

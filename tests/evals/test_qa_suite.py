@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-import evals
-from evals.qa import qa_quality, question_by_id, score_answer
-from evals.records import OUTPUT_CLASSES, PROMPT_CLASSES
+from loom import evals
+from loom.evals.qa import qa_quality, question_by_id, score_answer
+from loom.evals.records import OUTPUT_CLASSES, PROMPT_CLASSES
 
 QUESTIONS = ["json-sort-keys", "os-path-join-absolute"]
 
@@ -46,8 +46,8 @@ def test_quality_block_counts_accuracy_per_module_and_cost_per_correct_answer():
 
 
 def test_workload_is_every_question_by_default_or_a_seeded_sample_or_named_ids():
-    from evals.qa import load_questions
-    from evals.workloads import build
+    from loom.evals.qa import load_questions
+    from loom.evals.workloads import build
 
     ids = [q.id for q in load_questions()]
     full = build("qa", None)

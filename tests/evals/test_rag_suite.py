@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-import evals
-from evals.records import OUTPUT_CLASSES, PROMPT_CLASSES
+from loom import evals
+from loom.evals.records import OUTPUT_CLASSES, PROMPT_CLASSES
 
 
 @pytest.fixture(scope="module")

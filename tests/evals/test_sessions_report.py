@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-import evals
+from loom import evals
 
 
 PLOTS = ("latency_cdf", "class_tokens", "class_time", "class_cost", "turns")  # no speculation: no spec panel
@@ -17,7 +17,7 @@ PLOTS = ("latency_cdf", "class_tokens", "class_time", "class_cost", "turns")  # 
 def prefill_bound_model():
     """A random-weight Qwen3 wider and deeper than ``tiny`` (hidden 256, 6 layers), so prefill work, not
     per-step overhead, dominates TTFT and the cached/uncached gap survives a loaded shared CPU."""
-    from runtime.checkpoint import ensure_checkpoint
+    from loom.runtime.checkpoint import ensure_checkpoint
 
     return str(ensure_checkpoint("qwen3", "tiny", hidden_size=256, num_hidden_layers=6, num_attention_heads=8,
                                  num_key_value_heads=4, head_dim=32, intermediate_size=768))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import evals
+from loom import evals
 
 
 @pytest.fixture(scope="module")

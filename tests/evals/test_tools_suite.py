@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-import evals
-from evals.toolcalls import (ToolCase, check_arguments, convert_units, eval_tools, get_weather, load_cases,
+from loom import evals
+from loom.evals.toolcalls import (ToolCase, check_arguments, convert_units, eval_tools, get_weather, load_cases,
                              score_calls, tools_quality)
 
 SCHEMAS = {t.name: t.openai_schema()["function"]["parameters"] for t in eval_tools()}

@@ -7,9 +7,9 @@ import statistics
 import pytest
 from transformers import AutoTokenizer
 
-from evals.prompts import PromptState
-from evals.runner import arrival_offsets
-from evals.workloads import SUITES, build
+from loom.evals.prompts import PromptState
+from loom.evals.runner import arrival_offsets
+from loom.evals.workloads import SUITES, build
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from memory import LongTermMemory
+from loom.memory import LongTermMemory
 
 
 class PrecomputedEmbedder:

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from memory import LongTermMemory, SentenceTransformerEmbedder
-from memory.models import Base
+from loom.memory import LongTermMemory, SentenceTransformerEmbedder
+from loom.memory.models import Base
 
 
 @pytest.fixture(scope="session")

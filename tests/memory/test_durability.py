@@ -12,9 +12,9 @@ import time
 
 import pytest
 
-from memory import EventType, MemorySource
-from memory.models import Base
-from memory.writes import apply_facts
+from loom.memory import EventType, MemorySource
+from loom.memory.models import Base
+from loom.memory.writes import apply_facts
 
 from ._workers import open_store, write_all, write_forever
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from memory import EventType, ForgetRequest, LLMExtractor, RuleBasedExtractor, facts_schema, parse_facts
+from loom.memory import EventType, ForgetRequest, LLMExtractor, RuleBasedExtractor, facts_schema, parse_facts
 
 
 def user(text: str) -> dict:
@@ -107,8 +107,8 @@ def test_memory_add_with_llm_extractor_writes_its_facts(make_memory):
 
 def test_llm_extractor_on_the_real_engine_with_constrained_decoding(checkpoint_factory, make_memory):
     """A random-weight model writes nonsense, but the schema makes it parseable ``{"facts": [...]}``."""
-    from runtime import LLM, SamplingParams
-    from runtime.structured_output import StructuredOutputParams
+    from loom.runtime import LLM, SamplingParams
+    from loom.runtime.structured_output import StructuredOutputParams
 
     llm = LLM(str(checkpoint_factory("qwen3", "tiny")))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memory import EventType
+from loom.memory import EventType
 
 
 def test_ttl_forgets_memories_unused_for_longer_than_ttl(make_memory, clock):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from memory import EventType
-from runtime.errors import NotFoundError
+from loom.memory import EventType
+from loom.runtime.errors import NotFoundError
 
 FACTS = [
     "User lives in Paris",

@@ -8,9 +8,9 @@ from sqlalchemy import text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.schema import CreateTable
 
-from memory import EventType, LongTermMemory
-from memory.db import make_engine, normalize_url
-from memory.models import MemoryRow, NamespaceRow
+from loom.memory import EventType, LongTermMemory
+from loom.memory.db import make_engine, normalize_url
+from loom.memory.models import MemoryRow, NamespaceRow
 
 
 def test_sqlite_connections_use_wal_normal_sync_and_busy_timeout(tmp_path):

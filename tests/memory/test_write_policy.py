@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memory import EventType
+from loom.memory import EventType
 
 
 def kinds(events):

@@ -9,7 +9,7 @@ turns and the agent compacts.  Per turn it prints the cached share of the
 turn's prompt tokens (every call the user waits for: the condense rewrite,
 an in-turn summary, the answer), the time to the first answer token from
 the message, the compactions, the after-turn prefill and whether the
-answer rests on this turn's retrieved documents (``orchestrator.citations``).
+answer rests on this turn's retrieved documents (``loom.orchestrator.citations``).
 ``tests/orchestrator/test_compaction_session.py`` runs it and asserts the
 goals; on another model or for the full 30 turns::
 
@@ -76,7 +76,7 @@ class TurnRow:
 
 def open_index(path: Path) -> Any:
     """A ``retrieval.Retriever`` in ``path`` over :data:`CORPUS` (ingested the first time only)."""
-    from retrieval import Retriever
+    from loom.retrieval import Retriever
 
     r = Retriever.open(path)
     missing = [s for s in CORPUS if s not in set(r.documents())]
@@ -88,10 +88,10 @@ def open_index(path: Path) -> Any:
 async def run_session(llm: Any, retriever: Any, turns: int = 30, window: int = 4096, max_tokens: int = 48,
                       k: int = 6, **budget: Any) -> list[TurnRow]:
     """Run the session; one :class:`TurnRow` per turn. ``budget``: more ``ContextBudget`` fields."""
-    from orchestrator import Agent, ContextBudget, InMemorySession
-    from orchestrator.citations import check_answer
-    from orchestrator.events import ContentDelta, DoneEvent
-    from runtime import SamplingParams
+    from loom.orchestrator import Agent, ContextBudget, InMemorySession
+    from loom.orchestrator.citations import check_answer
+    from loom.orchestrator.events import ContentDelta, DoneEvent
+    from loom.runtime import SamplingParams
 
     agent = Agent(llm, retriever=retriever, system_prompt=SYSTEM_PROMPT, retrieval_k=k,
                   budget=ContextBudget(max_model_len=window, reserved_output=max_tokens, **budget),
@@ -158,8 +158,8 @@ def print_rows(rows: list[TurnRow]) -> None:
 
 
 def main() -> None:
-    from runtime import AsyncLLM
-    from runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
+    from loom.runtime import AsyncLLM
+    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=DEFAULT_MODEL, help="registered model name or checkpoint folder")

@@ -11,7 +11,7 @@ from tests.retrieval.helpers import index_of
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    from runtime.checkpoint import build_tokenizer
+    from loom.runtime.checkpoint import build_tokenizer
 
     return build_tokenizer()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tools import tool
+from loom.tools import tool
 
 
 @tool

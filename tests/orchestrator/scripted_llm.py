@@ -2,7 +2,7 @@
 
 It replies with the next text of a script (encoded with the real tokenizer,
 eos appended), streams one token per output with its text from the runtime's
-own detokenizer (``runtime.detokenizer``: stop strings cut and the request
+own detokenizer (``loom.runtime.detokenizer``: stop strings cut and the request
 finished as the engine does, eos left out of the text), and reports
 ``num_cached_tokens`` as a prefix cache with 16-token blocks would: the longest
 common prefix with any earlier prompt + reply, floored to whole blocks, never
@@ -15,8 +15,8 @@ import asyncio
 import time
 from typing import Any, AsyncIterator
 
-from runtime.detokenizer import IncrementalDetokenizer
-from runtime.outputs import RequestOutput
+from loom.runtime.detokenizer import IncrementalDetokenizer
+from loom.runtime.outputs import RequestOutput
 
 
 class ScriptedLLM:

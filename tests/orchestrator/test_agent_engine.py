@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import Agent, ContextBudget, InMemorySession, SQLSession
+from loom.orchestrator import Agent, ContextBudget, InMemorySession, SQLSession
 from tests.orchestrator.sample_tools import add, explode, hang
 
 @pytest.fixture(scope="module")
 def llm():
-    from runtime import AsyncLLM
-    from runtime.checkpoint import ensure_checkpoint
+    from loom.runtime import AsyncLLM
+    from loom.runtime.checkpoint import ensure_checkpoint
 
     engine = AsyncLLM(str(ensure_checkpoint("qwen3", "tiny")), max_model_len=4096, block_size=16)
     yield engine
@@ -93,8 +93,8 @@ async def test_failing_and_hanging_tools_give_error_results_and_run_completes(ll
 
 
 def test_sync_llm_is_wrapped(tmp_path) -> None:
-    from runtime import LLM
-    from runtime.checkpoint import ensure_checkpoint
+    from loom.runtime import LLM
+    from loom.runtime.checkpoint import ensure_checkpoint
 
     llm = LLM(str(ensure_checkpoint("qwen3", "tiny")), max_model_len=2048)
     agent = Agent(llm, budget=ContextBudget(reserved_output=16))
@@ -109,7 +109,7 @@ def test_sync_llm_is_wrapped(tmp_path) -> None:
 def test_langchain_model_over_real_engine(llm) -> None:
     from langchain_core.messages import HumanMessage
 
-    from orchestrator.langchain import LoomChatModel
+    from loom.orchestrator.langchain import LoomChatModel
 
     model = LoomChatModel(llm=llm, max_tokens=32).bind_tools([add], tool_choice="add")
     ai = model.invoke([HumanMessage("add 1 and 2")])
@@ -121,7 +121,7 @@ def test_langchain_model_over_real_engine(llm) -> None:
 
 
 async def test_memory_snapshot_then_new_hits_at_the_tail(llm, tmp_path) -> None:
-    from memory import LongTermMemory
+    from loom.memory import LongTermMemory
 
     mem = LongTermMemory(url=f"sqlite:///{tmp_path}/m.db")
     mem.add("The user's favourite language is Python.", "u1")
@@ -153,7 +153,7 @@ async def test_retrieval_on_demand_through_search_documents(llm, retriever) -> N
 
 
 async def test_retrieval_cap_smaller_than_the_top_hit_still_shows_text_and_records_the_cut(llm, tmp_path) -> None:
-    from retrieval import Retriever
+    from loom.retrieval import Retriever
 
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "locks.md").write_text("# Locks\n\n" + " ".join(

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from orchestrator import Agent, ContextBudget, InMemorySession, SQLSession
-from orchestrator.events import DoneEvent, ToolCallEvent, ToolResultEvent
+from loom.orchestrator import Agent, ContextBudget, InMemorySession, SQLSession
+from loom.orchestrator.events import DoneEvent, ToolCallEvent, ToolResultEvent
 
 from tests.orchestrator.scripted_llm import ScriptedLLM
 
@@ -154,7 +154,7 @@ async def test_budget_compaction_is_rare_and_keeps_tool_pairs(tokenizer, tool_se
 async def test_summarize_compaction_is_a_continuation_made_after_the_turn_and_prefilled(tokenizer) -> None:
     """Issue 16: the summary request extends the turn's own (cached) prompt with one instruction, is made
     after the turn, and the compacted prompt is prefilled so the next turn starts on it."""
-    from orchestrator.summarize import INSTRUCTION
+    from loom.orchestrator.summarize import INSTRUCTION
 
     llm = ScriptedLLM(tokenizer, [], max_model_len=1024)
     budget = ContextBudget(reserved_output=32, max_history_tokens=300, compaction="summarize", summary_tokens=16,

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import Agent, ContextBudget, InMemorySession
-from tools.builtin import calculator
+from loom.orchestrator import Agent, ContextBudget, InMemorySession
+from loom.tools.builtin import calculator
 
 
 @pytest.fixture(scope="module")
 def smol_llm(real_model):
-    from runtime import AsyncLLM
+    from loom.runtime import AsyncLLM
 
     engine = AsyncLLM(str(real_model), max_model_len=2048)
     yield engine
@@ -40,7 +40,7 @@ async def test_agent_turn_retrieves_calls_a_tool_and_answers(smol_llm, retriever
 
 
 async def test_required_tool_choice_with_parallel_tool_calls_runs_several_forced_calls(smol_llm):
-    from tools import tool
+    from loom.tools import tool
 
     @tool
     def get_weather(city: str) -> str:

@@ -1,4 +1,4 @@
-"""Human approval of tool calls (orchestrator.approval).
+"""Human approval of tool calls (loom.orchestrator.approval).
 
 The first tests drive the loop with a scripted stand-in model (ScriptedLLM: orchestration logic
 only); the last one runs the real default model over a SQLite session resumed by a fresh agent.
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import Agent, InMemorySession, SQLSession
-from orchestrator.events import ApprovalRequiredEvent
-from runtime.errors import InvalidRequestError
-from tools import tool
+from loom.orchestrator import Agent, InMemorySession, SQLSession
+from loom.orchestrator.events import ApprovalRequiredEvent
+from loom.runtime.errors import InvalidRequestError
+from loom.tools import tool
 
 from tests.orchestrator.scripted_llm import ScriptedLLM
 from tests.orchestrator.test_agent_loop import call
@@ -95,7 +95,7 @@ async def test_bad_decisions_are_refused_and_lose_nothing(tokenizer, tool_set) -
 
 
 def test_real_model_pauses_and_a_fresh_agent_resumes_the_sqlite_session(real_model, tmp_path) -> None:
-    from runtime import LLM
+    from loom.runtime import LLM
 
     RAN.clear()
     llm = LLM(str(real_model), max_model_len=2048, num_kv_blocks=256)

@@ -1,8 +1,8 @@
-"""orchestrator.citations: parsing bracket citations, checking them against retrieved hits, attribution by overlap."""
+"""loom.orchestrator.citations: parsing bracket citations, checking them against retrieved hits, attribution by overlap."""
 
 from dataclasses import dataclass
 
-from orchestrator.citations import (
+from loom.orchestrator.citations import (
     attribute,
     check_answer,
     citation_label,

@@ -1,8 +1,8 @@
-"""Output token classes from the engine's text deltas (``orchestrator.classify``)."""
+"""Output token classes from the engine's text deltas (``loom.orchestrator.classify``)."""
 
 from __future__ import annotations
 
-from orchestrator.classify import OutputClassifier
+from loom.orchestrator.classify import OutputClassifier
 
 PIECES = ["<think>", "\nplan", " it\n", "</think>", "\n\n", "Sure", ".", "<tool_call>",
           '\n{"name": "add", "arguments": {"a": 1}}\n', "</tool_call>"]

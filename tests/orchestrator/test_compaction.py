@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import ContextBudget
-from orchestrator import compaction as comp
-from orchestrator.context import ContextBuilder
-from orchestrator.items import message_item
+from loom.orchestrator import ContextBudget
+from loom.orchestrator import compaction as comp
+from loom.orchestrator.context import ContextBuilder
+from loom.orchestrator.items import message_item
 
 
 def _session(b: ContextBuilder, turns: int, doc_words: int = 150) -> list[dict]:
@@ -93,7 +93,7 @@ def stdlib_index(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def smollm(real_model):
-    from runtime import AsyncLLM
+    from loom.runtime import AsyncLLM
 
     engine = AsyncLLM(str(real_model), max_model_len=4096)
     yield engine
@@ -123,8 +123,8 @@ async def test_retrieval_heavy_session_in_4k_window_keeps_every_turn_cached(smol
 
 async def test_scripted_failing_prefill_never_fails_the_turn_and_the_next_turn_still_fits(tokenizer) -> None:
     """Orchestration logic with a scripted model: the engine refuses the after-turn prefill."""
-    from orchestrator import Agent, InMemorySession
-    from orchestrator.compactor import PREFILL_REQUEST_PREFIX
+    from loom.orchestrator import Agent, InMemorySession
+    from loom.orchestrator.compactor import PREFILL_REQUEST_PREFIX
     from tests.orchestrator.scripted_llm import ScriptedLLM
 
     class RefusesPrefill(ScriptedLLM):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import Agent, ContextBudget, InMemorySession
-from orchestrator.condense import clean_rewrite, search_queries
+from loom.orchestrator import Agent, ContextBudget, InMemorySession
+from loom.orchestrator.condense import clean_rewrite, search_queries
 
 
 def test_clean_rewrite_keeps_the_first_line_without_labels_or_quotes() -> None:
@@ -25,7 +25,7 @@ def test_search_queries_put_the_rewrite_first_and_keep_the_typed_message() -> No
 
 @pytest.fixture(scope="module")
 def smol_llm(real_model):
-    from runtime import AsyncLLM
+    from loom.runtime import AsyncLLM
 
     engine = AsyncLLM(str(real_model), max_model_len=2048)
     yield engine
@@ -34,7 +34,7 @@ def smol_llm(real_model):
 
 @pytest.fixture(scope="module")
 def archive_index(tmp_path_factory):
-    from retrieval import Retriever
+    from loom.retrieval import Retriever
 
     r = Retriever(tmp_path_factory.mktemp("archives"))
     r.ingest(["stdlib:module/zipfile", "stdlib:module/tarfile", "stdlib:module/shutil", "stdlib:module/gzip",

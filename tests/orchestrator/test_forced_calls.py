@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.formats import FORMATS, detect_format, forced_call_grammar
+from loom.orchestrator.formats import FORMATS, detect_format, forced_call_grammar
 from tests.orchestrator.test_forced_tool_grammar import TOOLS, _accepts
 
 ADD = '{"name": "add", "arguments": {"a": 1, "b": 2}}'

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from orchestrator.formats import bound_schema, detect_format, forced_call_grammar
-from runtime.structured_output import GrammarBackend, StructuredOutputParams
+from loom.orchestrator.formats import bound_schema, detect_format, forced_call_grammar
+from loom.runtime.structured_output import GrammarBackend, StructuredOutputParams
 
 TOOLS = [{"type": "function", "function": {"name": "add", "description": "Add.", "parameters": {
     "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}},

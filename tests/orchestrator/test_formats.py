@@ -14,9 +14,9 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from orchestrator.formats import detect_format, forced_call_grammar
-from orchestrator.parsers import StreamingParser
-from runtime.structured_output import GrammarBackend, StructuredOutputParams
+from loom.orchestrator.formats import detect_format, forced_call_grammar
+from loom.orchestrator.parsers import StreamingParser
+from loom.runtime.structured_output import GrammarBackend, StructuredOutputParams
 
 TOOLS = [{"type": "function", "function": {"name": "web_search", "description": "Search the web.", "parameters": {
     "type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}}},
@@ -120,7 +120,7 @@ def test_default_format_puts_tools_in_the_system_message_and_calls_in_text(smol)
 
 
 def test_llama3_call_only_counts_at_the_start_of_the_reply():
-    from orchestrator.formats import LLAMA3_JSON
+    from loom.orchestrator.formats import LLAMA3_JSON
 
     parser = StreamingParser(fmt=LLAMA3_JSON)
     for piece in ["Use a dict like ", '{"a": 1}', " here."]:
@@ -130,7 +130,7 @@ def test_llama3_call_only_counts_at_the_start_of_the_reply():
 
 
 def test_mistral_array_of_two_calls_gives_two_indexed_calls():
-    from orchestrator.formats import MISTRAL
+    from loom.orchestrator.formats import MISTRAL
 
     parser = StreamingParser(fmt=MISTRAL)
     text = '[TOOL_CALLS] [{"name": "add", "arguments": {"a": 1, "b": 2}}, {"name": "web_search", ' \

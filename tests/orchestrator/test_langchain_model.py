@@ -5,7 +5,7 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool as lc_tool
 
-from orchestrator.langchain import LoomChatModel
+from loom.orchestrator.langchain import LoomChatModel
 
 from tests.orchestrator.scripted_llm import ScriptedLLM
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.ledger import Ledger, PriceTable
+from loom.orchestrator.ledger import Ledger, PriceTable
 
 SPANS = [("system", 0, 10), ("tools", 10, 30), ("history", 30, 70), ("retrieval", 70, 90), ("user", 90, 100)]
 

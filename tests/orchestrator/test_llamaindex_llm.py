@@ -13,8 +13,8 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
 from llama_index.core.query_engine import RetrieverQueryEngine
 
-from orchestrator.llamaindex import LoomLlamaLLM
-from retrieval.llamaindex import LoomLlamaRetriever
+from loom.orchestrator.llamaindex import LoomLlamaLLM
+from loom.retrieval.llamaindex import LoomLlamaRetriever
 
 ASK = [ChatMessage(role=MessageRole.SYSTEM, content="Answer in one short sentence."),
        ChatMessage(role=MessageRole.USER, content="What is a queue?")]
@@ -22,7 +22,7 @@ ASK = [ChatMessage(role=MessageRole.SYSTEM, content="Answer in one short sentenc
 
 @pytest.fixture(scope="module")
 def engine(real_model: Path):
-    from runtime import LLM
+    from loom.runtime import LLM
 
     return LLM(str(real_model), max_model_len=2048)
 
@@ -84,7 +84,7 @@ def test_llamaindex_query_engine_example_runs_over_loom_index_and_model(engine, 
 
 @pytest.fixture(scope="module")
 def tiny_async(tiny_checkpoint):
-    from runtime import AsyncLLM
+    from loom.runtime import AsyncLLM
 
     engine = AsyncLLM(str(tiny_checkpoint()), max_model_len=512)
     yield engine

@@ -1,4 +1,4 @@
-"""``orchestrator.memory_view`` and ``format_memory`` on real parts (SQLite + MiniLM memory,
+"""``loom.orchestrator.memory_view`` and ``format_memory`` on real parts (SQLite + MiniLM memory,
 the real tokenizer's ContextBuilder, ToolRegistry): provenance of ``remember`` calls,
 stale memories hidden by an append-only marker, memories rendered as quoted data.
 
@@ -15,13 +15,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from memory import EventType, LongTermMemory, MemorySource, SentenceTransformerEmbedder
-from orchestrator import ContextBudget, ContextBuilder
-from orchestrator.compaction import compute_view
-from orchestrator.items import format_memory, message_item
-from orchestrator.memory_view import provenance_for, stale_marker, tool_provenance
-from tools import ToolRegistry
-from tools.builtin.memory import memory_tools
+from loom.memory import EventType, LongTermMemory, MemorySource, SentenceTransformerEmbedder
+from loom.orchestrator import ContextBudget, ContextBuilder
+from loom.orchestrator.compaction import compute_view
+from loom.orchestrator.items import format_memory, message_item
+from loom.orchestrator.memory_view import provenance_for, stale_marker, tool_provenance
+from loom.tools import ToolRegistry
+from loom.tools.builtin.memory import memory_tools
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,7 @@ def test_stale_marker_hides_superseded_memories_and_reshows_the_live_ones(memory
     ns = "stale"
     [paris] = memory.add("User lives in Paris", ns, source={"kind": "user", "session_id": "s1", "turn": 1})
     [cello] = memory.add("User plays the cello", ns, source={"kind": "user", "session_id": "s1", "turn": 1})
-    hits = memory.search("where do I live and what do I play?", ns, k=2)
+    hits = loom.memory.search("where do I live and what do I play?", ns, k=2)
     snap = builder.snapshot_item([], hits)
     items = [snap, user_item(1, "hi"), message_item("assistant", 1, "assistant", "hello", [1])]
     st = state(items, "where do I live?", memory, ns, builder, turn=2)

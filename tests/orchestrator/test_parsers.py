@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from runtime.detokenizer import IncrementalDetokenizer
-from runtime.sampling_params import SamplingParams
-from orchestrator.parsers import StreamingParser, parse_tool_block
+from loom.runtime.detokenizer import IncrementalDetokenizer
+from loom.runtime.sampling_params import SamplingParams
+from loom.orchestrator.parsers import StreamingParser, parse_tool_block
 
 REPLY = ('<think>\nadd them\n</think>\n\nSure.\n<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 40}}\n'
          '</tool_call>\n<tool_call>\n{"name": "slow_echo", "arguments": {"text": "hi }"}}\n</tool_call>')
@@ -127,6 +127,6 @@ def test_a_code_answer_streams_as_soon_as_it_cannot_be_a_call() -> None:
     ('{"name": "get_weather"', True), ('{"name": "other"', False), ('{"a": 1}', False), ("Sure", False),
     ("```python", False)])
 def test_bare_call_head_decides_as_early_as_it_can(head: str, expected) -> None:
-    from orchestrator.formats.bare import bare_call_head
+    from loom.orchestrator.formats.bare import bare_call_head
 
     assert bare_call_head(head, frozenset({"get_weather"})) is expected

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import Agent, InMemorySession
+from loom.orchestrator import Agent, InMemorySession
 
 REPLIES = ["<think>\nThe user says hello. A short greeting back is enough here.\n</think>\n\nHello! How can I help?",
            "<think>\nA second short answer.\n</think>\n\nSure, ask away."]
@@ -20,8 +20,8 @@ BLOCK = 16
 
 @pytest.fixture(scope="module")
 def reasoning_llm():
-    from runtime import AsyncLLM
-    from runtime.checkpoint import ensure_checkpoint
+    from loom.runtime import AsyncLLM
+    from loom.runtime.checkpoint import ensure_checkpoint
 
     engine = AsyncLLM(str(ensure_checkpoint("qwen3", "tiny")), max_model_len=2048, block_size=BLOCK)
     tok = engine.tokenizer

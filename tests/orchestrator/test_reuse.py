@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from orchestrator.reuse import GeneratedIds
+from loom.orchestrator.reuse import GeneratedIds
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.session import InMemorySession, Session, SQLSession
+from loom.orchestrator.session import InMemorySession, Session, SQLSession
 
 ITEMS = [{"kind": "user", "turn": 1, "role": "user", "content": "hi", "token_ids": [1, 2, 3]},
          {"kind": "assistant", "turn": 1, "role": "assistant", "content": "yo", "token_ids": [4, 5]}]

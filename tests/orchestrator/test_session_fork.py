@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.session import InMemorySession, SQLSession
-from runtime.errors import InvalidRequestError
+from loom.orchestrator.session import InMemorySession, SQLSession
+from loom.runtime.errors import InvalidRequestError
 
 ITEMS = [
     {"kind": "memory_snapshot", "turn": 0, "role": "user", "content": "m", "token_ids": [1]},

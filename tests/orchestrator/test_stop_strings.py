@@ -10,17 +10,17 @@ from __future__ import annotations
 import pytest
 from langchain_core.messages import HumanMessage
 
-from orchestrator import Agent
-from orchestrator.events import ContentDelta, DoneEvent
-from orchestrator.langchain import LoomChatModel
-from runtime.sampling_params import SamplingParams
+from loom.orchestrator import Agent
+from loom.orchestrator.events import ContentDelta, DoneEvent
+from loom.orchestrator.langchain import LoomChatModel
+from loom.runtime.sampling_params import SamplingParams
 
 QUESTION = "Describe the sea in one sentence."
 
 
 @pytest.fixture(scope="module")
 def smol_llm(real_model):
-    from runtime import AsyncLLM
+    from loom.runtime import AsyncLLM
 
     engine = AsyncLLM(str(real_model), max_model_len=1024)
     yield engine

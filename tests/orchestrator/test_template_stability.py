@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator import compaction as comp
-from orchestrator.agent import DEFAULT_KEEP_REASONING
-from orchestrator.budget import ContextBudget
-from orchestrator.context import ContextBuilder
-from orchestrator.events import ToolResultRecord
-from orchestrator.items import format_retrieval, to_message
+from loom.orchestrator import compaction as comp
+from loom.orchestrator.agent import DEFAULT_KEEP_REASONING
+from loom.orchestrator.budget import ContextBudget
+from loom.orchestrator.context import ContextBuilder
+from loom.orchestrator.events import ToolResultRecord
+from loom.orchestrator.items import format_retrieval, to_message
 
 TOOLS = sorted([
     {"type": "function", "function": {"name": "search_documents", "description": "Search the docs.",
@@ -59,7 +59,7 @@ def _tool_call(cid: str, name: str, args: dict) -> dict:
 def shipped_tokenizer(request):
     from transformers import AutoTokenizer
 
-    from runtime.checkpoint import ensure_checkpoint
+    from loom.runtime.checkpoint import ensure_checkpoint
 
     return AutoTokenizer.from_pretrained(ensure_checkpoint(request.param, "tiny"))
 

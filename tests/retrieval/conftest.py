@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.embedder import Embedder
+from loom.retrieval.embedder import Embedder
 
 # Words that are one all-MiniLM-L6-v2 word piece each, so token counts are exact.
 WORDS = ("river stone cloud apple green house water light music paper table "

@@ -10,7 +10,7 @@ import pytest
 def index_of(tmp_path_factory: pytest.TempPathFactory, docs: dict[str, str], embedder: Any = None,
              name: str = "docs") -> Any:
     """A ``retrieval.Retriever`` over ``docs`` (file name -> text), written to a temp folder and ingested."""
-    from retrieval import Retriever
+    from loom.retrieval import Retriever
 
     root = tmp_path_factory.mktemp(name)
     for file_name, text in docs.items():

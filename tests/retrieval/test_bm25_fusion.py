@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.bm25 import BM25Index, bm25_tokenize
-from retrieval.fusion import order_by_score, rrf_fuse
+from loom.retrieval.bm25 import BM25Index, bm25_tokenize
+from loom.retrieval.fusion import order_by_score, rrf_fuse
 
 
 def test_tokenizer_keeps_dotted_names_whole_and_splits_their_parts() -> None:
@@ -44,7 +44,7 @@ def test_rrf_rejects_bad_k() -> None:
 
 
 def test_identifier_detection_for_fusion_weights() -> None:
-    from retrieval.bm25 import looks_like_identifier
+    from loom.retrieval.bm25 import looks_like_identifier
 
     assert all(map(looks_like_identifier, ["os.path.join", "move_to_end", "OrderedDict",
                                            "call gather() twice", "asyncio.gather tasks"]))

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from retrieval.chunking import Chunker, chunk_id_for
-from retrieval.types import Document, Section
+from loom.retrieval.chunking import Chunker, chunk_id_for
+from loom.retrieval.types import Document, Section
 from tests.retrieval.conftest import WORDS
 
 

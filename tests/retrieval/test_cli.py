@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from retrieval.cli import ingest, search
+from loom.retrieval.cli import ingest, search
 
 app = typer.Typer()
 app.command("ingest")(ingest)
@@ -56,11 +56,11 @@ def test_loom_console_script_mounts_ingest_and_search(tmp_path: Path, corpus: Pa
     import subprocess
     import sys
 
-    from retrieval import Retriever
+    from loom.retrieval import Retriever
 
     idx = tmp_path / "idx"
     Retriever.open(idx, embedder=embedder).ingest([corpus / "notes.txt"], show_progress=False)
-    out = subprocess.run([sys.executable, "-m", "api.cli", "search", "--index", str(idx),
+    out = subprocess.run([sys.executable, "-m", "loom.api.cli", "search", "--index", str(idx),
                           "tomatoes", "--k", "1", "--json"], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-import retrieval.corpora as corpora
-from retrieval.corpora import CorpusError, CorpusSpec, ensure_corpus, extract_docs
+import loom.retrieval.corpora as corpora
+from loom.retrieval.corpora import CorpusError, CorpusSpec, ensure_corpus, extract_docs
 
 SPEC = CorpusSpec("tiny", "tinypkg", "1.0", "doc/build", "sphinx", skip=("changelog",),
                   source="lib")

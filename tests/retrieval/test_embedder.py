@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from retrieval.embedder import Embedder
+from loom.retrieval.embedder import Embedder
 
 
 def test_encode_returns_normalised_float32_rows(embedder: Embedder) -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from retrieval import Document, Retriever, Section
-from retrieval.evalset import Query, build_queries, evaluate, score
-from retrieval.store import ChunkRow
+from loom.retrieval import Document, Retriever, Section
+from loom.retrieval.evalset import Query, build_queries, evaluate, score
+from loom.retrieval.store import ChunkRow
 
 
 def _entry(obj: str, objtype: str, sig: str, body: str) -> Section:
@@ -158,7 +158,7 @@ def test_score_is_hit_at_5_and_reciprocal_rank_at_10() -> None:
 def test_synthetic_copies_of_one_word_chunks_get_distinct_ids(tmp_path: Path, embedder) -> None:
     # bench.build_synthetic (tested here, beside the sets the bench measures): autodoc
     # entries are bare names, and two one-word siblings could copy into one chunk id
-    from retrieval.bench import build_synthetic
+    from loom.retrieval.bench import build_synthetic
 
     names = ("alpha", "beta", "gamma", "delta")
     doc = Document("/docs/api.rst", "API", tuple(

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.index import VectorIndex
+from loom.retrieval.index import VectorIndex
 
 
 def _vecs(n: int, dim: int = 16, seed: int = 0) -> np.ndarray:

@@ -13,8 +13,8 @@ from langchain_core.output_parsers import StrOutputParser
 from langchain_core.prompts import ChatPromptTemplate
 from langchain_core.runnables import RunnablePassthrough
 
-from retrieval import Retriever
-from retrieval.langchain import LoomRetriever
+from loom.retrieval import Retriever
+from loom.retrieval.langchain import LoomRetriever
 from tests.retrieval.helpers import index_of
 
 DOCS = {
@@ -77,8 +77,8 @@ class _Prompts(BaseCallbackHandler):
 
 @pytest.fixture(scope="module")
 def chat_model(real_model: Path):
-    from orchestrator.langchain import LoomChatModel
-    from runtime import LLM
+    from loom.orchestrator.langchain import LoomChatModel
+    from loom.runtime import LLM
 
     return LoomChatModel(llm=LLM(str(real_model), max_model_len=2048), max_tokens=24)
 

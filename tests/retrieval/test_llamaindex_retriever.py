@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from llama_index.core.schema import MetadataMode, NodeWithScore, QueryBundle
 
-from retrieval import Retriever
-from retrieval.llamaindex import LoomLlamaRetriever
+from loom.retrieval import Retriever
+from loom.retrieval.llamaindex import LoomLlamaRetriever
 from tests.retrieval.helpers import index_of
 
 DOCS = {

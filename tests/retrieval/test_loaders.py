@@ -7,9 +7,9 @@ from typing import NoReturn
 
 import pytest
 
-from retrieval import loaders
-from retrieval.loaders import iter_files, load_file, load_markdown, load_path, load_rst, load_text
-from retrieval.stdlib import load_stdlib
+from loom.retrieval import loaders
+from loom.retrieval.loaders import iter_files, load_file, load_markdown, load_path, load_rst, load_text
+from loom.retrieval.stdlib import load_stdlib
 
 
 def test_markdown_loader_strips_markup_and_keeps_heading_path() -> None:

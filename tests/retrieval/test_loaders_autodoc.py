@@ -1,4 +1,4 @@
-"""Static autodoc: entries filled from the parsed source, never imported (retrieval.loaders.autodoc)."""
+"""Static autodoc: entries filled from the parsed source, never imported (loom.retrieval.loaders.autodoc)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.loaders import load_file, load_rst, sphinx_python
-from retrieval.loaders.autodoc import resolve
-from retrieval.types import Document
+from loom.retrieval.loaders import load_file, load_rst, sphinx_python
+from loom.retrieval.loaders.autodoc import resolve
+from loom.retrieval.types import Document
 
 DATA = Path(__file__).parent / "data"
 SESSION_API = DATA / "sqlalchemy-2.0.36_orm_session_api.rst"

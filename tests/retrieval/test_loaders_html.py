@@ -1,11 +1,11 @@
-"""HTML loader: main content only, chrome stripped (retrieval.loaders.html)."""
+"""HTML loader: main content only, chrome stripped (loom.retrieval.loaders.html)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from retrieval.loaders import load_file, load_html
-from retrieval.types import Document
+from loom.retrieval.loaders import load_file, load_html
+from loom.retrieval.types import Document
 
 DATA = Path(__file__).parent / "data"
 

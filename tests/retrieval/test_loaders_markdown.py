@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from retrieval.loaders import load_file, load_markdown
-from retrieval.types import Document
+from loom.retrieval.loaders import load_file, load_markdown
+from loom.retrieval.types import Document
 
 DATA = Path(__file__).parent / "data"
 MARKERS = ("///", "!!!", "???", "===", "{*", "*}", "{!", "!}", "{%", "{{", "{ #", "--8<--")

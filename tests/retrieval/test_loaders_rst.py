@@ -1,4 +1,4 @@
-"""reST loader: docutils with Sphinx's directives and roles (retrieval.loaders.rst, .sphinx)."""
+"""reST loader: docutils with Sphinx's directives and roles (loom.retrieval.loaders.rst, .sphinx)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 from docutils.parsers.rst import directives, roles
 
-from retrieval.loaders import load_file, load_rst
-from retrieval.types import Document
+from loom.retrieval.loaders import load_file, load_rst
+from loom.retrieval.types import Document
 
 DATA = Path(__file__).parent / "data"
 LEAKS = ("Unknown", "ERROR/", "WARNING/", "System Message", "interpreted text role",

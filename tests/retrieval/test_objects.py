@@ -1,4 +1,4 @@
-"""Identifier-aware search (retrieval.objects) and multi-query fusion (Retriever.search_many)."""
+"""Identifier-aware search (loom.retrieval.objects) and multi-query fusion (Retriever.search_many)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.bm25 import query_identifiers
-from retrieval.objects import ObjectIndex
-from retrieval.retriever import Retriever
+from loom.retrieval.bm25 import query_identifiers
+from loom.retrieval.objects import ObjectIndex
+from loom.retrieval.retriever import Retriever
 
 
 def test_query_identifiers_finds_dotted_snake_camel_and_call_forms() -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from retrieval import Document, Retriever, Section
-from runtime.errors import NotFoundError
+from loom.retrieval import Document, Retriever, Section
+from loom.runtime.errors import NotFoundError
 
 
 def _open(path: Path, embedder, **kw) -> Retriever:
@@ -167,7 +167,7 @@ def test_reopen_repairs_a_crash_between_faiss_write_and_sqlite_commit(index: Ret
 
     import numpy as np
 
-    from retrieval.index import VectorIndex
+    from loom.retrieval.index import VectorIndex
 
     path = index.index_dir / "vectors.faiss"
     # 1) vectors written, rows never committed: an orphan vector appears in FAISS.
@@ -224,8 +224,8 @@ def test_a_file_that_fails_to_load_is_reported_and_skipped(index: Retriever, cor
 def test_chunks_fit_the_serving_models_tokens_too(tmp_path: Path, embedder, real_model) -> None:
     from transformers import AutoTokenizer
 
-    from retrieval.chunking import Chunker
-    from retrieval.types import Document, Section
+    from loom.retrieval.chunking import Chunker
+    from loom.retrieval.types import Document, Section
 
     model_tok = AutoTokenizer.from_pretrained(str(real_model))
     # identifiers with digits: one MiniLM word piece each, several BPE tokens each in SmolLM2
@@ -241,7 +241,7 @@ def test_chunks_fit_the_serving_models_tokens_too(tmp_path: Path, embedder, real
 
 
 def test_kept_chunks_follow_their_documents_metadata_and_positions(index: Retriever, corpus: Path) -> None:
-    from retrieval.types import Document, Section
+    from loom.retrieval.types import Document, Section
 
     doc = Document("api", "API", (Section("S", "Alpha entry text."), Section("T", "Beta entry text.")))
     index.add_documents([doc], show_progress=False)
@@ -255,7 +255,7 @@ def test_kept_chunks_follow_their_documents_metadata_and_positions(index: Retrie
 
 
 def test_stdlib_signatures_carry_no_memory_addresses() -> None:
-    from retrieval.stdlib import module_document
+    from loom.retrieval.stdlib import module_document
 
     doc = module_document(__import__("dataclasses"))
     assert not any(" at 0x" in s.text for s in doc.sections)

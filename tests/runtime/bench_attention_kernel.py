@@ -3,7 +3,7 @@
 ``python -m tests.runtime.bench_attention_kernel [THREADS]`` (default 1 thread): ``small`` preset
 shapes (10 query / 5 KV heads, head_dim 64), block size 16, random caches and block tables; prints
 ms per call, the reference/kernel ratio and the largest difference.  The engine sends a request to
-the kernel when its chunk has at most ``KERNEL_MAX_QUERY_LEN`` tokens (``runtime.kernels``).
+the kernel when its chunk has at most ``KERNEL_MAX_QUERY_LEN`` tokens (``loom.runtime.kernels``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from runtime.attention import PagedAttention
+from loom.runtime.attention import PagedAttention
 from tests.runtime.test_attention_kernel import _case, _reference, _run_kernel
 
 CASES = [(1, 1024, 16), (4, 1024, 16), (8, 1024, 16), (16, 544, 1), (32, 544, 1), (64, 576, 1),

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
-from runtime import EngineConfig, SamplingParams
-from runtime.checkpoint import ARCHES  # noqa: F401  (re-exported for the tests)
-from runtime.engine import LLMEngine
-from runtime.outputs import RequestOutput
+from loom.runtime import EngineConfig, SamplingParams
+from loom.runtime.checkpoint import ARCHES  # noqa: F401  (re-exported for the tests)
+from loom.runtime.engine import LLMEngine
+from loom.runtime.outputs import RequestOutput
 
 # Mistral with a window shorter than the prompts, so sliding-window attention is exercised.
 ARCH_OVERRIDES = {"mistral": {"sliding_window": 32}}

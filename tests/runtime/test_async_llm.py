@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from runtime import AsyncLLM, LLM, SamplingParams
-from runtime.errors import ContextLengthError
+from loom.runtime import AsyncLLM, LLM, SamplingParams
+from loom.runtime.errors import ContextLengthError
 from tests.runtime.helpers import greedy, hf_greedy, hf_greedy_many, random_prompts
 
 

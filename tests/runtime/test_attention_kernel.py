@@ -17,8 +17,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from runtime.attention import AttentionMetadata, DecodeGroup, PagedAttention, PrefillSeq
-from runtime.kernels import KERNEL_MAX_QUERY_LEN, cpu_paged_attention
+from loom.runtime.attention import AttentionMetadata, DecodeGroup, PagedAttention, PrefillSeq
+from loom.runtime.kernels import KERNEL_MAX_QUERY_LEN, cpu_paged_attention
 from tests.runtime.helpers import greedy, hf_greedy_many, make_engine, random_prompts, run_to_completion
 
 kernel = cpu_paged_attention()
@@ -139,7 +139,7 @@ def test_a_build_that_appends_to_its_flag_lists_leaves_the_build_name_unchanged(
     on ``extra_ldflags``); that once changed the build name so every engine rebuilt the kernel."""
     import torch.utils.cpp_extension as cpp_extension
 
-    from runtime import kernels
+    from loom.runtime import kernels
 
     def appending_load(name, sources, extra_cflags, extra_ldflags, build_directory, verbose):
         extra_cflags.append("-DAPPENDED")
@@ -159,12 +159,12 @@ def test_a_build_that_appends_to_its_flag_lists_leaves_the_build_name_unchanged(
 
 
 def test_without_a_compiler_the_engine_says_so_and_uses_the_reference(tiny_checkpoint, monkeypatch, tmp_path, caplog):
-    from runtime import kernels
+    from loom.runtime import kernels
 
     monkeypatch.setenv("LOOM_CACHE", str(tmp_path))
     monkeypatch.setenv("CXX", "/bin/false")  # torch's cpp_extension compiles with $CXX
     monkeypatch.setattr(kernels, "_loaded", {})
-    with caplog.at_level("WARNING", logger="runtime.kernels"):
+    with caplog.at_level("WARNING", logger="loom.runtime.kernels"):
         engine = make_engine(tiny_checkpoint("qwen3"))
     assert engine.runner.attention_backend == "torch_sdpa"
     assert "kernel unavailable" in caplog.text

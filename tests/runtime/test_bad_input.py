@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime import EngineConfig, SamplingParams
-from runtime.errors import ContextLengthError, InvalidRequestError, KVCapacityError, QueueFullError
+from loom.runtime import EngineConfig, SamplingParams
+from loom.runtime.errors import ContextLengthError, InvalidRequestError, KVCapacityError, QueueFullError
 from tests.runtime.helpers import assert_pool_idle, greedy, make_engine, random_prompts, run_to_completion
 
 

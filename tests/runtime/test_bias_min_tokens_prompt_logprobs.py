@@ -14,8 +14,8 @@ import copy
 import pytest
 import torch
 
-from runtime import SamplingParams
-from runtime.spec import SpeculativeConfig
+from loom.runtime import SamplingParams
+from loom.runtime.spec import SpeculativeConfig
 from tests.runtime.helpers import _hf_model, assert_pool_idle, make_engine, random_prompts, run_to_completion
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from runtime.checkpoint import (
+from loom.runtime.checkpoint import (
     ADDED_TOKENS,
     ARCHES,
     build_tokenizer,
@@ -190,7 +190,7 @@ def test_tokenizer_config_carries_the_chat_template(tiny_checkpoint):
 def test_loom_model_init_writes_a_loadable_checkpoint(tmp_path):
     from typer.testing import CliRunner
 
-    from api import cli
+    from loom.api import cli
 
     cli._mount()
     runner = CliRunner()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.checkpoint import build_tokenizer
+from loom.runtime.checkpoint import build_tokenizer
 
 TOOLS = [
     {

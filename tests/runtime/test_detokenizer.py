@@ -8,8 +8,8 @@ import pytest
 from tokenizers.decoders import DecodeStream
 from transformers import AutoTokenizer
 
-from runtime.detokenizer import IncrementalDetokenizer
-from runtime.sampling_params import SamplingParams
+from loom.runtime.detokenizer import IncrementalDetokenizer
+from loom.runtime.sampling_params import SamplingParams
 from tests.runtime.helpers import greedy, make_engine, random_prompts, run_to_completion
 
 TEXT = "Unicode: héllo wörld 😀🎉 世界你好 — done."

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from runtime import SamplingParams
-from runtime.errors import InvalidRequestError
-from runtime.structured_output.matcher import GrammarError
-from runtime.structured_output.params import StructuredOutputParams
+from loom.runtime import SamplingParams
+from loom.runtime.errors import InvalidRequestError
+from loom.runtime.structured_output.matcher import GrammarError
+from loom.runtime.structured_output.params import StructuredOutputParams
 from tests.runtime.helpers import assert_pool_idle, greedy, make_engine, random_prompts, run_to_completion
 
 

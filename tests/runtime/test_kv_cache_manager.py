@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.kv_cache_manager import KVCacheManager, hash_block
-from runtime.request import Request
-from runtime.sampling_params import SamplingParams
+from loom.runtime.kv_cache_manager import KVCacheManager, hash_block
+from loom.runtime.request import Request
+from loom.runtime.sampling_params import SamplingParams
 
 
 def _req(rid: str, tokens: list[int]) -> Request:

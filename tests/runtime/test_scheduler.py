@@ -3,10 +3,10 @@ waiting, FCFS, chunked prefill, ``max_num_seqs``, preemption of the newest."""
 
 from __future__ import annotations
 
-from runtime.kv_cache_manager import KVCacheManager
-from runtime.request import Request, RequestStatus
-from runtime.sampling_params import SamplingParams
-from runtime.scheduler import Scheduler
+from loom.runtime.kv_cache_manager import KVCacheManager
+from loom.runtime.request import Request, RequestStatus
+from loom.runtime.sampling_params import SamplingParams
+from loom.runtime.scheduler import Scheduler
 
 
 def _req(rid: str, n: int) -> Request:

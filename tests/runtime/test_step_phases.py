@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from runtime.bench.overhead import HOST_PHASES, measure
-from runtime.engine import STEP_PHASES
+from loom.runtime.bench.overhead import HOST_PHASES, measure
+from loom.runtime.engine import STEP_PHASES
 
 
 def test_every_phase_is_timed_and_host_work_excludes_the_model(tiny_checkpoint):

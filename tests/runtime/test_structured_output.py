@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 import torch
 
-from runtime.structured_output import (
+from loom.runtime.structured_output import (
     GrammarBackend,
     StructuredOutputParams,
     allocate_bitmask,

@@ -15,12 +15,12 @@ import re
 import jsonschema
 import pytest
 
-from runtime import SamplingParams
-from runtime.spec import SpeculativeConfig
-from runtime.structured_output import StructuredOutputParams
+from loom.runtime import SamplingParams
+from loom.runtime.spec import SpeculativeConfig
+from loom.runtime.structured_output import StructuredOutputParams
 from tests.runtime.helpers import assert_pool_idle, make_engine, run_to_completion
 from tests.runtime.test_structured_output import LARK, LARK_EQUIV, ORDER, PERSON, REGEX, TOOLS
-from runtime.structured_output import tool_call_schema
+from loom.runtime.structured_output import tool_call_schema
 
 SCHEMAS = [PERSON, ORDER, tool_call_schema(TOOLS), tool_call_schema(TOOLS, name="calculator")]
 

@@ -12,9 +12,9 @@ import signal
 
 import pytest
 
-from runtime import EngineConfig, SamplingParams
-from runtime.distributed.executor import TensorParallelExecutor
-from runtime.engine import LLMEngine
+from loom.runtime import EngineConfig, SamplingParams
+from loom.runtime.distributed.executor import TensorParallelExecutor
+from loom.runtime.engine import LLMEngine
 from tests.runtime.helpers import (
     assert_pool_idle,
     greedy,

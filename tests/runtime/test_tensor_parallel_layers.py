@@ -33,7 +33,7 @@ def _reference(w: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def _rank(rank: int, world: int, url: str, out: str) -> None:
-    from runtime.distributed import (
+    from loom.runtime.distributed import (
         ColumnParallelLinear,
         RowParallelLinear,
         destroy_tensor_parallel,
@@ -76,7 +76,7 @@ def test_two_gloo_ranks_compute_what_one_process_computes(tmp_path) -> None:
 def test_a_split_that_does_not_divide_is_refused_naming_the_size(monkeypatch) -> None:
     import pytest
 
-    from runtime.distributed import layers
+    from loom.runtime.distributed import layers
 
     monkeypatch.setattr(layers, "tensor_parallel_world_size", lambda: 3)
     with pytest.raises(ValueError, match="in_features: 64 is not divisible by the tensor-parallel size 3"):
@@ -86,7 +86,7 @@ def test_a_split_that_does_not_divide_is_refused_naming_the_size(monkeypatch) ->
 
 
 def test_without_a_group_the_layers_are_plain_linears() -> None:
-    from runtime.distributed import ColumnParallelLinear, RowParallelLinear
+    from loom.runtime.distributed import ColumnParallelLinear, RowParallelLinear
 
     w = _weights()
     col, row = ColumnParallelLinear(H, 2 * I, bias=False, output_sizes=[I, I]), RowParallelLinear(I, H, bias=False)

@@ -6,7 +6,7 @@ import os
 
 import torch
 
-from runtime.threads import cap_cpu_threads, default_num_threads
+from loom.runtime.threads import cap_cpu_threads, default_num_threads
 
 
 def test_default_is_at_most_the_cpus_this_process_may_use(monkeypatch):

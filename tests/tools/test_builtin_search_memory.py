@@ -3,11 +3,11 @@
 
 import pytest
 
-from memory import LongTermMemory
-from retrieval import Retriever
-from retrieval.types import Document, Section
-from tools import ToolRegistry
-from tools.builtin import memory_tools, search_documents_tool
+from loom.memory import LongTermMemory
+from loom.retrieval import Retriever
+from loom.retrieval.types import Document, Section
+from loom.tools import ToolRegistry
+from loom.tools.builtin import memory_tools, search_documents_tool
 
 
 DOCS = [

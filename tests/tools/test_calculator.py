@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from tools import ToolError, ToolRegistry
-from tools.builtin import calculator, evaluate
+from loom.tools import ToolError, ToolRegistry
+from loom.tools.builtin import calculator, evaluate
 
 
 @pytest.mark.parametrize(

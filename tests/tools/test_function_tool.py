@@ -8,7 +8,7 @@ import time
 import pytest
 from pydantic import BaseModel
 
-from tools import FunctionTool, Tool, ToolArgumentsError, tool
+from loom.tools import FunctionTool, Tool, ToolArgumentsError, tool
 
 
 class Item(BaseModel):

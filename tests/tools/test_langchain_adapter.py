@@ -11,7 +11,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langchain_core.tools import tool as lc_tool
 from pydantic import BaseModel, Field
 
-from tools import LangChainTool, Tool, ToolRegistry
+from loom.tools import LangChainTool, Tool, ToolRegistry
 
 
 @lc_tool(parse_docstring=True)
@@ -129,7 +129,7 @@ async def test_hanging_sync_langchain_tool_times_out():
 
 
 def test_mixed_registry_schemas_are_canonical():
-    from tools import tool
+    from loom.tools import tool
 
     @tool
     def native(q: str) -> str:

@@ -1,4 +1,4 @@
-"""MCP servers as tools (tools.mcp): real FastMCP servers over stdio and streamable HTTP, real calls.
+"""MCP servers as tools (loom.tools.mcp): real FastMCP servers over stdio and streamable HTTP, real calls.
 
 The fixture server is tests/tools/mcp_servers/weather.py (the official ``mcp`` SDK).
 """
@@ -17,9 +17,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tools import ToolRegistry
-from tools.mcp import MCPServerStdio, MCPServerStreamableHttp, mcp_tools
-from tools.mcp_config import load_mcp_config, servers_from_config
+from loom.tools import ToolRegistry
+from loom.tools.mcp import MCPServerStdio, MCPServerStreamableHttp, mcp_tools
+from loom.tools.mcp_config import load_mcp_config, servers_from_config
 
 SERVER = str(Path(__file__).parent / "mcp_servers" / "weather.py")
 
@@ -81,7 +81,7 @@ def test_tool_order_of_the_server_does_not_change_the_rendered_prompt(weather, r
     so every session's cached prefix survives."""
     from transformers import AutoTokenizer
 
-    from orchestrator.context import ContextBuilder
+    from loom.orchestrator.context import ContextBuilder
 
     reverse = _stdio(MCP_TOOL_ORDER="reverse")
     try:
@@ -165,8 +165,8 @@ def test_config_file_in_the_mcpServers_format(tmp_path: Path) -> None:
 
 
 def test_agent_turn_with_the_real_model_calls_an_mcp_tool_and_answers(weather, real_model) -> None:
-    from orchestrator import Agent, ContextBudget
-    from runtime import LLM
+    from loom.orchestrator import Agent, ContextBudget
+    from loom.runtime import LLM
 
     llm = LLM(str(real_model), max_model_len=2048, num_kv_blocks=256)
     agent = Agent(llm, tools=weather.tools(), system_prompt="You are a helpful assistant.",

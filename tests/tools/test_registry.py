@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from tools import ToolError, ToolRegistry, ToolResult, tool
-from tools.builtin import calculator
+from loom.tools import ToolError, ToolRegistry, ToolResult, tool
+from loom.tools.builtin import calculator
 
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -107,8 +107,8 @@ SCHEMA_SCRIPT = textwrap.dedent(
     '''
     import enum, json
     from typing import Literal, Optional
-    from tools import ToolRegistry, tool
-    from tools.builtin import calculator
+    from loom.tools import ToolRegistry, tool
+    from loom.tools.builtin import calculator
 
     class Mode(enum.Enum):
         A = "a"
@@ -323,7 +323,7 @@ def test_hung_sync_tool_does_not_hold_up_asyncio_run_or_interpreter_exit():
     script = textwrap.dedent(
         """
         import asyncio, time
-        from tools import ToolRegistry, tool
+        from loom.tools import ToolRegistry, tool
 
         @tool
         def stuck() -> str:

@@ -8,7 +8,7 @@ import llguidance
 import pytest
 from pydantic import BaseModel, Field
 
-from tools import ToolArgumentsError, tool
+from loom.tools import ToolArgumentsError, tool
 
 
 class Color(enum.Enum):
@@ -146,7 +146,7 @@ async def test_recursive_model_is_still_validated_fully_below_the_unrolled_level
 def test_schemas_have_no_refs_so_they_nest_inside_a_tool_call_schema():
     """Forced tool calls nest each tool's parameters under ``arguments``; a root
     ``#/$defs`` pointer would dangle there, so llguidance must compile the nest."""
-    from runtime.structured_output.tool_call import tool_call_schema
+    from loom.runtime.structured_output.tool_call import tool_call_schema
 
     def f(color: Color, origin: Point, tree: Tree | None = None) -> None:
         pass

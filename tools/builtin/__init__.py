@@ -5,8 +5,8 @@
 - :data:`calculator`, arithmetic evaluated by ``simpleeval`` (never ``eval``).
 """
 
-from tools.builtin.calculator import calculator, evaluate
-from tools.builtin.memory import memory_tools
-from tools.builtin.search import format_hits, search_documents_tool
+from loom.tools.builtin.calculator import calculator, evaluate
+from loom.tools.builtin.memory import memory_tools
+from loom.tools.builtin.search import format_hits, search_documents_tool
 
 __all__ = ["calculator", "evaluate", "format_hits", "memory_tools", "search_documents_tool"]

@@ -9,7 +9,7 @@ are refused.  Sizes are bounded so a call stays cheap: expressions up to
 :data:`MAX_EXPRESSION_CHARS` characters, integer results up to
 :data:`MAX_DIGITS` digits (checked before a power is computed), finite floats.
 Errors (division by zero, bad syntax, unknown names, huge powers, math domain
-errors) raise :class:`~tools.base.ToolError` with a message for the model.
+errors) raise :class:`~loom.tools.base.ToolError` with a message for the model.
 """
 
 import ast
@@ -25,8 +25,8 @@ from simpleeval import (
     SimpleEval,
 )
 
-from tools.base import ToolError
-from tools.function_tool import tool
+from loom.tools.base import ToolError
+from loom.tools.function_tool import tool
 
 __all__ = [
     "FUNCTIONS", "MAX_DIGITS", "MAX_EXPRESSION_CHARS", "calculator", "evaluate", "format_number",

@@ -11,7 +11,7 @@ Provenance: a ``remember`` call is the model's, and the model writes what its
 context told it, which may be a retrieved document's or a tool's words.  The
 orchestrator runs each turn's tool calls inside :func:`memory_provenance`, giving
 a callable ``fact -> source`` that says where a fact comes from in that turn
-(``orchestrator.memory_view.tool_provenance``); ``remember`` passes its answer to
+(``loom.orchestrator.memory_view.tool_provenance``); ``remember`` passes its answer to
 ``memory.add(source=...)``, which quarantines untrusted facts.  The callable lives
 in a :class:`contextvars.ContextVar`, which ``asyncio.gather`` tasks and the
 worker threads that run tools (``asyncio.to_thread``, ``run_sync``) copy, so
@@ -27,7 +27,7 @@ from typing import Annotated, Any, Protocol
 
 from pydantic import Field
 
-from tools.function_tool import FunctionTool, tool
+from loom.tools.function_tool import FunctionTool, tool
 
 __all__ = ["MemoryBackend", "current_provenance", "format_events", "format_memories", "memory_provenance",
            "memory_tools"]
@@ -142,7 +142,7 @@ def memory_tools(
             query: what to look for.
             k: how many memories to return.
         """
-        hits = memory.search(query, namespace, k=k)
+        hits = loom.memory.search(query, namespace, k=k)
         return format_memories(hits) if hits else f"No memories found for {query!r}."
 
     return [tool(remember), tool(recall)]

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Protocol
 
 from pydantic import Field
 
-from tools.function_tool import FunctionTool, tool
+from loom.tools.function_tool import FunctionTool, tool
 
 __all__ = ["SearchBackend", "format_hits", "search_documents_tool"]
 
