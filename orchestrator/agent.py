@@ -92,7 +92,8 @@ class Agent:
             prefix cache serves it whatever this says.
         memory_namespace: namespace for memory reads and write-back.
         prices: :class:`PriceTable` for ledger costs.
-        retrieval_k / memory_k: hits to fetch.
+        retrieval_k: retrieved chunks to fetch per turn.
+        memory_k: memories to fetch per turn.
         tool_timeout_s: default tool timeout (seconds).
         memory_write_back: add each user message to long-term memory.
         tool_call_parser: the model's tool-call format: ``None``/``"auto"``

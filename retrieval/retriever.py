@@ -294,7 +294,9 @@ class Retriever:
 
         Args:
             queries: one or more non-empty strings (blank ones are skipped).
-            k, filters, mode: as :meth:`search`.
+            k: as :meth:`search`.
+            filters: as :meth:`search`.
+            mode: as :meth:`search`.
             identifier_queries: the queries whose identifiers put their defining
                 entries first (hybrid mode; default: all).  The agent passes only
                 the message the user typed: a model's rewrite may name APIs that
