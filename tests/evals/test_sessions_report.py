@@ -41,15 +41,26 @@ def sessions_run(prefill_bound_model, tmp_path_factory):
         torch.set_num_threads(threads)
 
 
-def test_prefix_caching_raises_hit_rate_and_lowers_ttft(sessions_run):
+def _computed_by_turn(result) -> dict[int, int]:
+    """Prompt tokens the engine prefilled (not served from the prefix cache), summed per turn number."""
+    out: dict[int, int] = {}
+    for r in result.records:
+        out[r.get("turn", 0)] = out.get(r.get("turn", 0), 0) + r["prompt_tokens"] - r["cached_tokens"]
+    return out
+
+
+def test_prefix_caching_raises_hit_rate_and_cuts_prefill_work(sessions_run):
     on, off = sessions_run.variants["base"], sessions_run.variants["enable_prefix_caching=false"]
     assert on["benchmark"]["completed"] == off["benchmark"]["completed"] == 12
     assert off["prefix_cache"]["hit_rate"] == 0.0
     assert on["prefix_cache"]["hit_rate"] > 0.5
-    assert on["benchmark"]["ttft_ms"]["median"] < off["benchmark"]["ttft_ms"]["median"]
-    # turns with history (2 and 3): every one is faster with the cache
-    for t_on, t_off in list(zip(on["by_turn"], off["by_turn"]))[1:]:
-        assert t_on["ttft_mean_ms"] < t_off["ttft_mean_ms"], (t_on, t_off)
+    # TTFT is reported for both (which is lower is the machine's business, not the design's:
+    # the design guarantees the prefill work below, which a busy machine cannot change)
+    assert on["benchmark"]["ttft_ms"]["median"] > 0 and off["benchmark"]["ttft_ms"]["median"] > 0
+    # turns with history (2 and 3): every one prefills far fewer tokens with the cache
+    computed_on, computed_off = _computed_by_turn(sessions_run.results[0]), _computed_by_turn(sessions_run.results[1])
+    for turn in (1, 2):
+        assert computed_on[turn] < 0.2 * computed_off[turn], (computed_on, computed_off)
     # the history is what gets cached: from turn 2 on, its tokens are (almost) all cached
     hist = on["classes"]["history"]
     assert hist["cached_tokens"] >= 0.9 * hist["tokens"] > 0
@@ -71,8 +82,9 @@ def test_comparison_reports_ratios_to_the_first_variant(sessions_run):
     comp = sessions_run.summary["comparison"]
     assert comp["reference"] == "base"
     ttft = next(r for r in comp["rows"] if r["metric"] == "TTFT median ms")
+    on, off = (sessions_run.variants[v]["benchmark"]["ttft_ms"]["median"] for v in ("base", "enable_prefix_caching=false"))
     assert ttft["ratio_to_reference"]["base"] == pytest.approx(1.0)
-    assert ttft["ratio_to_reference"]["enable_prefix_caching=false"] > 1.0
+    assert ttft["ratio_to_reference"]["enable_prefix_caching=false"] == pytest.approx(off / on, rel=0.01)
     saved = json.loads((sessions_run.out_dir / "summary.json").read_text())
     assert set(saved["variants"]) == {"base", "enable_prefix_caching=false"}
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import time
+import asyncio
 
 import pytest
 
 from loom.orchestrator import Agent, ContextBudget, InMemorySession, SQLSession
 from loom.orchestrator.events import DoneEvent, ToolCallEvent, ToolResultEvent
+from loom.tools import tool
 
 from tests.orchestrator.scripted_llm import ScriptedLLM
 
@@ -36,13 +37,25 @@ async def test_tool_call_result_then_answer(tokenizer, tool_set) -> None:
     assert result.usage.prompt["tool_result"].tokens > 0
 
 
-async def test_parallel_tool_calls_run_concurrently(tokenizer, tool_set) -> None:
-    reply = "\n".join(call("slow_echo", f'{{"text": "t{i}"}}') for i in range(3))
-    agent = Agent(ScriptedLLM(tokenizer, [reply, "ok"]), tools=tool_set)
-    t0 = time.perf_counter()
-    result = await agent.arun("echo three")
-    assert time.perf_counter() - t0 < 0.8  # three 0.3 s tools, not 0.9 s in sequence
-    assert [r.content for r in result.tool_results] == ["t0", "t1", "t2"]
+async def test_parallel_tool_calls_run_concurrently(tokenizer) -> None:
+    # Each call waits until all three have started: calls run one after another would
+    # leave the first waiting alone until the barrier times out (an error result).
+    barrier = asyncio.Barrier(3)
+
+    @tool
+    async def meet(text: str) -> str:
+        """Echo text once the other calls have started too.
+
+        Args:
+            text: what to echo.
+        """
+        async with asyncio.timeout(30):
+            await barrier.wait()
+        return text
+
+    reply = "\n".join(call("meet", f'{{"text": "t{i}"}}') for i in range(3))
+    result = await Agent(ScriptedLLM(tokenizer, [reply, "ok"]), tools=[meet]).arun("echo three")
+    assert [(r.content, r.is_error) for r in result.tool_results] == [("t0", False), ("t1", False), ("t2", False)]
 
 
 async def test_parallel_tool_calls_off_runs_only_the_first_call_and_answers_the_rest(tokenizer, tool_set) -> None:

@@ -123,9 +123,9 @@ async def test_tool_exception_is_a_clean_error_result():
 async def test_hanging_sync_langchain_tool_times_out():
     reg = ToolRegistry([StructuredTool.from_function(sleepy)])
     start = time.perf_counter()
-    result = await reg.call("sleepy", {"seconds": 1.0}, timeout_s=0.2)
+    result = await reg.call("sleepy", {"seconds": 10.0}, timeout_s=0.2)
     assert result.content == "Error: tool 'sleepy' timed out after 0.2 s"
-    assert time.perf_counter() - start < 0.6
+    assert time.perf_counter() - start < 5  # at the timeout, not after the tool's 10 s
 
 
 def test_mixed_registry_schemas_are_canonical():
