@@ -11,11 +11,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from loom.api.settings import Settings
 from tests.api.server import Server
-
-pytestmark = pytest.mark.skipif("strict" not in Settings.model_fields,
-                                reason="the server setting `strict` (loom serve --strict) is not there yet")
 
 USER = [{"role": "user", "content": "hi"}]
 
