@@ -17,6 +17,8 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+STEP_STAGE = "convert"  # the one stage counted in steps, not bytes
+
 ProgressCallback = Callable[[str, int, int], None]
 """``(stage, done, total)`` as described in this module's docstring."""
 
@@ -41,7 +43,7 @@ class TqdmProgress:
         if stage != self._stage or self._bar is None:
             self.close()
             self._stage = stage
-            is_bytes = total > 1
+            is_bytes = not stage.startswith(STEP_STAGE)
             self._bar = tqdm(total=total or None, desc=stage, file=self._file, disable=self._disable,
                              unit="B" if is_bytes else "step", unit_scale=is_bytes, unit_divisor=1024,
                              leave=True, dynamic_ncols=True)

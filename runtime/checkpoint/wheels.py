@@ -10,6 +10,8 @@ files under ``TMPDIR``, which is pointed inside the destination's parent, so
 one folder removal undoes everything a killed download wrote. pip's HTTP cache
 is not used (``--no-cache-dir``): a model pull leaves nothing outside Loom's
 cache; pip's other settings (index URL, proxy, ``PIP_*`` variables) apply.
+Byte progress comes from pip's ``--progress-bar=raw`` lines (pip >= 24.1; an
+older pip reports only the start of each download).
 """
 
 from __future__ import annotations

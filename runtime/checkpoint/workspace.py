@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import glob
 import logging
+import os
+import secrets
 import shutil
 import signal
 import tempfile
@@ -51,6 +53,21 @@ def remove_paths(paths: list[Path]) -> None:
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
+
+
+def discard(path: Path, stem: str) -> None:
+    """Delete ``path``; a folder is first renamed to a ``.STEM.removed-*`` sibling.
+
+    The rename is atomic, so an interrupted delete leaves a leftover that the
+    next pull of ``stem`` removes, never a half-deleted folder that still holds
+    its completion marker and would pass for a whole one.
+    """
+    if path.is_dir() and not path.is_symlink():
+        hidden = path.with_name(f".{stem}.removed-{secrets.token_hex(4)}")
+        os.rename(path, hidden)
+        shutil.rmtree(hidden, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 @contextmanager
