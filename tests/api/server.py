@@ -1,6 +1,6 @@
 """A real ``loom serve`` process on loopback for the API tests.
 
-The server runs in a subprocess (``python -m loom.api.cli serve``) with the real
+The server runs in a subprocess (``python -m loom.cli serve``) with the real
 engine on a tiny random-weight checkpoint and a real SQLite file, so tests can
 stop it, SIGKILL it mid-turn and start a new process on the same database.
 """
@@ -29,7 +29,7 @@ def free_port() -> int:
 
 def cli(*args: str, timeout: float = 120) -> str:
     """Run ``loom <args>`` in a subprocess; returns stdout (raises on failure)."""
-    proc = subprocess.run([sys.executable, "-m", "loom.api.cli", *args], cwd=REPO, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "loom.cli", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=timeout, env=_env())
     if proc.returncode != 0:
         raise RuntimeError(f"loom {' '.join(args)} failed: {proc.stderr[-2000:]}")
@@ -55,8 +55,9 @@ class Server:
 
     def command(self) -> list[str]:
         """The ``loom serve`` command line (subclasses change how the model is given)."""
-        return [sys.executable, "-m", "loom.api.cli", "serve", "--model", str(self.model), "--db", self.db_url,
-                "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", *self.extra]
+        return [sys.executable, "-m", "loom.cli", "serve", "--model", str(self.model), "--db", self.db_url,
+                "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", "--log-level", "info",
+                *self.extra]
 
     health_path = "/health"
 

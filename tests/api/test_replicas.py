@@ -90,7 +90,7 @@ def test_killed_replica_fails_no_session_and_loses_no_message(cluster, real_mode
     (["--tensor-parallel-size", "2"], "tensor_parallel_size"),  # SmolLM2's 9 heads: checked before Ray starts
 ])
 def test_a_start_that_cannot_work_fails_in_one_line(tmp_path, real_model, args, named):
-    proc = subprocess.run([sys.executable, "-m", "loom.api.cli", "serve", "--replicas", "2", *args,
+    proc = subprocess.run([sys.executable, "-m", "loom.cli", "serve", "--replicas", "2", *args,
                            "--db", f"sqlite:///{tmp_path / 'x.db'}", "--no-auth"], check=False, cwd=REPO, env=_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2

@@ -13,7 +13,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from loom.api.serve_cli import serve
+from loom.cli.serve import serve
 from loom.api.services import engine_args
 from loom.api.settings import Settings
 from tests.api.server import REPO, _env
@@ -34,7 +34,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Compl
     weightless = work / "weightless"
     weightless.mkdir()
     (weightless / "config.json").write_text('{"model_type": "qwen3"}')
-    procs = {name: subprocess.Popen([sys.executable, "-m", "loom.api.cli", *(a.format(weightless=weightless) for a in args)],
+    procs = {name: subprocess.Popen([sys.executable, "-m", "loom.cli", *(a.format(weightless=weightless) for a in args)],
                                     cwd=work, env={**_env(), "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for name, args in CASES.items()}

@@ -27,8 +27,9 @@ class PositionalServer(Server):
     health_path = "/loom/health"  # served under --root-path /loom
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "loom.api.cli", "serve", str(self.model), "--db", self.db_url,
-                "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", *self.extra]
+        return [sys.executable, "-m", "loom.cli", "serve", str(self.model), "--db", self.db_url,
+                "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu", "--log-level", "info",
+                *self.extra]
 
 
 @pytest.fixture(scope="module")

@@ -65,7 +65,7 @@ def test_serve_with_a_model_that_cannot_be_had_is_one_line_and_exit_2(tmp_path: 
 
     from tests.api.server import REPO
 
-    proc = subprocess.run([sys.executable, "-m", "loom.api.cli", "serve", "--model", str(tmp_path / "nope.gguf"),
+    proc = subprocess.run([sys.executable, "-m", "loom.cli", "serve", "--model", str(tmp_path / "nope.gguf"),
                            "--no-auth", "--port", "0"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
@@ -79,7 +79,7 @@ def test_keys_create_refuses_an_empty_or_reserved_owner_in_one_line(tmp_path: Pa
     import sys
 
     for owner in ("", "api-key", "local"):
-        proc = subprocess.run([sys.executable, "-m", "loom.api.cli", "keys", "create", "--owner", owner,
+        proc = subprocess.run([sys.executable, "-m", "loom.cli", "keys", "create", "--owner", owner,
                                "--db", f"sqlite:///{tmp_path / 'k.db'}"], capture_output=True, text=True)
         assert proc.returncode == 2, owner
         assert proc.stderr.startswith("error: owner") and "Traceback" not in proc.stderr, proc.stderr

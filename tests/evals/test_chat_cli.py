@@ -13,7 +13,8 @@ import sys
 import pytest
 from rich.console import Console
 
-from loom.evals.chat_cli import _build_agent, _loop
+from loom.cli.chat import _build_agent
+from loom.cli.chat_loop import chat_loop
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +39,7 @@ def _chat(real_model, index, condense: bool) -> str:
 
     console = Console(file=io.StringIO(), record=True, width=200, highlight=False)
     try:
-        import asyncio
-
-        asyncio.run(_loop(console, agent, read))
+        chat_loop(console, agent, llm, read)
     finally:
         llm.shutdown()
     return console.export_text()
@@ -66,7 +65,7 @@ def chat_runs(real_model, index) -> dict[bool, subprocess.CompletedProcess]:
     """One question to ``loom chat --index``, quiet (default) and with ``-v``, run side by side."""
     from tests.api.server import REPO, _env
 
-    cmd = [sys.executable, "-m", "loom.api.cli", "chat", "--index", str(index), "--max-tokens", "24",
+    cmd = [sys.executable, "-m", "loom.cli", "chat", "--index", str(index), "--max-tokens", "24",
            "--no-condense-question"]
     procs = {verbose: subprocess.Popen(cmd + (["-v"] if verbose else []), cwd=REPO, env=_env(), text=True,
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -1,4 +1,4 @@
-"""The demo's scripted session (``loom.evals.demo.run_session``) on the real default model
+"""The demo's scripted session (``loom.cli.demo.run_session``) on the real default model
 over a small stdlib index: every turn finishes, a documentation answer ends with a source
 checked against what was retrieved, the forced calculator call computes, and a fact stored
 in one turn is recalled in a later one."""
@@ -10,7 +10,7 @@ import io
 import pytest
 from rich.console import Console
 
-from loom.evals.demo import SCRIPT, open_index, run_session
+from loom.cli.demo import SCRIPT, open_index, run_session
 
 CORPUS = ("stdlib:module/os.path", "stdlib:module/functools")
 

@@ -47,7 +47,7 @@ def test_ctrl_c_writes_partial_records_summary_and_report(tiny_model, tmp_path):
 
 
 def test_unreachable_http_target_is_one_clear_line(tmp_path):
-    from loom.evals.cli import eval_app
+    from loom.cli.eval import eval_app
 
     result = CliRunner().invoke(eval_app, ["run", "--suite", "throughput", "--target", "http://127.0.0.1:9",
                                            "--out", str(tmp_path)])

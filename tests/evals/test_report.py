@@ -18,7 +18,7 @@ from rich.console import Console
 
 from loom import evals
 from loom.evals import plots
-from loom.evals.demo import closing_eval
+from loom.cli.demo import closing_eval
 from loom.evals.prices import Prices
 from loom.evals.report import PLOTS_NEED_EXTRA
 
@@ -147,7 +147,7 @@ def test_evals_modules_other_than_plots_do_not_import_matplotlib():
         names = [m.name for m in pkgutil.walk_packages(evals.__path__, "evals.") if m.name != "loom.evals.plots"]
         for name in names:
             importlib.import_module(name)
-        assert "loom.evals.report" in names and "loom.evals.demo" in names
+        assert "loom.evals.report" in names and "loom.evals.harness" in names
         print(sorted(k for k in sys.modules if k.split(".")[0] == "matplotlib"))
     """)
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -159,7 +159,7 @@ def test_eval_report_without_matplotlib_prints_one_line_and_writes_the_tables(de
     res, _ = demo_eval
     out_dir = tmp_path / "run"
     shutil.copytree(res.out_dir, out_dir, ignore=shutil.ignore_patterns("plots", "report.html"))
-    code = ("import sys; sys.modules['matplotlib'] = None; from loom.api.cli import main; "
+    code = ("import sys; sys.modules['matplotlib'] = None; from loom.cli import main; "
             f"sys.argv = ['loom', 'eval', 'report', {str(out_dir)!r}]; main()")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

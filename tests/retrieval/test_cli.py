@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from loom.retrieval.cli import ingest, search
+from loom.cli.ingest import ingest, search
 
 app = typer.Typer()
 app.command("ingest")(ingest)
@@ -60,7 +60,7 @@ def test_loom_console_script_mounts_ingest_and_search(tmp_path: Path, corpus: Pa
 
     idx = tmp_path / "idx"
     Retriever.open(idx, embedder=embedder).ingest([corpus / "notes.txt"], show_progress=False)
-    out = subprocess.run([sys.executable, "-m", "loom.api.cli", "search", "--index", str(idx),
+    out = subprocess.run([sys.executable, "-m", "loom.cli", "search", "--index", str(idx),
                           "tomatoes", "--k", "1", "--json"], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr

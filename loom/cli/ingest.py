@@ -1,7 +1,8 @@
-"""``loom ingest`` and ``loom search``: typer commands mounted by ``api/cli.py``.
+"""``loom ingest`` and ``loom search``: build a retrieval index and query it.
 
 Heavy libraries (torch, faiss, sentence-transformers) are imported inside the
-commands so ``loom --help`` stays fast.
+commands so ``loom --help`` stays fast.  ``loom ingest`` shows a bar of the chunks
+embedded on stderr when stderr is a terminal (tqdm; ``--no-progress`` turns it off).
 """
 
 from __future__ import annotations
@@ -12,20 +13,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-
-
-def _quiet() -> None:
-    """Keep library chatter (faiss CPU-feature probing, weight-loading bars) off the CLI."""
-    import logging
-
-    for name in ("faiss.loader", "sentence_transformers", "bm25s"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    except ImportError:  # pragma: no cover - transformers is a dependency
-        pass
 
 
 def ingest(
@@ -49,14 +36,19 @@ def ingest(
 
     Example: loom ingest docs/ --stdlib --index .loom/index
     """
+    from loom.cli.logs import quiet_logs
     from loom.retrieval.loaders import DEFAULT_PATTERNS
     from loom.retrieval.retriever import Retriever
 
-    _quiet()
+    quiet_logs()
 
     paths = list(paths or []) + (["stdlib:"] if stdlib else [])
     if not paths:
         raise typer.BadParameter("give at least one PATH or --stdlib", param_hint="PATHS")
+    missing = [p for p in paths if not p.startswith("stdlib:") and not Path(p).exists()]
+    if missing:  # before the index is opened: a typo creates no empty index
+        typer.secho(f"error: path: {missing[0]} does not exist", fg="red", err=True)
+        raise typer.Exit(2)
     try:
         r = Retriever.open(index, embedder=model, chunk_tokens=chunk_tokens,
                            overlap_tokens=overlap_tokens, tokenizer=tokenizer)
@@ -82,10 +74,11 @@ def search(
 
     Example: loom search --index .loom/index "os.path.join" --k 3 --json
     """
-    from loom.runtime.errors import NotFoundError
+    from loom.cli.logs import quiet_logs
     from loom.retrieval.retriever import Retriever
+    from loom.runtime.errors import NotFoundError
 
-    _quiet()
+    quiet_logs()
 
     try:
         r = Retriever.open(index, create=False)

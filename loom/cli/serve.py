@@ -2,21 +2,28 @@
 
 The model is the positional argument as ``vllm serve`` takes it (``--model``
 still works).  Flags override ``LOOM_...`` environment variables, which override
-the TOML file given with ``--config`` (or ``LOOM_CONFIG``).  The model is
-resolved, the engine loaded and the database opened before uvicorn starts, so a
-model that cannot be had or read, or a bad setting, is one ``error:`` line and
-exit code 2, never a traceback.  SIGINT / SIGTERM stop accepting connections,
-let in-flight requests finish (``--drain-timeout`` seconds at most), then stop
-the engine.
+the TOML file given with ``--config`` (or ``LOOM_CONFIG``).  The port is checked
+first (:mod:`loom.cli.ports`: a busy port is one line in well under a second),
+then the model is resolved, the engine loaded and the database opened before
+uvicorn starts, so a model that cannot be had or read, or a bad setting, is one
+``error:`` line and exit code 2, never a traceback.  Quiet by default: one line
+says where the server listens, uvicorn logs warnings only (``-v`` or
+``--log-level info`` bring its startup and access lines back).  SIGINT / SIGTERM
+stop accepting connections, let in-flight requests finish (``--drain-timeout``
+seconds at most), then stop the engine.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, NoReturn, Optional
 
 import typer
+
+from loom.cli.logs import set_level
+from loom.cli.ports import early_address
 
 _MODEL_HELP = ("Model to serve: a registered name (default smollm2-135m-instruct; see loom model list), "
                "a folder, a .gguf file, random:ARCH-PRESET or a hub id.")
@@ -97,7 +104,8 @@ def serve(
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="With --replicas: join this Ray "
                                               "cluster (e.g. auto) instead of starting one."),
     drain_timeout_s: Optional[float] = typer.Option(None, "--drain-timeout", help="Shutdown drain limit (s)."),
-    log_level: Optional[str] = typer.Option(None, "--log-level", help="Log level (default info)."),
+    log_level: Optional[str] = typer.Option(None, "--log-level", help="Log level of Loom and uvicorn (default "
+                                            "warning; info with -v)."),
     disable_uvicorn_access_log: bool = typer.Option(False, "--disable-uvicorn-access-log",
                                                     help="No log line per HTTP request."),
 ) -> None:
@@ -105,10 +113,11 @@ def serve(
 
     Example: loom serve smollm2-135m-instruct --block-size 32 --max-model-len 4096
     """
-    import logging
-
     if model_arg is not None and model is not None and model_arg != model:
         _fail(f"the model is given twice: {model_arg!r} (positional) and --model {model!r}; give one")
+    early = early_address(config, host, port)
+    if early is not None:  # a busy port fails before anything loads
+        _check_port(*early)
     settings = _settings(
         config, model=model_arg or model, index=index, mcp_config=mcp_config, db=db, host=host, port=port,
         root_path=root_path,
@@ -130,16 +139,58 @@ def serve(
     if settings.no_auth:
         typer.secho("WARNING: --no-auth: the API accepts requests without a key. "
                     "Local development only.", fg="yellow", err=True)
-    logging.getLogger().setLevel(settings.log_level.upper())
+    level = _log_level(log_level, settings.log_level)
+    try:
+        set_level(level)
+    except ValueError as exc:
+        _fail(f"{exc} (--log-level / LOOM_LOG_LEVEL)")
+    if early != (settings.host, settings.port):
+        _check_port(settings.host, settings.port)
     if settings.replicas > 1:
         _serve_replicas(settings)
         return
     app = _load(settings)
+    _run(app, settings, level)
+
+
+def _log_level(flag: str | None, setting: str) -> str:
+    """``--log-level``, ``LOOM_LOG_LEVEL`` or a TOML ``log_level`` when one is given, else warning (info with -v)."""
+    from loom.cli.logs import is_verbose
+
+    if flag or os.environ.get("LOOM_LOG_LEVEL") or setting != "info":  # "info" is Settings' default
+        return setting.lower()
+    return "info" if is_verbose() else "warning"
+
+
+def _check_port(host: str, port: int) -> None:
+    """One ``error:`` line (exit 2) unless ``host:port`` is free to listen on now."""
+    from loom.cli.ports import PortError, check_free
+
+    try:
+        check_free(host, port)
+    except PortError as exc:
+        _fail(str(exc))
+
+
+def _run(app: Any, settings: Any, level: str) -> None:
+    """Serve ``app`` under uvicorn; one line says where once it listens (``--port 0``: the port it got)."""
     import uvicorn
 
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
-                access_log=not settings.disable_uvicorn_access_log,
-                timeout_graceful_shutdown=int(settings.drain_timeout_s) or None)
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and self.servers:
+                host, port = self.servers[0].sockets[0].getsockname()[:2]
+                shown = f"[{host}]" if ":" in host else host
+                typer.echo(f"Loom serves {settings.model_name} at http://{shown}:{port}{settings.root_path} "
+                           "(Ctrl-C stops)", err=True)
+
+    server = Server(uvicorn.Config(app, host=settings.host, port=settings.port, log_level=level,
+                                   access_log=not settings.disable_uvicorn_access_log,
+                                   timeout_graceful_shutdown=int(settings.drain_timeout_s) or None))
+    server.run()
+    if not server.started:  # uvicorn logged why (the port taken since the check, a lifespan failure)
+        raise typer.Exit(1)
 
 
 def _serve_replicas(settings: Any) -> None:
@@ -149,7 +200,7 @@ def _serve_replicas(settings: Any) -> None:
     from rich.console import Console
 
     from loom.api.cluster import launch
-    from loom.orchestrator.console import model_error, resolve_model
+    from loom.cli.console import model_error, resolve_model
 
     resolve_model(Console(stderr=True), settings.model)
     try:
@@ -226,13 +277,17 @@ def _load(settings: Any) -> Any:
     from rich.console import Console
 
     from loom.api.app import create_app
-    from loom.orchestrator.console import model_error, resolve_model
+    from loom.cli.console import model_error, resolve_model
+    from loom.cli.logs import quiet_logs
+    from loom.cli.progress import spinner
 
+    quiet_logs()
     resolve_model(Console(stderr=True), settings.model)  # pulled, converted and checked now
     app = create_app(settings)
     services = app.state.services
     try:
-        services.start()
+        with spinner(f"Loading {settings.model}…"):
+            services.start()
     except Exception as exc:  # noqa: BLE001 - every start failure is one line, not a traceback
         logging.getLogger(__name__).debug("start failed", exc_info=True)
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

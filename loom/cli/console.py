@@ -1,16 +1,12 @@
-"""Terminal helpers every ``loom`` front-end shares (``loom serve``, ``loom chat``, ``loom demo``):
-:func:`resolve_model` names the model in use (and warns when its weights are
-random) or says in one line why it cannot be had, :func:`model_error` words
-such a line, :func:`quiet_logs` keeps library logs out of streamed answers.
-
-The front-ends themselves (the demo, the chat loop, the sessions bench and
-the printing of agent turns) live at the edge, in ``evals/``.
+"""Terminal helpers the ``loom`` commands share: :func:`resolve_model` names the model in use
+(and warns when its weights are random) or says in one line why it cannot be had,
+:func:`model_error` words such a line, :func:`print_error` prints it.
 """
 
 from __future__ import annotations
 
-import logging
 import os
+import re
 from pathlib import Path
 
 import typer
@@ -18,56 +14,31 @@ from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
 
-# Libraries that log at INFO (or print progress) while a model, an embedder or an index loads, or on
-# every HTTP call: a line of theirs in the middle of a streamed answer cuts it in two.
-NOISY_LOGGERS = ("faiss", "faiss.loader", "httpx", "httpcore", "sentence_transformers", "transformers",
-                 "huggingface_hub", "urllib3", "bm25s", "uvicorn.access", "filelock", "datasets")
-
 _FIX = "run `loom model pull NAME` for a registered model, or pass a checkpoint folder or a .gguf file"
-
-
-def quiet_logs(verbose: bool = False) -> None:
-    """Keep library logs and progress bars out of streamed answers; ``verbose`` brings INFO back.
-
-    Quiet (the default): the root logger shows warnings, the libraries in
-    :data:`NOISY_LOGGERS` errors only, and transformers' and the hub's progress
-    bars (the embedder's "Loading weights" bar) are off.  Verbose: every logger
-    at INFO and the progress bars on (transformers' own verbosity stays at its
-    default, warnings: at INFO it dumps each model config).
-    """
-    from huggingface_hub.utils import disable_progress_bars, enable_progress_bars
-    from transformers.utils import logging as hf_logging
-
-    logging.getLogger().setLevel(logging.INFO if verbose else logging.WARNING)
-    for name in NOISY_LOGGERS:
-        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
-    if verbose:
-        hf_logging.set_verbosity_warning()
-        hf_logging.enable_progress_bar()
-        enable_progress_bars()
-    else:
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-        disable_progress_bars()
+# the registry's suggestion for a mistyped name, kept word for word in the CLI's own line
+_SUGGESTION = re.compile(r"did you mean [^?;]*\??", re.IGNORECASE)
 
 
 def model_error(model: str, exc: BaseException) -> str:
     """One line naming ``model``, what went wrong and what to do (no traceback, no repr).
 
     ``NotFoundError`` from ``loom.runtime.models.loader.resolve_model_path``: not a
-    registered name, folder, ``.gguf`` file or reachable hub id.  ``ModelLoadError``:
+    registered name, folder, ``.gguf`` file or reachable hub id (the registry's
+    "did you mean ...?" for a near miss is kept word for word).  ``ModelLoadError``:
     a registered model or GGUF file that could not be prepared.  Anything else:
     a folder the engine could not read (no ``config.json``, no weights, ...).
     """
     from loom.runtime.errors import ModelLoadError, NotFoundError
 
     reason = _first_line(exc)
-    if isinstance(exc, NotFoundError):
+    suggestion = _SUGGESTION.search(str(getattr(exc, "message", None) or exc))
+    not_found = f"model {model!r} not found" + (f" ({suggestion.group(0)})" if suggestion else "")
+    if isinstance(exc, NotFoundError) or (suggestion and isinstance(exc, ModelLoadError)):
         offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
         if exc.__cause__ is None or offline:  # offline, the hub could only have given a cached id
-            return (f"model {model!r} not found: not a registered name (loom model list), a folder, a .gguf file "
+            return (f"{not_found}: not a registered name (loom model list), a folder, a .gguf file "
                     f"or a cached hub id; {_FIX}")
-        return (f"model {model!r} not found: not a registered name (loom model list), folder or .gguf file, and "
+        return (f"{not_found}: not a registered name (loom model list), folder or .gguf file, and "
                 f"the Hugging Face hub could not give it ({_first_line(exc.__cause__)}); {_FIX}, or check the "
                 "hub id and the network")
     if isinstance(exc, ModelLoadError):

@@ -18,8 +18,9 @@ What it does, with no network:
    generated;
 4. prints each turn's tokens by class (cached / computed), TTFT, TPOT and
    cost, then the session totals and the prefix-cache hit rate;
-5. ends with a short ``sessions`` eval (prefix caching on vs off): its comparison
-   table in the terminal, and the path of its report.
+5. ends with a short ``sessions`` eval (prefix caching on vs off), a bar of its
+   requests on stderr (:mod:`loom.cli.progress`), then its comparison table in
+   the terminal and the path of its report.
 
 Everything lives under ``--workdir`` (default ``.loom/``), so a second run
 reuses the index.
@@ -30,14 +31,17 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 import typer
 from rich.console import Console
 
-from loom.orchestrator.citations import CITE_INSTRUCTION, CitationCheck
-from loom.orchestrator.console import quiet_logs, resolve_model
-from loom.orchestrator.events import RunResult
+from loom.cli.console import resolve_model
+from loom.cli.logs import quiet_logs
+
+if TYPE_CHECKING:  # the orchestrator imports torch: loaded by the demo, not by `loom --help`
+    from loom.orchestrator.citations import CitationCheck
+    from loom.orchestrator.events import RunResult
 
 
 @dataclass(frozen=True)
@@ -65,8 +69,9 @@ SCRIPT: tuple[Turn, ...] = (
 CORPUS: tuple[str, ...] = ("stdlib:topics", "stdlib:module/os.path", "stdlib:module/json",
                            "stdlib:module/collections", "stdlib:module/functools", "stdlib:module/pathlib")
 NAMESPACE = "demo-user"
+# + loom.orchestrator.citations.CITE_INSTRUCTION (added in run_session: the orchestrator loads torch)
 SYSTEM_PROMPT = ("You are Loom's documentation assistant for the Python standard library. Answer the question "
-                 "in one or two sentences, using the retrieved documents. " + CITE_INSTRUCTION)
+                 "in one or two sentences, using the retrieved documents. ")
 # One paragraph per answer: SmolLM2-135M's first paragraph is its answer, later ones drift.
 ANSWER_STOP = ("\n\n",)
 
@@ -103,7 +108,7 @@ def open_index(console: Console, index_dir: Path, corpus: Sequence[str] = CORPUS
     if missing:
         what = "the standard-library documentation" if len(retriever) == 0 else ", ".join(missing)
         console.print(f"[bold]Ingesting {what}[/] (once; reused next time)")
-        console.print(retriever.ingest(missing, show_progress=True).summary())
+        console.print(retriever.ingest(missing).summary())  # a bar of the chunks embedded on a terminal
     else:
         console.print(f"Index: {len(retriever)} chunks in {index_dir} (reused)")
     return retriever
@@ -119,8 +124,9 @@ async def run_session(console: Console, model: str, retriever: Any, memory: Any,
     The memory namespace :data:`NAMESPACE` is cleared first, so what is recalled
     was stored in this session.
     """
+    from loom.cli.turns import SOURCES_LEGEND, print_retrieved, print_sources, stream_turn
     from loom.orchestrator import Agent, ContextBudget, InMemorySession
-    from loom.evals.console import SOURCES_LEGEND, print_retrieved, print_sources, stream_turn
+    from loom.orchestrator.citations import CITE_INSTRUCTION
     from loom.orchestrator.ledger_table import ledger_table
     from loom.runtime import AsyncLLM, SamplingParams
     from loom.tools.builtin import calculator, memory_tools
@@ -130,7 +136,7 @@ async def run_session(console: Console, model: str, retriever: Any, memory: Any,
     try:
         agent = Agent(
             llm, tools=[calculator, *memory_tools(memory, NAMESPACE)], retriever=retriever, memory=memory,
-            memory_namespace=NAMESPACE, system_prompt=SYSTEM_PROMPT, max_steps=3, retrieval_k=2,
+            memory_namespace=NAMESPACE, system_prompt=SYSTEM_PROMPT + CITE_INSTRUCTION, max_steps=3, retrieval_k=2,
             budget=ContextBudget(reserved_output=max_tokens, max_retrieval_tokens=512),
             sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens, stop=list(ANSWER_STOP)))
         session, outcomes = InMemorySession(), []
@@ -172,18 +178,21 @@ def _totals(console: Console, results: list[RunResult]) -> None:
 def closing_eval(console: Console, model: str, workdir: Path, **overrides: Any) -> Any:
     """The demo's closing ``sessions`` eval: prefix caching on against off, the same requests.
 
-    Prints the comparison table (:func:`loom.evals.compare.comparison_table`: each
+    Shows a bar of the requests done per variant on stderr, then prints the comparison
+    table (:func:`loom.evals.compare.comparison_table`: each
     metric with its ratio to caching on) and the report's path; returns the
     ``evals.EvalResult``.  ``overrides``: further ``evals.run`` arguments
     (a smaller run, e.g. ``num_requests``, ``options``).
     """
     from loom import evals
+    from loom.cli.progress import bar
     from loom.evals.compare import comparison_table
 
     console.print("\n[bold]Short `sessions` eval[/]: the same multi-turn chats with prefix caching on and off")
     out = workdir / "eval-sessions"
-    res = evals.run(**{"suite": "sessions", "model": model, "out": out, "small": True,
-                       "compare": ["enable_prefix_caching=false"], **overrides})
+    with bar() as update:
+        res = evals.run(**{"suite": "sessions", "model": model, "out": out, "small": True,
+                           "compare": ["enable_prefix_caching=false"], "progress": update, **overrides})
     console.print(comparison_table(res.summary["comparison"]))
     console.print(f"eval report: [bold]{res.report_path or out}[/]")
     return res

@@ -1,4 +1,8 @@
-"""``loom eval run``: run a suite, print the figures, write records, summaries and the report.
+"""``loom eval run`` and ``loom eval report``: run a suite, print the figures, write records, summaries
+and the report (the suites themselves are :mod:`loom.evals`).
+
+``loom eval run`` shows a bar of the requests done per variant on stderr
+(:mod:`loom.cli.progress`); the tables go to stdout.
 
 Example::
 
@@ -64,16 +68,20 @@ def run_cmd(
     """Run an eval suite and write records.jsonl, summary.json and report.html."""
     from rich.console import Console
 
+    from loom.cli.logs import quiet_logs
+    from loom.cli.progress import bar
     from loom.evals.compare import comparison_table
     from loom.evals.harness import run
     from loom.evals.targets.http import TargetUnreachableError
 
+    quiet_logs()
     console = Console(stderr=True)
     try:
-        res = run(suite, model=model, target=target, out=out, compare=compare or [], baseline=baseline,
-                  concurrency=concurrency, rate=rate, num_requests=num_requests, seed=seed, prices=prices,
-                  warmup=warmup, options=_pairs(option, "option"), engine=_pairs(engine, "engine"),
-                  slos_ms=_pairs(slo, "slo") or None, progress=True, api_key=api_key)
+        with bar() as update:
+            res = run(suite, model=model, target=target, out=out, compare=compare or [], baseline=baseline,
+                      concurrency=concurrency, rate=rate, num_requests=num_requests, seed=seed, prices=prices,
+                      warmup=warmup, options=_pairs(option, "option"), engine=_pairs(engine, "engine"),
+                      slos_ms=_pairs(slo, "slo") or None, progress=update, api_key=api_key)
     except TargetUnreachableError as exc:
         typer.secho(f"error: {exc.message}", fg="red", err=True)
         raise typer.Exit(2) from None

@@ -1,4 +1,4 @@
-"""Print an agent turn to a terminal as it streams (``make demo`` and ``loom chat``).
+"""Print an agent turn to a terminal as it streams (``loom demo`` and ``loom chat``).
 
 Reasoning is dimmed, content is plain, tool calls and results are shown as
 they happen.  After the answer, :func:`print_sources` prints the ``Sources:``
@@ -9,17 +9,24 @@ it used.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
-from loom.orchestrator.citations import CitationCheck, check_answer, citation_label, format_source
-from loom.orchestrator.events import ContentDelta, DoneEvent, ReasoningDelta, RunResult, ToolCallEvent, ToolResultEvent
+if TYPE_CHECKING:  # the orchestrator imports torch: loaded by the commands, not by `loom --help`
+    from loom.orchestrator.citations import CitationCheck
+    from loom.orchestrator.events import RunResult
 
 
 async def stream_turn(console: Console, agent: Any, session: Any, message: str,
                       tool_choice: Any = None) -> RunResult | None:
-    """Run one turn of ``agent`` in ``session``, printing its events; return the result."""
+    """Run one turn of ``agent`` in ``session``, printing its events; return the result.
+
+    A turn whose model call was aborted (``final_state == "interrupted"``) ends its
+    reply with a dim ``[stopped]``.
+    """
+    from loom.orchestrator.events import ContentDelta, DoneEvent, ReasoningDelta, ToolCallEvent, ToolResultEvent
+
     console.print("[bold green]assistant>[/] ", end="")
     result = None
     # Whitespace is held back until more text follows: a reply's trailing blank lines (a stop string
@@ -49,6 +56,8 @@ async def stream_turn(console: Console, agent: Any, session: Any, message: str,
             console.print(ev.content.replace("\n", " ")[:160], markup=False)
         elif isinstance(ev, DoneEvent):
             result = ev.result
+    if result is not None and result.final_state == "interrupted":
+        console.print(" [dim]\\[stopped][/]", end="")
     console.print()
     return result
 
@@ -64,6 +73,8 @@ def sources_line(check: CitationCheck, result: RunResult) -> str:
     Only retrieved sections (``check.sources``) and this turn's successful tool
     results are listed; citations that name nothing retrieved are not sources.
     """
+    from loom.orchestrator.citations import format_source
+
     entries = [format_source(s) for s in check.sources]
     for r in result.tool_results:
         if not r.is_error:
@@ -77,6 +88,8 @@ def sources_line(check: CitationCheck, result: RunResult) -> str:
 def print_retrieved(console: Console, result: RunResult) -> None:
     """One dim line naming the sections retrieved this turn (nothing when none were),
     preceded by the follow-up's rewrite when one was searched with (``loom.orchestrator.condense``)."""
+    from loom.orchestrator.citations import citation_label
+
     if result.rewritten_query:
         console.print(f"  searched as: {result.rewritten_query}", style="dim", markup=False, highlight=False,
                       soft_wrap=True)
@@ -88,6 +101,8 @@ def print_retrieved(console: Console, result: RunResult) -> None:
 
 def print_sources(console: Console, result: RunResult) -> CitationCheck:
     """Print the turn's ``Sources:`` line (and dropped citations); return the check."""
+    from loom.orchestrator.citations import check_answer
+
     check = check_answer(result.answer, result.retrieved)
     console.print(sources_line(check, result), style="cyan", markup=False, highlight=False, soft_wrap=True)
     if check.unverified:

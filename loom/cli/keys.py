@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
+
+if TYPE_CHECKING:
+    from loom.api.store import Store
 
 keys_app = typer.Typer(help="Manage API keys (stored as SHA-256 hashes).", no_args_is_help=True)
 
 _DB_HELP = "SQLAlchemy URL of the server database (default: $LOOM_DB or sqlite:///loom.db)."
 
 
-def _store(db: str | None):  # noqa: ANN202 - lazy import keeps `loom --help` fast
+def _store(db: str | None) -> Store:
+    """The key database; one ``error:`` line (exit 2) when it cannot be opened."""
     import os
 
     from loom.api.store import Store
 
-    return Store(db or os.environ.get("LOOM_DB") or "sqlite:///loom.db")
+    url = db or os.environ.get("LOOM_DB") or "sqlite:///loom.db"
+    try:
+        return Store(url)
+    except Exception as exc:  # noqa: BLE001 - SQLAlchemy's URL and driver errors share no base
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        typer.secho(f"error: database {url!r} cannot be opened: {reason}; pass --db with a SQLAlchemy URL, "
+                    "e.g. sqlite:///loom.db", fg="red", err=True)
+        raise typer.Exit(2) from None
 
 
 @keys_app.command("create")
