@@ -38,7 +38,9 @@ def _max_tokens(i: int) -> int:
     return LONG if i % 4 == 0 else SHORT
 
 
-SHORT, LONG = 32, 384  # clients that hang up ask for long answers, so they hang up midway
+# Clients that hang up ask for answers near the 1024-token window, so they hang up midway even
+# when a loaded machine's event loop reads the hang-up late.
+SHORT, LONG = 32, 900
 
 
 @pytest.mark.slow
@@ -72,7 +74,7 @@ def test_concurrent_streams_with_disconnects_complete_and_free_every_block(serve
     assert interrupted >= 1
 
     # the server still serves normally afterwards
-    again = alice.post(f"/v1/sessions/{sids[0]}/messages", json={"content": "Still there?"})
+    again = alice.post(f"/v1/sessions/{sids[1]}/messages", json={"content": "Still there?"})  # a short-answer session
     assert again.status_code == 200 and again.json()["state"] == "done"
 
 
