@@ -144,7 +144,7 @@ def test_evals_modules_other_than_plots_do_not_import_matplotlib():
     code = textwrap.dedent("""
         import importlib, pkgutil, sys
         from loom import evals
-        names = [m.name for m in pkgutil.walk_packages(evals.__path__, "evals.") if m.name != "loom.evals.plots"]
+        names = [m.name for m in pkgutil.walk_packages(evals.__path__, "loom.evals.") if m.name != "loom.evals.plots"]
         for name in names:
             importlib.import_module(name)
         assert "loom.evals.report" in names and "loom.evals.harness" in names
