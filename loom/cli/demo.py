@@ -124,6 +124,7 @@ async def run_session(console: Console, model: str, retriever: Any, memory: Any,
     The memory namespace :data:`NAMESPACE` is cleared first, so what is recalled
     was stored in this session.
     """
+    from loom.cli.progress import spinner
     from loom.cli.turns import SOURCES_LEGEND, print_retrieved, print_sources, stream_turn
     from loom.orchestrator import Agent, ContextBudget, InMemorySession
     from loom.orchestrator.citations import CITE_INSTRUCTION
@@ -132,7 +133,8 @@ async def run_session(console: Console, model: str, retriever: Any, memory: Any,
     from loom.tools.builtin import calculator, memory_tools
 
     memory.forget(NAMESPACE)
-    llm = AsyncLLM(model, max_model_len=4096)
+    with spinner("Loading the model…"):
+        llm = AsyncLLM(model, max_model_len=4096)
     try:
         agent = Agent(
             llm, tools=[calculator, *memory_tools(memory, NAMESPACE)], retriever=retriever, memory=memory,

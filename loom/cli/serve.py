@@ -22,7 +22,7 @@ from typing import Any, NoReturn, Optional
 
 import typer
 
-from loom.cli.logs import set_level
+from loom.cli.logs import is_verbose, set_level
 from loom.cli.ports import early_address
 
 _MODEL_HELP = ("Model to serve: a registered name (default smollm2-135m-instruct; see loom model list), "
@@ -155,8 +155,6 @@ def serve(
 
 def _log_level(flag: str | None, setting: str) -> str:
     """``--log-level``, ``LOOM_LOG_LEVEL`` or a TOML ``log_level`` when one is given, else warning (info with -v)."""
-    from loom.cli.logs import is_verbose
-
     if flag or os.environ.get("LOOM_LOG_LEVEL") or setting != "info":  # "info" is Settings' default
         return setting.lower()
     return "info" if is_verbose() else "warning"
