@@ -81,7 +81,7 @@ class LoomChatModel(BaseChatModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    llm: Any = Field(exclude=True)  # an loom.orchestrator.protocols.Engine (pydantic cannot check a Protocol)
+    llm: Any = Field(exclude=True)  # a loom.orchestrator.protocols.Engine (pydantic cannot check a Protocol)
     model_name: str = "loom"
     temperature: float = 0.0
     top_p: float = 1.0

@@ -99,7 +99,7 @@ async def list_memories(request: Request, namespace: str = Query("default", min_
     memory = await anyio.to_thread.run_sync(services.memory)
     ns = scoped_namespace(owner, namespace)
     if q:
-        hits = await anyio.to_thread.run_sync(lambda: loom.memory.search(q, ns, k=k))
+        hits = await anyio.to_thread.run_sync(lambda: memory.search(q, ns, k=k))
         return MemoryList(data=[MemoryOut(id=h.id, text=h.text, namespace=namespace, score=float(h.score))
                                 for h in hits])
     rows = await anyio.to_thread.run_sync(lambda: memory.list(ns))

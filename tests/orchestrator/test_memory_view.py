@@ -105,7 +105,7 @@ def test_stale_marker_hides_superseded_memories_and_reshows_the_live_ones(memory
     ns = "stale"
     [paris] = memory.add("User lives in Paris", ns, source={"kind": "user", "session_id": "s1", "turn": 1})
     [cello] = memory.add("User plays the cello", ns, source={"kind": "user", "session_id": "s1", "turn": 1})
-    hits = loom.memory.search("where do I live and what do I play?", ns, k=2)
+    hits = memory.search("where do I live and what do I play?", ns, k=2)
     snap = builder.snapshot_item([], hits)
     items = [snap, user_item(1, "hi"), message_item("assistant", 1, "assistant", "hello", [1])]
     st = state(items, "where do I live?", memory, ns, builder, turn=2)

@@ -142,7 +142,7 @@ def memory_tools(
             query: what to look for.
             k: how many memories to return.
         """
-        hits = loom.memory.search(query, namespace, k=k)
+        hits = memory.search(query, namespace, k=k)
         return format_memories(hits) if hits else f"No memories found for {query!r}."
 
     return [tool(remember), tool(recall)]
