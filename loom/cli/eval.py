@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -178,9 +178,10 @@ def classes_table(summary: dict) -> object:
     return table
 
 
-def quality_rows(variants: dict) -> list:
+def quality_rows(variants: dict[str, Any]) -> list[Any]:
     """Table rows of the ``quality`` blocks (``qa``, ``tools``), when the variants have them."""
-    first = next(iter(variants.values()), {}).get("quality")
+    first_variant: dict[str, Any] = next(iter(variants.values()), {})
+    first = first_variant.get("quality")
     if not first:
         return []
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 
 def stderr_console() -> Console:
@@ -41,7 +41,7 @@ def bar() -> Iterator[Callable[[str, int, int], None]]:
     console = stderr_console()
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=console, disable=not console.is_terminal)
-    tasks: dict[str, int] = {}
+    tasks: dict[str, TaskID] = {}
 
     def update(task: str, done: int, total: int) -> None:
         if task not in tasks:
