@@ -29,8 +29,11 @@ model: setup
 demo: model
 	$(BIN)/loom demo
 
+# Two workers, one torch thread each (no OpenMP threads spinning against each other);
+# tests/conftest.py keeps each test file on one worker so its servers start once.
+TEST_WORKERS ?= 2
 test: model
-	$(BIN)/python -m pytest -q tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
 
 bench: setup
 	$(BIN)/loom bench throughput

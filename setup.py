@@ -12,6 +12,7 @@ from setuptools import find_packages, setup
 FOLDERS = ("runtime", "orchestrator", "retrieval", "memory", "tools", "api", "evals")
 
 setup(
-    packages=["loom", *(f"loom.{p}" for p in find_packages(include=[f for f in FOLDERS] + [f"{f}.*" for f in FOLDERS]))],
+    packages=[*find_packages(include=["loom", "loom.*"]),
+              *(f"loom.{p}" for p in find_packages(include=[*FOLDERS, *(f"{f}.*" for f in FOLDERS)]))],
     package_dir={"loom": "loom", **{f"loom.{f}": f for f in FOLDERS}},
 )

@@ -1,7 +1,9 @@
 """The examples in README.md and docs/ run, so they cannot go stale; the README stays a front page.
 
-Every ```python block runs in a fresh interpreter (cwd: a temp folder holding a
-copy of README.md) unless the line before it is ``<!-- readme-test: skip -->``.
+Every ```python block runs as a script (cwd: a temp folder holding a copy of
+README.md) unless the line before it is ``<!-- readme-test: skip -->``; a
+page's blocks share one interpreter (each in fresh globals), and a block
+repeated word for word on another page runs once.
 A ```bash block runs when the line before it is ``<!-- readme-test: shell -->``.
 A block of either kind marked ``<!-- readme-test: server -->`` runs while
 ``loom serve --no-auth`` serves the default real model (no ``--model``:
@@ -13,6 +15,7 @@ need a long run or a GPU) are not run here.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -108,17 +111,54 @@ def test_readme_and_docs_have_runnable_examples() -> None:
     assert any(page.startswith("docs/") for page, *_ in BLOCKS)
 
 
-@pytest.mark.parametrize("index", range(len(BLOCKS)),
-                         ids=[f"{b[0]}-{b[1]}-{b[2] or 'run'}-{i}" for i, b in enumerate(BLOCKS)])
-def test_example_block_runs(index: int, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    page, lang, tag, body = BLOCKS[index]
+def _units() -> list[tuple[str, str, str, list[str]]]:
+    """(page, lang, tag, bodies): a page's Python examples of one kind run in one interpreter
+    (each in fresh globals, as a script), a shell example alone; an example repeated
+    word for word on another page runs once."""
+    units: dict[tuple[str, str, str] | int, tuple[str, str, str, list[str]]] = {}
+    seen: set[str] = set()
+    for i, (page, lang, tag, body) in enumerate(BLOCKS):
+        if body in seen:
+            continue
+        seen.add(body)
+        key = (page, lang, tag) if lang == "python" else i
+        units.setdefault(key, (page, lang, tag, []))[3].append(body)
+    return list(units.values())
+
+
+UNITS = _units()
+
+# Runs each example of a JSON list in order, each in fresh globals as ``python -c`` would.
+RUNNER = r"""
+import json, sys, traceback
+for n, body in enumerate(json.load(open(sys.argv[1]))):
+    try:
+        exec(compile(body, f"<example {n}>", "exec"), {"__name__": "__main__"})
+    except SystemExit as exc:
+        if exc.code not in (None, 0):
+            raise
+    except BaseException:
+        print(f"--- example {n} failed:\n{body}", file=sys.stderr)
+        traceback.print_exc()
+        sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize("unit", range(len(UNITS)),
+                         ids=[f"{u[0]}-{u[1]}-{u[2] or 'run'}-{i}" for i, u in enumerate(UNITS)])
+def test_example_block_runs(unit: int, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    page, lang, tag, bodies = UNITS[unit]
     env = _env()
     (tmp_path / "README.md").write_text((ROOT / "README.md").read_text())  # examples may read it
     if tag == "server":
         port = request.getfixturevalue("server_port")
-        body = body.replace("localhost:8000", f"localhost:{port}").replace("8000", str(port))
+        bodies = [b.replace("localhost:8000", f"localhost:{port}").replace("8000", str(port)) for b in bodies]
         env["OPENAI_BASE_URL"] = f"http://localhost:{port}/v1"
-    cmd = [sys.executable, "-c", body] if lang == "python" else ["bash", "-euo", "pipefail", "-c", body]
+    if lang == "python":
+        (tmp_path / ".examples.json").write_text(json.dumps(bodies))
+        cmd = [sys.executable, "-c", RUNNER, str(tmp_path / ".examples.json")]
+    else:
+        cmd = ["bash", "-euo", "pipefail", "-c", bodies[0]]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, (f"{page}: {lang} block failed:\n{body}\n--- stdout\n{proc.stdout[-3000:]}"
+    assert proc.returncode == 0, (f"{page}: {lang} example failed:\n--- stdout\n{proc.stdout[-3000:]}"
                                   f"\n--- stderr\n{proc.stderr[-3000:]}")
