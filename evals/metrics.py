@@ -1,4 +1,4 @@
-"""Metric formulas, exactly as vLLM's serving benchmark defines them (see ARCHITECTURE.md).
+"""Metric formulas, exactly as vLLM's serving benchmark defines them.
 
 All inputs are seconds on one monotonic clock; all latencies come out in ms.
 

@@ -16,7 +16,7 @@ from loom.evals.prices import Prices, gpu_cost_label
 from loom.evals.records import OUTPUT_CLASSES, PROMPT_CLASSES
 from loom.evals.runner import VariantResult
 
-# MLPerf llama3.1-8b interactive p99 TTFT 500 ms, TPOT 30 ms (ARCHITECTURE.md).
+# MLPerf llama3.1-8b interactive p99 TTFT 500 ms, TPOT 30 ms.
 DEFAULT_SLOS_MS = {"ttft": 500.0, "tpot": 30.0}
 EXTRA_CLASSES = ("spec_rejected", "recompute")  # work outside the prompt and the completion
 CLASSES = PROMPT_CLASSES + OUTPUT_CLASSES + EXTRA_CLASSES

@@ -1,7 +1,7 @@
 """Loom orchestrator: KV-cache-aware context assembly, the agent loop and the token-class ledger.
 
-- :class:`ContextBuilder` assembles prompts from stored token ids in the order
-  of ARCHITECTURE.md, under a :class:`ContextBudget`;
+- :class:`ContextBuilder` assembles prompts from stored token ids, ordered by how often
+  each part changes, under a :class:`ContextBudget`;
 - :class:`Agent` runs the reasoning / tool-call loop (``run``, ``arun``, ``stream``);
 - :mod:`loom.orchestrator.ledger` splits tokens, time and cost by class;
 - :mod:`loom.orchestrator.parsers` splits streamed text into reasoning, content and tool calls;

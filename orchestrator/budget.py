@@ -10,7 +10,7 @@ Compaction (when the history outgrows its cap) is done rarely and in one big
 step, down to ``low_water`` times the cap: many small trims would move the
 start of the history at every turn and throw away the whole prefix cache each
 time; one big drop loses it once and then stays put for many turns.  This is
-the "rare, big steps" policy ARCHITECTURE.md asks for (compare Letta/MemGPT's
+the "rare, big steps" policy (compare Letta/MemGPT's
 summarise-on-overflow).  What goes first is the retention policy of
 :mod:`loom.orchestrator.compaction`: retrieved chunks and tool steps of turns older
 than the newest ``keep_retrieval_turns`` earlier turns, the dialogue kept;
@@ -118,12 +118,21 @@ class ContextBudget:
         return self.reserved_output + self.reserved_reasoning
 
     @property
-    def prompt_limit(self) -> int:
-        """Most prompt tokens: window - reserved output - reserved reasoning."""
+    def window(self) -> int:
+        """``max_model_len`` once known (tokens).
+
+        Raises:
+            InvalidRequestError: the budget has no window yet (``with_window`` sets it).
+        """
         if self.max_model_len is None:
             raise InvalidRequestError("max_model_len: unknown; give it or build the budget from an engine",
                                       param="max_model_len")
-        return self.max_model_len - self.max_tokens
+        return self.max_model_len
+
+    @property
+    def prompt_limit(self) -> int:
+        """Most prompt tokens: window - reserved output - reserved reasoning."""
+        return self.window - self.max_tokens
 
     def next_turn_margin(self, retrieval: bool = True, memory: bool = True) -> int:
         """Tokens the after-turn forecast reserves for the next turn's inputs (see ``next_turn_tokens``).

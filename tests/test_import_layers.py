@@ -1,6 +1,6 @@
 """Loom's packages import downwards only, and no package's modules import each other in a circle.
 
-Layers (ARCHITECTURE.md), bottom up: ``runtime``; ``tools``, ``retrieval``,
+Layers, bottom up: ``runtime``; ``tools``, ``retrieval``,
 ``memory``; ``orchestrator``; the edge: ``evals`` (suites, ``bench sessions``) and
 ``api``; on top the face, ``loom`` (``import loom`` and the ``loom`` command line, ``loom.cli``).  A library
 package that imported a front-end or ``evals`` would drag the edge into every

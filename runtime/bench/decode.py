@@ -12,8 +12,8 @@ seeded) and decode greedily with EOS ignored:
 
 Each context runs in its own spawned process per side, so peak RSS
 (``ru_maxrss``) is that side's own.  Prints ms per step, the ratio, and the
-growth from the shortest context (at most linear in context is the goal;
-issue 13 also asks for at most half of transformers' step at 1,024).
+growth from the shortest context (the goal: at most linear in context, and at
+most half of transformers' step at 1,024 tokens).
 """
 
 from __future__ import annotations

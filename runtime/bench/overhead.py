@@ -7,7 +7,7 @@ The engine accumulates each phase in ``LLMEngine.step_times``
 (``loom.runtime.config.STEP_PHASES``); this benchmark fills the batch, lets every
 request reach decode, resets the counters, runs ``--steps`` steps and prints
 microseconds per step for each phase, greedy and sampled
-(``temperature=1.0, top_p=0.95``).  The budget (issue 13) is at most 1 ms of
+(``temperature=1.0, top_p=0.95``).  The budget is at most 1 ms of
 host work per step at batch 64; ``model`` is not host work but is printed
 for scale.
 """

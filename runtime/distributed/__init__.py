@@ -1,4 +1,4 @@
-"""Tensor parallelism inside one engine replica (issue 17), Megatron-LM style (Shoeybi et al. 2019,
+"""Tensor parallelism inside one engine replica, Megatron-LM style (Shoeybi et al. 2019,
 arXiv 1909.08053) as vLLM splits its layers.
 
 Design:

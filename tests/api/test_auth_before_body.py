@@ -1,4 +1,4 @@
-"""A request without a valid key is refused from its headers, before its body is read (issue 14, defect 11).
+"""A request without a valid key is refused from its headers, before its body is read.
 
 Before, FastAPI read and parsed the whole body before the key dependency ran:
 a 50 MB body without a key took 0.46 s to get a 400 (a parse error) instead of

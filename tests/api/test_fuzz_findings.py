@@ -1,4 +1,4 @@
-"""What fuzzing the API from its OpenAPI document found, one test each (issue 14).
+"""What fuzzing the API from its OpenAPI document found, one test each.
 
 Each was a response the document did not allow, or a request accepted at one
 step and failing at a later one.

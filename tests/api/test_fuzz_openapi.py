@@ -1,4 +1,4 @@
-"""The REST API fuzzed from its own OpenAPI document with schemathesis (issue 14).
+"""The REST API fuzzed from its own OpenAPI document with schemathesis.
 
 A bounded run (``FUZZ_SECONDS``, default 35 s) of every phase schemathesis has
 (coverage, fuzzing, stateful sequences through the documented links), with all

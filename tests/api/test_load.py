@@ -1,11 +1,11 @@
-"""64 concurrent streamed session turns with hang-ups and malformed tool results (issue 14).
+"""64 concurrent streamed session turns with hang-ups and malformed tool results.
 
 A quarter of the clients hang up mid-stream and send their next message at
 once (the server answers 409 ``session_busy`` until it has closed the
 abandoned turn), a tenth send malformed tool results.  Nothing may answer
 5xx, every KV block is free afterwards, and every turn the server committed
 is exactly what its client was streamed.  The figures are printed (``-s``);
-a larger run: ``python -m tests.api.load --clients 256 --turns 3``.
+a larger run: ``python -m benchmarks.load --clients 256 --turns 3``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.load import problems, run_load, summary
+from benchmarks.load import problems, run_load, summary
 from tests.api.server import Server, cli
 
 CLIENTS, TURNS, MAX_TOKENS = 64, 2, 8

@@ -17,7 +17,7 @@ import sys
 import httpx
 import pytest
 
-from tests.api.replicas import ReplicaServer, conversations, replica_pid, run_workload
+from benchmarks.replicas import ReplicaServer, conversations, replica_pid, run_workload
 from tests.api.server import REPO, _env
 
 pytestmark = pytest.mark.slow

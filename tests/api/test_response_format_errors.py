@@ -1,4 +1,4 @@
-"""A ``response_format`` the grammar engine cannot serve is a 400 naming the field, alone (issue 14, defect 9).
+"""A ``response_format`` the grammar engine cannot serve is a 400 naming the field, alone.
 
 Before: ``{"$ref": "#"}`` compiled, then failed inside the shared engine step:
 7 of 8 innocent concurrent requests got 500, and every error body carried

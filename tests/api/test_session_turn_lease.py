@@ -1,4 +1,4 @@
-"""One turn at a time per session, across worker processes (issue 14, defects 8 and 11).
+"""One turn at a time per session, across worker processes.
 
 Before the turn lease, two concurrent messages to one session both ran: the
 stored turns got swapped indexes and the agent history interleaved; deleting a

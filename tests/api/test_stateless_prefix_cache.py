@@ -10,7 +10,7 @@ partial last KV block is kept (runtime KV tails).
 
 from __future__ import annotations
 
-from tests.api.stateless import conversation, reuse_counters
+from benchmarks.stateless import conversation, reuse_counters
 
 
 def test_eight_turn_stateless_conversation_gets_90_percent_of_the_previous_turn_from_the_cache(

@@ -1,7 +1,7 @@
-"""Compaction that keeps the prefix cache (issue 16 part 1).
+"""Compaction that keeps the prefix cache.
 
 Policy tests run on the real tokenizer with hand-built items (no model);
-the session test runs :mod:`tests.orchestrator.compaction_session` on the
+the session test runs :mod:`benchmarks.compaction_session` on the
 real default model, the real MiniLM embedder and a FAISS index over the
 standard library's documentation.
 """
@@ -86,7 +86,7 @@ def test_budget_rejects_bad_retention_settings_naming_the_field() -> None:
 # --- the retrieval-heavy session on the real model -------------------------------------------
 @pytest.fixture(scope="module")
 def stdlib_index(tmp_path_factory):
-    from tests.orchestrator.compaction_session import open_index
+    from benchmarks.compaction_session import open_index
 
     return open_index(tmp_path_factory.mktemp("compaction-index"))
 
@@ -104,7 +104,7 @@ async def test_retrieval_heavy_session_in_4k_window_keeps_every_turn_cached(smol
     """Issue 16's goal on the first 12 turns of the driver's session (the 30-turn figures are in the notes):
     no turn below 50% cached, >= 85% of the prompt tokens after the first turn cached (the first turn,
     a cold start, weighs 2.5x more in 12 turns than in 30), every compaction prefilled after its turn."""
-    from tests.orchestrator.compaction_session import run_session
+    from benchmarks.compaction_session import run_session
 
     rows = await run_session(smollm, stdlib_index, turns=12, window=4096, max_tokens=48)
     assert sum(r.compactions for r in rows) >= 2, rows  # the window did fill up, more than once

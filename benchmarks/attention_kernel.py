@@ -1,6 +1,6 @@
 """Per-layer attention time, Loom's CPU kernel vs the gather + SDPA reference, by query chunk length.
 
-``python -m tests.runtime.bench_attention_kernel [THREADS]`` (default 1 thread): ``small`` preset
+``python -m benchmarks.attention_kernel [THREADS]`` (default 1 thread): ``small`` preset
 shapes (10 query / 5 KV heads, head_dim 64), block size 16, random caches and block tables; prints
 ms per call, the reference/kernel ratio and the largest difference.  The engine sends a request to
 the kernel when its chunk has at most ``KERNEL_MAX_QUERY_LEN`` tokens (``loom.runtime.kernels``).

@@ -16,7 +16,7 @@ compares what each session stored with what its client saw.
 
 Larger run (starts its own server on the tiny random model)::
 
-    python -m tests.api.load --clients 256 --turns 3 --max-tokens 32
+    python -m benchmarks.load --clients 256 --turns 3 --max-tokens 32
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def summary(runs: list[ClientRun], wall_s: float) -> dict[str, Any]:
 
 
 def main() -> None:
-    """``python -m tests.api.load``: start a server on the tiny model, run the load, print the figures."""
+    """``python -m benchmarks.load``: start a server on the tiny model, run the load, print the figures."""
     import tempfile
     from pathlib import Path
 

@@ -1,4 +1,4 @@
-"""Compaction driver: a retrieval-heavy documentation session in a small window (issue 16 part 1).
+"""Compaction driver: a retrieval-heavy documentation session in a small window.
 
 One agent session of ``--turns`` questions about the Python standard library
 (the ``stdlib:`` documentation shipped with the interpreter, as ``loom demo``
@@ -13,8 +13,8 @@ answer rests on this turn's retrieved documents (``loom.orchestrator.citations``
 ``tests/orchestrator/test_compaction_session.py`` runs it and asserts the
 goals; on another model or for the full 30 turns::
 
-    python -m tests.orchestrator.compaction_session --model qwen2.5-coder-0.5b-instruct --turns 30
-    python -m tests.orchestrator.compaction_session --compaction summarize --turns 30
+    python -m benchmarks.compaction_session --model qwen2.5-coder-0.5b-instruct --turns 30
+    python -m benchmarks.compaction_session --compaction summarize --turns 30
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ turn's ``prompt_tokens + completion_tokens`` that came back as
 ``cached_tokens``.  ``tests/api/test_stateless_prefix_cache.py`` asserts it;
 on another model (starts its own ``loom serve``)::
 
-    python -m tests.api.stateless --model qwen2.5-coder-0.5b-instruct
+    python -m benchmarks.stateless --model qwen2.5-coder-0.5b-instruct
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ whether it failed.  ``kill_after`` SIGKILLs replica 1 once that many turns have 
 
 Run (starts its own servers, one after another, cold caches each)::
 
-    python -m tests.api.replicas --sessions 16 --turns 8          # 2 replicas: cache_aware vs round_robin + 1 replica
-    python -m tests.api.replicas --sessions 16 --turns 8 --kill   # and a run that kills a replica mid-way
+    python -m benchmarks.replicas --sessions 16 --turns 8          # 2 replicas: cache_aware vs round_robin + 1 replica
+    python -m benchmarks.replicas --sessions 16 --turns 8 --kill   # and a run that kills a replica mid-way
 """
 
 from __future__ import annotations
