@@ -140,7 +140,7 @@ class AuthGate:
             return
         header = Headers(scope=scope).get("authorization", "")
         try:
-            owner = await anyio.to_thread.run_sync(check_key, self.services.store, header,
+            owner = await anyio.to_thread.run_sync(check_key, self.services.require_store(), header,
                                                    _static_key(self.services))
         except AuthenticationError as exc:
             # Connection: close, so the server stops receiving a body it will never read
@@ -168,5 +168,5 @@ async def require_owner(request: Request,
     owner = getattr(request.state, "owner", None)
     if owner is not None:
         return owner
-    return await anyio.to_thread.run_sync(check_key, services.store, request.headers.get("authorization", ""),
+    return await anyio.to_thread.run_sync(check_key, services.require_store(), request.headers.get("authorization", ""),
                                           _static_key(services))

@@ -24,7 +24,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from fastapi import Request
@@ -32,6 +32,7 @@ from fastapi import Request
 from loom.runtime.errors import RequestAbortedError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 async def open_generation(engine: Any, prompt_token_ids: list[int], sampling_params: Any,
@@ -182,8 +183,8 @@ async def wait_disconnect(request: Request, poll_s: float = 0.25) -> None:
         await asyncio.sleep(poll_s)
 
 
-async def until_disconnect(request: Request, work: asyncio.Future[Any],
-                           on_disconnect: Callable[[], None] | None = None) -> Any:
+async def until_disconnect(request: Request, work: asyncio.Future[T],
+                           on_disconnect: Callable[[], None] | None = None) -> T:
     """Wait for ``work`` unless the client goes away first; return its result.
 
     On a disconnect ``work`` is cancelled (the caller still settles it),

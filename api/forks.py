@@ -26,7 +26,7 @@ async def fork_session(services: Services, parent: ChatSession, turn: int | None
         SessionBusyError: a turn runs on the parent (409).
         InvalidRequestError: a bad ``turn`` / ``at`` (400 naming it).
     """
-    store = services.store
+    store = services.require_store()
     lease = await TurnLeaseKeeper.claim(store, parent.id, services.settings.turn_lease_s)
     try:
         source = T.agent_session(services, parent.id)

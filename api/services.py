@@ -16,11 +16,19 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loom.api.metrics import Metrics
 from loom.api.settings import Settings
 from loom.api.store import Store
+
+if TYPE_CHECKING:  # loaded by start() and on first use: seconds of imports a bare app never needs
+    from loom.memory import LongTermMemory
+    from loom.orchestrator.formats import ToolCallFormat
+    from loom.orchestrator.reuse import GeneratedIds
+    from loom.retrieval import Embedder, Retriever
+    from loom.runtime import AsyncLLM
+    from loom.tools.mcp import MCPServer, MCPTool
 
 log = logging.getLogger(__name__)
 
@@ -56,23 +64,23 @@ class Services:
 
     settings: Settings
     store: Store | None = None
-    engine: Any = None  # runtime.AsyncLLM
-    tool_format: Any = None  # loom.orchestrator.formats.ToolCallFormat of the served model
-    generated_ids: Any = None  # loom.orchestrator.reuse.GeneratedIds: exact ids for resent replies
-    retriever: Any = None  # retrieval.Retriever
+    engine: AsyncLLM | None = None
+    tool_format: ToolCallFormat | None = None  # of the served model
+    generated_ids: GeneratedIds | None = None  # exact ids for resent replies
+    retriever: Retriever | None = None
     metrics: Metrics = field(default_factory=Metrics)
     started_at: float = field(default_factory=time.time)
     in_flight: int = 0
-    _memory: Any = None
-    _mcp: dict[str, Any] | None = None  # loom.tools.mcp.MCPServer by name (Settings.mcp_config)
-    _embedder: Any = None
-    _lock: Any = field(default_factory=threading.RLock)  # re-entrant: index() loads the embedder
+    _memory: LongTermMemory | None = None
+    _mcp: dict[str, MCPServer] | None = None  # by name (Settings.mcp_config)
+    _embedder: Embedder | None = None
+    _lock: threading.RLock = field(default_factory=threading.RLock)  # re-entrant: index() loads the embedder
 
     def __post_init__(self) -> None:
         self.metrics.model_name = self.settings.model_name  # vLLM's model_name label
 
     # MCP servers (loom.tools.mcp) ------------------------------------------------------------
-    def _mcp_servers(self) -> dict[str, Any]:
+    def _mcp_servers(self) -> dict[str, MCPServer]:
         with self._lock:
             if self._mcp is None:
                 from loom.tools.mcp_config import load_mcp_config
@@ -81,13 +89,13 @@ class Services:
                 self._mcp = {s.name: s for s in load_mcp_config(path)} if path is not None else {}
             return self._mcp
 
-    def _mcp_refs(self, names: list[str]) -> list[tuple[str, str, Any]]:
+    def _mcp_refs(self, names: list[str]) -> list[tuple[str, str, MCPServer | None]]:
         """``(server name, tool name or "", server or None)`` of each ``mcp:<server>[/<tool>]`` name."""
         servers = self._mcp_servers()
         refs = [ref[4:].partition("/") for ref in names if ref.startswith("mcp:")]
         return [(server, tool, servers.get(server)) for server, _, tool in refs]
 
-    def mcp_tools(self, names: list[str]) -> list[Any]:
+    def mcp_tools(self, names: list[str]) -> list[MCPTool]:
         """The MCP tools a session's ``tools`` list names (``mcp:<server>``, ``mcp:<server>/<tool>``).
 
         A server is listed on first use (blocking, at most its ``connect_timeout_s``); later
@@ -98,7 +106,7 @@ class Services:
         """
         from loom.tools.mcp import MCPConnectionError
 
-        chosen: dict[str, Any] = {}
+        chosen: dict[str, MCPTool] = {}
         for server_name, tool_name, server in self._mcp_refs(names):
             if server is None:
                 continue  # checked when the session was created; the config changed since
@@ -133,6 +141,29 @@ class Services:
                                           param="tools")
 
     # lifecycle --------------------------------------------------------------------
+    # ``store``, ``engine`` and ``tool_format`` stay ``None`` until ``start`` sets them (``loom serve``
+    # reads which one is missing after a failed start); request handlers, which run only after it,
+    # take them typed through these.
+    def require_store(self) -> Store:
+        """The database, once ``start`` opened it.
+
+        Raises:
+            RuntimeError: ``start`` has not run.
+        """
+        if self.store is None:
+            raise RuntimeError("Services.start() has not run: no database")
+        return self.store
+
+    def require_engine(self) -> AsyncLLM:
+        """The engine, once ``start`` loaded it.
+
+        Raises:
+            RuntimeError: ``start`` has not run.
+        """
+        if self.engine is None:
+            raise RuntimeError("Services.start() has not run: no engine")
+        return self.engine
+
     def start(self) -> None:
         """Open the database, load the engine and the index (blocking, seconds); once.
 
@@ -188,7 +219,7 @@ class Services:
             self.store.close()
 
     # lazily loaded parts ------------------------------------------------------------
-    def embedder(self) -> Any:
+    def embedder(self) -> Embedder:
         """The MiniLM sentence embedder shared by index and memory (loaded once)."""
         with self._lock:
             if self._embedder is None:
@@ -197,7 +228,7 @@ class Services:
                 self._embedder = Embedder()
             return self._embedder
 
-    def memory(self) -> Any:
+    def memory(self) -> LongTermMemory:
         """``memory.LongTermMemory`` on the server database (created on first use)."""
         if self._memory is None:
             embedder = self.embedder()
@@ -208,7 +239,7 @@ class Services:
                     self._memory = LongTermMemory(url=self.settings.db, embedder=embedder)
         return self._memory
 
-    def index(self) -> Any:
+    def index(self) -> Retriever:
         """The retriever; without ``--index`` one is created under ``.loom/index``."""
         if self.retriever is None:
             with self._lock:
@@ -216,7 +247,7 @@ class Services:
                     self.retriever = self._open_index(Path(".loom/index"))
         return self.retriever
 
-    def _open_index(self, path: Path) -> Any:
+    def _open_index(self, path: Path) -> Retriever:
         from loom.retrieval import Retriever
 
         log.info("opening index %s", path)

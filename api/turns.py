@@ -14,13 +14,23 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, Iterable
+from typing import TYPE_CHECKING, Any
 
 from loom.api.engine_io import engine_max_model_len
+from loom.api.schemas.chat import NamedToolChoice
 from loom.api.schemas.sessions import SessionCreate, TurnOut
 from loom.api.services import Services
 from loom.api.store import Turn
+from loom.orchestrator.events import AgentEvent, DoneEvent, RunResult, UsageEvent
+from loom.orchestrator.items import JSON
+
+if TYPE_CHECKING:  # the orchestrator's agent and sessions load on a session's first turn
+    from loom.orchestrator import Agent, SQLSession
+    from loom.orchestrator.ledger import Ledger
+    from loom.orchestrator.session import Session
+    from loom.retrieval import Hit, Retriever
+    from loom.tools.base import Tool
 
 log = logging.getLogger(__name__)
 
@@ -33,30 +43,30 @@ def scoped_namespace(owner: str, namespace: str) -> str:
 class OwnerRetriever:
     """A retriever view that only finds the owner's documents (metadata filter)."""
 
-    def __init__(self, retriever: Any, owner: str) -> None:
+    def __init__(self, retriever: Retriever, owner: str) -> None:
         self._retriever = retriever
         self.owner = owner
 
-    def search(self, query: str, k: int = 5, filters: dict[str, Any] | None = None) -> list[Any]:
+    def search(self, query: str, k: int = 5, filters: dict[str, JSON] | None = None) -> list[Hit]:
         """``Retriever.search`` restricted to ``metadata.owner == owner``."""
         return self._retriever.search(query, k=k, filters={**(filters or {}), "owner": self.owner})
 
-    def search_many(self, queries: Any, k: int = 5, filters: dict[str, Any] | None = None,
-                    **kwargs: Any) -> list[Any]:
+    def search_many(self, queries: Iterable[str], k: int = 5, filters: dict[str, JSON] | None = None,
+                    identifier_queries: Iterable[str] | None = None) -> list[Hit]:
         """``Retriever.search_many`` restricted to ``metadata.owner == owner``."""
         return self._retriever.search_many(queries, k=k, filters={**(filters or {}), "owner": self.owner},
-                                           **kwargs)
+                                           identifier_queries=identifier_queries)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # any other attribute of the wrapped retriever
         if name.startswith("search"):  # never an unfiltered search through the view
             raise AttributeError(name)
         return getattr(self._retriever, name)
 
 
-def _tools(services: Services, owner: str, cfg: SessionCreate) -> list[Any]:
+def _tools(services: Services, owner: str, cfg: SessionCreate) -> list[Tool]:
     from loom.tools.builtin import calculator, memory_tools, search_documents_tool
 
-    chosen: list[Any] = []
+    chosen: list[Tool] = []
     if "calculator" in cfg.tools:
         chosen.append(calculator)
     if "search_documents" in cfg.tools:
@@ -73,9 +83,9 @@ def _tools(services: Services, owner: str, cfg: SessionCreate) -> list[Any]:
     return chosen
 
 
-def tool_choice_arg(choice: Any) -> Any:
+def tool_choice_arg(choice: str | NamedToolChoice) -> str:
     """A session tool choice as ``Agent`` takes it (a named choice becomes the tool name)."""
-    if isinstance(choice, str) or choice is None:
+    if isinstance(choice, str):
         return choice
     return choice.function.name  # named tool
 
@@ -89,7 +99,7 @@ def check_budget(services: Services, cfg: SessionCreate) -> None:
     from loom.orchestrator import ContextBudget
     from loom.runtime.errors import InvalidRequestError
 
-    window = engine_max_model_len(services.engine)
+    window = engine_max_model_len(services.require_engine())
     try:
         ContextBudget(reserved_output=cfg.sampling.max_tokens, max_model_len=window)
     except InvalidRequestError:
@@ -98,7 +108,7 @@ def check_budget(services: Services, cfg: SessionCreate) -> None:
             f"the model's {window}-token window", param="sampling.max_tokens") from None
 
 
-def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Any:
+def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Agent:
     """An ``orchestrator.Agent`` for one turn of a session with config ``cfg``."""
     from loom.orchestrator import Agent, ContextBudget
     from loom.runtime import SamplingParams
@@ -108,7 +118,7 @@ def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Any:
                               max_tokens=s.max_tokens, seed=s.seed, stop=list(s.stop))
     ns = cfg.memory_namespace
     return Agent(
-        services.engine,
+        services.require_engine(),
         budget=ContextBudget(reserved_output=s.max_tokens),
         tool_timeout_s=services.settings.tool_timeout_s,
         tools=_tools(services, owner, cfg),
@@ -126,7 +136,7 @@ def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Any:
     )
 
 
-def agent_session(services: Services, session_id: str) -> Any:
+def agent_session(services: Services, session_id: str) -> SQLSession:
     """The orchestrator's SQL-backed conversation items of ``session_id``."""
     from loom.orchestrator import SQLSession
 
@@ -142,7 +152,7 @@ def turn_out(turn: Turn) -> TurnOut:
                    created_at=turn.created_at, finished_at=turn.finished_at)
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> JSON:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {k: _jsonable(v) for k, v in dataclasses.asdict(value).items()}
     if isinstance(value, dict):
@@ -154,30 +164,30 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def result_fields(result: Any) -> dict[str, Any]:
-    """Columns of a finished turn from an ``orchestrator.RunResult``."""
+def result_fields(result: RunResult) -> dict[str, JSON]:
+    """Columns of a finished turn from its ``RunResult`` (``Store.finish_turn`` keywords)."""
     ledger = result.usage
     return {
         "state": result.final_state,
         "answer": result.answer,
         "reasoning": result.reasoning or None,
-        "tool_calls": _jsonable(list(result.tool_calls or [])),
-        "tool_results": _jsonable(list(result.tool_results or [])),
-        "usage": ledger.to_openai_usage() if ledger is not None else None,
-        "ledger": ledger.to_dict(with_calls=True) if ledger is not None else None,
+        "tool_calls": _jsonable(result.tool_calls),
+        "tool_results": _jsonable(result.tool_results),
+        "usage": ledger.to_openai_usage(),
+        "ledger": ledger.to_dict(with_calls=True),
     }
 
 
-def after_turn_ledger(result: Any) -> dict[str, Any] | None:
+def after_turn_ledger(result: RunResult) -> dict[str, JSON] | None:
     """The turn's stored ledger with ``after_turn`` added: the calls the agent made after the
     answer for the next turn (``RunResult.after_turn_usage``); ``None`` when there were none."""
-    after = getattr(result, "after_turn_usage", None)
-    if after is None or result.usage is None:
+    after = result.after_turn_usage
+    if after is None:
         return None
     return {**result.usage.to_dict(with_calls=True), "after_turn": after.to_dict(with_calls=True)}
 
 
-def record_metrics(services: Services, ledger: Any) -> None:
+def record_metrics(services: Services, ledger: Ledger | None) -> None:
     """Tokens by class, vLLM's token counters and per-call TTFT / E2EL from a run's ledger."""
     if ledger is None:
         return
@@ -197,21 +207,18 @@ def record_metrics(services: Services, ledger: Any) -> None:
             services.metrics.e2el.observe(call.e2e_ms / 1000.0)
 
 
-def event_json(ev: Any) -> dict[str, Any]:
+def event_json(ev: AgentEvent) -> dict[str, JSON]:
     """One agent event as JSON for the SSE stream (``type`` plus its fields)."""
-    kind = getattr(ev, "type", type(ev).__name__)
-    if kind == "usage":
-        ledger = getattr(ev, "ledger", None)
-        return {"type": "usage", "usage": ledger.to_openai_usage() if ledger else None,
-                "ledger": ledger.to_dict() if ledger else None}
-    if kind == "done":
-        return {"type": "done"}  # the stored turn follows as a `turn` event
-    data = _jsonable(ev)
-    data = data if isinstance(data, dict) else {"value": data}
-    data["type"] = kind
+    if isinstance(ev, UsageEvent):
+        return {"type": ev.type, "usage": ev.ledger.to_openai_usage(), "ledger": ev.ledger.to_dict()}
+    if isinstance(ev, DoneEvent):
+        return {"type": ev.type}  # the stored turn follows as a `turn` event
+    data: dict[str, JSON] = _jsonable(ev)
+    data["type"] = ev.type
     return data
 
 
-def agent_events(agent: Any, message: str, session: Any, tool_choice: Any) -> AsyncIterator[Any]:
+def agent_events(agent: Agent, message: str, session: Session,
+                 tool_choice: str | None) -> AsyncGenerator[AgentEvent, None]:
     """The agent's event stream for one turn (``Agent.stream``; ``aclose()`` aborts it)."""
     return agent.stream(message, session=session, tool_choice=tool_choice)

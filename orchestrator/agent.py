@@ -31,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from typing import Any
 
 from loom.runtime.errors import InvalidRequestError, LoomError
 from loom.runtime.sampling_params import SamplingParams
@@ -42,8 +43,9 @@ from loom.orchestrator.budget import ContextBudget
 from loom.orchestrator.condense import DEFAULT_CONDENSE_TOKENS
 from loom.orchestrator.context import ContextBuilder
 from loom.orchestrator.engine import EngineClient
-from loom.orchestrator.events import AgentEvent, DoneEvent, RunResult, UsageEvent
+from loom.orchestrator.events import AgentEvent, DoneEvent, RunResult, ToolChoice, UsageEvent
 from loom.orchestrator.formats import ToolCallFormat
+from loom.orchestrator.items import JSON
 from loom.orchestrator.ledger import Ledger, PriceTable
 from loom.orchestrator.parts import AgentParts
 from loom.orchestrator.protocols import Engine, Memory, Retriever, Tokenizer, eos_token_ids
@@ -57,6 +59,10 @@ logger = logging.getLogger(__name__)
 # the cut is prefilled again then, so dropping it costs no cache hit); between compactions the prompt
 # is append-only whatever this says. False: compactions free the window that old reasoning took.
 DEFAULT_KEEP_REASONING = False
+
+ToolChoiceArg = str | Mapping[str, Any]
+"""A tool choice as callers give it: ``"auto"``, ``"none"``, ``"required"``, a tool name, ``{"name": ...}``
+or OpenAI's ``{"type": "function", "function": {"name": ...}}`` (JSON, checked by ``check_tool_choice``)."""
 
 
 def _registry(tools: Any, retriever: Retriever | None, auto_retrieve: bool, timeout_s: float) -> ToolRegistry:
@@ -122,20 +128,21 @@ class Agent:
     def __init__(self, llm: Engine, tools: Any = None, retriever: Retriever | None = None,
                  memory: Memory | None = None,
                  system_prompt: str = "", budget: ContextBudget | None = None, max_steps: int = 6,
-                 sampling: SamplingParams | None = None, tool_choice: Any = "auto", auto_retrieve: bool = True,
+                 sampling: SamplingParams | None = None, tool_choice: ToolChoiceArg = "auto",
+                 auto_retrieve: bool = True,
                  keep_reasoning: bool = DEFAULT_KEEP_REASONING, memory_namespace: str | None = None,
                  prices: PriceTable | None = None, retrieval_k: int = 4, memory_k: int = 4,
                  tool_timeout_s: float = 30.0, memory_write_back: bool = True,
                  tool_call_parser: Any = None, condense_question: bool = True,
                  condense_tokens: int = DEFAULT_CONDENSE_TOKENS, parallel_tool_calls: bool | None = None,
-                 approval: Any = ()) -> None:
+                 approval: Iterable[str] = ()) -> None:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
         engine = EngineClient(llm)
         registry = _registry(tools, retriever, auto_retrieve, tool_timeout_s)
         budget = (budget or ContextBudget()).with_window(engine.max_model_len)
-        if budget.max_model_len > engine.max_model_len:
-            raise InvalidRequestError(f"max_model_len: budget window {budget.max_model_len} exceeds the "
+        if budget.window > engine.max_model_len:
+            raise InvalidRequestError(f"max_model_len: budget window {budget.window} exceeds the "
                                       f"engine's {engine.max_model_len} tokens", param="max_model_len")
         if not isinstance(condense_tokens, int) or condense_tokens < 1:
             raise InvalidRequestError(f"condense_tokens: must be an int >= 1, got {condense_tokens!r}",
@@ -164,27 +171,27 @@ class Agent:
     budget = property(lambda self: self.parts.budget, doc="The context budget (window set).")
     format = property(lambda self: self.parts.format, doc="The model's tool-call format.")
 
-    def check_tool_choice(self, choice: Any) -> str | dict[str, Any]:
+    def check_tool_choice(self, choice: ToolChoiceArg) -> ToolChoice:
         """Normalise a tool choice to ``auto|none|required`` or ``{"name": ...}``.
 
         Raises:
             InvalidRequestError: unknown value, an unknown tool, or required without tools.
         """
-        if isinstance(choice, dict):
+        name: object = choice
+        if isinstance(choice, Mapping):
             name = (choice.get("function") or {}).get("name") or choice.get("name")
-            choice = name if isinstance(name, str) else None
-        if choice in ("auto", "none"):
-            return choice
-        if choice == "required" or (isinstance(choice, str) and choice in self.registry):
+        if name == "auto" or name == "none":
+            return "auto" if name == "auto" else "none"
+        if name == "required" or (isinstance(name, str) and name in self.registry):
             if not len(self.registry):
                 raise InvalidRequestError("tool_choice: 'required' needs at least one tool", param="tool_choice")
-            return "required" if choice == "required" else {"name": choice}
+            return "required" if name == "required" else {"name": str(name)}
         raise InvalidRequestError(
             f"tool_choice: expected 'auto', 'none', 'required' or one of {self.registry.names}, got {choice!r}",
             param="tool_choice")
 
     async def stream(self, message: str, session: Session | None = None,
-                     tool_choice: Any = None) -> AsyncIterator[AgentEvent]:
+                     tool_choice: ToolChoiceArg | None = None) -> AsyncGenerator[AgentEvent, None]:
         """Run one user turn, yielding events; the last is ``DoneEvent(result)``.
 
         Raises:
@@ -202,7 +209,7 @@ class Agent:
         async for ev in self._drive(runner, runner.run()):
             yield ev
 
-    async def resume_stream(self, session: Session, decisions: Any) -> AsyncIterator[AgentEvent]:
+    async def resume_stream(self, session: Session, decisions: JSON) -> AsyncGenerator[AgentEvent, None]:
         """Continue a turn paused for approval (``loom.orchestrator.approval``), yielding events like :meth:`stream`.
 
         ``decisions``: ``{call id: "approve" | "reject" | {"decision": "edit", "arguments": {...}} |
@@ -215,15 +222,15 @@ class Agent:
         async for ev in self._drive(runner, runner.resume(decisions)):
             yield ev
 
-    async def aresume(self, session: Session, decisions: Any) -> RunResult:
+    async def aresume(self, session: Session, decisions: JSON) -> RunResult:
         """:meth:`resume_stream` to the end; its :class:`RunResult`."""
         return await self._result(self.resume_stream(session, decisions))
 
-    def resume(self, session: Session, decisions: Any) -> RunResult:
+    def resume(self, session: Session, decisions: JSON) -> RunResult:
         """Synchronous :meth:`aresume` (not from inside a running event loop)."""
         return asyncio.run(self.aresume(session, decisions))
 
-    async def _drive(self, runner: TurnRunner, events: AsyncIterator[AgentEvent]) -> AsyncIterator[AgentEvent]:
+    async def _drive(self, runner: TurnRunner, events: AsyncIterator[AgentEvent]) -> AsyncGenerator[AgentEvent, None]:
         t0 = time.perf_counter()
         result = runner.result
         try:
@@ -256,11 +263,12 @@ class Agent:
         assert result is not None
         return result
 
-    async def arun(self, message: str, session: Session | None = None, tool_choice: Any = None) -> RunResult:
+    async def arun(self, message: str, session: Session | None = None,
+                   tool_choice: ToolChoiceArg | None = None) -> RunResult:
         """Run one user turn to the end; return its :class:`RunResult`."""
         return await self._result(self.stream(message, session=session, tool_choice=tool_choice))
 
-    def run(self, message: str, session: Session | None = None, tool_choice: Any = None) -> RunResult:
+    def run(self, message: str, session: Session | None = None, tool_choice: ToolChoiceArg | None = None) -> RunResult:
         """Synchronous :meth:`arun` (not from inside a running event loop).
 
         Raises:

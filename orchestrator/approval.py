@@ -30,18 +30,19 @@ out of every prompt.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Literal
 
+from loom.orchestrator.items import Decision, Item, PendingCall
 from loom.runtime.errors import InvalidRequestError
 
-Item = dict[str, Any]
-APPROVAL, DECISION = "approval", "approval_decision"
+APPROVAL: Literal["approval"] = "approval"
+DECISION: Literal["approval_decision"] = "approval_decision"
 _KINDS = ("approve", "edit", "reject", "result")
 
 __all__ = ["APPROVAL", "DECISION", "approval_item", "check_decisions", "pending_approval"]
 
 
-def approval_item(turn: int, step: int, calls: list[dict[str, Any]], required: list[str]) -> Item:
+def approval_item(turn: int, step: int, calls: list[PendingCall], required: list[str]) -> Item:
     """The record of a paused reply: its calls (``id``, ``name``, ``arguments``) and which need approval."""
     return {"kind": APPROVAL, "turn": turn, "step": step, "calls": calls, "required": required}
 
@@ -56,7 +57,7 @@ def pending_approval(items: list[Item]) -> Item | None:
     return None
 
 
-def check_decisions(pending: Item, decisions: Any) -> dict[str, dict[str, Any]]:
+def check_decisions(pending: Item, decisions: object) -> dict[str, Decision]:
     """Normalise ``decisions`` to ``{call id: {"decision", "arguments"?, "reason"?, "output"?}}``.
 
     ``decisions``: a mapping ``call id -> "approve" | "reject" | {...}`` or a list of
@@ -78,7 +79,7 @@ def check_decisions(pending: Item, decisions: Any) -> dict[str, dict[str, Any]]:
     if unknown:
         raise InvalidRequestError(f"decisions: no pending tool call {unknown[0]!r}; pending: {ids}",
                                   param="decisions")
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, Decision] = {}
     for cid in ids:
         d = decisions.get(cid)
         if d is None:
@@ -104,5 +105,12 @@ def check_decisions(pending: Item, decisions: Any) -> dict[str, dict[str, Any]]:
             d["arguments"] = args
         if kind == "result" and not isinstance(d.get("output"), str):
             raise InvalidRequestError(f"decisions: result of {cid!r} needs an output string", param="decisions")
-        out[cid] = {k: v for k, v in d.items() if k in ("decision", "arguments", "reason", "output")}
+        decision: Decision = {"decision": kind}
+        if "arguments" in d:
+            decision["arguments"] = d["arguments"]
+        if "reason" in d:
+            decision["reason"] = d["reason"]
+        if "output" in d:
+            decision["output"] = d["output"]
+        out[cid] = decision
     return out

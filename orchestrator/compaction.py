@@ -30,7 +30,6 @@ at its first hidden item, so everything after it is prefilled again once).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from loom.orchestrator.items import Item, is_message
 
@@ -214,9 +213,9 @@ def hide_ranges(groups: list[list[int]]) -> list[list[int]]:
 
 
 def marker(turn: int, groups: list[list[int]], summary: Item | None = None,
-           after_turn: bool = False) -> dict[str, Any]:
+           after_turn: bool = False) -> Item:
     """The compaction marker item to append to the session (``after_turn``: made once turn ``turn`` ended)."""
-    mk: dict[str, Any] = {"kind": "compaction", "turn": turn, "hide": hide_ranges(groups), "summary": summary}
+    mk: Item = {"kind": "compaction", "turn": turn, "hide": hide_ranges(groups), "summary": summary}
     if after_turn:
         mk["after_turn"] = True
     return mk

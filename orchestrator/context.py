@@ -1,6 +1,6 @@
 """``ContextBuilder``: the prompt as ordered segments with token classes and exact spans.
 
-Order (ARCHITECTURE.md), by how often each part changes, so every call's
+Order, by how often each part changes, so every call's
 prompt starts with the previous call's prompt:
 
 1. template header + system prompt + tool schemas (canonical, sorted by name);
@@ -34,6 +34,7 @@ from loom.orchestrator.events import ToolResultRecord
 from loom.orchestrator.formats import ToolCallFormat
 from loom.orchestrator.items import (
     Item,
+    RetrievalCut,
     format_memory,
     format_retrieval,
     is_message,
@@ -109,7 +110,7 @@ class RetrievalFit:
     dropped: list[str] = field(default_factory=list)
     cut_tokens: int = 0
 
-    def record(self) -> dict[str, Any] | None:
+    def record(self) -> RetrievalCut | None:
         """JSON record stored on the retrieval item (``None`` when nothing was cut)."""
         if not self.truncated and not self.dropped:
             return None
@@ -324,7 +325,7 @@ class ContextBuilder:
         an earlier turn's reply is shown without its reasoning only then: the
         cut re-prefills everything after it anyway, so dropping reasoning there
         costs no cache hit, while dropping it elsewhere would break the
-        append-only prompt at that reply (issue 14).
+        append-only prompt at that reply.
         """
         if rebuilt and not self.keep_reasoning and "stripped_token_ids" in item:
             return item["stripped_token_ids"]

@@ -12,9 +12,13 @@ from __future__ import annotations
 import asyncio
 import inspect
 import uuid
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
-from loom.orchestrator.protocols import Engine
+from loom.orchestrator.protocols import AsyncEngine, Engine, SyncEngine
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeIs  # typing's own from Python 3.13
 from loom.runtime.errors import request_error
 from loom.runtime.outputs import RequestOutput
 from loom.runtime.sampling_params import SamplingParams
@@ -22,7 +26,7 @@ from loom.runtime.sampling_params import SamplingParams
 DEFAULT_WINDOW = 4096
 
 
-def _is_async_engine(llm: Any) -> bool:
+def _is_async_engine(llm: Engine) -> TypeIs[AsyncEngine]:
     gen = getattr(llm, "generate", None)
     return gen is not None and (inspect.isasyncgenfunction(gen) or inspect.iscoroutinefunction(gen))
 
@@ -43,7 +47,13 @@ class EngineClient:
             raise TypeError("llm: expected a runtime.AsyncLLM or runtime.LLM (with .generate and .tokenizer)")
         self.llm = llm
         self.tokenizer = llm.tokenizer
-        self.is_async = _is_async_engine(llm)
+        self._async: AsyncEngine | None = None
+        self._sync: SyncEngine | None = None
+        if _is_async_engine(llm):
+            self._async = llm
+        else:
+            self._sync = llm
+        self.is_async = self._async is not None
 
     @property
     def max_model_len(self) -> int:
@@ -68,15 +78,17 @@ class EngineClient:
             naming ``structured_output`` when its constraint dead-ended.
         """
         request_id = request_id or f"agent-{uuid.uuid4().hex[:12]}"
-        if self.is_async:
-            async for out in self.llm.generate(prompt_token_ids=prompt_token_ids,
-                                               sampling_params=sampling_params, request_id=request_id):
+        if self._async is not None:
+            async for out in self._async.generate(prompt_token_ids=prompt_token_ids,
+                                                  sampling_params=sampling_params, request_id=request_id):
                 yield out
             return
+        sync = self._sync
+        assert sync is not None
 
         def run() -> RequestOutput:
-            return self.llm.generate(prompt_token_ids=[prompt_token_ids],
-                                     sampling_params=sampling_params, use_tqdm=False)[0]
+            return sync.generate(prompt_token_ids=[prompt_token_ids], sampling_params=sampling_params,
+                                 use_tqdm=False)[0]
 
         out = await asyncio.to_thread(run)
         if out.finish_reason == "error":

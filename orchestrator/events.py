@@ -8,11 +8,23 @@ can match on them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
+from loom.orchestrator.items import JSON, PendingCall
 from loom.orchestrator.ledger import Ledger
+from loom.orchestrator.protocols import SearchHit
 
 FinalState = Literal["done", "max_steps", "interrupted", "error", "awaiting_approval"]
+
+
+class NamedToolChoice(TypedDict):
+    """A tool choice forcing one tool by name."""
+
+    name: str
+
+
+ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
+"""A tool choice as ``Agent.check_tool_choice`` normalises it (see ``loom.orchestrator.agent``)."""
 
 
 @dataclass
@@ -20,7 +32,7 @@ class ReasoningDelta:
     """Reasoning text (inside ``<think>``) as it streams."""
 
     text: str
-    type: str = "reasoning_delta"
+    type: Literal["reasoning_delta"] = "reasoning_delta"
 
 
 @dataclass
@@ -28,7 +40,7 @@ class ContentDelta:
     """Answer text as it streams."""
 
     text: str
-    type: str = "content_delta"
+    type: Literal["content_delta"] = "content_delta"
 
 
 @dataclass
@@ -41,10 +53,10 @@ class ToolCallEvent:
     id: str
     name: str | None = None
     arguments_delta: str = ""
-    arguments: dict[str, Any] | None = None
+    arguments: dict[str, JSON] | None = None
     index: int = 0
     error: str | None = None
-    type: str = "tool_call"
+    type: Literal["tool_call"] = "tool_call"
 
 
 @dataclass
@@ -54,8 +66,8 @@ class ApprovalRequiredEvent:
     ``calls``: ``[{"id", "name", "arguments"}]`` of the reply's calls, in order.
     """
 
-    calls: list[dict[str, Any]]
-    type: str = "approval_required"
+    calls: list[PendingCall]
+    type: Literal["approval_required"] = "approval_required"
 
 
 @dataclass
@@ -66,7 +78,7 @@ class ToolResultEvent:
     name: str
     content: str
     is_error: bool
-    type: str = "tool_result"
+    type: Literal["tool_result"] = "tool_result"
 
 
 @dataclass
@@ -74,7 +86,7 @@ class UsageEvent:
     """Ledger of one model call, right after it finished."""
 
     ledger: Ledger
-    type: str = "usage"
+    type: Literal["usage"] = "usage"
 
 
 @dataclass
@@ -83,7 +95,7 @@ class ToolCallRecord:
 
     id: str
     name: str
-    arguments: dict[str, Any]
+    arguments: dict[str, JSON]
     step: int
     error: str | None = None
 
@@ -136,8 +148,8 @@ class RunResult:
     error: str | None = None
     compactions: int = 0
     after_turn_usage: Ledger | None = None
-    pending: list[dict[str, Any]] = field(default_factory=list)
-    retrieved: list[Any] = field(default_factory=list)
+    pending: list[PendingCall] = field(default_factory=list)
+    retrieved: list[SearchHit] = field(default_factory=list)
     rewritten_query: str | None = None
 
 
@@ -146,7 +158,9 @@ class DoneEvent:
     """Last event of a stream."""
 
     result: RunResult
-    type: str = "done"
+    type: Literal["done"] = "done"
 
 
-AgentEvent = ReasoningDelta | ContentDelta | ToolCallEvent | ToolResultEvent | UsageEvent | DoneEvent
+AgentEvent = (ReasoningDelta | ContentDelta | ToolCallEvent | ApprovalRequiredEvent | ToolResultEvent
+              | UsageEvent | DoneEvent)
+"""What ``Agent.stream`` yields; ``type`` tells them apart (a ``DoneEvent`` comes last)."""

@@ -23,11 +23,8 @@ point (measured in ``tests/api/test_session_fork.py``).
 
 from __future__ import annotations
 
-from typing import Any
-
+from loom.orchestrator.items import Item
 from loom.runtime.errors import InvalidRequestError
-
-Item = dict[str, Any]
 
 __all__ = ["fork_point"]
 

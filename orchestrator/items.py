@@ -23,10 +23,83 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterable
+from typing import Any, Literal, Required, TypedDict, Unpack, cast
 
-from typing import Any, Iterable
+JSON = Any
+"""A value decoded from JSON (a tool's arguments, a record stored as JSON): arbitrary by nature."""
 
-Item = dict[str, Any]
+ItemKind = Literal["memory_snapshot", "memory", "retrieval", "user", "assistant", "tool_result", "summary",
+                   "compaction", "approval", "approval_decision"]
+
+
+class ToolCallFunction(TypedDict):
+    name: str
+    # JSON text as the model wrote it (the raw text of a malformed call); a mapping when the
+    # item comes from a LangChain message (chat templates render either)
+    arguments: str | dict[str, JSON]
+
+
+class ToolCallField(TypedDict):
+    """One entry of an assistant item's OpenAI-style ``tool_calls``."""
+
+    id: str
+    type: Literal["function"]
+    function: ToolCallFunction
+
+
+class PendingCall(TypedDict):
+    """A call of a reply paused for approval (``approval`` items, ``ApprovalRequiredEvent``)."""
+
+    id: str
+    name: str
+    arguments: dict[str, JSON]
+
+
+class Decision(TypedDict, total=False):
+    """A human's decision on one paused call (``loom.orchestrator.approval.check_decisions``)."""
+
+    decision: Required[Literal["approve", "edit", "reject", "result"]]
+    arguments: dict[str, JSON]  # edit: the arguments to run the call with
+    reason: str  # reject: told to the model
+    output: str  # result: the tool's output, supplied by the client
+
+
+class RetrievalCut(TypedDict):
+    """What a retrieval item left out of the prompt (``RetrievalFit.record``)."""
+
+    truncated: list[str]
+    dropped: list[str]
+    tokens: int
+
+
+class Item(TypedDict, total=False):
+    """One session item; which keys it has depends on ``kind`` (the module docstring)."""
+
+    kind: Required[ItemKind]
+    turn: Required[int]
+    # messages (kinds in MESSAGE_KINDS)
+    role: str
+    content: str
+    token_ids: list[int]
+    stripped_token_ids: list[int]
+    reasoning_content: str
+    tool_calls: list[ToolCallField]
+    tool_call_id: str
+    name: str
+    is_error: bool
+    sources: list[str]
+    cut: RetrievalCut
+    memory_ids: list[int | None]
+    # compaction markers
+    hide: list[list[int]]
+    summary: Item | None
+    after_turn: bool
+    # approval records (kinds approval / approval_decision, loom.orchestrator.approval)
+    step: int
+    calls: list[PendingCall]
+    required: list[str]
+    decisions: dict[str, Decision]
 
 MESSAGE_KINDS = ("memory_snapshot", "memory", "retrieval", "user", "assistant", "tool_result", "summary")
 _TAIL_CLASS = {"retrieval": "retrieval", "memory": "memory", "user": "user",
@@ -67,11 +140,26 @@ def prompt_class(item: Item, current_turn: int) -> str:
     return _TAIL_CLASS[kind]
 
 
-def message_item(kind: str, turn: int, role: str, content: str, token_ids: list[int], **extra: Any) -> Item:
-    """A new message item (``extra``: reasoning_content, tool_calls, tool_call_id, name, ...)."""
-    item: Item = {"kind": kind, "turn": turn, "role": role, "content": content, "token_ids": list(token_ids)}
+class MessageExtras(TypedDict, total=False):
+    """The optional keys of a message item, as ``message_item`` takes them (``None``: left out)."""
+
+    reasoning_content: str | None
+    tool_calls: list[ToolCallField] | None
+    tool_call_id: str | None
+    name: str | None
+    is_error: bool | None
+    sources: list[str] | None
+    cut: RetrievalCut | None
+    memory_ids: list[int | None] | None
+
+
+def message_item(kind: ItemKind, turn: int, role: str, content: str, token_ids: list[int],
+                 **extra: Unpack[MessageExtras]) -> Item:
+    """A new message item with the ``extra`` keys that are not ``None``."""
+    item: dict[str, Any] = {"kind": kind, "turn": turn, "role": role, "content": content,
+                            "token_ids": list(token_ids)}
     item.update({k: v for k, v in extra.items() if v is not None})
-    return item
+    return cast(Item, item)  # MessageExtras' keys are Item keys; only the Nones were dropped
 
 
 def format_retrieval(hits: Iterable[Any]) -> str:
@@ -118,7 +206,7 @@ def format_memory(memories: Iterable[Any], snapshot: bool) -> str:
     for m in memories:
         text = m if isinstance(m, str) else m.text
         source = None if isinstance(m, str) else getattr(m, "source", None)
-        label = source.label() if hasattr(source, "label") else None
+        label = source.label() if source is not None and hasattr(source, "label") else None
         lines.append(f"- {json.dumps(text, ensure_ascii=False)}" + (f" (from: {label})" if label else ""))
     return "\n".join(lines)
 

@@ -1,6 +1,6 @@
 """``LoomChatModel``: a langchain-core ``BaseChatModel`` over Loom's in-process engine.
 
-LangChain's own local-model wrapper drops tools (langchain issue #29033); this
+LangChain's own local-model wrapper drops tools (langchain-ai/langchain#29033); this
 one keeps them both ways: ``bind_tools`` passes OpenAI-style schemas to the
 chat template, replies are parsed by :mod:`loom.orchestrator.parsers` into
 ``AIMessage.tool_calls`` (malformed ones into ``invalid_tool_calls``), and
@@ -35,7 +35,7 @@ from loom.orchestrator.budget import ContextBudget
 from loom.orchestrator.context import Context, ContextBuilder
 from loom.orchestrator.engine import EngineClient
 from loom.orchestrator.events import ContentDelta, ReasoningDelta, ToolCallEvent
-from loom.orchestrator.items import Item, message_item, new_tool_call_id
+from loom.orchestrator.items import Item, ToolCallField, message_item, new_tool_call_id
 from loom.orchestrator.ledger import PriceTable
 from loom.orchestrator.formats import ToolCallFormat, detect_format
 from loom.orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
@@ -57,8 +57,11 @@ def _to_items(messages: Sequence[BaseMessage]) -> tuple[str | None, list[Item]]:
         text = m.content if isinstance(m.content, str) else "".join(
             p if isinstance(p, str) else p.get("text", "") for p in m.content)
         if m.type == "ai":
-            calls = [{"id": c.get("id") or new_tool_call_id(), "type": "function",
-                      "function": {"name": c["name"], "arguments": c["args"]}} for c in m.tool_calls]
+            # arguments as a mapping: the chat templates render it as they render JSON text
+            calls: list[ToolCallField] = [
+                {"id": c.get("id") or new_tool_call_id(), "type": "function",
+                 "function": {"name": c["name"], "arguments": c["args"]}}
+                for c in (m.tool_calls if isinstance(m, AIMessage) else [])]
             items.append(message_item("assistant", turn, "assistant", text, [], tool_calls=calls or None,
                                       reasoning_content=m.additional_kwargs.get("reasoning_content")))
         elif m.type == "tool":

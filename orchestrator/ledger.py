@@ -40,7 +40,10 @@ and LangChain's (``input_token_details.cache_read``, ``output_token_details.reas
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+if TYPE_CHECKING:
+    from langchain_core.messages.ai import UsageMetadata
 
 PROMPT_CLASSES = ("system", "tools", "memory", "history", "retrieval", "tool_result", "user", "query_rewrite")
 OUTPUT_CLASSES = ("reasoning", "tool_call", "output", "rewritten_query")
@@ -248,7 +251,7 @@ class Ledger:
             "completion_tokens_details": {"reasoning_tokens": self.reasoning_tokens},
         }
 
-    def to_langchain_usage(self) -> dict[str, Any]:
+    def to_langchain_usage(self) -> UsageMetadata:
         """langchain-core ``UsageMetadata`` dict."""
         return {
             "input_tokens": self.prompt_tokens,

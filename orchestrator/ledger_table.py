@@ -1,7 +1,7 @@
 """Rich tables of a :class:`~loom.orchestrator.ledger.Ledger`: tokens, time and cost by class.
 
 Shared by ``make demo`` (``orchestrator.demo``) and ``loom chat``'s ``/usage``.
-TTFT and TPOT follow vLLM's benchmark definitions (ARCHITECTURE.md):
+TTFT and TPOT follow vLLM's benchmark definitions:
 TTFT = first token − send; TPOT = (E2EL − TTFT) / (output tokens − 1), here
 averaged over the model calls of the ledger that produced at least 2 tokens.
 """
@@ -33,9 +33,9 @@ def first_ttft_ms(ledger: Ledger) -> float:
 def ledger_table(ledger: Ledger, title: str) -> Table:
     """One row per non-empty token class (cached / computed / ms / USD) plus a total row."""
     t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    for col, justify in (("class", "left"), ("cached", "right"), ("computed", "right"),
-                         ("ms", "right"), ("cost $", "right")):
-        t.add_column(col, justify=justify)
+    t.add_column("class", justify="left")
+    for col in ("cached", "computed", "ms", "cost $"):
+        t.add_column(col, justify="right")
     for name in PROMPT_CLASSES:
         u = ledger.prompt[name]
         if u.tokens:

@@ -123,7 +123,7 @@ class LoomLlamaLLM(CustomLLM):
 
     @llm_completion_callback()
     async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        text, info = "", {}
+        text, info = "", dict[str, Any]()
         async for text, _, step_info in self._steps(self._prompt_ids(prompt, formatted), kwargs):
             info = step_info or info
         return CompletionResponse(text=text, additional_kwargs=info)
@@ -157,7 +157,7 @@ class LoomLlamaLLM(CustomLLM):
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        text, info = "", {}
+        text, info = "", dict[str, Any]()
         async for text, _, step_info in self._steps(self._chat_ids(messages), kwargs):
             info = step_info or info
         return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), additional_kwargs=info)

@@ -179,15 +179,18 @@ def stale_marker(runner: TurnRunner) -> None:
 
 async def write_back(runner: TurnRunner) -> list[Any]:
     """Add the turn's user message to long-term memory; the store's events (never fails the turn)."""
-    a = runner.parts
+    memory = runner.parts.memory
+    if memory is None:
+        return []
     source = {"kind": "user", "session_id": _session_id(runner), "turn": runner.turn}
+    namespace = runner.parts.memory_namespace
     events: list[Any] = []
     try:
-        events = list(await runner._timed("memory", a.memory.add, [{"role": "user", "content": runner.message}],
-                                          a.memory_namespace, source))
-        if not events and getattr(a.memory, "model_extraction", False) and needs_model(runner.message):
+        events = list(await runner._timed("memory", memory.add, [{"role": "user", "content": runner.message}],
+                                          namespace, source))
+        if not events and getattr(memory, "model_extraction", False) and needs_model(runner.message):
             for fact in await model_facts(runner):
-                events += await runner._timed("memory", a.memory.add, fact, a.memory_namespace,
+                events += await runner._timed("memory", memory.add, fact, namespace,
                                               {**source, "kind": "extractor"})
     except Exception:  # noqa: BLE001 - write-back must not fail the turn
         logger.warning("memory write-back failed", exc_info=True)

@@ -290,7 +290,9 @@ class StreamingParser:
             name = json.loads(f'"{m.group(1)}"')
             events.append(ParserEvent("tool_call_delta", index=block.index, name=name))
         candidate = block.buf[block.args_start:]
-        candidate = candidate[: _HOLDBACK.search(candidate).start()]
+        held = _HOLDBACK.search(candidate)
+        assert held is not None  # matches at the end of any string (possibly empty)
+        candidate = candidate[: held.start()]
         if len(candidate) > block.args_sent:
             events.append(ParserEvent("tool_call_delta", index=block.index,
                                       arguments_delta=candidate[block.args_sent:]))

@@ -42,8 +42,10 @@ class SyncEngine(Protocol):
 
     tokenizer: Tokenizer
 
-    def generate(self, prompts: Any = None, sampling_params: Any = None,
-                 prompt_token_ids: Any = None, use_tqdm: bool = True) -> list[RequestOutput]: ...
+    def generate(self, prompts: str | Sequence[str] | None = None,
+                 sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+                 prompt_token_ids: Sequence[int] | Sequence[Sequence[int]] | None = None,
+                 use_tqdm: bool = True) -> list[RequestOutput]: ...
 
 
 #: what ``Agent`` and ``LoomChatModel`` accept as ``llm``

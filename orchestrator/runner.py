@@ -15,7 +15,8 @@ import asyncio
 import logging
 import time
 import uuid
-from typing import Any, AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from loom.runtime.errors import InvalidRequestError
 from loom.runtime.sampling_params import SamplingParams
@@ -28,10 +29,11 @@ from loom.orchestrator.events import (
     RunResult,
     ToolCallRecord,
     ToolResultEvent,
+    ToolChoice,
     ToolResultRecord,
 )
 from loom.orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
-from loom.orchestrator.items import Item
+from loom.orchestrator.items import JSON, Item, PendingCall
 from loom.orchestrator.ledger import Ledger
 from loom.orchestrator.parsers import StreamingParser
 from loom.orchestrator.parts import AgentParts
@@ -40,12 +42,13 @@ from loom.orchestrator.session import Session
 from loom.orchestrator.step import StepOutcome, model_call
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class TurnRunner:
     """Runs one turn; ``result`` and ``ledgers`` fill in as it goes."""
 
-    def __init__(self, parts: AgentParts, session: Session, message: str, choice: Any) -> None:
+    def __init__(self, parts: AgentParts, session: Session, message: str, choice: ToolChoice) -> None:
         self.parts, self.session, self.message, self.choice = parts, session, message, choice
         self.items: list[Item] = session.get_items()
         self.turn = 1 + max((it.get("turn", 0) for it in self.items), default=0)
@@ -58,7 +61,7 @@ class TurnRunner:
         self.session.add_items(new)
         self.items.extend(new)
 
-    async def _timed(self, key: str, fn: Any, *args: Any) -> Any:
+    async def _timed(self, key: str, fn: Callable[..., T], *args: Any) -> T:
         t0 = time.perf_counter()
         try:
             return await asyncio.to_thread(fn, *args)
@@ -67,10 +70,8 @@ class TurnRunner:
 
     async def _prepare(self) -> None:
         a, b = self.parts, self.parts.builder
-        stale = memory_view.stale_marker(self)
-        if stale is not None:
-            self._store([stale])
-        shown: set[Any] = {i for it in self.items for i in it.get("memory_ids") or []}
+        memory_view.stale_marker(self)  # stores its marker itself
+        shown: set[int | None] = {i for it in self.items for i in it.get("memory_ids") or []}
         memories: list[MemoryHit] = []
         if a.memory is not None:
             hits = await self._timed("memory", a.memory.search, self.message, a.memory_namespace, a.memory_k)
@@ -115,7 +116,7 @@ class TurnRunner:
         the text (the parser needs ``<think>`` / ``<tool_call>``).
         """
         a = self.parts
-        room = max(1, a.budget.max_model_len - prompt_len)
+        room = max(1, a.budget.window - prompt_len)
         sp = a.sampling.clone(max_tokens=max(1, min(a.budget.max_tokens, room)), skip_special_tokens=False)
         if not forced:
             return sp
@@ -145,7 +146,7 @@ class TurnRunner:
         res = await self.parts.registry.call(call.name, call.arguments)
         return ToolResultRecord(call.id, call.name, res.content, res.is_error, call.step, res.elapsed_ms)
 
-    async def _run_calls(self, calls: list[ToolCallRecord], run: Any,
+    async def _run_calls(self, calls: list[ToolCallRecord], run: Callable[[ToolCallRecord], Awaitable[ToolResultRecord]],
                          before: list[Item] | None = None) -> AsyncIterator[AgentEvent]:
         """Run ``calls`` concurrently with ``run(call) -> ToolResultRecord`` under tool provenance (their
         output is untrusted), record calls and results, yield a ``ToolResultEvent`` each, and store
@@ -169,7 +170,7 @@ class TurnRunner:
         async for ev in self._loop(1):
             yield ev
 
-    async def resume(self, decisions: Any) -> AsyncIterator[AgentEvent]:
+    async def resume(self, decisions: JSON) -> AsyncIterator[AgentEvent]:
         """Continue the turn paused for approval: run the decided calls, then the loop.
 
         Raises:
@@ -197,7 +198,7 @@ class TurnRunner:
                 return ToolResultRecord(call.id, call.name, d["output"], False, step)
             return await self._call_tool(call)  # approved, or edited: with the decided arguments
 
-        record = {"kind": approval.DECISION, "turn": self.turn, "step": step, "decisions": decided}
+        record: Item = {"kind": approval.DECISION, "turn": self.turn, "step": step, "decisions": decided}
         async for ev in self._run_calls(calls, one, before=[record]):
             yield ev
         async for ev in self._loop(step + 1):
@@ -209,8 +210,8 @@ class TurnRunner:
             c.name in a.approval or getattr(a.registry.get(c.name or ""), "requires_approval", False))]
 
     def _pause(self, outcome: StepOutcome, step: int, required: list[str]) -> ApprovalRequiredEvent:
-        calls = [{"id": outcome.call_id(c.index), "name": c.name or "", "arguments": dict(c.arguments)}
-                 for c in outcome.calls]
+        calls: list[PendingCall] = [{"id": outcome.call_id(c.index), "name": c.name or "",
+                                     "arguments": dict(c.arguments)} for c in outcome.calls]
         self.session.add_items(self._pending + [approval.approval_item(self.turn, step, calls, required)])
         self._pending = []
         self.result.pending = calls

@@ -27,8 +27,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session as _DBSession, mappe
 from loom.runtime.errors import InvalidRequestError
 
 from loom.orchestrator.fork import fork_point
-
-Item = dict[str, Any]
+from loom.orchestrator.items import Item
 
 
 @runtime_checkable

@@ -6,7 +6,7 @@ the session's own prompt (template header, tools, memory snapshot, the
 current summary, the earlier turns exactly as the last call showed them)
 plus one instruction message, so the prefix cache serves everything but the
 instruction; a transcript in a new prompt (the old way) prefilled the whole
-conversation again (TTFT 6.2x a normal turn, issue 16).  The instruction is
+conversation again (TTFT 6.2x a normal turn).  The instruction is
 never stored; the summary is shown after the memory snapshot in place of
 the hidden turns (:mod:`loom.orchestrator.compaction`) and the stored turns are
 untouched.  The call is greedy, ``summary_tokens`` at most; its tokens are
@@ -50,7 +50,7 @@ def summary_prompt(parts: AgentParts, items: list[Item], turn: int, docs: list[l
     kept = [[i] for i in view.history if i not in {j for g in docs + turns for j in g}]
     ask = message_item("user", turn, "user", INSTRUCTION, [])
     b.render_items(items, [ask])
-    room = parts.budget.max_model_len - parts.budget.summary_tokens
+    room = parts.budget.window - parts.budget.summary_tokens
     error: ContextLengthError | None = None
     for leave_out in ([], docs, docs + kept):  # most cached first
         probe = items + [comp.marker(turn, [view.tail] + leave_out), ask]
@@ -75,7 +75,7 @@ async def summarize_turns(parts: AgentParts, items: list[Item], turn: int, docs:
         whatever the engine raises (the caller decides whether a failed summary fails the turn).
     """
     ctx = summary_prompt(parts, items, turn, docs, turns)
-    room = max(1, parts.budget.max_model_len - len(ctx.token_ids))
+    room = max(1, parts.budget.window - len(ctx.token_ids))
     sp = parts.sampling.clone(max_tokens=min(parts.budget.summary_tokens, room), skip_special_tokens=False)
     outcome = StepOutcome()
     outcome.parser.parse_tools = False

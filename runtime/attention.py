@@ -36,8 +36,8 @@ transformers: key ``j`` is visible to query ``i`` when ``i - window < j <= i``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -120,10 +120,10 @@ class AttentionMetadata:
     max_seqlen_q: int = 0
     max_seqlen_k: int = 0
     use_flash: bool = False
-    kernel: Any = None
+    kernel: Callable[..., torch.Tensor] | None = None
     kernel_rows: int = 0
     kernel_args: tuple[torch.Tensor, ...] = ()
-    _masks: dict = field(default_factory=dict)
+    _masks: dict[tuple[str, int, int | None], torch.Tensor] = field(default_factory=dict)
 
     def decode_mask(self, index: int, window: int | None) -> torch.Tensor:
         """``[B, 1, 1, Lmax]`` bool: True where decode group ``index`` may attend."""
@@ -191,7 +191,7 @@ class PagedAttention(torch.nn.Module):
             self.v_cache.index_copy_(0, meta.slot_mapping, v)
         if meta.use_flash:
             return self._flash(q, meta)
-        if meta.kernel_rows:
+        if meta.kernel_rows and meta.kernel is not None:
             out = meta.kernel(
                 q.contiguous(), self.k_cache, self.v_cache, *meta.kernel_args, meta.block_size, self.scale, self.sliding_window or 0
             )
@@ -206,6 +206,7 @@ class PagedAttention(torch.nn.Module):
     def _decode(self, q: torch.Tensor, meta: AttentionMetadata, index: int) -> torch.Tensor:
         b, group = q.shape[0], self.num_heads // self.num_kv_heads
         block_ids = meta.decode_groups[index].block_ids
+        assert meta.workspace is not None  # the model runner allocates it whenever there are decode groups
         keys = self._gather(self.k_cache, block_ids, meta.workspace[0], meta.block_size)
         values = self._gather(self.v_cache, block_ids, meta.workspace[1], meta.block_size)
         keys = keys.view(b, -1, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, L, D]
@@ -225,6 +226,7 @@ class PagedAttention(torch.nn.Module):
         if seq.block_ids is None:
             keys, values = k[seq.q_start:seq.q_end], v[seq.q_start:seq.q_end]
         else:
+            assert meta.workspace is not None  # allocated whenever a prefill reads cached blocks
             keys = self._gather(self.k_cache, seq.block_ids, meta.workspace[0], meta.block_size)[: seq.ctx_len]
             values = self._gather(self.v_cache, seq.block_ids, meta.workspace[1], meta.block_size)[: seq.ctx_len]
         keys = keys.transpose(0, 1).unsqueeze(0)  # [1, Hkv, ctx, D]

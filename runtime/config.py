@@ -127,8 +127,8 @@ class EngineConfig:
         """A copy with ``changes`` applied (validated again)."""
         return dataclasses.replace(self, **changes)
 
-    def resolve(self, hf_config: Any) -> None:
-        """Fill ``max_model_len`` from the checkpoint's config and check it.
+    def resolve(self, hf_config: Any) -> int:
+        """Fill ``max_model_len`` from the checkpoint's config, check it and return it.
 
         Raises:
             ValueError: ``max_model_len`` larger than the model's
@@ -141,6 +141,7 @@ class EngineConfig:
             raise ValueError(
                 f"max_model_len: {self.max_model_len} exceeds the model's max_position_embeddings ({limit})"
             )
+        return self.max_model_len
 
     def torch_dtype(self, hf_config: Any) -> Any:
         """The ``torch.dtype`` of weights and KV cache for this config."""

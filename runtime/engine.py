@@ -29,7 +29,7 @@ from loom.runtime.pool import num_kv_blocks
 from loom.runtime.request import Request, RequestStatus
 from loom.runtime.sampler import LogitsProcessor, Sampler
 from loom.runtime.sampling_params import SamplingParams
-from loom.runtime.scheduler import Scheduler
+from loom.runtime.scheduler import ScheduledRequest, Scheduler, SchedulerOutput
 from loom.runtime.spec.decoder import SpecDecoder
 from loom.runtime.threads import cap_cpu_threads
 from loom.runtime.structured_output.manager import StructuredOutputManager
@@ -50,7 +50,7 @@ class LLMEngine:
         self.config = config
         self.model_path = resolve_model_path(config.model)
         self.hf_config = load_hf_config(self.model_path, config.hf_overrides)
-        config.resolve(self.hf_config)
+        self.max_model_len = config.resolve(self.hf_config)
         self.device = config.torch_device()
         if self.device.type == "cpu":
             cap_cpu_threads()
@@ -64,14 +64,14 @@ class LLMEngine:
         else:
             model = load_model(
                 self.model_path, self.hf_config, dtype=self.dtype, device=self.device,
-                load_format=config.load_format, max_positions=config.max_model_len, seed=config.seed,
+                load_format=config.load_format, max_positions=self.max_model_len, seed=config.seed,
             )
             self.runner = ModelRunner(
                 model, self.hf_config, num_blocks, config.block_size, self.device, self.dtype,
                 config.attention_backend,
             )
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
-        self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens, config.max_model_len)
+        self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len)
         self.sampler = Sampler(config.seed, self.device)
         self.logits_processors: list[LogitsProcessor] = []
         self.requests: dict[str, Request] = {}
@@ -81,12 +81,12 @@ class LLMEngine:
         # grammar masks run as a logits processor; speculation wraps sampling (loom.runtime.spec)
         self.structured = StructuredOutputManager(self.tokenizer, self.vocab_size, self.eos_token_ids)
         self.logits_processors.append(self.structured)
-        self.spec = None
+        self.spec: SpecDecoder | None = None
         if config.speculative_config is not None:
             self.spec = SpecDecoder(
                 config.speculative_config, vocab_size=self.vocab_size, num_blocks=num_blocks,
                 block_size=config.block_size, device=self.device, dtype=self.dtype,
-                max_model_len=config.max_model_len, seed=config.seed,
+                max_model_len=self.max_model_len, seed=config.seed,
             )
         self.num_steps = 0
         self.num_generated_tokens = 0
@@ -120,7 +120,7 @@ class LLMEngine:
             raise InvalidRequestError(
                 f"prompt_token_ids: ids must be in [0, {self.vocab_size})", param="prompt_token_ids"
             )
-        max_len = self.config.max_model_len
+        max_len = self.max_model_len
         if len(ids) > max_len:
             raise ContextLengthError(
                 f"prompt has {len(ids)} tokens, more than max_model_len={max_len}", param="prompt_token_ids"
@@ -235,7 +235,7 @@ class LLMEngine:
                 raise
         return outputs
 
-    def _run_step(self, sched: Any, outputs: list[RequestOutput], t0: float) -> None:
+    def _run_step(self, sched: SchedulerOutput, outputs: list[RequestOutput], t0: float) -> None:
         num_logits = [1 + s.num_spec_tokens if s.samples else 0 for s in sched.scheduled]
         prompt_rows = [_prompt_logprob_rows(s) for s in sched.scheduled]
         t1 = time.perf_counter()
@@ -271,7 +271,7 @@ class LLMEngine:
                 if req.is_finished:
                     break
                 self._append_token(req, token, lp, now)
-            if s.num_spec_tokens:
+            if s.num_spec_tokens and self.spec is not None:
                 self.spec.record(req, s.num_spec_tokens, num_accepted)
                 if not req.is_finished:
                     self.spec.release(req, num_accepted, self.kv)
@@ -281,7 +281,7 @@ class LLMEngine:
                 self.requests.pop(req.request_id, None)
         times["output_processing"] += time.perf_counter() - t4
 
-    def _fail_step(self, sched: Any, exc: BaseException, outputs: list[RequestOutput]) -> None:
+    def _fail_step(self, sched: SchedulerOutput, exc: BaseException, outputs: list[RequestOutput]) -> None:
         """Finish every unfinished request of a failed step with ``FINISHED_ERROR``."""
         self.kv.discard_uncommitted(sched.blocks_to_copy)
         if isinstance(exc, Exception):
@@ -309,6 +309,7 @@ class LLMEngine:
         if req.num_output_tokens < params.min_tokens:  # vLLM: no stop of any kind before min_tokens
             stop_token = False
         if not stop_token or params.include_stop_str_in_output:
+            assert req.detokenizer is not None  # make_request gives every request one
             stop_str = req.detokenizer.add_token(token, check_stop=req.num_output_tokens >= params.min_tokens)
             if stop_str is not None:
                 req.stop_reason = stop_str
@@ -316,7 +317,7 @@ class LLMEngine:
         if stop_token:
             req.stop_reason = token if token in params.stop_token_ids else None
             return self._finish(req, RequestStatus.FINISHED_STOPPED, now)
-        if req.num_output_tokens >= req.max_tokens or req.num_tokens >= self.config.max_model_len:
+        if req.num_output_tokens >= req.max_tokens or req.num_tokens >= self.max_model_len:
             return self._finish(req, RequestStatus.FINISHED_LENGTH, now)
         return None
 
@@ -377,7 +378,7 @@ class LLMEngine:
         }
 
 
-def _prompt_logprob_rows(s: Any) -> int:
+def _prompt_logprob_rows(s: ScheduledRequest) -> int:
     """Logits rows a scheduled chunk needs for ``prompt_logprobs`` besides its sampling rows.
 
     Position ``p`` of the prompt gives the logprob of prompt token ``p + 1``;
@@ -395,7 +396,7 @@ def _prompt_logprob_rows(s: Any) -> int:
     return max(0, min(b, req.num_prompt_tokens - 1) - start)
 
 
-def _take_prompt_logprobs(logits: torch.Tensor, scheduled: Sequence[Any], prompt_rows: Sequence[int],
+def _take_prompt_logprobs(logits: torch.Tensor, scheduled: Sequence[ScheduledRequest], prompt_rows: Sequence[int],
                           num_logits: Sequence[int]) -> torch.Tensor:
     """Append each request's prompt logprobs from its rows of ``logits``; return the sampling rows.
 
@@ -409,8 +410,10 @@ def _take_prompt_logprobs(logits: torch.Tensor, scheduled: Sequence[Any], prompt
     for s, n_prompt, n_sample in zip(scheduled, prompt_rows, num_logits):
         req = s.request
         if n_prompt:
+            entries = req.prompt_logprobs
+            assert entries is not None  # rows are given only to requests that asked (_prompt_logprob_rows)
             lsm = torch.log_softmax(logits[row:row + n_prompt].float(), dim=-1)
-            first = len(req.prompt_logprobs)  # the prompt token the first row predicts
+            first = len(entries)  # the prompt token the first row predicts
             targets = torch.tensor(req.prompt_token_ids[first:first + n_prompt], device=lsm.device)
             own = lsm.gather(1, targets[:, None]).squeeze(1).tolist()
             top_n = req.sampling_params.prompt_logprobs
@@ -419,7 +422,7 @@ def _take_prompt_logprobs(logits: torch.Tensor, scheduled: Sequence[Any], prompt
                 entry = {tok: lp}
                 if top is not None:
                     entry.update(zip(top.indices[j].tolist(), top.values[j].tolist()))
-                req.prompt_logprobs.append(entry)
+                entries.append(entry)
         keep.extend(range(row + n_prompt, row + n_prompt + n_sample))
         row += n_prompt + n_sample
     return logits[torch.tensor(keep, dtype=torch.long, device=logits.device)]

@@ -221,8 +221,7 @@ class ModelRunner:
         block_tables = torch.from_numpy(bt)
         meta = self._metadata(torch.from_numpy(slot_mapping), block_tables, starts, counts)
         input_ids = torch.tensor(token_ids, dtype=torch.long, device=dev)
-        positions = torch.from_numpy(positions)
-        return input_ids, positions.to(dev), meta, offsets
+        return input_ids, torch.from_numpy(positions).to(dev), meta, offsets
 
     def _metadata(
         self, slot_mapping: torch.Tensor, block_tables: torch.Tensor, starts: list[int], counts: list[int]
@@ -257,12 +256,12 @@ class ModelRunner:
             rows = max(rows, (end - start) * nblk)
         q_start = meta.kernel_rows or num_decodes
         for j in range(num_kernel, len(counts)):
-            block_ids = None
+            prefill_blocks: torch.Tensor | None = None
             if starts[j] > 0:
                 nblk = -(-ctx_lens[j] // bs)
-                block_ids = block_tables[j, :nblk].to(dev)
+                prefill_blocks = block_tables[j, :nblk].to(dev)
                 rows = max(rows, nblk)
-            meta.prefills.append(PrefillSeq(q_start, q_start + counts[j], ctx_lens[j], block_ids))
+            meta.prefills.append(PrefillSeq(q_start, q_start + counts[j], ctx_lens[j], prefill_blocks))
             q_start += counts[j]
         meta.workspace = self._workspace(rows)
         return meta
@@ -272,7 +271,10 @@ class ModelRunner:
         if self._ws[0].shape[0] < rows:
             size = max(rows, 2 * self._ws[0].shape[0])
             width = self.kv_cache.shape[-1] * self.kv_cache.shape[-2] * self.block_size
-            self._ws = tuple(torch.empty(size, width, dtype=self.kv_cache.dtype, device=self.device) for _ in range(2))
+            self._ws = (
+                torch.empty(size, width, dtype=self.kv_cache.dtype, device=self.device),
+                torch.empty(size, width, dtype=self.kv_cache.dtype, device=self.device),
+            )
         return self._ws
 
     def _flash_metadata(  # pragma: no cover - CUDA only

@@ -28,6 +28,7 @@ def num_kv_blocks(config: EngineConfig, hf_config: Any, dtype: torch.dtype, devi
         ValueError: not even one block fits the memory left (``gpu_memory_utilization``).
     """
     per_block = kv_bytes_per_block(hf_config, config.block_size, dtype)
+    assert config.max_model_len is not None, "EngineConfig.resolve() fills max_model_len first"
     max_needed = config.max_num_seqs * -(-config.max_model_len // config.block_size)
     if config.num_kv_blocks is not None:
         blocks = config.num_kv_blocks

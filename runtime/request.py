@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loom.runtime.sampling_params import SamplingParams
 
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     import torch
 
     from loom.runtime.detokenizer import IncrementalDetokenizer
+    from loom.runtime.structured_output.matcher import GrammarMatcher
 
 
 class RequestStatus(enum.Enum):
@@ -37,6 +38,8 @@ class RequestStatus(enum.Enum):
     FINISHED_LENGTH = "length"
     FINISHED_ABORTED = "abort"
     FINISHED_ERROR = "error"
+
+    _finished: bool  # set once per member below (not a member: no value here)
 
     @property
     def finished(self) -> bool:
@@ -107,7 +110,7 @@ class Request:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     num_output_sent: int = 0
-    structured_state: Any = None
+    structured_state: GrammarMatcher | None = None
     error: str | None = None
     error_param: str | None = None
 

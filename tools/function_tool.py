@@ -63,14 +63,14 @@ class FunctionTool:
     ) -> None:
         self.fn = fn
         self.requires_approval = bool(requires_approval)
-        self.name = name or getattr(fn, "__name__", "")
+        self.name: str = name or str(getattr(fn, "__name__", ""))
         if not _NAME_RE.match(self.name):
             raise ValueError(f"name: tool name {self.name!r} must match {_NAME_RE.pattern}")
         if timeout_s is not None and not timeout_s > 0:
             raise ValueError(f"timeout_s: must be > 0 seconds, got {timeout_s!r}")
         self.timeout_s = timeout_s
         doc_description, param_docs = describe_function(fn)
-        self.description = description if description is not None else doc_description
+        self.description: str = description if description is not None else doc_description
         self.args_model, self._field_names = args_model_from_signature(fn, param_docs, self.name)
         self.parameters = clean_schema(self.args_model.model_json_schema())
         self._is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(

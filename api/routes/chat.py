@@ -54,7 +54,7 @@ def _embedder_card(services: Any) -> ModelCard:
 
 def _card(services: Any) -> ModelCard:
     return ModelCard(id=services.settings.model_name, created=int(services.started_at),
-                     max_model_len=engine_max_model_len(services.engine))
+                     max_model_len=engine_max_model_len(services.require_engine()))
 
 
 @router.get("/v1/models/{model_id:path}", response_model=ModelCard, summary="Retrieve the served model",
@@ -111,7 +111,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     services = request.app.state.services
     check_unknown_fields(body, strict_setting(services.settings))
     check_model(services, body.model)
-    engine = services.engine
+    engine = services.require_engine()
     reuse = _IdReuse(services.generated_ids, owner)
     prepared = prepare(body, engine.tokenizer, services.settings.default_max_tokens,
                        engine_max_model_len(engine), services.tool_format, encode=reuse.encode)
@@ -139,7 +139,7 @@ def _client_field(exc: InvalidRequestError, run: CompletionRun) -> InvalidReques
 
 async def _complete(services: Any, request: Request, run: CompletionRun, gens: list[Generation],
                     reuse: _IdReuse) -> ChatCompletion:
-    await collect_outputs(request, services.engine, gens, lambda index, out: run.feed(out, index))
+    await collect_outputs(request, services.require_engine(), gens, lambda index, out: run.feed(out, index))
     _record(services, run, reuse)
     return run.result()
 
@@ -181,6 +181,6 @@ async def _sse(services: Any, run: CompletionRun, gens: list[Generation], includ
         async for chunk in stream_chunks(run, outputs, include_usage, continuous_usage):
             yield chunk.model_dump_json(exclude_none=True)
 
-    async for event in sse_events(services.engine, gens, outputs, events(), lambda exc: _client_field(exc, run),
+    async for event in sse_events(services.require_engine(), gens, outputs, events(), lambda exc: _client_field(exc, run),
                                   lambda: _record(services, run, reuse)):
         yield event

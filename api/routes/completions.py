@@ -49,7 +49,7 @@ async def create_completion(body: CompletionRequest, request: Request,
     services = request.app.state.services
     check_unknown_fields(body, strict_setting(services.settings))
     check_model(services, body.model)
-    engine = services.engine
+    engine = services.require_engine()
     prepared = prepare(body, engine.tokenizer, services.settings.default_max_tokens,
                        engine_max_model_len(engine))
     run = CompletionRun(prepared, services.settings.model_name, engine.tokenizer)
@@ -106,7 +106,7 @@ def _ok(task: asyncio.Future[Any]) -> bool:
 
 
 async def _complete(services: Any, request: Request, run: CompletionRun, gens: list[Generation]) -> Completion:
-    await collect_outputs(request, services.engine, gens, run.feed)
+    await collect_outputs(request, services.require_engine(), gens, run.feed)
     _record(services, run)
     return run.result()
 
@@ -130,6 +130,6 @@ async def _sse(services: Any, run: CompletionRun, gens: list[Generation], includ
         if include_usage:
             yield run.usage_chunk().model_dump_json()
 
-    async for event in sse_events(services.engine, gens, outputs, events(),
+    async for event in sse_events(services.require_engine(), gens, outputs, events(),
                                   lambda exc: _client_field(exc, run.prepared), lambda: _record(services, run)):
         yield event

@@ -26,11 +26,11 @@ async def fork(session_id: str, request: Request, body: ForkCreate | None = None
     (default: all of it). The parent is untouched; the fork's first turn is served from the prefix
     cache up to the fork point. 409 while a turn runs on the parent."""
     services: Services = request.app.state.services
-    parent = services.store.get_session(session_id, owner)
+    parent = services.require_store().get_session(session_id, owner)
     if parent is None:
         raise NotFoundError(f"No session {session_id!r}.", param="session_id")
     body = body or ForkCreate()
     row, k = await fork_session(services, parent, body.turn, body.at)
     return SessionFork(id=row.id, created_at=row.created_at, updated_at=row.updated_at,
-                       num_turns=len(services.store.turns(row.id)), config=SessionCreate.model_validate(row.config),
+                       num_turns=len(services.require_store().turns(row.id)), config=SessionCreate.model_validate(row.config),
                        parent_id=parent.id, num_items=k)

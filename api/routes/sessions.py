@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import anyio
 from fastapi import APIRouter, Depends, Query, Request
@@ -33,9 +32,11 @@ from loom.api.schemas.sessions import (
     TurnOut,
 )
 from loom.api.services import Services
-from loom.api.store import ChatSession
+from loom.api.store import ChatSession, Turn
 from loom.api.turn_lease import TurnLeaseKeeper
 from loom.orchestrator.approval import check_decisions, pending_approval
+from loom.orchestrator.events import AgentEvent, DoneEvent, RunResult
+from loom.orchestrator.items import JSON
 from loom.runtime.errors import LoomError, NotFoundError
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ def _services(request: Request) -> Services:
 
 
 def _own_session(services: Services, session_id: str, owner: str) -> ChatSession:
-    row = services.store.get_session(session_id, owner)
+    row = services.require_store().get_session(session_id, owner)
     if row is None:
         raise NotFoundError(f"No session {session_id!r}.", param="session_id")
     return row
@@ -61,7 +62,7 @@ def _own_session(services: Services, session_id: str, owner: str) -> ChatSession
 
 def _session_out(services: Services, row: ChatSession) -> SessionOut:
     return SessionOut(id=row.id, created_at=row.created_at, updated_at=row.updated_at,
-                      num_turns=len(services.store.turns(row.id)),
+                      num_turns=len(services.require_store().turns(row.id)),
                       config=SessionCreate.model_validate(row.config))
 
 
@@ -74,7 +75,7 @@ async def create_session(body: SessionCreate, request: Request,
     services.check_mcp_names(list(body.tools))
     if "search_documents" in body.tools or body.index:
         services.index()  # fail now (and load once) rather than mid-turn
-    row = services.store.create_session(owner, body.model_dump(mode="json"))
+    row = services.require_store().create_session(owner, body.model_dump(mode="json"))
     return _session_out(services, row)
 
 
@@ -83,7 +84,7 @@ async def list_sessions(request: Request, limit: int = Query(100, ge=1, le=1000)
                         owner: str = Depends(require_owner)) -> SessionList:
     """The caller's sessions, most recently active first (other owners' are never listed)."""
     services = _services(request)
-    return SessionList(data=[_session_out(services, row) for row in services.store.list_sessions(owner, limit)])
+    return SessionList(data=[_session_out(services, row) for row in services.require_store().list_sessions(owner, limit)])
 
 
 @router.get("/{session_id}", response_model=SessionOut, responses=error_responses(404),
@@ -100,7 +101,7 @@ async def list_messages(session_id: str, request: Request, owner: str = Depends(
     """Every turn, oldest first, each with its state, usage and ledger."""
     services = _services(request)
     _own_session(services, session_id, owner)
-    return TurnList(data=[_turn_out(services, t) for t in services.store.turns(session_id)])
+    return TurnList(data=[_turn_out(services, t) for t in services.require_store().turns(session_id)])
 
 
 @router.delete("/{session_id}", response_model=Deleted, responses=error_responses(404, 409),
@@ -111,7 +112,7 @@ async def delete_session(session_id: str, request: Request, owner: str = Depends
     _own_session(services, session_id, owner)
     lease = await _claim(services, session_id, owner)
     try:
-        services.store.delete_session(session_id)
+        services.require_store().delete_session(session_id)
         T.agent_session(services, session_id).clear()
     finally:
         await lease.release()
@@ -120,7 +121,7 @@ async def delete_session(session_id: str, request: Request, owner: str = Depends
 
 async def _claim(services: Services, session_id: str, owner: str) -> TurnLeaseKeeper:
     try:
-        return await TurnLeaseKeeper.claim(services.store, session_id, services.settings.turn_lease_s)
+        return await TurnLeaseKeeper.claim(services.require_store(), session_id, services.settings.turn_lease_s)
     except SessionBusyError:
         _own_session(services, session_id, owner)  # deleted meanwhile: 404, not 409
         raise
@@ -129,7 +130,7 @@ async def _claim(services: Services, session_id: str, owner: str) -> TurnLeaseKe
 @router.post("/{session_id}/messages", response_model=TurnOut, responses=_TURN_DOC,
              summary="Send a message (runs one agent turn)")
 async def post_message(session_id: str, body: MessageCreate, request: Request,
-                       owner: str = Depends(require_owner)) -> Any:
+                       owner: str = Depends(require_owner)) -> TurnOut | EventSourceResponse:
     """Run one agent turn; the user's message is stored before the model runs.
 
     One turn at a time per session: a message sent while another turn on the
@@ -148,7 +149,7 @@ async def post_message(session_id: str, body: MessageCreate, request: Request,
                                    f"{[c['id'] for c in waiting['calls']]}; POST /v1/sessions/{session_id}/approvals "
                                    "first.", param="session_id")
         choice = T.tool_choice_arg(body.tool_choice) if body.tool_choice is not None else None
-        run.turn_id = services.store.start_turn(session_id, body.content).id
+        run.turn_id = services.require_store().start_turn(session_id, body.content).id
         run.events = T.agent_events(agent, body.content, history, choice)
         return await _respond(run, request, body.stream)
     finally:
@@ -159,7 +160,7 @@ async def post_message(session_id: str, body: MessageCreate, request: Request,
 @router.post("/{session_id}/approvals", response_model=TurnOut, responses=_TURN_DOC,
              summary="Decide a paused turn's tool calls (resumes the turn)")
 async def post_approvals(session_id: str, body: ApprovalCreate, request: Request,
-                         owner: str = Depends(require_owner)) -> Any:
+                         owner: str = Depends(require_owner)) -> TurnOut | EventSourceResponse:
     """Approve, edit or reject the tool calls a turn paused on (tools that require approval), or give
     the result of a call the client ran; the turn then goes on to its answer, as a posted message
     does (``stream`` alike). 400 naming ``decisions`` for an unknown call id or a missing decision;
@@ -170,7 +171,7 @@ async def post_approvals(session_id: str, body: ApprovalCreate, request: Request
     run = _TurnRun(services, session_id, await _claim(services, session_id, owner))
     try:
         history = T.agent_session(services, session_id)
-        turns = services.store.turns(session_id)
+        turns = services.require_store().turns(session_id)
         waiting = pending_approval(history.get_items())
         if waiting is None or not turns or turns[-1].state != "awaiting_approval":
             raise SessionBusyError("No tool call of this session waits for a decision.", param="session_id")
@@ -185,7 +186,7 @@ async def post_approvals(session_id: str, body: ApprovalCreate, request: Request
             await run.close()
 
 
-async def _respond(run: _TurnRun, request: Request, stream: bool) -> Any:
+async def _respond(run: _TurnRun, request: Request, stream: bool) -> TurnOut | EventSourceResponse:
     if stream:
         first = await _first_event(run)  # errors before the model runs: 4xx
         run.handed_off = True  # the stream owns the turn now; the background task is its last resort
@@ -193,7 +194,7 @@ async def _respond(run: _TurnRun, request: Request, stream: bool) -> Any:
     return await _run_turn(run, request)
 
 
-def _turn_out(services: Services, turn: Any) -> TurnOut:
+def _turn_out(services: Services, turn: Turn) -> TurnOut:
     out = T.turn_out(turn)
     if turn.state == "awaiting_approval":
         waiting = pending_approval(T.agent_session(services, turn.session_id).get_items())
@@ -207,19 +208,19 @@ class _TurnRun:
     def __init__(self, services: Services, session_id: str, lease: TurnLeaseKeeper) -> None:
         self.services, self.session_id, self.lease = services, session_id, lease
         self.turn_id: int | None = None
-        self.events: Any = None  # the agent's event stream (AsyncIterator; aclose() aborts it)
+        self.events: AsyncGenerator[AgentEvent, None] | None = None  # the agent's; aclose() aborts it
         self.settled = False
         self.handed_off = False  # a streamed response owns the turn (it closes it)
-        self.prior: Any = None  # a resumed turn's row as it paused (its calls and usage are kept)
+        self.prior: Turn | None = None  # a resumed turn's row as it paused (its calls and usage are kept)
 
-    def finish(self, **fields: Any) -> None:
+    def finish(self, **fields: JSON) -> None:
         """Record the turn's outcome (the first outcome wins)."""
         if self.settled or self.turn_id is None:
             return
         self.settled = True
-        self.services.store.finish_turn(self.turn_id, **fields)
+        self.services.require_store().finish_turn(self.turn_id, **fields)
 
-    def done(self, result: Any) -> None:
+    def done(self, result: RunResult) -> None:
         """Record a finished agent run (answer, ledger) and its metrics; a resumed turn keeps the
         calls and results of its first part."""
         fields = T.result_fields(result)
@@ -229,13 +230,15 @@ class _TurnRun:
         self.finish(**fields)
         T.record_metrics(self.services, result.usage)
 
-    def after_turn(self, result: Any) -> None:
+    def after_turn(self, result: RunResult | None) -> None:
         """Add the work the agent did after the answer for the next turn (a compaction's summary
         and prefill; it runs after the ``done`` event) to the stored ledger and the metrics."""
-        ledger = T.after_turn_ledger(result) if result is not None and self.settled else None
-        if ledger is None or self.turn_id is None:
+        if result is None or not self.settled or self.turn_id is None:
             return
-        self.services.store.amend_turn(self.turn_id, ledger=ledger)
+        ledger = T.after_turn_ledger(result)
+        if ledger is None:
+            return
+        self.services.require_store().amend_turn(self.turn_id, ledger=ledger)
         T.record_metrics(self.services, result.after_turn_usage)
 
     def stored(self) -> TurnOut:
@@ -244,7 +247,7 @@ class _TurnRun:
         Raises:
             NotFoundError: the turn is gone (its session was deleted after the lease lapsed).
         """
-        for t in self.services.store.turns(self.session_id):
+        for t in self.services.require_store().turns(self.session_id):
             if t.id == self.turn_id:
                 return _turn_out(self.services, t)
         raise NotFoundError(f"Session {self.session_id!r} was deleted during the turn.", param="session_id")
@@ -264,7 +267,8 @@ def _error_text(exc: BaseException) -> str:
     return exc.message if isinstance(exc, LoomError) else str(exc) or type(exc).__name__
 
 
-async def _first_event(run: _TurnRun) -> Any:
+async def _first_event(run: _TurnRun) -> AgentEvent | None:
+    assert run.events is not None  # set before the turn responds
     try:
         return await run.events.__anext__()
     except StopAsyncIteration:
@@ -275,10 +279,13 @@ async def _first_event(run: _TurnRun) -> Any:
 
 
 async def _run_turn(run: _TurnRun, request: Request) -> TurnOut:
-    async def consume() -> Any:
+    events = run.events
+    assert events is not None  # set before the turn responds
+
+    async def consume() -> RunResult | None:
         result = None
-        async for ev in run.events:
-            if getattr(ev, "type", None) == "done":
+        async for ev in events:
+            if isinstance(ev, DoneEvent):
                 result = ev.result
         return result
 
@@ -292,23 +299,27 @@ async def _run_turn(run: _TurnRun, request: Request) -> TurnOut:
     finally:
         with anyio.CancelScope(shield=True):
             await settle(work)  # a cancelled consumer must unwind before the stream can close
+    if result is None:  # Agent.stream ends with a DoneEvent unless it raises
+        run.finish(state="error", error="the agent's stream ended without a result")
+        raise RuntimeError("the agent's stream ended without a DoneEvent")
     run.done(result)
     run.after_turn(result)
     return run.stored()
 
 
-async def _chain(first: Any, rest: AsyncIterator[Any]) -> AsyncIterator[Any]:
+async def _chain(first: AgentEvent | None, rest: AsyncIterator[AgentEvent]) -> AsyncIterator[AgentEvent]:
     if first is not None:
         yield first
         async for ev in rest:
             yield ev
 
 
-async def _stream_turn(run: _TurnRun, first: Any) -> AsyncIterator[dict[str, str]]:
+async def _stream_turn(run: _TurnRun, first: AgentEvent | None) -> AsyncIterator[dict[str, str]]:
+    assert run.events is not None  # set before the turn responds
     try:
         result = None
         async for ev in _chain(first, run.events):
-            if getattr(ev, "type", None) == "done":
+            if isinstance(ev, DoneEvent):
                 result = ev.result
                 run.done(result)
             yield {"data": json.dumps(T.event_json(ev))}

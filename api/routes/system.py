@@ -44,8 +44,8 @@ _CONFIG_FIELDS = ("dtype", "device", "block_size", "num_kv_blocks", "gpu_memory_
 async def health(request: Request) -> Health:
     """``status: ok`` while the engine runs; ``engine`` is ``AsyncLLM.stats()``."""
     services = request.app.state.services
-    stats = dict(services.engine.stats())
-    cfg = services.engine.config
+    stats = dict(services.require_engine().stats())
+    cfg = services.require_engine().config
     config = {name: getattr(cfg, name) for name in _CONFIG_FIELDS}
     spec = cfg.speculative_config
     config["speculative_config"] = None if spec is None else dataclasses.asdict(spec)

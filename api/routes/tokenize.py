@@ -35,7 +35,7 @@ async def tokenize(body: TokenizeRequest, request: Request,
     check_unknown_fields(body, strict_setting(services.settings))
     if body.model is not None:
         check_model(services, body.model)
-    tokenizer = services.engine.tokenizer
+    tokenizer = services.require_engine().tokenizer
     if (body.prompt is None) == (body.messages is None):
         raise InvalidRequestError("send exactly one of prompt and messages",
                                   param="messages" if body.messages is not None else "prompt")
@@ -44,7 +44,7 @@ async def tokenize(body: TokenizeRequest, request: Request,
         ids = list(tokenizer.encode(body.prompt, add_special_tokens=add))
     else:
         ids = _chat_ids(body, tokenizer, services.tool_format, services.generated_ids, owner)
-    return TokenizeResponse(count=len(ids), max_model_len=engine_max_model_len(services.engine) or 0,
+    return TokenizeResponse(count=len(ids), max_model_len=engine_max_model_len(services.require_engine()) or 0,
                             tokens=ids, token_strs=list(tokenizer.convert_ids_to_tokens(ids))
                             if body.return_token_strs else None)
 
@@ -76,7 +76,7 @@ async def detokenize(body: DetokenizeRequest, request: Request,
     check_unknown_fields(body, strict_setting(services.settings))
     if body.model is not None:
         check_model(services, body.model)
-    tokenizer = services.engine.tokenizer
+    tokenizer = services.require_engine().tokenizer
     vocab = len(tokenizer)
     for i, token in enumerate(body.tokens):
         if token >= vocab:

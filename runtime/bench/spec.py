@@ -175,7 +175,7 @@ def spec(
         prompts = (_rag_prompts(base_llm, batch, doc_tokens, seed) if workload == "rag"
                    else _prompts(base_llm, batch, history, seed))
         ignore_eos = workload == "self"
-        grid = [(p, int(k), disable_by_batch_size) for p in proposers.split(",") for k in ks.split(",")]
+        grid: list[tuple[str, int, int | None]] = [(p, int(k), disable_by_batch_size) for p in proposers.split(",") for k in ks.split(",")]
         if unguarded_k and batch >= disable_by_batch_size:
             grid += [(p, unguarded_k, None) for p in proposers.split(",")]
         for proposer, k, guard in grid:

@@ -33,7 +33,7 @@ def is_complete(folder: Path, marker: str = COMPLETE_MARKER) -> bool:
     return (folder / marker).is_file()
 
 
-def build_atomically(final: Path, build: Callable[[Path], None], marker: str = COMPLETE_MARKER) -> Path:
+def build_atomically(final: Path, build: Callable[[Path], object], marker: str = COMPLETE_MARKER) -> Path:
     """Create ``final`` by calling ``build(tmp)`` on an empty temporary sibling, then renaming it.
 
     Returns ``final`` at once when it is already complete (holds ``marker``). When another process

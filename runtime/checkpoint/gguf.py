@@ -107,7 +107,8 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
         if was_enabled:
             hf_logging.enable_progress_bar()
     # save_pretrained refuses a quantizer-loaded model; the weights are plain floats now.
-    model.hf_quantizer = None
+    # set by from_pretrained, undeclared: the checker sees nn.Module.__getattr__'s Tensor | Module
+    model.hf_quantizer = None  # type: ignore[assignment]
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.config.name_or_path = gguf.stem

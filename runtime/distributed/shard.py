@@ -44,16 +44,24 @@ def check_tensor_parallel_shape(hf_config: object, tp: int) -> None:
             raise ValueError(f"tensor_parallel_size: the model's {name} ({size}) is not divisible by {tp}")
 
 
-def _column(old: nn.Linear, output_sizes: list[int]) -> ColumnParallelLinear:
+def _column(module: nn.Module, output_sizes: list[int]) -> ColumnParallelLinear:
+    old = _plain_linear(module)
     new = ColumnParallelLinear(old.in_features, old.out_features, old.bias is not None, output_sizes)
     new.load_full_weight(old.weight.data.float().cpu(), None if old.bias is None else old.bias.data.float().cpu())
     return new.to(device=old.weight.device, dtype=old.weight.dtype)
 
 
-def _row(old: nn.Linear) -> RowParallelLinear:
+def _row(module: nn.Module) -> RowParallelLinear:
+    old = _plain_linear(module)
     new = RowParallelLinear(old.in_features, old.out_features, old.bias is not None)
     new.load_full_weight(old.weight.data.float().cpu(), None if old.bias is None else old.bias.data.float().cpu())
     return new.to(device=old.weight.device, dtype=old.weight.dtype)
+
+
+def _plain_linear(module: nn.Module) -> nn.Linear:
+    if not isinstance(module, nn.Linear):
+        raise TypeError(f"shard_model: expected an nn.Linear, got {type(module).__name__} (sharded twice?)")
+    return module
 
 
 @torch.no_grad()
@@ -70,7 +78,7 @@ def shard_model(model: LlamaForCausalLM) -> LlamaForCausalLM:
     if tp == 1:
         return model
     check_tensor_parallel_shape(model.config, tp)
-    for layer in model.model.layers:
+    for layer in model.model.decoder_layers:
         attn, mlp = layer.self_attn, layer.mlp
         attn.qkv_proj = _column(attn.qkv_proj, [attn.q_size, attn.kv_size, attn.kv_size])
         attn.o_proj = _row(attn.o_proj)

@@ -1,8 +1,6 @@
 """Loom's compiled CPU attention kernel: paged attention that reads the KV cache in place.
 
-Why a kernel of our own (issue 13, measured on a 2-core Sapphire Rapids VM,
-``small`` preset shapes, 10 query / 5 KV heads, head_dim 64, float32; per
-layer, batch 16 decodes): the PyTorch reference path (``loom.runtime.attention``
+Why a kernel of our own: the PyTorch reference path (``loom.runtime.attention``
 gathers every block into a workspace, then SDPA) takes 3.0 / 24.0 ms at
 context 1,024 / 4,096 tokens; PyTorch FlexAttention compiled for the CPU
 (inductor C++, paged ``BlockMask``) 2.7 / 27.5 ms, i.e. no better; this kernel
@@ -29,7 +27,7 @@ registers; decode-like tiles keep one dot product per (row, token).  Longer
 prefill chunks keep gather + SDPA: there the copy is O(context) against
 O(chunk x context) arithmetic, and SDPA's GEMMs stay about 2x faster than
 this kernel.  Measured per layer, ``small`` shapes, 1 thread (``python -m
-tests.runtime.bench_attention_kernel``; kernel / reference, ms): batch 16
+benchmarks.attention_kernel``; kernel / reference, ms): batch 16
 decodes at 1,024 tokens 3.1 / 9.3; batch 16 x 4 queries 9.5 / 11.5; batch 16 x
 8 queries 12.9 / 14.4 (before the transposed path 17.2); one 16-query chunk
 over 544 tokens 0.80 / 0.52 (before 1.04); 32 queries 1.33 / 0.76; 512 over
@@ -47,6 +45,7 @@ import platform
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -59,7 +58,7 @@ _SOURCE = Path(__file__).with_name("paged_attention_cpu.cpp")
 _CFLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-mprefer-vector-width=512")
 _LDFLAGS = ("-lmvec",)
 _lock = threading.Lock()
-_loaded: dict[str, Callable | None] = {}
+_loaded: dict[str, Callable[..., torch.Tensor] | None] = {}
 
 
 def _cpu_flags() -> str:
@@ -82,7 +81,7 @@ def _build_name() -> str:
     return f"loom_paged_attention_{key.hexdigest()[:12]}"
 
 
-def cpu_paged_attention() -> Callable | None:
+def cpu_paged_attention() -> Callable[..., torch.Tensor] | None:
     """The compiled kernel, built on first use; ``None`` when it cannot be had.
 
     The callable is ``fn(q, k_cache, v_cache, q_start, q_len, ctx_len,
@@ -108,7 +107,7 @@ def cpu_paged_attention() -> Callable | None:
         return _loaded[name]
 
 
-def _build(name: str) -> Callable | None:
+def _build(name: str) -> Callable[..., torch.Tensor] | None:
     """Import the kernel from the cache, compiling it there first when missing.
 
     The build runs in a temporary folder renamed into place when done
@@ -119,7 +118,7 @@ def _build(name: str) -> Callable | None:
     from loom.runtime.checkpoint.cache import build_atomically, loom_cache_root
 
     library = f"{name}.so"
-    built: dict[str, object] = {}
+    built: dict[str, ModuleType] = {}
 
     def compile_into(folder: Path) -> None:
         from torch.utils.cpp_extension import load
@@ -137,13 +136,16 @@ def _build(name: str) -> Callable | None:
         logger.warning("CPU paged-attention kernel unavailable (%s); using the gather + SDPA path",
                        str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
         return None
-    return module.paged_attention
+    kernel: Callable[..., torch.Tensor] = module.paged_attention
+    return kernel
 
 
-def _import(name: str, path: Path) -> object:
+def _import(name: str, path: Path) -> ModuleType:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: not an importable extension module")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -16,7 +16,7 @@ loader how HF's separate tensors fill them.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import nn
@@ -45,7 +45,7 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, config: Any, head_dim: int, max_positions: int) -> None:
         super().__init__()
-        params = dict(getattr(config, "rope_parameters", None) or {})
+        params: dict[str, Any] = dict(getattr(config, "rope_parameters", None) or {})
         rope_type = params.get("rope_type", params.get("type", "default"))
         if rope_type == "default":
             base = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
@@ -80,16 +80,17 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 class LlamaAttention(nn.Module):
     def __init__(self, config: Any, layer_idx: int, rope: RotaryEmbedding) -> None:
         super().__init__()
-        self.num_heads = config.num_attention_heads
-        self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
-        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
+        self.num_heads: int = config.num_attention_heads
+        self.num_kv_heads: int = getattr(config, "num_key_value_heads", None) or self.num_heads
+        self.head_dim: int = getattr(config, "head_dim", None) or config.hidden_size // self.num_heads
         self.q_size = self.num_heads * self.head_dim
         self.kv_size = self.num_kv_heads * self.head_dim
         model_type = getattr(config, "model_type", "llama")
         attention_bias = bool(getattr(config, "attention_bias", False))
         qkv_bias = attention_bias or model_type == "qwen2"
-        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=qkv_bias)
-        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=attention_bias and model_type != "qwen2")
+        # nn.Module: tensor parallelism swaps in its own layers (runtime.distributed.shard)
+        self.qkv_proj: nn.Module = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=qkv_bias)
+        self.o_proj: nn.Module = nn.Linear(self.q_size, config.hidden_size, bias=attention_bias and model_type != "qwen2")
         self.qk_norm = model_type == "qwen3"
         if self.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
@@ -115,9 +116,9 @@ class LlamaMLP(nn.Module):
     def __init__(self, config: Any) -> None:
         super().__init__()
         bias = bool(getattr(config, "mlp_bias", False))
-        self.intermediate_size = config.intermediate_size
-        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=bias)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=bias)
+        self.intermediate_size: int = config.intermediate_size
+        self.gate_up_proj: nn.Module = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=bias)
+        self.down_proj: nn.Module = nn.Linear(config.intermediate_size, config.hidden_size, bias=bias)
         self.act = ACT2FN[config.hidden_act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -147,6 +148,11 @@ class LlamaModel(nn.Module):
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, i, rope) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
+    @property
+    def decoder_layers(self) -> list[LlamaDecoderLayer]:
+        """``layers`` with their type (a type checker sees ``nn.ModuleList`` items as plain ``Module``)."""
+        return cast("list[LlamaDecoderLayer]", list(self.layers))
+
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         h = self.embed_tokens(input_ids)
         for layer in self.layers:
@@ -161,7 +167,7 @@ class LlamaForCausalLM(nn.Module):
     ``compute_logits(hidden [N, H]) -> [N, vocab]`` in float32.
     """
 
-    packed_modules_mapping = {
+    packed_modules_mapping: ClassVar[dict[str, tuple[str, str | int]]] = {
         "q_proj": ("qkv_proj", "q"),
         "k_proj": ("qkv_proj", "k"),
         "v_proj": ("qkv_proj", "v"),
@@ -184,16 +190,16 @@ class LlamaForCausalLM(nn.Module):
         return self.lm_head(hidden).float()
 
     def attention_layers(self) -> list[PagedAttention]:
-        return [layer.self_attn.attn for layer in self.model.layers]
+        return [layer.self_attn.attn for layer in self.model.decoder_layers]
 
     def shard_slice(self, packed: str, shard: str | int) -> slice:
         """Rows of a fused weight that the HF tensor ``shard`` fills."""
-        attn = self.model.layers[0].self_attn
+        attn = self.model.decoder_layers[0].self_attn
         if packed == "qkv_proj":
             starts = {"q": 0, "k": attn.q_size, "v": attn.q_size + attn.kv_size}
             size = attn.q_size if shard == "q" else attn.kv_size
-            return slice(starts[shard], starts[shard] + size)
-        inter = self.model.layers[0].mlp.intermediate_size
+            return slice(starts[str(shard)], starts[str(shard)] + size)
+        inter = self.model.decoder_layers[0].mlp.intermediate_size
         return slice(int(shard) * inter, (int(shard) + 1) * inter)
 
 

@@ -134,7 +134,7 @@ def load_model(
     else:
         _load_safetensors(model, path)
     model = model.to(device=device, dtype=dtype)
-    model.model.layers[0].self_attn.rope.move_to(device)  # tables stay float32
+    model.model.decoder_layers[0].self_attn.rope.move_to(device)  # tables stay float32
     model.eval()
     return model
 

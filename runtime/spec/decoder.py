@@ -28,16 +28,25 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from loom.runtime.sampler import apply_bias, filtered_probs, row_argmax
+from loom.runtime.kv_cache_manager import KVCacheManager
+from loom.runtime.request import Request
+from loom.runtime.sampler import LogitsProcessor, Sampler, apply_bias, filtered_probs, row_argmax
 from loom.runtime.scheduler import ScheduledRequest
 from loom.runtime.spec.config import ADAPTIVE_PAUSE_STEPS, SpeculativeConfig
 from loom.runtime.spec.metrics import SpecDecodeStats
 from loom.runtime.spec.ngram import NgramProposer
 from loom.runtime.spec.rejection_sampler import VerifyResult, rejection_sample
+
+if TYPE_CHECKING:
+    from loom.runtime.spec.draft_model import DraftModelProposer  # imported when configured (loads a model)
+    from loom.runtime.structured_output.manager import StructuredOutputManager
+
+SampledRow = tuple[list[int], list[dict[int, float] | None], int]
+"""Per sampling row: (tokens to append, their logprobs entries, drafts accepted)."""
 
 log = logging.getLogger(__name__)
 
@@ -59,22 +68,23 @@ class SpecDecoder:
         self.max_model_len = max_model_len
         self.stats = SpecDecodeStats(num_spec_tokens=self.k)
         self.ngram: NgramProposer | None = None
-        self.draft: Any = None
+        self.draft: DraftModelProposer | None = None
         if config.method == "ngram":
             self.ngram = NgramProposer(self.k, config.prompt_lookup_min, config.prompt_lookup_max)
         else:
             from loom.runtime.spec.draft_model import DraftModelProposer
 
+            assert config.draft_model is not None  # SpeculativeConfig requires it for draft_model
             draft_dtype = getattr(torch, config.draft_dtype) if config.draft_dtype else dtype
             self.draft = DraftModelProposer(config.draft_model, vocab_size, num_blocks, block_size,
                                             device, draft_dtype, max_model_len, seed)
         self._was_disabled = False
         # adaptive_k state per request: [current k, steps left without drafting, next pause]
-        self._adaptive: weakref.WeakKeyDictionary[Any, list[int]] = weakref.WeakKeyDictionary()
+        self._adaptive: weakref.WeakKeyDictionary[Request, list[int]] = weakref.WeakKeyDictionary()
 
     # -- 1. propose ---------------------------------------------------------
 
-    def propose(self, running: Sequence[Any], kv: Any) -> None:
+    def propose(self, running: Sequence[Request], kv: KVCacheManager) -> None:
         """Set ``spec_token_ids`` of the running requests for this step."""
         for req in running:
             req.spec_token_ids = []
@@ -96,6 +106,7 @@ class SpecDecoder:
         if self.ngram is not None:
             drafts = self.ngram.propose_batch([r.all_token_ids for r in eligible], ks)
         else:
+            assert self.draft is not None  # method == "draft_model"
             # the draft writes KV at positions L-1 .. L+k-2: reserve the verify step's slots now
             ks = [k if kv.allocate_slots(r, 0, num_lookahead_tokens=k + 1) else 0
                   for r, k in zip(eligible, ks)]
@@ -107,7 +118,7 @@ class SpecDecoder:
                 d = d[:valid]
             req.spec_token_ids = list(d)
 
-    def _eligible(self, req: Any) -> bool:
+    def _eligible(self, req: Request) -> bool:
         sp = req.sampling_params
         return (req.num_computed_tokens == req.num_tokens - 1
                 and sp.logprobs is None
@@ -116,7 +127,7 @@ class SpecDecoder:
                 and sp.frequency_penalty == 0.0
                 and not (req.structured_state is not None and req.structured_state.is_terminated))
 
-    def _max_drafts(self, req: Any) -> int:
+    def _max_drafts(self, req: Request) -> int:
         # the bonus token always comes: drafts past max_tokens / max_model_len are waste
         left = min(req.max_tokens - req.num_output_tokens - 1, self.max_model_len - req.num_tokens)
         k = self.k
@@ -128,7 +139,7 @@ class SpecDecoder:
             k = state[0]
         return max(0, min(k, left))
 
-    def _adapt(self, req: Any, num_drafted: int, num_accepted: int) -> None:
+    def _adapt(self, req: Request, num_drafted: int, num_accepted: int) -> None:
         state = self._adaptive.setdefault(req, [self.k, 0, ADAPTIVE_PAUSE_STEPS])
         if num_accepted > 0:
             state[2] = ADAPTIVE_PAUSE_STEPS
@@ -143,8 +154,8 @@ class SpecDecoder:
 
     @torch.inference_mode()
     def verify(self, logits: torch.Tensor, scheduled: Sequence[ScheduledRequest],
-               generator: torch.Generator, grammar: Any = None,
-               processors: Sequence[Any] = ()) -> VerifyResult:
+               generator: torch.Generator, grammar: StructuredOutputManager | None = None,
+               processors: Sequence[LogitsProcessor] = ()) -> VerifyResult:
         """Accept or reject each request's drafts against the target logits.
 
         Args:
@@ -163,7 +174,7 @@ class SpecDecoder:
         drafts = [s.request.spec_token_ids[:s.num_spec_tokens] for s in scheduled]
         start = 0
         for req, d in zip(reqs, drafts):
-            if req.structured_state is not None:
+            if req.structured_state is not None and grammar is not None:
                 grammar.mask_draft_rows(logits, start, req, d)
             start += len(d) + 1
         row_reqs = [r for r, d in zip(reqs, drafts) for _ in range(len(d) + 1)]
@@ -182,9 +193,9 @@ class SpecDecoder:
                                 target_argmax=row_argmax(logits), generators=gens,
                                 default_generator=generator)
 
-    def sample(self, logits: torch.Tensor, rows: Sequence[ScheduledRequest], sampler: Any,
-               processors: Sequence[Any], grammar: Any
-               ) -> list[tuple[list[int], list[Any], int]]:
+    def sample(self, logits: torch.Tensor, rows: Sequence[ScheduledRequest], sampler: Sampler,
+               processors: Sequence[LogitsProcessor], grammar: StructuredOutputManager | None
+               ) -> list[SampledRow]:
         """Tokens of a step's sampling rows: plain rows by the engine's sampler,
         speculating rows by ``verify``.
 
@@ -201,7 +212,7 @@ class SpecDecoder:
         for s in rows:
             starts.append(pos)
             pos += 1 + s.num_spec_tokens
-        out: list[Any] = [None] * len(rows)
+        out: list[SampledRow] = [([], [], 0)] * len(rows)  # every row is set below
         plain = [i for i, s in enumerate(rows) if not s.num_spec_tokens]
         spec = [i for i, s in enumerate(rows) if s.num_spec_tokens]
         if plain:
@@ -212,14 +223,14 @@ class SpecDecoder:
         if spec:
             idx = torch.tensor([starts[i] + j for i in spec for j in range(1 + rows[i].num_spec_tokens)],
                                device=logits.device)
-            res = self.verify(logits[idx], [rows[i] for i in spec], sampler.generator, grammar, processors)
-            for i, toks, n in zip(spec, res.token_ids, res.num_accepted):
-                out[i] = (toks, [None] * len(toks), n)
+            verified = self.verify(logits[idx], [rows[i] for i in spec], sampler.generator, grammar, processors)
+            for i, toks, n in zip(spec, verified.token_ids, verified.num_accepted):
+                out[i] = (toks, [None for _ in toks], n)
         return out
 
     # -- 5. rollback --------------------------------------------------------
 
-    def record(self, req: Any, num_drafted: int, num_accepted: int) -> None:
+    def record(self, req: Request, num_drafted: int, num_accepted: int) -> None:
         """Count one verification in the request's and the engine's counters."""
         req.num_drafts += 1
         req.num_draft_tokens += num_drafted
@@ -228,7 +239,7 @@ class SpecDecoder:
         if self.config.adaptive_k:
             self._adapt(req, num_drafted, num_accepted)
 
-    def release(self, req: Any, num_accepted: int, kv: Any) -> None:
+    def release(self, req: Request, num_accepted: int, kv: KVCacheManager) -> None:
         """Keep the accepted drafts' KV; return blocks past the kept length to the pool.
 
         The scheduler already counted the real token in ``num_computed_tokens``;

@@ -33,30 +33,15 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 import torch
 
-from loom.runtime.model_runner import ModelRunner
+from loom.runtime.model_runner import ModelRunner, StepSeq
 from loom.runtime.models.loader import load_hf_config, load_model, resolve_model_path
-from loom.runtime.scheduler import ScheduledRequest
+from loom.runtime.request import Request
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class _DraftView:
-    """What ``ModelRunner`` reads of a request, at a drafted position."""
-
-    num_computed_tokens: int
-    all_token_ids: list[int]
-    block_ids: list[int]
-    spec_token_ids: list[int] = field(default_factory=list)
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.all_token_ids)
 
 
 @dataclass
@@ -96,12 +81,12 @@ class DraftModelProposer:
                            max_positions=max_model_len, seed=seed)
         self.runner = ModelRunner(model, hf_config, num_blocks, block_size, device, dtype)
         self.hf_config = hf_config
-        self._kv: weakref.WeakKeyDictionary[Any, _DraftKV] = weakref.WeakKeyDictionary()
+        self._kv: weakref.WeakKeyDictionary[Request, _DraftKV] = weakref.WeakKeyDictionary()
         self.num_catch_up_tokens = 0
         log.info("draft model %s: %d layers, hidden %d, KV pool %d blocks", model_path,
                  hf_config.num_hidden_layers, hf_config.hidden_size, num_blocks)
 
-    def _valid_upto(self, req: Any) -> int:
+    def _valid_upto(self, req: Request) -> int:
         """Leading positions whose draft KV matches the request's real tokens."""
         state = self._kv.get(req)
         if state is None or state.num_preemptions != req.num_preemptions:
@@ -112,7 +97,7 @@ class DraftModelProposer:
             m += 1
         return min(state.base + m, req.num_tokens - 1)
 
-    def propose(self, requests: Sequence[Any], ks: Sequence[int]) -> list[list[int]]:
+    def propose(self, requests: Sequence[Request], ks: Sequence[int]) -> list[list[int]]:
         """Draft ``ks[i]`` tokens greedily for each request in decode state.
 
         Each request has ``num_computed_tokens == num_tokens - 1`` and a block
@@ -126,26 +111,23 @@ class DraftModelProposer:
         if not active:
             return drafts
         # pass 1: catch up on unseen tokens through the last one -> first draft
-        views = []
+        seqs = []
         for i in active:
             req = requests[i]
             start = self._valid_upto(req)
             self.num_catch_up_tokens += req.num_tokens - start
-            views.append(ScheduledRequest(_DraftView(start, req.all_token_ids, req.block_ids),
-                                          req.num_tokens - start))
-        logits = self.runner.execute_model(views, [1] * len(views))
+            seqs.append(StepSeq(req.all_token_ids[start:], start, req.block_ids))
+        logits = self.runner.execute(seqs, [1] * len(seqs))
         for i, tok in zip(active, logits.argmax(-1).tolist()):
             drafts[i].append(tok)
         for step in range(1, max(ks)):
             active = [i for i in active if ks[i] > step]
             if not active:
                 break
-            views = []
-            for i in active:
-                req = requests[i]
-                views.append(ScheduledRequest(_DraftView(
-                    req.num_tokens - 1 + step, req.all_token_ids + drafts[i], req.block_ids), 1))
-            logits = self.runner.execute_model(views, [1] * len(views))
+            # position num_tokens - 1 + step holds the previous draft
+            seqs = [StepSeq([drafts[i][-1]], requests[i].num_tokens - 1 + step, requests[i].block_ids)
+                    for i in active]
+            logits = self.runner.execute(seqs, [1] * len(seqs))
             for i, tok in zip(active, logits.argmax(-1).tolist()):
                 drafts[i].append(tok)
         for req, d, k in zip(requests, drafts, ks):

@@ -87,6 +87,8 @@ def rejection_sample(
     if draft_probs is None or all(is_greedy):
         return match_drafts(target_probs, draft_token_ids, is_greedy, target_argmax,
                             generators, default_generator)
+    if target_probs is None:
+        raise ValueError("rejection_sample: target_probs is required when a request samples")
     device = target_probs.device
     b = len(draft_token_ids)
     n = torch.tensor([len(d) for d in draft_token_ids], dtype=torch.long, device=device)
@@ -127,7 +129,7 @@ def rejection_sample(
 
 
 def match_drafts(
-    target_probs: torch.Tensor,
+    target_probs: torch.Tensor | None,
     draft_token_ids: Sequence[Sequence[int]],
     is_greedy: Sequence[bool],
     target_argmax: torch.Tensor | None = None,
@@ -136,7 +138,9 @@ def match_drafts(
 ) -> VerifyResult:
     """Verify deterministic (one-hot) drafts by drawing the target's own token at each position.
 
-    Arguments as ``rejection_sample``.  Greedy requests use ``target_argmax``.
+    Arguments as ``rejection_sample``.  Greedy requests use ``target_argmax``;
+    ``target_probs`` may be ``None`` only when every request is greedy and
+    ``target_argmax`` is given (else ``ValueError``).
     Unseeded sampling requests draw all their positions' uniforms in one call
     from ``default_generator``; a seeded request draws one uniform per
     position it reaches from its own generator, and stops at the first
@@ -146,7 +150,10 @@ def match_drafts(
     Returns:
         ``VerifyResult``; ``token_ids[i]`` is the accepted drafts then one token.
     """
+    if target_probs is None and (target_argmax is None or not all(is_greedy)):
+        raise ValueError("match_drafts: target_probs is required unless every request is greedy with target_argmax")
     if target_argmax is None:
+        assert target_probs is not None
         target_argmax = target_probs.argmax(-1)
     tokens = target_argmax.tolist()
     gens = generators or {}
@@ -157,6 +164,7 @@ def match_drafts(
     batch_rows = [starts[i] + j for i, d in enumerate(draft_token_ids)
                   if not is_greedy[i] and i not in gens for j in range(len(d) + 1)]
     if batch_rows:
+        assert target_probs is not None  # some request samples (checked above)
         idx = torch.tensor(batch_rows, device=target_probs.device)
         u = torch.rand(len(batch_rows), 1, generator=default_generator,
                        device=target_probs.device, dtype=target_probs.dtype)
@@ -168,6 +176,7 @@ def match_drafts(
         n = 0
         while True:
             if g is not None and not is_greedy[i]:
+                assert target_probs is not None
                 p = target_probs[row + n:row + n + 1]
                 tokens[row + n] = int(inverse_cdf(p, seeded_uniform(g, p).view(1, 1))[0])
             if n < len(d) and tokens[row + n] == d[n]:
@@ -217,6 +226,7 @@ def _residual(p: torch.Tensor, drafts: torch.Tensor, num_acc: torch.Tensor,
         q = torch.zeros_like(p)
         q[torch.arange(idx.numel(), device=p.device), drafts[idx, j]] = 1.0
     else:
+        assert drow is not None  # computed whenever draft_probs is given
         q = draft_probs[drow[idx, j]]
     res = (p - q).clamp_min(0.0)
     total = res.sum(-1, keepdim=True)

@@ -20,18 +20,21 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llguidance
 import llguidance.hf
 
 from loom.runtime.structured_output.bitmask import allocate_bitmask
 from loom.runtime.structured_output.matcher import GrammarError, GrammarMatcher
+
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions  # a stub-only TypedDict
 from loom.runtime.structured_output.params import StructuredOutputParams
 
 log = logging.getLogger(__name__)
 
-_JSON_DEFAULTS: dict[str, Any] = {"whitespace_flexible": False}
+_JSON_DEFAULTS: JsonCompileOptions = {"whitespace_flexible": False}
 _ANY_OBJECT: dict[str, Any] = {"type": "object"}
 
 
@@ -102,15 +105,15 @@ class GrammarBackend:
     def _to_grammar(params: StructuredOutputParams) -> str:
         kind = params.kind
         try:
-            if kind == "json":
+            if params.json is not None:
                 return llguidance.LLMatcher.grammar_from_json_schema(
                     params.json, defaults=_JSON_DEFAULTS)
-            if kind == "json_object":
-                return llguidance.LLMatcher.grammar_from_json_schema(
-                    _ANY_OBJECT, defaults=_JSON_DEFAULTS)
-            if kind == "regex":
+            if params.regex is not None:
                 return llguidance.LLMatcher.grammar_from_regex(params.regex)
-            return llguidance.LLMatcher.grammar_from_lark(params.grammar)
+            if params.grammar is not None:
+                return llguidance.LLMatcher.grammar_from_lark(params.grammar)
+            return llguidance.LLMatcher.grammar_from_json_schema(
+                _ANY_OBJECT, defaults=_JSON_DEFAULTS)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"structured_output.{kind}: cannot compile: {_one_line(str(exc))}") from exc
 

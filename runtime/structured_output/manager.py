@@ -19,14 +19,18 @@ Unconstrained requests in the same batch are untouched.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from loom.runtime.structured_output.bitmask import allocate_bitmask, apply_bitmask_
-from loom.runtime.structured_output.matcher import GrammarError
+from loom.runtime.structured_output.matcher import GrammarError, GrammarMatcher
 from loom.runtime.structured_output.params import StructuredOutputParams
+
+if TYPE_CHECKING:
+    from loom.runtime.request import Request
+    from loom.runtime.structured_output.backend import GrammarBackend  # imported on first use (llguidance)
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +44,14 @@ class StructuredOutputManager:
         eos_token_ids: ids that end a constrained output.
     """
 
-    def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: Sequence[int]) -> None:
+    def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: Iterable[int]) -> None:
         self._tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.eos_token_ids = sorted(eos_token_ids)
-        self._backend: Any = None
+        self._backend: GrammarBackend | None = None
 
     @property
-    def backend(self) -> Any:
+    def backend(self) -> GrammarBackend:
         """The ``GrammarBackend`` (created on first use)."""
         if self._backend is None:
             from loom.runtime.structured_output.backend import GrammarBackend
@@ -55,7 +59,7 @@ class StructuredOutputManager:
             self._backend = GrammarBackend(self._tokenizer, self.vocab_size, self.eos_token_ids)
         return self._backend
 
-    def init_request(self, params: StructuredOutputParams) -> Any:
+    def init_request(self, params: StructuredOutputParams) -> GrammarMatcher:
         """Compile ``params`` and return a fresh ``GrammarMatcher``.
 
         Raises:
@@ -72,7 +76,7 @@ class StructuredOutputManager:
         except ValueError as exc:
             raise InvalidRequestError(str(exc), param="structured_output") from exc
 
-    def __call__(self, logits: torch.Tensor, rows: Sequence[Any]) -> None:
+    def __call__(self, logits: torch.Tensor, rows: Sequence[Request]) -> None:
         """Logits processor: mask row ``i`` by ``rows[i].structured_state`` when set.
 
         ``logits`` is float ``[N, V]`` with one row per request, edited in place.
@@ -85,13 +89,15 @@ class StructuredOutputManager:
             return
         mask = allocate_bitmask(len(idx), self.vocab_size)
         for j, i in enumerate(idx):
+            matcher = rows[i].structured_state
+            assert matcher is not None
             try:
-                rows[i].structured_state.fill_bitmask(mask, j)
+                matcher.fill_bitmask(mask, j)
             except GrammarError as exc:  # this request fails alone (the engine finishes it)
                 _fail(rows[i], exc)
         apply_bitmask_(logits, mask, torch.tensor(idx, dtype=torch.long))
 
-    def mask_draft_rows(self, logits: torch.Tensor, start: int, request: Any,
+    def mask_draft_rows(self, logits: torch.Tensor, start: int, request: Request,
                         drafts: Sequence[int]) -> None:
         """Mask rows ``start .. start + len(drafts)`` for ``request`` verifying ``drafts``.
 
@@ -101,6 +107,8 @@ class StructuredOutputManager:
         request alone).
         """
         matcher = request.structured_state
+        if matcher is None:
+            raise ValueError(f"request {request.request_id}: no grammar to mask drafts with")
         mask = allocate_bitmask(len(drafts) + 1, self.vocab_size)
         try:
             matcher.fill_bitmasks(mask, 0, list(drafts))
@@ -110,14 +118,14 @@ class StructuredOutputManager:
         apply_bitmask_(logits, mask, rows)
 
     @staticmethod
-    def accept(request: Any, tokens: Sequence[int]) -> None:
+    def accept(request: Request, tokens: Sequence[int]) -> None:
         """Advance ``request``'s grammar by its newly emitted ``tokens``."""
         matcher = request.structured_state
         if matcher is not None and tokens and not matcher.accept_tokens(list(tokens)):
             log.warning("request %s: emitted a token its grammar rejects", request.request_id)
 
 
-def _fail(request: Any, exc: GrammarError) -> None:
+def _fail(request: Request, exc: GrammarError) -> None:
     """Mark ``request`` failed by its own constraint (the engine finishes it alone)."""
     request.error = f"structured_output: {exc} (e.g. a schema that requires endless nesting)"
     request.error_param = "structured_output"
