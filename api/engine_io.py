@@ -22,21 +22,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 from fastapi import Request
 
-from loom.runtime.errors import RequestAbortedError
+from loom.runtime.errors import InvalidRequestError, LoomError, RequestAbortedError
+from loom.runtime.outputs import FinishReason, RequestOutput
+from loom.runtime.sampling_params import SamplingParams
+
+if TYPE_CHECKING:  # imports torch
+    from loom.runtime.async_llm import AsyncLLM
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-async def open_generation(engine: Any, prompt_token_ids: list[int], sampling_params: Any,
-                          request_id: str) -> tuple[AsyncIterator[Any], Any]:
+async def open_generation(engine: AsyncLLM, prompt_token_ids: list[int], sampling_params: SamplingParams,
+                          request_id: str) -> tuple[AsyncIterator[RequestOutput], RequestOutput]:
     """Submit and wait for the first ``RequestOutput``; returns (iterator, first output).
 
     Raises:
@@ -52,7 +57,7 @@ async def open_generation(engine: Any, prompt_token_ids: list[int], sampling_par
     return gen, first
 
 
-async def close_generation(engine: Any, gen: AsyncIterator[Any], request_id: str,
+async def close_generation(engine: AsyncLLM, gen: AsyncIterator[RequestOutput], request_id: str,
                            finished: bool = False) -> None:
     """Stop reading ``gen`` and, unless it ``finished``, abort it in the engine (frees its KV blocks)."""
     # Shielded: this runs while the handler is being cancelled (client gone), and
@@ -65,6 +70,18 @@ async def close_generation(engine: Any, gen: AsyncIterator[Any], request_id: str
         if not finished:
             with contextlib.suppress(Exception):
                 await engine.abort(request_id)
+
+
+def served_finish_reason(reason: FinishReason | None) -> Literal["stop", "length", "abort"] | None:
+    """An engine finish reason as a response shows it.
+
+    Raises:
+        RuntimeError: ``"error"``, which never reaches a response (``AsyncLLM`` raises
+            ``EngineStepError`` in its stream instead).
+    """
+    if reason == "error":
+        raise RuntimeError("finish_reason 'error' reached a response (AsyncLLM raises for it)")
+    return reason
 
 
 _INT64 = 2**64
@@ -84,12 +101,12 @@ class Generation:
 
     index: int
     request_id: str
-    outputs: AsyncIterator[Any]
-    first: Any
+    outputs: AsyncIterator[RequestOutput]
+    first: RequestOutput | None  # set once open_generations has read it
     finished: bool = False
 
 
-async def open_generations(engine: Any, prompt_token_ids: list[int], sampling_params: Any,
+async def open_generations(engine: AsyncLLM, prompt_token_ids: list[int], sampling_params: SamplingParams,
                            request_id: str, n: int = 1) -> list[Generation]:
     """Submit ``n`` requests for one prompt together and await each one's first ``RequestOutput``.
 
@@ -102,7 +119,7 @@ async def open_generations(engine: Any, prompt_token_ids: list[int], sampling_pa
         ContextLengthError, KVCapacityError, QueueFullError, ValueError: from the engine.
     """
     ids = [request_id] if n == 1 else [f"{request_id}-{i}" for i in range(n)]
-    seed = getattr(sampling_params, "seed", None)
+    seed = sampling_params.seed
     gens = []
     for i, rid in enumerate(ids):
         params = sampling_params if seed is None or i == 0 else sampling_params.clone(seed=child_seed(seed, i))
@@ -112,7 +129,7 @@ async def open_generations(engine: Any, prompt_token_ids: list[int], sampling_pa
     out = [Generation(i, rid, g, None) for i, (rid, g) in enumerate(zip(ids, gens))]
     try:
         await asyncio.wait(firsts, return_when=asyncio.FIRST_EXCEPTION)
-        failed = [f.exception() for f in firsts if f.done() and not f.cancelled() and f.exception()]
+        failed = [exc for f in firsts if f.done() and not f.cancelled() and (exc := f.exception()) is not None]
         if failed:
             raise failed[0]
     except BaseException:
@@ -122,11 +139,11 @@ async def open_generations(engine: Any, prompt_token_ids: list[int], sampling_pa
         raise
     for g, f in zip(out, firsts):
         g.first = f.result()
-        g.finished = bool(g.first.finished)
+        g.finished = g.first.finished
     return out
 
 
-async def merge_outputs(generations: Sequence[Generation]) -> AsyncIterator[tuple[int, Any]]:
+async def merge_outputs(generations: Sequence[Generation]) -> AsyncGenerator[tuple[int, RequestOutput], None]:
     """``(index, RequestOutput)`` of every child as it comes: each child's first output (in index
     order), then the rest interleaved in arrival order, until every child has finished.
 
@@ -135,8 +152,9 @@ async def merge_outputs(generations: Sequence[Generation]) -> AsyncIterator[tupl
     iterator cancels the pending reads.
     """
     for g in generations:
+        assert g.first is not None  # open_generations read it
         yield g.index, g.first
-    pending: dict[asyncio.Future[Any], Generation] = {}
+    pending: dict[asyncio.Future[RequestOutput], Generation] = {}
     try:
         while True:
             reading = {id(g) for g in pending.values()}
@@ -153,19 +171,19 @@ async def merge_outputs(generations: Sequence[Generation]) -> AsyncIterator[tupl
                 except StopAsyncIteration:  # ended without a finished output (engine shut down)
                     g.finished = True
                     continue
-                g.finished = bool(out.finished)
+                g.finished = out.finished
                 yield g.index, out
     finally:
         for fut in pending:
             fut.cancel()
 
 
-async def close_generations(engine: Any, generations: Sequence[Generation]) -> None:
+async def close_generations(engine: AsyncLLM, generations: Sequence[Generation]) -> None:
     """Close every child's iterator and abort those not ``finished`` (frees their KV blocks)."""
     await _close_all(engine, generations)
 
 
-async def _close_all(engine: Any, generations: Sequence[Generation]) -> None:
+async def _close_all(engine: AsyncLLM, generations: Sequence[Generation]) -> None:
     for g in generations:
         await close_generation(engine, g.outputs, g.request_id, g.finished)
 
@@ -191,8 +209,9 @@ async def until_disconnect(request: Request, work: asyncio.Future[T],
     ``on_disconnect`` runs, and :class:`RequestAbortedError` is raised.
     """
     watch = asyncio.ensure_future(wait_disconnect(request))
+    racing: set[asyncio.Future[Any]] = {work, watch}
     try:
-        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
     finally:
         watch.cancel()
     if not work.done():
@@ -203,8 +222,8 @@ async def until_disconnect(request: Request, work: asyncio.Future[T],
     return work.result()
 
 
-async def collect_outputs(request: Request, engine: Any, generations: Sequence[Generation],
-                          feed: Callable[[int, Any], Any]) -> None:
+async def collect_outputs(request: Request, engine: AsyncLLM, generations: Sequence[Generation],
+                          feed: Callable[[int, RequestOutput], object]) -> None:
     """Feed every ``(choice index, RequestOutput)`` of ``generations`` to ``feed`` until all finish.
 
     Raises:
@@ -224,8 +243,9 @@ async def collect_outputs(request: Request, engine: Any, generations: Sequence[G
         await close_generations(engine, generations)
 
 
-async def sse_events(engine: Any, generations: Sequence[Generation], outputs: AsyncIterator[Any],
-                     events: AsyncIterator[str], client_error: Callable[[Any], Any],
+async def sse_events(engine: AsyncLLM, generations: Sequence[Generation],
+                     outputs: AsyncGenerator[tuple[int, RequestOutput], None],
+                     events: AsyncIterator[str], client_error: Callable[[InvalidRequestError], LoomError],
                      on_close: Callable[[], None]) -> AsyncIterator[dict[str, str]]:
     """Server-sent events of a streamed completion: each JSON string of ``events``, then ``[DONE]``.
 
@@ -238,7 +258,6 @@ async def sse_events(engine: Any, generations: Sequence[Generation], outputs: As
     import json
 
     from loom.api.errors import error_body, loom_error_body
-    from loom.runtime.errors import InvalidRequestError, LoomError
 
     try:
         async for data in events:
@@ -255,7 +274,7 @@ async def sse_events(engine: Any, generations: Sequence[Generation], outputs: As
         raise
     finally:
         with anyio.CancelScope(shield=True):
-            await outputs.aclose()  # type: ignore[attr-defined]
+            await outputs.aclose()
         await close_generations(engine, generations)
         on_close()
 

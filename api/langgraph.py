@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -36,6 +36,7 @@ from langgraph.checkpoint.base import (WRITES_IDX_MAP, BaseCheckpointSaver, Chan
                                        get_checkpoint_id, get_serializable_checkpoint_metadata, writes_sort_key)
 from langgraph.checkpoint.memory import InMemorySaver
 from sqlalchemy import Integer, LargeBinary, String, Text, delete, insert, select
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -89,7 +90,9 @@ class WriteRow(_Base):
     task_path: Mapped[str] = mapped_column(Text, default="")
 
 
-_UPSERTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}  # INSERT .. ON CONFLICT
+# INSERT .. ON CONFLICT
+_UPSERTS: dict[str, Callable[..., sqlite.Insert | postgresql.Insert]] = {
+    "sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 
 def _upsert(s: Session, row_cls: type[_Base], values: list[dict[str, Any]], replace: bool) -> None:
@@ -99,7 +102,7 @@ def _upsert(s: Session, row_cls: type[_Base], values: list[dict[str, Any]], repl
     dialect_insert = _UPSERTS.get(s.get_bind().dialect.name)
     if dialect_insert is not None:
         stmt = dialect_insert(row_cls).values(values)
-        keys = [c.name for c in row_cls.__table__.primary_key.columns]
+        keys = [c.name for c in sa_inspect(row_cls).primary_key]
         if replace:
             stmt = stmt.on_conflict_do_update(index_elements=keys,
                                               set_={k: stmt.excluded[k] for k in values[0] if k not in keys})
@@ -110,7 +113,7 @@ def _upsert(s: Session, row_cls: type[_Base], values: list[dict[str, Any]], repl
     for v in values:  # other databases: one row at a time through the ORM
         if replace:
             s.merge(row_cls(**v))
-        elif s.get(row_cls, tuple(v[c.name] for c in row_cls.__table__.primary_key.columns)) is None:
+        elif s.get(row_cls, tuple(v[c.name] for c in sa_inspect(row_cls).primary_key)) is None:
             s.add(row_cls(**v))
 
 
@@ -152,8 +155,8 @@ class LoomCheckpointSaver(BaseCheckpointSaver[str]):
         """Store ``checkpoint`` (and the blobs of the channels in ``new_versions``); returns its config."""
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
-        c = dict(checkpoint)
-        values = c.pop("channel_values", {}) or {}
+        values = checkpoint.get("channel_values") or {}
+        c = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         meta = get_serializable_checkpoint_metadata(config, metadata)
         ctype, cblob = self.serde.dumps_typed(c)
         mtype, mblob = self.serde.dumps_typed(meta)
@@ -276,9 +279,10 @@ class LoomCheckpointSaver(BaseCheckpointSaver[str]):
                                                   WriteRow.checkpoint_id == row.checkpoint_id)).all()
         writes = sorted(writes, key=lambda w: writes_sort_key(w.task_path, w.task_id, w.idx))
         ids = {"thread_id": row.thread_id, "checkpoint_ns": row.checkpoint_ns}
+        checkpoint["channel_values"] = values
         return CheckpointTuple(
             config={"configurable": {**ids, "checkpoint_id": row.checkpoint_id}},
-            checkpoint={**checkpoint, "channel_values": values},
+            checkpoint=checkpoint,
             metadata=meta if meta is not None else self.serde.loads_typed((row.metadata_type, row.metadata_blob)),
             parent_config=({"configurable": {**ids, "checkpoint_id": row.parent_checkpoint_id}}
                            if row.parent_checkpoint_id else None),

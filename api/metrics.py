@@ -91,15 +91,15 @@ class _EngineCollector(Collector):
             family = CounterMetricFamily(metric, doc, labels=labels)
             family.add_metric(name, value)
             yield family
-        for metric, value, doc in (
+        for metric, level, doc in (
             ("vllm:num_requests_running", s.get("num_running", 0), "Number of requests in model execution batches."),
             ("vllm:num_requests_waiting", s.get("num_waiting", 0), "Number of requests waiting to be processed."),
             ("vllm:kv_cache_usage_perc", (total - free) / total if total else 0.0,
              "KV-cache usage. 1 means 100 percent usage."),
         ):
-            family = GaugeMetricFamily(metric, doc, labels=labels)
-            family.add_metric(name, value)
-            yield family
+            gauge = GaugeMetricFamily(metric, doc, labels=labels)
+            gauge.add_metric(name, level)
+            yield gauge
 
 
 class Metrics:

@@ -26,10 +26,10 @@ import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import JSON, ForeignKey, Integer, String, Text, create_engine, delete, event, select, update
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import CursorResult, Engine, Result
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
@@ -210,7 +210,7 @@ class Store:
                 res = s.execute(update(TurnLease).where(
                     TurnLease.session_id == session_id, TurnLease.holder == lease.holder,
                     TurnLease.expires_at == lease.expires_at).values(holder=holder, expires_at=expires))
-                return bool(res.rowcount)
+                return bool(_rowcount(res))
         except IntegrityError:  # another worker inserted first, or the session is gone
             return False
 
@@ -220,7 +220,7 @@ class Store:
             res = s.execute(update(TurnLease).where(
                 TurnLease.session_id == session_id, TurnLease.holder == holder)
                 .values(expires_at=_now() + dt.timedelta(seconds=ttl_s)))
-            return bool(res.rowcount)
+            return bool(_rowcount(res))
 
     def release_lease(self, session_id: str, holder: str) -> None:
         """Give the lease back (no-op when ``holder`` does not hold it)."""
@@ -281,3 +281,9 @@ class Store:
                 if lease is not None:
                     s.delete(lease)
             return len(orphans)
+
+
+def _rowcount(result: Result[Any]) -> int:
+    """Rows an UPDATE matched: ``Session.execute`` types every result as ``Result``, but a DML
+    statement's is a ``CursorResult``, the one that counts rows."""
+    return cast(CursorResult[Any], result).rowcount

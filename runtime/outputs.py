@@ -10,6 +10,10 @@ as they are.  Times are ``time.monotonic()`` seconds, as vLLM's
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+"""Why a request finished (vLLM's values; ``RequestOutput.finish_reason``)."""
 
 
 @dataclass(slots=True)
@@ -54,7 +58,7 @@ class RequestOutput:
     new_token_ids: list[int] = field(default_factory=list)
     new_text: str = ""
     finished: bool = False
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
     stop_reason: str | int | None = None
     num_cached_tokens: int = 0
     num_recompute_tokens: int = 0

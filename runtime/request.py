@@ -14,6 +14,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from loom.runtime.outputs import FinishReason
 from loom.runtime.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -39,7 +40,8 @@ class RequestStatus(enum.Enum):
     FINISHED_ABORTED = "abort"
     FINISHED_ERROR = "error"
 
-    _finished: bool  # set once per member below (not a member: no value here)
+    _finished: bool  # set once per member below (not members: no value here)
+    _reason: FinishReason | None
 
     @property
     def finished(self) -> bool:
@@ -48,8 +50,10 @@ class RequestStatus(enum.Enum):
         return self._finished
 
 
+_REASONS: dict[str, FinishReason] = {"stop": "stop", "length": "length", "abort": "abort", "error": "error"}
 for _status in RequestStatus:
-    _status._finished = _status.value in ("stop", "length", "abort", "error")
+    _status._reason = _REASONS.get(_status.value)
+    _status._finished = _status._reason is not None
 del _status
 
 
@@ -144,8 +148,8 @@ class Request:
         return self.status._finished
 
     @property
-    def finish_reason(self) -> str | None:
-        return self.status.value if self.status.finished else None
+    def finish_reason(self) -> FinishReason | None:
+        return self.status._reason
 
     def record_admission(self, num_hit_tokens: int) -> None:
         """Account one admission: the first fixes ``num_cached_tokens``, later ones

@@ -31,7 +31,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from loom.api.chat.logprobs import TokenText, finite_logprob
 from loom.api.chat.prompt import PreparedChat
@@ -43,6 +42,7 @@ from loom.api.schemas.chat import (
     ChoiceError,
     ChunkChoice,
     CompletionTokensDetails,
+    FinishReason,
     Delta,
     DeltaFunction,
     DeltaToolCall,
@@ -54,8 +54,11 @@ from loom.api.schemas.chat import (
     TopLogprob,
     Usage,
 )
+from loom.api.engine_io import served_finish_reason
 from loom.orchestrator.classify import OutputClassifier
 from loom.orchestrator.parsers import ParsedToolCall, ParserEvent, StreamingParser
+from loom.orchestrator.protocols import Tokenizer
+from loom.runtime.outputs import RequestOutput
 
 
 @dataclass
@@ -69,7 +72,7 @@ class ChoiceRun:
     prepared: PreparedChat
     index: int = 0
     output_classes: list[str] = field(default_factory=list)
-    last: Any = None  # last RequestOutput
+    last: RequestOutput | None = None
     _call_ids: dict[int, str] = field(default_factory=dict)
     _named: set[int] = field(default_factory=set)
     _logprobs_sent: int = 0  # output tokens whose logprobs a stream chunk carried
@@ -85,7 +88,7 @@ class ChoiceRun:
         self.json_text = ""
 
     # feeding -------------------------------------------------------------------------
-    def feed(self, out: Any) -> list[ParserEvent]:
+    def feed(self, out: RequestOutput) -> list[ParserEvent]:
         """Events completed by one ``RequestOutput`` (its ``new_text`` / ``new_token_ids``).
 
         The engine's text already honours stop strings and leaves out eos.
@@ -163,11 +166,11 @@ class ChoiceRun:
         ]
         return calls if self.prepared.parallel_tool_calls else calls[:1]
 
-    def finish_reason(self) -> str:
+    def finish_reason(self) -> FinishReason:
         """``tool_calls`` when the reply called a tool, else the engine's reason."""
         if self.tool_calls():
             return "tool_calls"
-        return (self.last.finish_reason if self.last is not None else None) or "stop"
+        return served_finish_reason(self.last.finish_reason if self.last is not None else None) or "stop"
 
     def completion_tokens(self) -> int:
         """Output tokens so far."""
@@ -234,7 +237,7 @@ class CompletionRun:
 
     prepared: PreparedChat
     model: str
-    tokenizer: Any = None
+    tokenizer: Tokenizer | None = None
     request_id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -242,7 +245,7 @@ class CompletionRun:
         self.choices = [ChoiceRun(self.prepared, i) for i in range(max(1, self.prepared.n))]
         self.text_of = TokenText(self.tokenizer) if self.tokenizer is not None else None
 
-    def feed(self, out: Any, index: int = 0) -> list[ParserEvent]:
+    def feed(self, out: RequestOutput, index: int = 0) -> list[ParserEvent]:
         """Parser events of choice ``index``'s next ``RequestOutput``."""
         return self.choices[index].feed(out)
 
@@ -250,7 +253,7 @@ class CompletionRun:
         """Choice ``index``'s stream ``Delta`` for ``events`` (``None`` when nothing shows)."""
         return self.choices[index].to_delta(events)
 
-    def finish_reason(self, index: int = 0) -> str:
+    def finish_reason(self, index: int = 0) -> FinishReason:
         """Choice ``index``'s finish reason."""
         return self.choices[index].finish_reason()
 
@@ -299,7 +302,7 @@ class CompletionRun:
     def _prompt_ids(self) -> list[int] | None:
         return list(self.prepared.prompt_token_ids) if self.prepared.return_token_ids else None
 
-    def chunk(self, delta: Delta, finish_reason: str | None = None, index: int = 0,
+    def chunk(self, delta: Delta, finish_reason: FinishReason | None = None, index: int = 0,
               logprobs: ChoiceLogprobs | None = None, usage: Usage | None = None,
               token_ids: list[int] | None = None, first: bool = False) -> ChatCompletionChunk:
         """A stream chunk of choice ``index`` carrying ``delta`` (the last one carries ``error`` when
@@ -316,7 +319,7 @@ class CompletionRun:
                                    choices=[], usage=self.usage())
 
 
-async def stream_chunks(run: CompletionRun, outputs: AsyncIterator[tuple[int, Any]], include_usage: bool,
+async def stream_chunks(run: CompletionRun, outputs: AsyncIterator[tuple[int, RequestOutput]], include_usage: bool,
                         continuous_usage: bool = False) -> AsyncIterator[ChatCompletionChunk]:
     """OpenAI chunks of ``(choice index, RequestOutput)`` pairs (``loom.api.engine_io.merge_outputs``).
 

@@ -53,13 +53,14 @@ def build_app(settings: Any) -> Any:
     actor = {"num_cpus": 0, "num_gpus": settings.tensor_parallel_size if gpu else 0,
              "runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1",
                                           "TOKENIZERS_PARALLELISM": "false"}}}
-    replica = serve.deployment(LoomReplica, num_replicas=1, ray_actor_options=actor, max_ongoing_requests=10_000,
+    # options first, then the class: the form Ray's type hints give a Deployment for
+    replica = serve.deployment(num_replicas=1, ray_actor_options=actor, max_ongoing_requests=10_000,
                                health_check_period_s=HEALTH_CHECK_PERIOD_S, health_check_timeout_s=60,
-                               graceful_shutdown_timeout_s=settings.drain_timeout_s)
+                               graceful_shutdown_timeout_s=settings.drain_timeout_s)(LoomReplica)
     fields = replica_settings(settings)
     handles = [replica.options(name=f"loom-replica-{i}").bind(fields, i) for i in range(settings.replicas)]
-    ingress = serve.deployment(ServeIngress, name=INGRESS_NAME, num_replicas=1, max_ongoing_requests=100_000,
-                               ray_actor_options={"num_cpus": 0})
+    ingress = serve.deployment(name=INGRESS_NAME, num_replicas=1, max_ongoing_requests=100_000,
+                               ray_actor_options={"num_cpus": 0})(ServeIngress)
     return ingress.bind(handles, settings.routing_policy)
 
 

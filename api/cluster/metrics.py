@@ -52,16 +52,16 @@ def merge_replica_metrics(texts: Sequence[str | None], router: Any, routed: Mapp
             for sample in fam.samples:
                 entry["samples"].append((sample.name, dict(sample.labels), sample.value, replica))
     lines: list[str] = []
-    for name, fam in families.items():
-        fam["samples"] = [s for s in fam["samples"] if not s[0].endswith("_created")]  # timestamps: not summable
-        shown = f"{name}_total" if fam["type"] == "counter" else name  # as prometheus_client writes it
-        lines.append(f"# HELP {shown} {fam['help']}")
-        lines.append(f"# TYPE {shown} {fam['type']}")
+    for name, merged in families.items():
+        merged["samples"] = [s for s in merged["samples"] if not s[0].endswith("_created")]  # timestamps: not summable
+        shown = f"{name}_total" if merged["type"] == "counter" else name  # as prometheus_client writes it
+        lines.append(f"# HELP {shown} {merged['help']}")
+        lines.append(f"# TYPE {shown} {merged['type']}")
         totals: dict[tuple[str, tuple[tuple[str, str], ...]], list[float]] = {}
-        for sample_name, labels, value, replica in fam["samples"]:
+        for sample_name, labels, value, replica in merged["samples"]:
             lines.append(f"{sample_name}{_labels({**labels, 'replica': str(replica)})} {_number(value)}")
             totals.setdefault((sample_name, tuple(sorted(labels.items()))), []).append(value)
-        average = fam["type"] == "gauge" and any(w in name for w in _FRACTION_WORDS)
+        average = merged["type"] == "gauge" and any(w in name for w in _FRACTION_WORDS)
         for (sample_name, labels_t), values in totals.items():
             value = sum(values) / len(values) if average else sum(values)
             lines.append(f"{sample_name}{_labels({**dict(labels_t), 'replica': 'all'})} {_number(value)}")

@@ -153,10 +153,10 @@ class CacheAwareRouter:
                 return Route(replica, "fewest_sessions")
             lightest = self._lightest(healthy)
             if key:
-                replica, matched, total = self._longest_prefix(key, healthy)
-                if (replica is not None and matched >= self.cache_threshold * total
-                        and self.loads[replica].score - self.loads[lightest].score <= self.balance_abs_threshold):
-                    return Route(replica, "prefix_match", matched)
+                holder, matched, total = self._longest_prefix(key, healthy)
+                if (holder is not None and matched >= self.cache_threshold * total
+                        and self.loads[holder].score - self.loads[lightest].score <= self.balance_abs_threshold):
+                    return Route(holder, "prefix_match", matched)
             return Route(lightest, "least_loaded")
 
     def forget(self, session_id: str) -> None:

@@ -39,6 +39,16 @@ class CompletionPrompt:
     param: str
     sampling_params: SamplingParams | None = None
 
+    def params(self) -> SamplingParams:
+        """``sampling_params``, which ``prepare_completion`` sets on every prompt it returns.
+
+        Raises:
+            RuntimeError: called on a prompt that was not prepared.
+        """
+        if self.sampling_params is None:
+            raise RuntimeError(f"{self.param}: no SamplingParams (not prepared)")
+        return self.sampling_params
+
 
 @dataclass
 class PreparedCompletion:

@@ -26,12 +26,15 @@ import codecs
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal
 
 from loom.api.chat.logprobs import TokenText, finite_logprob
 from loom.api.completions.prompts import CompletionPrompt, PreparedCompletion
+from loom.api.engine_io import served_finish_reason
 from loom.api.schemas.chat import PromptTokensDetails, Usage
 from loom.api.schemas.completions import Completion, CompletionChoice, CompletionLogprobs
+from loom.orchestrator.protocols import Tokenizer
+from loom.runtime.outputs import RequestOutput
 
 
 class _Offsets:
@@ -53,7 +56,7 @@ class ChoiceState:
 
     index: int
     prompt: CompletionPrompt
-    last: Any = None
+    last: RequestOutput | None = None
     prompt_logprobs: list[dict[int, float] | None] | None = None
     sent_tokens: int = 0  # output tokens whose logprobs were sent (stream)
     sent_ids: int = 0  # output tokens whose ids were sent (stream, return_token_ids)
@@ -68,7 +71,7 @@ class CompletionRun:
 
     prepared: PreparedCompletion
     model: str
-    tokenizer: Any
+    tokenizer: Tokenizer
     request_id: str = field(default_factory=lambda: f"cmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=lambda: int(time.time()))
 
@@ -79,7 +82,7 @@ class CompletionRun:
         skip = p.skip_special_tokens
         self._hidden = frozenset(getattr(self.tokenizer, "all_special_ids", ()) or ()) if skip else frozenset()
 
-    def feed(self, index: int, out: Any) -> None:
+    def feed(self, index: int, out: RequestOutput) -> None:
         """Record choice ``index``'s latest output."""
         choice = self.choices[index]
         choice.last = out
@@ -110,11 +113,12 @@ class CompletionRun:
             return None
         lp = CompletionLogprobs()
         if with_prompt:
-            rows = choice.prompt_logprobs or [None] * len(choice.prompt.token_ids)
+            rows: list[dict[int, float] | None] = choice.prompt_logprobs or [None for _ in choice.prompt.token_ids]
             self._entries(choice, choice.prompt.token_ids, list(rows), lp)
         out = choice.last
         if out is not None and not self.prepared.echo_only:
-            ids, rows = list(out.token_ids), list(out.logprobs or [None] * len(out.token_ids))
+            ids = list(out.token_ids)
+            rows = list(out.logprobs) if out.logprobs else [None for _ in ids]
             self._entries(choice, ids[choice.sent_tokens:], rows[choice.sent_tokens:], lp)
             choice.sent_tokens = len(ids)
         return lp
@@ -156,7 +160,7 @@ class CompletionRun:
         return Completion(id=self.request_id, created=self.created, model=self.model, choices=choices,
                           usage=self.usage())
 
-    def chunk(self, index: int, out: Any, continuous_usage: bool = False) -> Completion | None:
+    def chunk(self, index: int, out: RequestOutput, continuous_usage: bool = False) -> Completion | None:
         """The stream chunk for choice ``index``'s output ``out`` (``None`` when it adds nothing)."""
         choice = self.choices[index]
         self.feed(index, out)
@@ -186,7 +190,7 @@ class CompletionRun:
                 "output": u.completion_tokens}
 
 
-def _finish_reason(out: Any, echo_only: bool) -> str | None:
+def _finish_reason(out: RequestOutput | None, echo_only: bool) -> Literal["stop", "length", "abort"] | None:
     if echo_only:
         return "length"
-    return out.finish_reason if out is not None else None
+    return served_finish_reason(out.finish_reason) if out is not None else None

@@ -28,6 +28,8 @@ from loom.api.engine_io import (
 from loom.api.schemas.base import check_unknown_fields, strict_setting
 from loom.api.schemas.chat import ChatCompletion, ChatCompletionRequest, ModelCard, ModelList
 from loom.api.schemas.errors import error_responses
+from loom.api.services import Services
+from loom.orchestrator.reuse import GeneratedIds
 from loom.runtime.errors import InvalidRequestError, NotFoundError
 
 router = APIRouter(tags=["openai"], responses=error_responses(400, 401))
@@ -46,13 +48,13 @@ async def list_models(request: Request, owner: str = Depends(require_owner)) -> 
     return ModelList(data=[_card(services), _embedder_card(services)])
 
 
-def _embedder_card(services: Any) -> ModelCard:
+def _embedder_card(services: Services) -> ModelCard:
     from loom.retrieval.embedder import DEFAULT_MODEL
 
     return ModelCard(id=DEFAULT_MODEL, created=int(services.started_at), max_model_len=256)
 
 
-def _card(services: Any) -> ModelCard:
+def _card(services: Services) -> ModelCard:
     return ModelCard(id=services.settings.model_name, created=int(services.started_at),
                      max_model_len=engine_max_model_len(services.require_engine()))
 
@@ -94,7 +96,7 @@ def constraint_error(exc: InvalidRequestError, field: str) -> InvalidRequestErro
                                param=field)
 
 
-def check_model(services: Any, model: str) -> None:
+def check_model(services: Services, model: str) -> None:
     # "loom" always names the one served model (handy in scripts that do not list models)
     names = {services.settings.model_name, services.settings.model, "loom"}
     if model not in names:
@@ -137,7 +139,7 @@ def _client_field(exc: InvalidRequestError, run: CompletionRun) -> InvalidReques
     return constraint_error(exc, run.prepared.constraint_field or "response_format")
 
 
-async def _complete(services: Any, request: Request, run: CompletionRun, gens: list[Generation],
+async def _complete(services: Services, request: Request, run: CompletionRun, gens: list[Generation],
                     reuse: _IdReuse) -> ChatCompletion:
     await collect_outputs(request, services.require_engine(), gens, lambda index, out: run.feed(out, index))
     _record(services, run, reuse)
@@ -148,15 +150,16 @@ class _IdReuse:
     """The stateless prefix cache for one request: its prompt is encoded through the server's
     ``GeneratedIds`` for the caller's key, and its finished choices are remembered there."""
 
-    def __init__(self, store: Any, owner: str) -> None:
-        self.store, self.owner, self.reused = store, owner, None
+    def __init__(self, store: GeneratedIds, owner: str) -> None:
+        self.store, self.owner = store, owner
+        self.reused: int | None = None
 
     def encode(self, text: str) -> list[int]:
         encoded = self.store.encode(self.owner, text)
         self.reused = encoded.reused_tokens
         return encoded.token_ids
 
-    def record(self, services: Any, run: CompletionRun) -> None:
+    def record(self, services: Services, run: CompletionRun) -> None:
         if self.reused is not None:
             services.metrics.observe_id_reuse(self.reused > 0, self.reused)
         for choice in run.choices:
@@ -165,7 +168,7 @@ class _IdReuse:
                 self.store.remember(self.owner, list(run.prepared.prompt_token_ids) + list(out.token_ids))
 
 
-def _record(services: Any, run: CompletionRun, reuse: _IdReuse) -> None:
+def _record(services: Services, run: CompletionRun, reuse: _IdReuse) -> None:
     for choice in run.choices:
         if choice.last is not None and choice.last.finished:
             services.metrics.observe_output(choice.last)
@@ -173,7 +176,7 @@ def _record(services: Any, run: CompletionRun, reuse: _IdReuse) -> None:
     reuse.record(services, run)
 
 
-async def _sse(services: Any, run: CompletionRun, gens: list[Generation], include_usage: bool,
+async def _sse(services: Services, run: CompletionRun, gens: list[Generation], include_usage: bool,
                continuous_usage: bool, reuse: _IdReuse) -> AsyncIterator[dict[str, str]]:
     outputs = merge_outputs(gens)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from fastapi import APIRouter, Depends, Request
@@ -31,7 +31,11 @@ from loom.api.routes.chat import check_model, constraint_error
 from loom.api.schemas.base import check_unknown_fields, strict_setting
 from loom.api.schemas.completions import Completion, CompletionRequest
 from loom.api.schemas.errors import error_responses
+from loom.api.services import Services
 from loom.runtime.errors import InvalidRequestError
+
+if TYPE_CHECKING:
+    from loom.runtime.async_llm import AsyncLLM
 
 router = APIRouter(tags=["openai"], responses=error_responses(400, 401))
 
@@ -72,14 +76,14 @@ def _client_field(exc: InvalidRequestError, prepared: PreparedCompletion) -> Inv
     return constraint_error(exc, prepared.constraint_field or "response_format")
 
 
-async def _open(engine: Any, prepared: PreparedCompletion, request_id: str) -> list[Generation]:
+async def _open(engine: AsyncLLM, prepared: PreparedCompletion, request_id: str) -> list[Generation]:
     """Every prompt's ``n`` requests, submitted together; choice ``p * n + j`` is sample ``j`` of prompt ``p``.
 
     When any prompt fails at submission every request is aborted and the first failure raised.
     """
     many = len(prepared.prompts) > 1
     tasks = [asyncio.ensure_future(open_generations(
-        engine, p.token_ids, p.sampling_params, f"{request_id}-{i}" if many else request_id, prepared.n))
+        engine, p.token_ids, p.params(), f"{request_id}-{i}" if many else request_id, prepared.n))
         for i, p in enumerate(prepared.prompts)]
     try:
         await asyncio.wait(tasks)
@@ -105,20 +109,20 @@ def _ok(task: asyncio.Future[Any]) -> bool:
     return task.done() and not task.cancelled() and task.exception() is None
 
 
-async def _complete(services: Any, request: Request, run: CompletionRun, gens: list[Generation]) -> Completion:
+async def _complete(services: Services, request: Request, run: CompletionRun, gens: list[Generation]) -> Completion:
     await collect_outputs(request, services.require_engine(), gens, run.feed)
     _record(services, run)
     return run.result()
 
 
-def _record(services: Any, run: CompletionRun) -> None:
+def _record(services: Services, run: CompletionRun) -> None:
     for choice in run.choices:
         if choice.last is not None and choice.last.finished:
             services.metrics.observe_output(choice.last)
     services.metrics.count_tokens(run.token_classes())
 
 
-async def _sse(services: Any, run: CompletionRun, gens: list[Generation], include_usage: bool,
+async def _sse(services: Services, run: CompletionRun, gens: list[Generation], include_usage: bool,
                continuous_usage: bool) -> AsyncIterator[dict[str, str]]:
     outputs = merge_outputs(gens)
 
