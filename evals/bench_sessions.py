@@ -29,9 +29,13 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from loom.orchestrator import Agent
+    from loom.orchestrator.ledger import Ledger
 
 QUESTIONS = [
     "How do I run coroutines concurrently?", "How does json.dumps sort keys?", "What does OrderedDict.move_to_end do?",
@@ -66,7 +70,8 @@ def _agent(llm: Any, retriever: Any, max_tokens: int, k: int, keep_reasoning: bo
                  keep_reasoning=keep_reasoning, max_steps=1)
 
 
-async def _lockstep(agents: dict[str, Any], n: int, turns: int) -> tuple[dict[str, list[list[Any]]], dict[str, float]]:
+async def _lockstep(agents: dict[str, Agent], n: int, turns: int
+                    ) -> tuple[dict[str, list[list[Ledger]]], dict[str, float]]:
     """Turn t of every session on variant A, then on variant B, then turn t+1...
 
     Alternating per turn exposes both variants to the same background load
@@ -79,7 +84,7 @@ async def _lockstep(agents: dict[str, Any], n: int, turns: int) -> tuple[dict[st
     for agent in agents.values():  # warm-up: first-request initialisation is not TTFT
         async for _ in agent.engine.stream(list(range(100, 164)), SamplingParams(temperature=0.0, max_tokens=2)):
             pass
-    results = {name: [[] for _ in range(n)] for name in agents}
+    results: dict[str, list[list[Ledger]]] = {name: [[] for _ in range(n)] for name in agents}
     walls = {name: 0.0 for name in agents}
     sessions = {name: [InMemorySession() for _ in range(n)] for name in agents}
     for t in range(turns):

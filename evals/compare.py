@@ -73,6 +73,7 @@ def comparison_table(comparison: dict[str, Any]) -> Any:
     from rich.table import Table
 
     labels = comparison.get("gpu_cost_labels") or {}
+    caption: str | None
     if len(set(labels.values())) == 1:
         caption = f"GPU cost: {next(iter(labels.values()))}"
     else:

@@ -23,7 +23,8 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from loom.evals.compare import compare_summaries
 from loom.evals.prices import Prices, load_prices
@@ -73,7 +74,7 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
         compare: list[str] | tuple[str, ...] = (), baseline: str | None = None, concurrency: int | None = None,
         rate: float | None = None, num_requests: int | None = None, seed: int = 0,
         prices: str | Path | Prices | None = None, warmup: int = 2, options: dict[str, Any] | None = None,
-        engine: dict[str, Any] | None = None, slos_ms: dict[str, float] | None = None, report: bool = True,
+        engine: dict[str, Any] | None = None, slos_ms: Mapping[str, object] | None = None, report: bool = True,
         progress: bool | Callable[[str, int, int], None] = False, api_key: str | None = None,
         small: bool = False) -> EvalResult:
     """Run suite ``suite`` and write records, summaries and the report under ``out``.
@@ -96,7 +97,7 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
         warmup: warm-up conversations per variant (not recorded).
         options: suite size overrides (``loom.evals.workloads.DEFAULTS``).
         engine: base ``EngineConfig`` settings for every variant.
-        slos_ms: goodput SLOs (``ttft``, ``tpot``, ``e2el``, ``itl`` in ms).
+        slos_ms: goodput SLOs (``ttft``, ``tpot``, ``e2el``, ``itl``; numbers of ms).
         progress: True for a rich progress bar, or a callable ``(variant, done, total)``.
         small: halve the suite's default number of requests (quick demos).
 
@@ -105,6 +106,7 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
     """
     if suite not in SUITES:
         raise ValueError(f"suite: must be one of {SUITES}, got {suite!r}")
+    slos = _check_slos(slos_ms)
     if rate is not None and rate <= 0:
         raise ValueError(f"rate: must be > 0, got {rate}")
     if concurrency is not None and concurrency < 1:
@@ -149,7 +151,7 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
     (out_dir / "run.json").write_text(json.dumps(meta, indent=1, default=str))
 
     res = asyncio.run(_run_all(workload, model, target, plan, baseline, price_table, out_dir, concurrency, rate,
-                               slos_ms, progress, api_key))
+                               slos, progress, api_key))
     res.summary = {**meta, "variants": {r.name: s for r, s in zip(res.results, res.summary["list"])},
                    "comparison": compare_summaries(res.summary["list"]), "interrupted": res.interrupted}
     if baseline and len(res.results) >= 2 and res.results[-1].name == "baseline=hf":
@@ -258,6 +260,27 @@ async def _probe(url: str, api_key: str | None) -> None:
         await tgt.close()
 
 
+SLO_NAMES = ("ttft", "tpot", "e2el", "itl")
+
+
+def _check_slos(slos_ms: Mapping[str, object] | None) -> dict[str, float] | None:
+    """``slos_ms`` as numbers of ms (``None``: the default SLOs).
+
+    Raises:
+        ValueError: an unknown SLO name, or a limit that is not a number >= 0 (naming it).
+    """
+    if slos_ms is None:
+        return None
+    out: dict[str, float] = {}
+    for name, limit in slos_ms.items():
+        if name not in SLO_NAMES:
+            raise ValueError(f"slo {name!r}: must be one of {SLO_NAMES}")
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or limit < 0:
+            raise ValueError(f"slo {name}: expected a number of ms >= 0, got {limit!r}")
+        out[name] = float(limit)
+    return out
+
+
 class _Progress:
     """A rich progress bar per variant (or a user callback, or nothing)."""
 
@@ -272,12 +295,13 @@ class _Progress:
             self.rich.start()
 
     def callback(self, name: str, total: int) -> Callable[[int, int], None] | None:
-        if self.user is not None:
-            return lambda done, tot: self.user(name, done, tot)
-        if self.rich is None:
+        user, rich = self.user, self.rich
+        if user is not None:
+            return lambda done, tot: user(name, done, tot)
+        if rich is None:
             return None
-        task = self.rich.add_task(name, total=total)
-        return lambda done, tot: self.rich.update(task, completed=done)
+        task = rich.add_task(name, total=total)
+        return lambda done, tot: rich.update(task, completed=done)
 
     def close(self) -> None:
         if self.rich is not None:

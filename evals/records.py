@@ -11,13 +11,14 @@ from per-token timestamps), costs from :class:`loom.evals.prices.Prices`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from loom.evals.metrics import Chunk, request_latency
 from loom.evals.prices import Prices
 
-from loom.orchestrator.ledger import OUTPUT_CLASSES, PROMPT_CLASSES  # noqa: F401  (one owner: the ledger)
+from loom.orchestrator.ledger import OUTPUT_CLASSES, PROMPT_CLASSES, Ledger  # noqa: F401  (one owner: the ledger)
 
 
 @dataclass
@@ -45,7 +46,7 @@ class Outcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def class_table(ledger: Any, prices: Prices) -> dict[str, dict[str, float]]:
+def class_table(ledger: Ledger, prices: Prices) -> dict[str, dict[str, float]]:
     """Per-class tokens, ms and cost (USD) of an ``loom.orchestrator.ledger.Ledger``."""
     out: dict[str, dict[str, float]] = {}
     for name in PROMPT_CLASSES:
@@ -66,28 +67,29 @@ def class_table(ledger: Any, prices: Prices) -> dict[str, dict[str, float]]:
     return out
 
 
-def ledger_for(outcome: Outcome, spans: list[tuple[str, int, int]]) -> Any:
+def ledger_for(outcome: Outcome, spans: list[tuple[str, int, int]]) -> Ledger:
     """``Ledger.for_call`` of one request; engine timestamps when known, else client ones."""
-    from loom.orchestrator.ledger import Ledger
-
     classes = outcome.output_classes or ["output"] * len(outcome.output_ids)
+    arrival: float | None = None
+    first: float | None = None
+    token_times: Sequence[float] = ()
+    finish: float | None = None
     if outcome.arrival_time is not None and outcome.first_token_time is not None:
-        times = dict(arrival_time=outcome.arrival_time, first_token_time=outcome.first_token_time,
-                     token_times=outcome.token_times, finish_time=outcome.finish_time)
+        arrival, first = outcome.arrival_time, outcome.first_token_time
+        token_times, finish = outcome.token_times, outcome.finish_time
     elif outcome.chunks:
+        arrival, first = outcome.send_time, outcome.chunks[0].time
         token_times = [c.time for c in outcome.chunks for _ in range(c.num_tokens)]
-        times = dict(arrival_time=outcome.send_time, first_token_time=outcome.chunks[0].time,
-                     token_times=token_times, finish_time=outcome.chunks[-1].time)
-    else:
-        times = {}
+        finish = outcome.chunks[-1].time
     rejected = max(0, outcome.num_draft_tokens - outcome.num_accepted_tokens)
     return Ledger.for_call(spans, outcome.cached_tokens, classes, spec_rejected=rejected,
                            recompute_tokens=outcome.recompute_tokens,
-                           recompute_cached_tokens=outcome.recompute_cached_tokens, **times)
+                           recompute_cached_tokens=outcome.recompute_cached_tokens, arrival_time=arrival,
+                           first_token_time=first, token_times=token_times, finish_time=finish)
 
 
 def make_record(outcome: Outcome, spans: list[tuple[str, int, int]], prices: Prices, t0: float,
-                ledger: Any = None, **meta: Any) -> dict[str, Any]:
+                ledger: Ledger | None = None, **meta: Any) -> dict[str, Any]:
     """The JSONL record of one request (latencies in ms, ``send_s`` relative to the run start).
 
     ``ledger``: an already-built ``Ledger`` (the agent's, for ``rag``); else one is

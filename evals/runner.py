@@ -72,7 +72,7 @@ def target_device(target: Any) -> tuple[str | None, str | None]:
     device = getattr(target, "device", None)
     if device is None:
         config = getattr(getattr(target, "llm", None), "config", None)
-        device = config.torch_device() if hasattr(config, "torch_device") else None
+        device = config.torch_device() if config is not None and hasattr(config, "torch_device") else None
     if device is None:
         return None, None
     import torch

@@ -182,11 +182,14 @@ def build(suite: str, tokenizer: Any, seed: int = 0, num_requests: int | None = 
         if num_requests < 1:
             raise ValueError(f"num_requests: must be >= 1, got {num_requests}")
         params["num_requests"] = num_requests
-    # qa / tools read their own data files: no text corpus to tokenize
-    src = _text_source(tokenizer) if suite not in ("qa", "tools") else None
-    make = _BUILDERS[suite]
-    convs = make(src, random.Random(seed), params, "r")
-    warm = make(src, random.Random(seed + 10_007), {**params, "num_requests": warmup}, "w") if warmup else []
+
+    def make(rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
+        if suite in _DATA_BUILDERS:
+            return _DATA_BUILDERS[suite](rng, p, tag)
+        return _TEXT_BUILDERS[suite](_text_source(tokenizer), rng, p, tag)
+
+    convs = make(random.Random(seed), params, "r")
+    warm = make(random.Random(seed + 10_007), {**params, "num_requests": warmup}, "w") if warmup else []
     wl = Workload(suite, seed, convs, warm, params)
     if suite == "spec":
         wl.variants = [{"speculative": "off"},
@@ -257,7 +260,7 @@ def _pick(items: tuple[Any, ...], p: dict[str, Any], rng: random.Random, key: st
     return list(items) if n == len(items) else [items[i] for i in sorted(rng.sample(range(len(items)), n))]
 
 
-def _qa(src: TextSource | None, rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
+def _qa(rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
     from loom.evals.qa import QA_SYSTEM_PROMPT, load_questions
 
     if tag == "w":
@@ -267,7 +270,7 @@ def _qa(src: TextSource | None, rng: random.Random, p: dict[str, Any], tag: str)
             for q in _pick(load_questions(), p, rng, "questions")]
 
 
-def _tools(src: TextSource | None, rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
+def _tools(rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
     from loom.evals.toolcalls import TOOLS_SYSTEM_PROMPT, load_cases
 
     if tag == "w":
@@ -277,5 +280,5 @@ def _tools(src: TextSource | None, rng: random.Random, p: dict[str, Any], tag: s
             for c in _pick(load_cases(), p, rng, "cases")]
 
 
-_BUILDERS = {"throughput": _throughput, "prefix": _prefix, "sessions": _sessions, "rag": _rag, "spec": _spec,
-             "qa": _qa, "tools": _tools}
+_TEXT_BUILDERS = {"throughput": _throughput, "prefix": _prefix, "sessions": _sessions, "rag": _rag, "spec": _spec}
+_DATA_BUILDERS = {"qa": _qa, "tools": _tools}  # they read their own data files: no text corpus to tokenize

@@ -60,7 +60,9 @@ class HFTarget(EngineTarget):
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
-        self.model = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32).to(self.device).eval()
+        loaded = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+        # transformers wraps PreTrainedModel.to with functools.wraps, whose type takes the bound call for unbound
+        self.model = loaded.to(self.device).eval()  # type: ignore[arg-type]
         self._lock = threading.Lock()
 
     def _generate(self, req: Request) -> tuple[list[int], list[float], float]:
