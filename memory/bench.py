@@ -16,9 +16,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from sqlalchemy.orm import Session
-
-from .embedder import SentenceTransformerEmbedder, encode_checked
+from .embedder import Embedder, SentenceTransformerEmbedder, encode_checked
 from .long_term import LongTermMemory
 from .models import MemoryRow
 
@@ -35,9 +33,8 @@ def synthetic_facts(n: int, seed: int = 0) -> list[str]:
 
 def fill(mem: LongTermMemory, namespace: str, facts: list[str], vecs: np.ndarray) -> None:
     """Bulk-insert facts as active memories (bypasses the write policy, for setup only)."""
-    mem._ensure_namespace(namespace)
     now = mem.now()
-    with Session(mem.engine) as s, s.begin():
+    with mem._write(namespace) as (s, _revision):  # the namespace's lock row and the cache invalidation
         s.add_all(MemoryRow(namespace=namespace, text=t, slot=None, embedding=v.tobytes(), active=True,
                             created_at=now, updated_at=now, last_used_at=now, use_count=0)
                   for t, v in zip(facts, vecs))
@@ -69,7 +66,7 @@ def run(sizes: list[int], queries: int, adds: int) -> None:
         _table(sizes, queries, adds, embedder, pool, vecs, qs)
 
 
-def _table(sizes: list[int], queries: int, adds: int, emb: object, pool: list[str], vecs: np.ndarray,
+def _table(sizes: list[int], queries: int, adds: int, emb: Embedder, pool: list[str], vecs: np.ndarray,
            qs: list[str]) -> None:
     print(f"{'N':>6} {'add p50':>8} {'add p99':>8} {'search p50':>10} {'p99':>7} {'no-cache p50':>12} {'p99':>7}  (ms)")
     for n in sizes:
@@ -99,7 +96,7 @@ def _table(sizes: list[int], queries: int, adds: int, emb: object, pool: list[st
 class _Lookup:
     """Embedder that returns vectors the real model computed earlier (isolates store cost)."""
 
-    def __init__(self, table: dict) -> None:
+    def __init__(self, table: dict[str, np.ndarray]) -> None:
         self.table = table
 
     def encode(self, texts: list[str]) -> np.ndarray:

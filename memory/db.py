@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
@@ -44,7 +45,7 @@ def normalize_url(url: str | Path) -> str:
     return text
 
 
-def _set_sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+def _set_sqlite_pragmas(dbapi_conn: Any, _record: object) -> None:  # a DB-API connection
     cur = dbapi_conn.cursor()
     try:
         cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")

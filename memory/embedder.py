@@ -48,7 +48,10 @@ class SentenceTransformerEmbedder:
         # called from worker threads by the async orchestrator.
         self._lock = threading.Lock()
         get_dim = getattr(self._model, "get_embedding_dimension", None) or self._model.get_sentence_embedding_dimension
-        self.dim = int(get_dim())
+        dim = get_dim()
+        if dim is None:
+            raise ValueError(f"model: {model!r} does not report its embedding size")
+        self.dim = int(dim)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         """Embed ``texts`` -> ``np.ndarray[len(texts), D]`` float32, unit-norm rows."""

@@ -330,12 +330,13 @@ def parse_facts(raw: str) -> list[str]:
         data = json.loads(raw)
     except (json.JSONDecodeError, TypeError) as exc:
         raise ValueError(f"extractor: model output is not JSON ({exc}): {str(raw)[:80]!r}") from exc
+    facts: Any = data
     forget: Any = []
     if isinstance(data, dict):
-        data, forget = data.get("facts"), data.get("forget") or []
-    if not isinstance(data, list) or not isinstance(forget, list):
-        raise ValueError(f"extractor: expected a list of facts, got {type(data).__name__}")
-    return _strings(data) + [ForgetRequest(f) for f in _strings(forget)]
+        facts, forget = data.get("facts"), data.get("forget") or []
+    if not isinstance(facts, list) or not isinstance(forget, list):
+        raise ValueError(f"extractor: expected a list of facts, got {type(facts).__name__}")
+    return _strings(facts) + [ForgetRequest(f) for f in _strings(forget)]
 
 
 def _strings(items: list) -> list[str]:

@@ -28,6 +28,7 @@ for ranking and eviction):
 from __future__ import annotations
 
 import asyncio
+import builtins
 import logging
 import os
 import time
@@ -250,7 +251,7 @@ class LongTermMemory:
         if not isinstance(k, int) or k < 1:
             raise ValueError("k: must be an integer >= 1")
         now = self.now()
-        if self.ttl_s is not None and self._has_expired(namespace, now):
+        if self.ttl_s is not None and self._has_expired(namespace, now - self.ttl_s):
             self.purge_expired(namespace)
         qvec = encode_checked(self.embedder, [query])[0]
         with Session(self.engine) as session:
@@ -268,11 +269,12 @@ class LongTermMemory:
             self._touch(namespace, [h.id for h in hits], now)
         return hits
 
-    def _has_expired(self, namespace: str, now: float) -> bool:
+    def _has_expired(self, namespace: str, cutoff: float) -> bool:
+        """Whether an active memory of ``namespace`` was last used before ``cutoff`` (Unix seconds)."""
         with Session(self.engine) as session:
             stmt = select(MemoryRow.id).where(
                 MemoryRow.namespace == namespace, MemoryRow.active.is_(True),
-                MemoryRow.last_used_at < now - self.ttl_s).limit(1)
+                MemoryRow.last_used_at < cutoff).limit(1)
             return session.scalars(stmt).first() is not None
 
     def _touch(self, namespace: str, ids: list[int], now: float) -> None:
@@ -298,6 +300,7 @@ class LongTermMemory:
                 raise NotFoundError(f"memory {id} not found in namespace {namespace!r}", param="id")
             return store.to_item(row)
 
+    # below this method ``list`` names it in the class body: annotations say ``builtins.list``
     def list(self, namespace: str, include_inactive: bool = False) -> list[MemoryItem]:
         """Memories of ``namespace`` by id (active only unless ``include_inactive``: then
         superseded and quarantined ones too)."""
@@ -308,7 +311,7 @@ class LongTermMemory:
         with Session(self.engine) as session:
             return [store.to_item(r) for r in session.scalars(stmt)]
 
-    def history(self, id: int, namespace: str) -> list[MemoryItem]:
+    def history(self, id: int, namespace: str) -> builtins.list[MemoryItem]:
         """``id`` and the memories it superseded, newest first.
 
         Raises:
@@ -321,7 +324,7 @@ class LongTermMemory:
                 MemoryRow.namespace == namespace, MemoryRow.id.in_(ids)))}
             return [head] + [store.to_item(r) for r in sorted(rows.values(), key=lambda r: -r.id)]
 
-    def get_many(self, ids: Sequence[int], namespace: str) -> list[MemoryItem]:
+    def get_many(self, ids: Sequence[int], namespace: str) -> builtins.list[MemoryItem]:
         """The memories of ``namespace`` among ``ids`` (any state), in the order of ``ids``; unknown ids skipped."""
         check_namespace(namespace)
         wanted = [int(i) for i in ids]
@@ -330,7 +333,7 @@ class LongTermMemory:
                 MemoryRow.namespace == namespace, MemoryRow.id.in_(wanted)))} if wanted else {}
             return [store.to_item(rows[i]) for i in wanted if i in rows]
 
-    def quarantined(self, namespace: str) -> list[MemoryItem]:
+    def quarantined(self, namespace: str) -> builtins.list[MemoryItem]:
         """The namespace's quarantined memories by id (kept for audit; ``MemoryItem.quarantine`` says why)."""
         check_namespace(namespace)
         stmt = select(MemoryRow).where(MemoryRow.namespace == namespace,
@@ -338,7 +341,7 @@ class LongTermMemory:
         with Session(self.engine) as session:
             return [store.to_item(r) for r in session.scalars(stmt)]
 
-    def namespaces(self) -> list[str]:
+    def namespaces(self) -> builtins.list[str]:
         """Namespaces that hold at least one memory, sorted."""
         with Session(self.engine) as session:
             return list(session.scalars(select(MemoryRow.namespace).distinct().order_by(MemoryRow.namespace)))
@@ -346,11 +349,12 @@ class LongTermMemory:
     # --- async and lifecycle --------------------------------------------------------
 
     async def aadd(self, text_or_messages: str | Sequence[Any], namespace: str,
-                   source: MemorySource | dict | tuple | str | None = None) -> list[MemoryEvent]:
+                   source: MemorySource | dict | tuple | str | None = None) -> builtins.list[MemoryEvent]:
         """:meth:`add` on a worker thread (for the async orchestrator)."""
         return await asyncio.to_thread(self.add, text_or_messages, namespace, source)
 
-    async def asearch(self, query: str, namespace: str, k: int = 5, min_score: float = 0.0) -> list[MemoryHit]:
+    async def asearch(self, query: str, namespace: str, k: int = 5,
+                      min_score: float = 0.0) -> builtins.list[MemoryHit]:
         """:meth:`search` on a worker thread."""
         return await asyncio.to_thread(self.search, query, namespace, k, min_score)
 

@@ -77,8 +77,8 @@ def run() -> None:
             rows.append((f"{old!r} -> {new!r}", expected, f"{got.event.value}:{got.reason}", naive, cos))
         mem.close()
     print(f"{'case':<72} {'want':<6} {'policy':<20} {'cos-only':<8} cos")
-    for case, want, got, naive, cos in rows:
-        print(f"{case:<72} {want:<6} {got:<20} {naive:<8} {cos:.3f}")
+    for case, want, policy, naive, cos in rows:
+        print(f"{case:<72} {want:<6} {policy:<20} {naive:<8} {cos:.3f}")
     n = len(CASES)
     print(f"policy: {ours}/{n} correct; cosine-only peer: {peer}/{n} correct")
 

@@ -53,7 +53,10 @@ def locked_transaction(engine: Engine, namespace: str) -> Iterator[tuple[Session
             update(NamespaceRow).where(NamespaceRow.namespace == namespace)
             .values(revision=NamespaceRow.revision + 1)
         )
-        yield session, NamespaceIndex.revision(session, namespace)
+        revision = NamespaceIndex.revision(session, namespace)
+        if revision is None:
+            raise RuntimeError(f"memory namespace {namespace!r} has no lock row (ensure_namespace first)")
+        yield session, revision
 
 
 def apply_facts(session: Session, namespace: str, facts: list[str], vecs: np.ndarray, src: MemorySource,

@@ -174,7 +174,10 @@ async def run_sync(
 
 
 @overload
-def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+def tool(
+    fn: Callable[..., Any], /, *, name: str | None = None, description: str | None = None,
+    timeout_s: float | None = None, requires_approval: bool = False,
+) -> FunctionTool: ...
 @overload
 def tool(
     *, name: str | None = None, description: str | None = None, timeout_s: float | None = None,

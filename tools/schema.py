@@ -95,8 +95,8 @@ def args_model_from_signature(
         if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise TypeError(f"tool functions cannot take *args or **kwargs ({fn!r}: {pname})")
         default = ... if param.default is param.empty else param.default
-        extra = {"description": param_docs[pname]} if pname in param_docs else {}
-        field = Field(default, alias=pname, **extra)
+        field = (Field(default, alias=pname, description=param_docs[pname]) if pname in param_docs
+                 else Field(default, alias=pname))
         internal = f"arg{i}"
         fields[internal] = (hints.get(pname, Any), field)
         names[internal] = pname

@@ -93,7 +93,7 @@ class _ArithmeticEval(SimpleEval):
         for node in _REFUSED_NODES:
             self.nodes.pop(node, None)
 
-    def _eval_constant(self, node: ast.Constant) -> int | float:  # type: ignore[override]
+    def _eval_constant(self, node: ast.Constant) -> int | float:
         value = node.value
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise FeatureNotAvailable(f"only numbers are allowed, got {value!r}")
