@@ -38,6 +38,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from sqlalchemy import insert, select
@@ -56,11 +57,11 @@ from loom.retrieval.types import chunk_faiss_id, embedding_text
 logger = logging.getLogger("loom.retrieval.bench")
 
 
-def _real_chunks(r: Retriever) -> tuple[list[dict], np.ndarray]:
+def _real_chunks(r: Retriever) -> tuple[list[dict[str, Any]], np.ndarray]:
     ids, vecs = r.vector_index.vectors()
     pos = {int(i): n for n, i in enumerate(ids)}
     with r.store.session() as s:
-        rows = [dict(faiss_id=c.faiss_id, chunk_id=c.chunk_id, document=c.document,
+        rows: list[dict[str, Any]] = [dict(faiss_id=c.faiss_id, chunk_id=c.chunk_id, document=c.document,
                      position=c.position, title=c.title, section=c.section, text=c.text,
                      num_tokens=c.num_tokens, bm25_tokens=c.bm25_tokens, meta=c.meta)
                 for c in s.scalars(select(ChunkRow).order_by(ChunkRow.faiss_id))]
@@ -78,7 +79,9 @@ def build_synthetic(real: Retriever, folder: Path, size: int, hnsw_threshold: in
     rows, vecs = _real_chunks(real)
     rng, nrng = random.Random(seed), np.random.default_rng(seed)
     vocab = sorted({w for row in rows for w in row["text"].split()})
-    out_rows, out_vecs, docs = [], [], {}
+    out_rows: list[dict[str, Any]] = []
+    out_vecs: list[np.ndarray] = []
+    docs: dict[str, str] = {}
     seen = {row["chunk_id"] for row in rows}
     copy = 0
     while len(out_rows) < size:
@@ -292,7 +295,7 @@ def main(argv: list[str] | None = None) -> dict:
     result["latency"] = {}
     for size in args.sizes:
         s = build_synthetic(r, work / f"n{size}-g{gen}", size, args.hnsw_threshold)
-        lat = latency(s, texts)
+        lat: dict[str, object] = dict(latency(s, texts))
         lat["index"] = s.vector_index.kind
         if s.vector_index.kind == "hnsw":
             lat["hnsw_recall@10_vs_exact"] = ann_recall(s, texts[:50])

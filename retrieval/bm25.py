@@ -25,13 +25,18 @@ import json
 import logging
 import re
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import bm25s  # no type hints of its own: its names read as Any
 
 logger = logging.getLogger(__name__)
 
 
-def _import_bm25s():
+def _import_bm25s() -> ModuleType:
     """Import ``bm25s``, whose import sets its own logger to DEBUG; put it back to WARNING."""
     import bm25s
 
@@ -100,13 +105,11 @@ class BM25Index:
         tokens: each chunk's tokens (from :func:`bm25_tokenize`).
     """
 
-    def __init__(self, ids: list[int], tokens: list[list[str]] | None, _model: object = None) -> None:
-        bm25s = _import_bm25s()
-
+    def __init__(self, ids: list[int], tokens: list[list[str]] | None, _model: bm25s.BM25 | None = None) -> None:
         self.ids = np.asarray(ids, dtype=np.int64)
         self.model = _model
         if self.model is None and len(ids):
-            self.model = bm25s.BM25()
+            self.model = _import_bm25s().BM25()
             self.model.index(tokens, show_progress=False)
 
     def search(self, query: str, k: int, allowed: set[int] | None = None,

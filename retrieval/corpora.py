@@ -201,7 +201,8 @@ def extract_docs(spec: CorpusSpec, archive: Path, out: Path) -> None:
     Raises:
         CorpusError: no text file under ``spec.docs`` in the archive.
     """
-    trees = [("docs", PurePosixPath(spec.docs), TEXT_SUFFIXES, spec.skip)]
+    trees: list[tuple[str, PurePosixPath, tuple[str, ...], tuple[str, ...]]] = [
+        ("docs", PurePosixPath(spec.docs), TEXT_SUFFIXES, spec.skip)]
     if spec.source:
         trees.append(("src", PurePosixPath(spec.source), (".py",), ()))
     count = {dest: 0 for dest, *_ in trees}

@@ -138,7 +138,8 @@ def stdlib_queries(rows: list[_Row], per_set: int, seed: int) -> list[Query]:
             if key not in first_text or r.position < first_text[key][0]:
                 first_text[key] = (r.position, r.text)
     topics = [Query(k, "topic", frozenset(v)) for k, v in sorted(by_topic.items())]
-    api, describe = [], []
+    api: list[Query] = []
+    describe: list[Query] = []
     for doc, section in _sample(list(by_section), seed):
         rel = frozenset(by_section[(doc, section)])
         if len(api) < per_set:
@@ -179,7 +180,8 @@ def object_queries(rows: list[_Row], per_set: int, seed: int) -> list[Query]:
         if len(sentence) >= MIN_QUERY_CHARS:
             by_sentence[sentence].add(obj)
     sentence_of = {obj: s for s, objs in by_sentence.items() for obj in objs}
-    api, describe = [], []
+    api: list[Query] = []
+    describe: list[Query] = []
     for obj in _sample(list(chunks), seed):
         if len(api) < per_set:
             api.append(Query(obj, "api", frozenset(chunks[obj])))

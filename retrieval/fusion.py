@@ -9,7 +9,8 @@ whose order equals the order of the hex chunk-id strings).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import SupportsFloat, SupportsInt
 
 RRF_K = 60
 
@@ -38,6 +39,6 @@ def rrf_fuse(rankings: Sequence[Sequence[int]], k: int = RRF_K,
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
-def order_by_score(scores: Sequence[float], ids: Sequence[int]) -> list[tuple[int, float]]:
+def order_by_score(scores: Iterable[SupportsFloat], ids: Iterable[SupportsInt]) -> list[tuple[int, float]]:
     """``[(id, score)]`` sorted by score descending, then id ascending."""
     return sorted(((int(i), float(s)) for s, i in zip(scores, ids)), key=lambda kv: (-kv[1], kv[0]))

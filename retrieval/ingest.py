@@ -122,11 +122,11 @@ def load_documents(paths: Iterable[str | Path], patterns: Iterable[str] = DEFAUL
     Raises:
         FileNotFoundError: a path does not exist.
     """
-    paths, patterns = [str(p) for p in paths], tuple(patterns)
-    for p in paths:
-        if not p.startswith("stdlib:"):
-            iter_files(p, patterns)  # raises before anything is ingested
-    return [doc for p in paths for doc in load_path(p, patterns, failures)]
+    names, patterns = [str(p) for p in paths], tuple(patterns)
+    for name in names:
+        if not name.startswith("stdlib:"):
+            iter_files(name, patterns)  # raises before anything is ingested
+    return [doc for name in names for doc in load_path(name, patterns, failures)]
 
 
 def content_hash(doc: Document, settings: dict) -> str:

@@ -101,13 +101,13 @@ class ApiObject:
         names (documented or not).  Empty for what is neither a class nor a module."""
         if not isinstance(self.node, (ast.Module, ast.ClassDef)):
             return []
-        if self.kind == "module":
+        if isinstance(self.node, ast.Module):
             own = {o.name: o for o in _defined(self.node.body, "", self.module)}
             only = only or _dunder_all(self.node)
         else:
             own = {}
             for cls in (tree.mro(self) if inherited or only else [self]):
-                for o in _defined(cls.node.body, "class", cls.module):
+                for o in _defined(_body(cls.node), "class", cls.module):
                     own.setdefault(o.name, o)
         if only:
             found = (own.get(n) or tree.resolve(f"{self._path()}.{n}") for n in only)
@@ -188,7 +188,7 @@ class SourceTree:
     def _in_class(self, cls: ApiObject, name: str) -> ApiObject | None:
         """``name`` as ``cls`` or, first found, one of its bases defines it."""
         for c in self.mro(cls):
-            for obj in _defined(c.node.body, "class", c.module):
+            for obj in _defined(_body(c.node), "class", c.module):
                 if obj.name == name:
                     return obj
         return None
@@ -205,7 +205,9 @@ class SourceTree:
             seen.add(id(c.node))
             order.append(c)
             tree = self.module(c.module)
-            for base in c.node.bases if tree else ():
+            if tree is None:
+                continue
+            for base in c.node.bases:
                 expr = base.value if isinstance(base, ast.Subscript) else base  # Generic[T]
                 head, *rest = ast.unparse(expr).split(".")
                 found = self._in_module(c.module, tree, head, MAX_HOPS)
@@ -278,10 +280,15 @@ def _function_kind(node: ast.FunctionDef | ast.AsyncFunctionDef, scope: str) -> 
     return "property" if any(n.endswith("property") for n in last) else "method"
 
 
+def _body(node: ast.AST) -> list[ast.stmt]:
+    """The statements of a module or class node (none for anything else)."""
+    return node.body if isinstance(node, (ast.Module, ast.ClassDef)) else []
+
+
 def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef, drop_first: bool) -> str:
     """``"(a, *, b=1)"``: the parameters as written, without annotations."""
-    def bare(a: ast.arg | None) -> ast.arg | None:
-        return ast.arg(arg=a.arg) if a is not None else None
+    def bare(a: ast.arg) -> ast.arg:
+        return ast.arg(arg=a.arg)
 
     a = node.args
     positional = [*map(bare, a.posonlyargs), *map(bare, a.args)]
@@ -289,8 +296,8 @@ def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef, drop_first: bool) -
         positional.pop(0)
     n_posonly = max(len(a.posonlyargs) - drop_first, 0)
     args = ast.arguments(posonlyargs=positional[:n_posonly], args=positional[n_posonly:],
-                         vararg=bare(a.vararg), kwonlyargs=[*map(bare, a.kwonlyargs)],
-                         kw_defaults=a.kw_defaults, kwarg=bare(a.kwarg), defaults=a.defaults)
+                         vararg=a.vararg and bare(a.vararg), kwonlyargs=[*map(bare, a.kwonlyargs)],
+                         kw_defaults=a.kw_defaults, kwarg=a.kwarg and bare(a.kwarg), defaults=a.defaults)
     return f"({ast.unparse(args)})"
 
 

@@ -107,8 +107,9 @@ class _Walker:
                 continue
             name = child.name
             level = _HEADING.match(name)
-            if str(child.get("id", "")).startswith("module-"):
-                self.module = child["id"][len("module-"):]
+            anchor = str(child.get("id", ""))
+            if anchor.startswith("module-"):
+                self.module = anchor[len("module-"):]
             if name == "dl" and _entry_name(child):
                 self.flush()
                 self.entry(child, "")

@@ -137,11 +137,11 @@ def sphinx_markup() -> Iterator[None]:
                 return lookup_role(name, language, lineno, reporter)
             return _text_role, []
 
-        directives.directive, roles.role = directive, role  # type: ignore[assignment]
+        directives.directive, roles.role = directive, role
         try:
             yield
         finally:
-            directives.directive, roles.role = saved[0], saved[1]  # type: ignore[assignment]
+            directives.directive, roles.role = saved[0], saved[1]
             directives._directives.clear()
             directives._directives.update(saved[2])
             roles._roles.clear()

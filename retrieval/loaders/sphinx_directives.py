@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any
+from collections.abc import Callable
 
 from docutils import nodes
 from docutils.parsers.rst import Directive, directives
@@ -24,10 +24,10 @@ class generic(nodes.General, nodes.Element):
     """An unknown directive: its argument and options as a paragraph, then its content."""
 
 
-class _AnyOptions(dict):  # type: ignore[type-arg]
+class _AnyOptions(dict[str, Callable[[str], object]]):
     """An option spec that also accepts names it does not declare (value kept as text)."""
 
-    def __missing__(self, key: str) -> Any:
+    def __missing__(self, key: str) -> Callable[[str], object]:
         return directives.unchanged
 
 

@@ -55,7 +55,7 @@ class _PyContext:
 def _context(document: nodes.document) -> _PyContext:
     ctx = getattr(document, "_loom_py", None)
     if ctx is None:
-        ctx = document._loom_py = _PyContext()  # type: ignore[attr-defined]
+        ctx = document._loom_py = _PyContext()
     return ctx
 
 
