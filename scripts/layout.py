@@ -45,7 +45,7 @@ def lay_out(dest: Path, root: Path = ROOT, *, copy_modules: bool = False) -> Pat
     package = dest / "loom"
     package.mkdir(parents=True)
     for entry in (root / "loom").iterdir():
-        if entry.suffix in (".py", ".typed"):
+        if entry.suffix == ".py":
             if copy_modules:
                 shutil.copy(entry, package / entry.name)
             else:
