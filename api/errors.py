@@ -25,6 +25,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from loom.api.openapi import allowed_methods
+from loom.json_types import JSONObject
 from loom.runtime import errors as core
 from loom.runtime.errors import LoomError
 
@@ -80,12 +81,12 @@ def http_status(exc: LoomError) -> tuple[int, str]:
 
 def error_body(
     message: str, type_: str, param: str | None = None, code: str | None = None
-) -> dict[str, Any]:
+) -> JSONObject:
     """OpenAI's error object (what a non-2xx answer and an error SSE event carry)."""
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-def loom_error_body(exc: LoomError) -> dict[str, Any]:
+def loom_error_body(exc: LoomError) -> JSONObject:
     """Body for a ``LoomError`` (used by the handler and by streams that fail midway).
 
     A server-side failure (5xx) gets a fixed message; its own text is logged, never sent.
@@ -109,7 +110,7 @@ def _field(loc: tuple[Any, ...]) -> str | None:
     return ".".join(p for p in parts if not _UNION_MEMBER.search(p)) or None
 
 
-def _validation_message(err: dict[str, Any], field: str | None) -> str:
+def _validation_message(err: JSONObject, field: str | None) -> str:
     kind = err.get("type", "")
     if kind == "json_invalid":
         return f"Malformed JSON body: {err.get('ctx', {}).get('error', err.get('msg'))}"

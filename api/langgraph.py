@@ -42,6 +42,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from loom.api.store import make_engine
+from loom.json_types import JSONObject
 
 
 class _Base(DeclarativeBase):
@@ -231,7 +232,7 @@ class LoomCheckpointSaver(BaseCheckpointSaver[str]):
             row = s.scalars(q.order_by(CheckpointRow.checkpoint_id.desc()).limit(1)).first()
             return self._tuple(s, row) if row is not None else None
 
-    def list(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+    def list(self, config: RunnableConfig | None, *, filter: JSONObject | None = None,
              before: RunnableConfig | None = None, limit: int | None = None) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first: of ``config``'s thread (and namespace, and id, when given), else of
         every thread; only those whose metadata has every ``filter`` item, older than ``before``'s id,
@@ -296,7 +297,7 @@ class LoomCheckpointSaver(BaseCheckpointSaver[str]):
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         return await asyncio.to_thread(self.get_tuple, config)
 
-    async def alist(self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+    async def alist(self, config: RunnableConfig | None, *, filter: JSONObject | None = None,
                     before: RunnableConfig | None = None, limit: int | None = None) -> AsyncIterator[CheckpointTuple]:
         items = await asyncio.to_thread(lambda: list(self.list(config, filter=filter, before=before, limit=limit)))
         for item in items:

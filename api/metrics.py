@@ -30,6 +30,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from loom.json_types import JSONObject
+
 _LAT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -37,7 +39,7 @@ _TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 6
 class _EngineCollector(Collector):
     """Gauges computed from ``engine.stats()`` when Prometheus scrapes."""
 
-    def __init__(self, stats: Callable[[], dict[str, Any]], own: Metrics) -> None:
+    def __init__(self, stats: Callable[[], JSONObject], own: Metrics) -> None:
         self._stats = stats
         self._own = own
 
@@ -80,7 +82,7 @@ class _EngineCollector(Collector):
         yield GaugeMetricFamily("loom_num_preemptions", "Preemptions so far.", s.get("num_preemptions", 0))
         yield from self._vllm(s, total, free, queries, hits)
 
-    def _vllm(self, s: dict[str, Any], total: int, free: int, queries: int,
+    def _vllm(self, s: JSONObject, total: int, free: int, queries: int,
               hits: int) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         """The engine-wide series under vLLM's names (``model_name`` label)."""
         labels, name = ["model_name"], [self._own.model_name]
@@ -148,7 +150,7 @@ class Metrics:
         self.vllm_e2el = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in "
                                    "seconds.", m, buckets=_TTFT_BUCKETS, registry=r)
 
-    def watch_engine(self, stats: Callable[[], dict[str, Any]]) -> None:
+    def watch_engine(self, stats: Callable[[], JSONObject]) -> None:
         """Expose ``stats()`` gauges (KV usage, prefix-cache hit rate, acceptance rate)."""
         self.registry.register(_EngineCollector(stats, self))
 

@@ -12,17 +12,19 @@ from __future__ import annotations
 
 import re
 from functools import cache
-from typing import Any
+
 
 from fastapi import FastAPI
 from starlette.routing import compile_path
+
+from loom.json_types import JSONObject
 
 
 def install_openapi(app: FastAPI) -> None:
     """Make ``app.openapi()`` (``/openapi.json``) return the document without FastAPI's 422s."""
     build = app.openapi
 
-    def openapi() -> dict[str, Any]:
+    def openapi() -> JSONObject:
         if app.openapi_schema is None:
             doc = build()
             for operations in doc.get("paths", {}).values():

@@ -16,11 +16,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from loom.api.metrics import Metrics
 from loom.api.settings import Settings
 from loom.api.store import Store
+from loom.json_types import JSONObject
 
 if TYPE_CHECKING:  # loaded by start() and on first use: seconds of imports a bare app never needs
     from loom.memory import LongTermMemory
@@ -33,14 +34,14 @@ if TYPE_CHECKING:  # loaded by start() and on first use: seconds of imports a ba
 log = logging.getLogger(__name__)
 
 
-def engine_args(settings: Settings) -> dict[str, Any]:
+def engine_args(settings: Settings) -> JSONObject:
     """``EngineConfig`` keyword arguments from the settings (unset ones left to the engine).
 
     Every engine flag of ``loom serve`` (vLLM's names) lands in the field of the
     same name; ``speculative_config`` goes as a dict of
     ``loom.runtime.spec.SpeculativeConfig`` fields.
     """
-    args: dict[str, Any] = {
+    args: JSONObject = {
         "dtype": settings.dtype,
         "device": settings.device,
         "block_size": settings.block_size,

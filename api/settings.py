@@ -21,6 +21,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from loom.json_types import JSONObject
 from loom.runtime.checkpoint.registry import DEFAULT_MODEL
 
 
@@ -56,7 +57,7 @@ class Settings(BaseSettings):
     tensor_parallel_size: int = Field(
         default=1, gt=0, description="Ranks each engine splits its model over (worker processes; "
         "gloo on CPU, NCCL on CUDA), vLLM's --tensor-parallel-size.")
-    speculative_config: dict[str, Any] | None = Field(
+    speculative_config: JSONObject | None = Field(
         default=None, description="Speculative decoding as vLLM's --speculative-config JSON: "
         '{"method": "ngram"|"draft_model", "num_speculative_tokens": k, "model": DRAFT} '
         "(loom.runtime.spec.SpeculativeConfig's other fields too); off when unset.")
@@ -147,7 +148,7 @@ class Settings(BaseSettings):
 
     @field_validator("speculative_config")
     @classmethod
-    def _spec(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _spec(cls, value: JSONObject | None) -> JSONObject | None:
         return None if value is None else speculative_fields(value)
 
     @model_validator(mode="after")
@@ -203,7 +204,7 @@ class Settings(BaseSettings):
         return self.served_model_name or Path(self.model.rstrip("/")).name or self.model
 
 
-def speculative_fields(value: dict[str, Any]) -> dict[str, Any]:
+def speculative_fields(value: JSONObject) -> JSONObject:
     """``loom.runtime.spec.SpeculativeConfig`` fields from vLLM's ``--speculative-config`` JSON.
 
     vLLM names the draft checkpoint ``model``; Loom's field is ``draft_model``

@@ -33,6 +33,8 @@ from sqlalchemy.engine import CursorResult, Engine, Result
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
+from loom.json_types import JSONObject
+
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
@@ -63,7 +65,7 @@ class ChatSession(Base):
     __tablename__ = "api_sessions"
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     owner: Mapped[str] = mapped_column(String(200), index=True)
-    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    config: Mapped[JSONObject] = mapped_column(JSON)
     created_at: Mapped[dt.datetime] = mapped_column(default=_now)
     updated_at: Mapped[dt.datetime] = mapped_column(default=_now)
 
@@ -83,8 +85,8 @@ class Turn(Base):
     reasoning: Mapped[str | None] = mapped_column(Text, default=None)
     tool_calls: Mapped[list[Any]] = mapped_column(JSON, default=list)
     tool_results: Mapped[list[Any]] = mapped_column(JSON, default=list)
-    ledger: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
-    usage: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    ledger: Mapped[JSONObject | None] = mapped_column(JSON, default=None)
+    usage: Mapped[JSONObject | None] = mapped_column(JSON, default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[dt.datetime] = mapped_column(default=_now)
     finished_at: Mapped[dt.datetime | None] = mapped_column(default=None)
@@ -162,7 +164,7 @@ class Store:
         self.engine.dispose()
 
     # sessions -------------------------------------------------------------------
-    def create_session(self, owner: str, config: dict[str, Any]) -> ChatSession:
+    def create_session(self, owner: str, config: JSONObject) -> ChatSession:
         """Insert a session owned by ``owner``; its id is ``sess_<32 hex>``."""
         row = ChatSession(id=f"sess_{uuid.uuid4().hex}", owner=owner, config=config)
         with self.tx() as s:

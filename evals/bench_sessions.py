@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from loom.json_types import JSONObject
+
 if TYPE_CHECKING:
     from loom.orchestrator import Agent
     from loom.orchestrator.ledger import Ledger
@@ -140,7 +142,7 @@ def sessions(
     retriever = _index(index)
     runs = [("keep", True, True), ("strip", True, False)] if reasoning else [("cache", True, True),
                                                                             ("no-cache", False, True)]
-    figures: dict[str, Any] = {"config": dict(preset=preset, arch=arch, sessions=num_sessions, turns=turns,
+    figures: JSONObject = {"config": dict(preset=preset, arch=arch, sessions=num_sessions, turns=turns,
                                                max_tokens=max_tokens, k=k, reasoning=reasoning)}
     blocks = num_kv_blocks or num_sessions * 4096 // 16 + 64  # no eviction: caching is measured, not capacity
     engines = {name: _engine(ckpt, caching, device, blocks) for name, caching, _keep in runs}

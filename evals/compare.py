@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from loom.json_types import JSONObject
+
 # (label, path in the summary, "higher" | "lower" is better)
 METRICS: list[tuple[str, tuple[str, ...], str]] = [
     ("requests/s", ("benchmark", "request_throughput"), "higher"),
@@ -35,7 +37,7 @@ METRICS: list[tuple[str, tuple[str, ...], str]] = [
 ]
 
 
-def _get(summary: dict[str, Any], path: tuple[str, ...]) -> float | None:
+def _get(summary: JSONObject, path: tuple[str, ...]) -> float | None:
     cur: Any = summary
     for key in path:
         if not isinstance(cur, dict) or key not in cur:
@@ -44,7 +46,7 @@ def _get(summary: dict[str, Any], path: tuple[str, ...]) -> float | None:
     return float(cur) if isinstance(cur, (int, float)) else None
 
 
-def compare_summaries(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+def compare_summaries(summaries: list[JSONObject]) -> JSONObject:
     """Metric values per variant and ratios to the first variant (``None`` where undefined)."""
     if not summaries:
         return {}
@@ -68,7 +70,7 @@ def compare_summaries(summaries: list[dict[str, Any]]) -> dict[str, Any]:
             "gpu_cost_labels": {name: label for name, label in labels.items() if label}}
 
 
-def comparison_table(comparison: dict[str, Any]) -> Any:
+def comparison_table(comparison: JSONObject) -> Any:
     """A ``rich.table.Table``: one row per metric, value and ratio per variant; GPU-cost label as caption."""
     from rich.table import Table
 

@@ -32,6 +32,7 @@ from loom.evals.runner import VariantResult, run_variant
 from loom.evals.settings import parse_variant, split_settings, variant_name
 from loom.evals.summary import summarize
 from loom.evals.workloads import SUITES, Workload, build
+from loom.json_types import JSONObject
 
 logger = logging.getLogger(__name__)
 
@@ -47,13 +48,13 @@ class EvalResult:
     """What ``evals.run`` returns: summaries per variant, ratios, where the files are."""
 
     out_dir: Path
-    summary: dict[str, Any]
+    summary: JSONObject
     results: list[VariantResult] = field(default_factory=list)
     report_path: Path | None = None
     interrupted: bool = False
 
     @property
-    def variants(self) -> dict[str, dict[str, Any]]:
+    def variants(self) -> dict[str, JSONObject]:
         return self.summary["variants"]
 
 
@@ -73,8 +74,8 @@ def resolve_model(model: str | None, suite: str) -> str:
 def run(suite: str, model: str | None = None, target: str = "inproc", out: str | Path | None = None,
         compare: list[str] | tuple[str, ...] = (), baseline: str | None = None, concurrency: int | None = None,
         rate: float | None = None, num_requests: int | None = None, seed: int = 0,
-        prices: str | Path | Prices | None = None, warmup: int = 2, options: dict[str, Any] | None = None,
-        engine: dict[str, Any] | None = None, slos_ms: Mapping[str, object] | None = None, report: bool = True,
+        prices: str | Path | Prices | None = None, warmup: int = 2, options: JSONObject | None = None,
+        engine: JSONObject | None = None, slos_ms: Mapping[str, object] | None = None, report: bool = True,
         progress: bool | Callable[[str, int, int], None] = False, api_key: str | None = None,
         small: bool = False) -> EvalResult:
     """Run suite ``suite`` and write records, summaries and the report under ``out``.
@@ -167,7 +168,7 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
     return res
 
 
-def token_match(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> float | None:
+def token_match(a: list[JSONObject], b: list[JSONObject]) -> float | None:
     """Fraction of requests (matched by conversation and turn) whose output ids are identical."""
     ids_b = {(r["conversation"], r["turn"]): r.get("output_ids") for r in b}
     pairs = [(r.get("output_ids"), ids_b.get((r["conversation"], r["turn"]))) for r in a]
@@ -175,12 +176,12 @@ def token_match(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> float | Non
     return sum(x == y for x, y in pairs) / len(pairs) if pairs else None
 
 
-async def _run_all(workload: Workload, model: str, target: str, plan: list[tuple[str, dict[str, Any]]], baseline: str | None,
+async def _run_all(workload: Workload, model: str, target: str, plan: list[tuple[str, JSONObject]], baseline: str | None,
                    prices: Prices, out_dir: Path, concurrency: int | None, rate: float | None,
                    slos_ms: dict[str, float] | None, progress: Any, api_key: str | None) -> EvalResult:
     res = EvalResult(out_dir, {"list": []})
     bar = _Progress(progress)
-    jobs: list[tuple[str, dict[str, Any], str]] = [(name, s, "main") for name, s in plan]
+    jobs: list[tuple[str, JSONObject, str]] = [(name, s, "main") for name, s in plan]
     if baseline == "hf":
         jobs.append(("baseline=hf", {}, "hf"))
     try:
@@ -208,7 +209,7 @@ async def _run_all(workload: Workload, model: str, target: str, plan: list[tuple
     return res
 
 
-async def _make_target(kind: str, workload: Workload, model: str, target: str, settings: dict[str, Any],
+async def _make_target(kind: str, workload: Workload, model: str, target: str, settings: JSONObject,
                        out_dir: Path, api_key: str | None) -> Any:
     if kind == "hf":
         from loom.evals.targets.hf import HFTarget

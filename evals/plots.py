@@ -30,9 +30,10 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from loom.evals.summary import CLASSES  # noqa: E402
+from loom.json_types import JSONObject
 
-Variants = dict[str, dict[str, Any]]
-Records = dict[str, list[dict[str, Any]]]
+Variants = dict[str, JSONObject]
+Records = dict[str, list[JSONObject]]
 
 COLORS = {"system": "#4c72b0", "tools": "#64b5cd", "memory": "#8172b2", "history": "#55a868",
           "retrieval": "#ccb974", "tool_result": "#c44e52", "user": "#dd8452", "query_rewrite": "#a6761d",
@@ -43,7 +44,7 @@ LATENCY_KEYS = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
 FIGURE_NAMES = ("latency_cdf", "class_tokens", "class_time", "class_cost", "turns", "spec_acceptance")
 
 
-def _latency_values(recs: list[dict[str, Any]], key: str) -> list[float]:
+def _latency_values(recs: list[JSONObject], key: str) -> list[float]:
     vals = (v for r in recs if r["ok"] for v in (r[key] if key == "itl_ms" else [r[key]]))
     return [v for v in vals if v is not None]
 
@@ -105,7 +106,7 @@ def class_tokens(variants: Variants) -> Figure | None:
     return fig
 
 
-def _stacked(ax: Any, variants: Variants, value: Callable[[dict[str, Any]], float],
+def _stacked(ax: Any, variants: Variants, value: Callable[[JSONObject], float],
              ticks: list[str]) -> list[str]:
     """One bar per variant, stacked by class; returns the classes drawn."""
     bottom = np.zeros(len(variants))
@@ -212,7 +213,7 @@ def spec_acceptance(variants: Variants) -> Figure | None:
     return fig
 
 
-def figures(summary: dict[str, Any], records: Records) -> dict[str, Figure]:
+def figures(summary: JSONObject, records: Records) -> dict[str, Figure]:
     """Every figure the run has data for, by name (report order)."""
     variants = summary["variants"]
     built = {"latency_cdf": latency_cdf(records), "class_tokens": class_tokens(variants),
@@ -221,7 +222,7 @@ def figures(summary: dict[str, Any], records: Records) -> dict[str, Figure]:
     return {name: fig for name, fig in built.items() if fig is not None}
 
 
-def draw_all(out_dir: Path, summary: dict[str, Any], records: Records) -> dict[str, Path]:
+def draw_all(out_dir: Path, summary: JSONObject, records: Records) -> dict[str, Path]:
     """Write every figure with data to ``out_dir/plots/<name>.png``; returns name -> path.
 
     A PNG of a figure this run has no data for (left from an earlier drawing) is removed.

@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from loom.json_types import JSONObject
+
 OUTPUT_PRICE_KEYS = {"reasoning": "reasoning", "tool_call": "tool_call", "output": "output"}
 
 
@@ -69,7 +71,7 @@ class Prices:
         """USD for ``tokens`` of output class ``cls``."""
         return tokens * self.output_price(cls) / 1e6
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         d = asdict(self)
         d["reasoning"] = self.output_price("reasoning")
         d["tool_call"] = self.output_price("tool_call")

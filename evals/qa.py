@@ -24,7 +24,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+
+from loom.json_types import JSONObject
 
 DATA_FILE = Path(__file__).parent / "data" / "qa_stdlib.json"
 
@@ -128,7 +129,7 @@ def corpus_for(questions: tuple[Question, ...] | list[Question]) -> str:
     return ",".join(sorted({q.source for q in questions}))
 
 
-def qa_quality(records: list[dict[str, Any]]) -> dict[str, Any]:
+def qa_quality(records: list[JSONObject]) -> JSONObject:
     """Accuracy of a variant's records (failed requests count as wrong), per module too,
     and the token cost per correct answer (USD)."""
     n = len(records)

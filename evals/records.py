@@ -18,6 +18,7 @@ from typing import Any
 from loom.evals.metrics import Chunk, request_latency
 from loom.evals.prices import Prices
 
+from loom.json_types import JSONObject
 from loom.orchestrator.ledger import OUTPUT_CLASSES, PROMPT_CLASSES, Ledger  # noqa: F401  (one owner: the ledger)
 
 
@@ -43,7 +44,7 @@ class Outcome:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     error: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JSONObject = field(default_factory=dict)
 
 
 def class_table(ledger: Ledger, prices: Prices) -> dict[str, dict[str, float]]:
@@ -89,7 +90,7 @@ def ledger_for(outcome: Outcome, spans: list[tuple[str, int, int]]) -> Ledger:
 
 
 def make_record(outcome: Outcome, spans: list[tuple[str, int, int]], prices: Prices, t0: float,
-                ledger: Ledger | None = None, **meta: Any) -> dict[str, Any]:
+                ledger: Ledger | None = None, **meta: Any) -> JSONObject:
     """The JSONL record of one request (latencies in ms, ``send_s`` relative to the run start).
 
     ``ledger``: an already-built ``Ledger`` (the agent's, for ``rag``); else one is
@@ -97,7 +98,7 @@ def make_record(outcome: Outcome, spans: list[tuple[str, int, int]], prices: Pri
     """
     lat = request_latency(outcome.send_time, outcome.chunks)
     ok = outcome.error is None and bool(outcome.chunks)
-    rec: dict[str, Any] = {
+    rec: JSONObject = {
         **meta,
         "ok": ok,
         "error": outcome.error if outcome.error is not None else (None if ok else "no output"),

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from loom.evals.summary import CLASSES
+from loom.json_types import JSONObject
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def _table(header: list[str], rows: list[list[Any]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def _benchmark(variants: dict[str, dict[str, Any]]) -> str:
+def _benchmark(variants: dict[str, JSONObject]) -> str:
     names = list(variants)
     rows: list[list[Any]] = []
     for key in ("completed", "failed", "duration_s", "request_throughput", "output_throughput",
@@ -75,7 +76,7 @@ def _benchmark(variants: dict[str, dict[str, Any]]) -> str:
     return _table(["metric"] + names, rows) + _gpu_notes(variants)
 
 
-def _hypothetical(s: dict[str, Any]) -> bool:
+def _hypothetical(s: JSONObject) -> bool:
     return bool(s.get("cost", {}).get("gpu_cost_hypothetical"))
 
 
@@ -83,14 +84,14 @@ def _gpu_header(text: str, summaries: Any) -> str:
     return text + (" (hypothetical)" if any(_hypothetical(s) for s in summaries) else "")
 
 
-def _device(s: dict[str, Any]) -> str:
+def _device(s: JSONObject) -> str:
     d = s.get("device") or {}
     if not d.get("type"):
         return "not known"
     return d["type"] + (f" ({d['name']})" if d.get("name") else "")
 
 
-def _gpu_notes(variants: dict[str, dict[str, Any]]) -> str:
+def _gpu_notes(variants: dict[str, JSONObject]) -> str:
     """One line per distinct GPU-cost label (naming the variants when they differ)."""
     by_label: dict[str, list[str]] = {}
     for name, s in variants.items():
@@ -103,7 +104,7 @@ def _gpu_notes(variants: dict[str, dict[str, Any]]) -> str:
                    for label, names in by_label.items())
 
 
-def _classes(name: str, s: dict[str, Any]) -> str:
+def _classes(name: str, s: JSONObject) -> str:
     rows = []
     for cls in CLASSES:
         c = s["classes"].get(cls)
@@ -115,14 +116,14 @@ def _classes(name: str, s: dict[str, Any]) -> str:
          _gpu_header("GPU $", [s]), "$ / 1M tok"], rows)
 
 
-def _quality(variants: dict[str, dict[str, Any]]) -> str:
+def _quality(variants: dict[str, JSONObject]) -> str:
     """Scalar figures of the ``quality`` blocks (``qa``: accuracy ...; ``tools``: call rates), one column each."""
     names = [n for n, s in variants.items() if s.get("quality")]
     keys = [k for k, v in variants[names[0]]["quality"].items() if not isinstance(v, dict)] if names else []
     return _table(["metric"] + names, [[k] + [variants[n]["quality"].get(k) for n in names] for k in keys])
 
 
-def _comparison(comp: dict[str, Any]) -> str:
+def _comparison(comp: JSONObject) -> str:
     names = list(comp["rows"][0]["values"])
     rows = [[f"{r['metric']} ({r['better']} better)"]
             + [f"{_fmt(r['values'][n])} ({_fmt(r['ratio_to_reference'][n])}x)" for n in names]
@@ -130,7 +131,7 @@ def _comparison(comp: dict[str, Any]) -> str:
     return _table(["metric"] + names, rows)
 
 
-def _plots(out_dir: Path, summary: dict[str, Any], records: dict[str, list[dict[str, Any]]]) -> list[str]:
+def _plots(out_dir: Path, summary: JSONObject, records: dict[str, list[JSONObject]]) -> list[str]:
     """The plots section (empty when the run has no plot data or matplotlib is missing)."""
     try:
         from loom.evals.plots import draw_all
@@ -148,7 +149,7 @@ def _plots(out_dir: Path, summary: dict[str, Any], records: dict[str, list[dict[
     return parts
 
 
-def write_report(out_dir: Path, summary: dict[str, Any], records: dict[str, list[dict[str, Any]]]) -> Path:
+def write_report(out_dir: Path, summary: JSONObject, records: dict[str, list[JSONObject]]) -> Path:
     """Draw the plots the run has data for and write ``out_dir/report.html``; returns its path.
 
     Without matplotlib the page is written without plots (see :data:`PLOTS_NEED_EXTRA`).

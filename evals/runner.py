@@ -24,6 +24,7 @@ from typing import Any
 from loom.evals.prices import Prices
 from loom.evals.targets.base import RunContext
 from loom.evals.workloads import Conversation, Workload
+from loom.json_types import JSONObject
 
 logger = logging.getLogger(__name__)
 
@@ -35,11 +36,11 @@ class VariantResult:
     """What one variant measured."""
 
     name: str
-    settings: dict[str, Any]
-    records: list[dict[str, Any]] = field(default_factory=list)
+    settings: JSONObject
+    records: list[JSONObject] = field(default_factory=list)
     duration_s: float = 0.0
-    stats_before: dict[str, Any] | None = None
-    stats_after: dict[str, Any] | None = None
+    stats_before: JSONObject | None = None
+    stats_after: JSONObject | None = None
     kv_usage: list[float] = field(default_factory=list)
     interrupted: bool = False
     concurrency: int | None = None
@@ -81,7 +82,7 @@ def target_device(target: Any) -> tuple[str | None, str | None]:
     return device.type, torch.cuda.get_device_name(device) if device.type == "cuda" else None
 
 
-async def settled_stats(target: Any, timeout_s: float = 2.0) -> dict[str, Any] | None:
+async def settled_stats(target: Any, timeout_s: float = 2.0) -> JSONObject | None:
     """Engine counters once nothing runs or waits (``AsyncLLM.stats`` is a per-step snapshot that
     can trail the last delivered output by one step)."""
     await target.refresh()
@@ -104,7 +105,7 @@ async def _sample_kv(target: Any, sink: list[float]) -> None:
         await asyncio.sleep(KV_SAMPLE_S)
 
 
-async def run_variant(target: Any, workload: Workload, name: str, settings: dict[str, Any], prices: Prices,
+async def run_variant(target: Any, workload: Workload, name: str, settings: JSONObject, prices: Prices,
                       out_dir: Path, concurrency: int | None = None, rate: float | None = None,
                       progress: Any = None) -> VariantResult:
     """Run ``workload`` through ``target``; write ``out_dir/records.jsonl``; return the measurements.
@@ -119,7 +120,7 @@ async def run_variant(target: Any, workload: Workload, name: str, settings: dict
     sink = (out_dir / "records.jsonl").open("w")
     total = workload.num_requests
 
-    def emit(rec: dict[str, Any]) -> None:
+    def emit(rec: JSONObject) -> None:
         rec["suite"] = workload.suite
         result.records.append(rec)
         sink.write(json.dumps(rec) + "\n")

@@ -20,6 +20,8 @@ import dataclasses
 import json
 from typing import Any
 
+from loom.json_types import JSONObject
+
 SPEC_KEYS = {"speculative", "num_speculative_tokens", "draft_model", "prompt_lookup_min", "prompt_lookup_max",
              "disable_by_batch_size"}
 #: Settings the suite's target reads itself (neither engine nor budget).
@@ -37,13 +39,13 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def parse_variant(spec: str) -> dict[str, Any]:
+def parse_variant(spec: str) -> JSONObject:
     """``"a=1,b=false"`` -> ``{"a": 1, "b": False}``.
 
     Raises:
         ValueError: a part without ``=`` (naming it).
     """
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for part in filter(None, (p.strip() for p in spec.split(","))):
         if "=" not in part:
             raise ValueError(f"compare: expected KEY=VALUE, got {part!r}")
@@ -52,14 +54,14 @@ def parse_variant(spec: str) -> dict[str, Any]:
     return out
 
 
-def variant_name(settings: dict[str, Any]) -> str:
+def variant_name(settings: JSONObject) -> str:
     """Readable, file-safe variant name (``base`` for no settings)."""
     if not settings:
         return "base"
     return ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in settings.items())
 
 
-def split_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_settings(settings: JSONObject) -> tuple[JSONObject, JSONObject]:
     """(``EngineConfig`` keyword arguments, ``ContextBudget`` fields) of a variant
     (:data:`SUITE_KEYS` are left to the target).
 
@@ -69,9 +71,9 @@ def split_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     from loom.runtime import EngineConfig
 
     engine_fields = {f.name for f in dataclasses.fields(EngineConfig)} - {"model"}
-    engine: dict[str, Any] = {}
-    budget: dict[str, Any] = {}
-    spec: dict[str, Any] = {}
+    engine: JSONObject = {}
+    budget: JSONObject = {}
+    spec: JSONObject = {}
     for key, value in settings.items():
         if key.startswith("budget."):
             budget[key[len("budget."):]] = value
@@ -90,7 +92,7 @@ def split_settings(settings: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     return engine, budget
 
 
-def speculative_config(spec: dict[str, Any]) -> Any:
+def speculative_config(spec: JSONObject) -> Any:
     """``loom.runtime.spec.SpeculativeConfig`` from ``speculative=...`` keys (``None`` for ``off``)."""
     method = spec.pop("speculative", "ngram")
     if method in (None, False, "off", "none"):

@@ -15,6 +15,7 @@ from loom.evals import metrics
 from loom.evals.prices import Prices, gpu_cost_label
 from loom.evals.records import OUTPUT_CLASSES, PROMPT_CLASSES
 from loom.evals.runner import VariantResult
+from loom.json_types import JSONObject
 
 # MLPerf llama3.1-8b interactive p99 TTFT 500 ms, TPOT 30 ms.
 DEFAULT_SLOS_MS = {"ttft": 500.0, "tpot": 30.0}
@@ -22,7 +23,7 @@ EXTRA_CLASSES = ("spec_rejected", "recompute")  # work outside the prompt and th
 CLASSES = PROMPT_CLASSES + OUTPUT_CLASSES + EXTRA_CLASSES
 
 
-def summarize(res: VariantResult, prices: Prices, slos_ms: dict[str, float] | None = None) -> dict[str, Any]:
+def summarize(res: VariantResult, prices: Prices, slos_ms: dict[str, float] | None = None) -> JSONObject:
     """The variant's summary (JSON-ready)."""
     slos = dict(DEFAULT_SLOS_MS if slos_ms is None else slos_ms)
     ok = [r for r in res.records if r["ok"]]
@@ -43,12 +44,12 @@ def summarize(res: VariantResult, prices: Prices, slos_ms: dict[str, float] | No
     }
 
 
-def benchmark_block(records: list[dict[str, Any]], duration_s: float, slos: dict[str, float]) -> dict[str, Any]:
+def benchmark_block(records: list[JSONObject], duration_s: float, slos: dict[str, float]) -> JSONObject:
     """vLLM-style block: counts, throughputs, latency distributions, goodput."""
     ok = [r for r in records if r["ok"]]
     out_tokens = sum(r["output_tokens"] for r in ok)
     in_tokens = sum(r["prompt_tokens"] for r in ok)
-    block: dict[str, Any] = {
+    block: JSONObject = {
         "completed": len(ok),
         "failed": len(records) - len(ok),
         "duration_s": duration_s,
@@ -67,7 +68,7 @@ def benchmark_block(records: list[dict[str, Any]], duration_s: float, slos: dict
     return block
 
 
-def class_summary(records: list[dict[str, Any]], prices: Prices, duration_s: float) -> dict[str, dict[str, Any]]:
+def class_summary(records: list[JSONObject], prices: Prices, duration_s: float) -> dict[str, JSONObject]:
     """Per class: tokens (cached/computed), share of all tokens, ms, ms per 1k tokens, cost, cost per 1M."""
     tot: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     for r in records:
@@ -77,7 +78,7 @@ def class_summary(records: list[dict[str, Any]], prices: Prices, duration_s: flo
     all_tokens = sum(tot[c]["tokens"] for c in PROMPT_CLASSES + OUTPUT_CLASSES)
     all_ms = sum(tot[c]["ms"] for c in CLASSES)
     gpu_usd = duration_s * prices.gpu_second
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, JSONObject] = {}
     for name in CLASSES:
         t = tot[name]
         tokens, ms, cost = int(t["tokens"]), t["ms"], t["cost"]
@@ -93,8 +94,8 @@ def class_summary(records: list[dict[str, Any]], prices: Prices, duration_s: flo
     return out
 
 
-def cost_block(records: list[dict[str, Any]], prices: Prices, duration_s: float,
-               device: str | None = None) -> dict[str, Any]:
+def cost_block(records: list[JSONObject], prices: Prices, duration_s: float,
+               device: str | None = None) -> JSONObject:
     """Token cost (price table) and GPU cost (wall seconds x price), total and per request.
 
     ``device`` is the torch device type the run used (``None``: unknown); off CUDA
@@ -120,7 +121,7 @@ def _delta(before: dict | None, after: dict | None, key: str) -> Any:
     return a - (b or 0)
 
 
-def cache_block(records: list[dict[str, Any]], before: dict | None, after: dict | None) -> dict[str, Any]:
+def cache_block(records: list[JSONObject], before: dict | None, after: dict | None) -> JSONObject:
     """Prefix-cache hit rate from the records and from the engine's own counters."""
     cached = sum(r["cached_tokens"] for r in records)
     prompt = sum(r["prompt_tokens"] for r in records)
@@ -133,7 +134,7 @@ def cache_block(records: list[dict[str, Any]], before: dict | None, after: dict 
             "engine_hit_rate": metrics.hit_rate(h, q) if q else None}
 
 
-def spec_block(records: list[dict[str, Any]], before: dict | None, after: dict | None) -> dict[str, Any]:
+def spec_block(records: list[JSONObject], before: dict | None, after: dict | None) -> JSONObject:
     """Speculative decoding: drafts, acceptance rate, mean acceptance length, per-position acceptance."""
     drafts = sum(r["num_drafts"] for r in records)
     drafted = sum(r["num_draft_tokens"] for r in records)
@@ -147,7 +148,7 @@ def spec_block(records: list[dict[str, Any]], before: dict | None, after: dict |
             "acceptance_per_position": [a / engine_drafts for a in per_pos] if per_pos and engine_drafts else None}
 
 
-def engine_block(res: VariantResult) -> dict[str, Any]:
+def engine_block(res: VariantResult) -> JSONObject:
     """Preemptions, KV usage (peak and mean of sampled used/total blocks), steps."""
     after = res.stats_after or {}
     return {"num_preemptions": _delta(res.stats_before, res.stats_after, "num_preemptions"),
@@ -158,9 +159,9 @@ def engine_block(res: VariantResult) -> dict[str, Any]:
             "kv_usage_mean": sum(res.kv_usage) / len(res.kv_usage) if res.kv_usage else None}
 
 
-def by_turn(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def by_turn(records: list[JSONObject]) -> list[JSONObject]:
     """Per turn number: requests, median TTFT (ms), prefix-cache hit rate."""
-    groups: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[int, list[JSONObject]] = defaultdict(list)
     for r in records:
         groups[r.get("turn", 0)].append(r)
     out = []

@@ -26,6 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+from loom.json_types import JSONObject
 from loom.tools import tool
 from loom.tools.base import ToolError
 
@@ -105,7 +106,7 @@ class ToolCase:
     id: str
     prompt: str
     expected_tool: str | None
-    arguments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    arguments: dict[str, JSONObject] = field(default_factory=dict)
 
 
 @lru_cache(maxsize=4)
@@ -152,13 +153,13 @@ CHECKS = {
 }
 
 
-def check_arguments(arguments: dict[str, Any], checks: dict[str, dict[str, Any]]) -> bool:
+def check_arguments(arguments: JSONObject, checks: dict[str, JSONObject]) -> bool:
     """Whether every argument check passes (a missing argument fails its check)."""
     return all(name in arguments and CHECKS[kind](arguments[name], want)
                for name, check in checks.items() for kind, want in check.items())
 
 
-def schema_valid(arguments: Any, schema: dict[str, Any]) -> bool:
+def schema_valid(arguments: Any, schema: JSONObject) -> bool:
     """Whether ``arguments`` validate against the JSON schema ``schema`` (``jsonschema``)."""
     import jsonschema
 
@@ -187,8 +188,8 @@ class CallScore:
     args_match: bool
 
 
-def score_calls(case: ToolCase, calls: list[tuple[str, dict[str, Any], str | None]],
-                schemas: dict[str, dict[str, Any]]) -> CallScore:
+def score_calls(case: ToolCase, calls: list[tuple[str, JSONObject, str | None]],
+                schemas: dict[str, JSONObject]) -> CallScore:
     """Score the calls ``(name, arguments, parse_error)`` a reply made for ``case``.
 
     ``schemas``: tool name -> JSON schema of its parameters.
@@ -204,7 +205,7 @@ def score_calls(case: ToolCase, calls: list[tuple[str, dict[str, Any], str | Non
     return CallScore(name or "", len(calls), malformed, right, valid, match)
 
 
-def tools_quality(records: list[dict[str, Any]]) -> dict[str, Any]:
+def tools_quality(records: list[JSONObject]) -> JSONObject:
     """Rates over a variant's records: over prompts that call for a tool, how often the model
     picked it, with schema-valid and with matching arguments; how often the first call was
     malformed, named another tool, or there was no call (these three and ``pick_rate`` add up
@@ -214,7 +215,7 @@ def tools_quality(records: list[dict[str, Any]]) -> dict[str, Any]:
     none_recs = [r for r in records if r.get("expected_tool") is None]
     n = len(tool_recs)
 
-    def rate(pred: Any, recs: list[dict[str, Any]]) -> float | None:
+    def rate(pred: Any, recs: list[JSONObject]) -> float | None:
         return sum(1 for r in recs if pred(r)) / len(recs) if recs else None
 
     by_tool: dict[str, dict[str, float | int | None]] = {}

@@ -39,6 +39,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loom.json_types import JSONObject
+
 SUITES = ("throughput", "prefix", "sessions", "rag", "spec", "qa", "tools")
 _DATA = Path(__file__).parent / "data"
 
@@ -47,7 +49,7 @@ def _count(name: str) -> int:
     return len(json.loads((_DATA / name).read_text()))
 
 
-DEFAULTS: dict[str, dict[str, Any]] = {
+DEFAULTS: dict[str, JSONObject] = {
     "throughput": dict(num_requests=32, prompt_min=32, prompt_max=256, output_min=16, output_max=64,
                        concurrency=8),
     "prefix": dict(num_requests=24, groups=4, prefix_tokens=256, suffix_tokens=32, output_tokens=16,
@@ -108,15 +110,15 @@ class Workload:
     seed: int
     conversations: list[Conversation]
     warmup: list[Conversation]
-    params: dict[str, Any]
+    params: JSONObject
     ignore_eos: bool = True
-    variants: list[dict[str, Any]] = field(default_factory=list)
+    variants: list[JSONObject] = field(default_factory=list)
 
     @property
     def num_requests(self) -> int:
         return sum(len(c.turns) for c in self.conversations)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return asdict(self)
 
 
@@ -160,7 +162,7 @@ def _text_source(tokenizer: Any) -> TextSource:
 
 
 def build(suite: str, tokenizer: Any, seed: int = 0, num_requests: int | None = None,
-          warmup: int = 2, options: dict[str, Any] | None = None) -> Workload:
+          warmup: int = 2, options: JSONObject | None = None) -> Workload:
     """Build suite ``suite`` deterministically from ``seed``.
 
     Args:
@@ -183,7 +185,7 @@ def build(suite: str, tokenizer: Any, seed: int = 0, num_requests: int | None = 
             raise ValueError(f"num_requests: must be >= 1, got {num_requests}")
         params["num_requests"] = num_requests
 
-    def make(rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
+    def make(rng: random.Random, p: JSONObject, tag: str) -> list[Conversation]:
         if suite in _DATA_BUILDERS:
             return _DATA_BUILDERS[suite](rng, p, tag)
         return _TEXT_BUILDERS[suite](_text_source(tokenizer), rng, p, tag)
@@ -201,13 +203,13 @@ def build(suite: str, tokenizer: Any, seed: int = 0, num_requests: int | None = 
     return wl
 
 
-def _throughput(src: TextSource, rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
+def _throughput(src: TextSource, rng: random.Random, p: JSONObject, tag: str) -> list[Conversation]:
     return [Conversation(f"{tag}{i}", "", [Turn(src.text(rng, rng.randint(p["prompt_min"], p["prompt_max"])),
                                                rng.randint(p["output_min"], p["output_max"]))])
             for i in range(p["num_requests"])]
 
 
-def _prefix(src: TextSource, rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
+def _prefix(src: TextSource, rng: random.Random, p: JSONObject, tag: str) -> list[Conversation]:
     systems = [src.text(rng, p["prefix_tokens"]) for _ in range(p["groups"])]
     out: list[Conversation] = []
     for i in range(p["num_requests"]):
@@ -220,13 +222,13 @@ def _prefix(src: TextSource, rng: random.Random, p: dict[str, Any], tag: str) ->
     return out
 
 
-def _sessions(src: TextSource, rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
+def _sessions(src: TextSource, rng: random.Random, p: JSONObject, tag: str) -> list[Conversation]:
     return [Conversation(f"{tag}{i}", src.text(rng, p["system_tokens"]),
                          [Turn(src.text(rng, p["user_tokens"]), p["output_tokens"]) for _ in range(p["turns"])])
             for i in range(p["num_requests"])]
 
 
-def _rag(src: TextSource, rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
+def _rag(src: TextSource, rng: random.Random, p: JSONObject, tag: str) -> list[Conversation]:
     system = "You are Loom's assistant. Answer from the retrieved Python documentation; use tools when useful."
     convs = []
     for i in range(p["num_requests"]):
@@ -241,12 +243,12 @@ def _rag(src: TextSource, rng: random.Random, p: dict[str, Any], tag: str) -> li
     return convs
 
 
-def _spec(src: TextSource, rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
+def _spec(src: TextSource, rng: random.Random, p: JSONObject, tag: str) -> list[Conversation]:
     return [Conversation(f"{tag}{i}", "", [Turn(src.repetitive(rng, p["prompt_tokens"]), p["output_tokens"])])
             for i in range(p["num_requests"])]
 
 
-def _pick(items: tuple[Any, ...], p: dict[str, Any], rng: random.Random, key: str) -> list[Any]:
+def _pick(items: tuple[Any, ...], p: JSONObject, rng: random.Random, key: str) -> list[Any]:
     """Items named in option ``key`` (ids, comma-separated), else a seeded sample of ``num_requests``
     in file order (all of them by default)."""
     ids = [x.strip() for x in str(p[key] or "").split(",") if x.strip()]
@@ -260,7 +262,7 @@ def _pick(items: tuple[Any, ...], p: dict[str, Any], rng: random.Random, key: st
     return list(items) if n == len(items) else [items[i] for i in sorted(rng.sample(range(len(items)), n))]
 
 
-def _qa(rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
+def _qa(rng: random.Random, p: JSONObject, tag: str) -> list[Conversation]:
     from loom.evals.qa import QA_SYSTEM_PROMPT, load_questions
 
     if tag == "w":
@@ -270,7 +272,7 @@ def _qa(rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
             for q in _pick(load_questions(), p, rng, "questions")]
 
 
-def _tools(rng: random.Random, p: dict[str, Any], tag: str) -> list[Conversation]:
+def _tools(rng: random.Random, p: JSONObject, tag: str) -> list[Conversation]:
     from loom.evals.toolcalls import TOOLS_SYSTEM_PROMPT, load_cases
 
     if tag == "w":

@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from loom.json_types import JSONObject
 from loom.runtime.errors import ContextLengthError
 
 from loom.orchestrator import compaction as comp
@@ -135,7 +136,7 @@ class ContextBuilder:
         fmt: the model's tool-call format (detected from the tokenizer when ``None``).
     """
 
-    def __init__(self, tokenizer: Tokenizer, system_prompt: str | None = "", tools: list[dict[str, Any]] | None = None,
+    def __init__(self, tokenizer: Tokenizer, system_prompt: str | None = "", tools: list[JSONObject] | None = None,
                  budget: ContextBudget | None = None, keep_reasoning: bool = True,
                  fmt: ToolCallFormat | None = None) -> None:
         self.renderer = TemplateRenderer(tokenizer, tools, fmt)
@@ -151,7 +152,7 @@ class ContextBuilder:
     def header_ids(self) -> list[int]:
         return [t for _cls, ids in self.header for t in ids]
 
-    def messages(self, items: Sequence[Item]) -> list[dict[str, Any]]:
+    def messages(self, items: Sequence[Item]) -> list[JSONObject]:
         """System message + every stored message item (the diff base for new items)."""
         return self.system_messages + [to_message(it) for it in items if is_message(it)]
 

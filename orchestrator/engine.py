@@ -15,6 +15,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from loom.json_types import JSONObject
 from loom.orchestrator.protocols import AsyncEngine, Engine, SyncEngine
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ class EngineClient:
         out.new_token_ids = list(out.token_ids)
         yield out
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> JSONObject:
         """The engine's ``stats()`` (empty when it has none)."""
         fn = getattr(self.llm, "stats", None)
         return fn() if callable(fn) else {}

@@ -26,8 +26,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any, Literal, Required, TypedDict, Unpack, cast
 
-JSON = Any
-"""A value decoded from JSON (a tool's arguments, a record stored as JSON): arbitrary by nature."""
+from loom.json_types import JSON, JSONObject
 
 ItemKind = Literal["memory_snapshot", "memory", "retrieval", "user", "assistant", "tool_result", "summary",
                    "compaction", "approval", "approval_decision"]
@@ -111,9 +110,9 @@ def is_message(item: Item) -> bool:
     return item.get("kind") in MESSAGE_KINDS
 
 
-def to_message(item: Item, keep_reasoning: bool = True) -> dict[str, Any]:
+def to_message(item: Item, keep_reasoning: bool = True) -> JSONObject:
     """The chat-template message of an item."""
-    msg: dict[str, Any] = {"role": item["role"], "content": item.get("content", "")}
+    msg: JSONObject = {"role": item["role"], "content": item.get("content", "")}
     if item["role"] == "assistant":
         if keep_reasoning and item.get("reasoning_content"):
             msg["reasoning_content"] = item["reasoning_content"]
@@ -156,7 +155,7 @@ class MessageExtras(TypedDict, total=False):
 def message_item(kind: ItemKind, turn: int, role: str, content: str, token_ids: list[int],
                  **extra: Unpack[MessageExtras]) -> Item:
     """A new message item with the ``extra`` keys that are not ``None``."""
-    item: dict[str, Any] = {"kind": kind, "turn": turn, "role": role, "content": content,
+    item: JSONObject = {"kind": kind, "turn": turn, "role": role, "content": content,
                             "token_ids": list(token_ids)}
     item.update({k: v for k, v in extra.items() if v is not None})
     return cast(Item, item)  # MessageExtras' keys are Item keys; only the Nones were dropped

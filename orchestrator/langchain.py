@@ -29,6 +29,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import ConfigDict, Field, PrivateAttr
 
+from loom.json_types import JSONObject
 from loom.runtime.sampling_params import SamplingParams
 
 from loom.orchestrator.budget import ContextBudget
@@ -100,7 +101,7 @@ class LoomChatModel(BaseChatModel):
         return "loom"
 
     @property
-    def _identifying_params(self) -> dict[str, Any]:
+    def _identifying_params(self) -> JSONObject:
         return {"model_name": self.model_name, "temperature": self.temperature, "max_tokens": self.max_tokens}
 
     @property
@@ -120,7 +121,7 @@ class LoomChatModel(BaseChatModel):
         return super().bind(tools=schemas, **kwargs)
 
     # -- prompt ------------------------------------------------------------
-    def _builder(self, system: str | None, tools: list[dict[str, Any]] | None) -> ContextBuilder:
+    def _builder(self, system: str | None, tools: list[JSONObject] | None) -> ContextBuilder:
         tools = sorted(tools or [], key=lambda t: t["function"]["name"]) or None
         key = json.dumps([system, tools], sort_keys=True)
         if key not in self._builders:
@@ -128,7 +129,7 @@ class LoomChatModel(BaseChatModel):
             self._builders[key] = ContextBuilder(self.client.tokenizer, system, tools, budget, fmt=self.tool_format)
         return self._builders[key]
 
-    def _context(self, messages: Sequence[BaseMessage], tools: list[dict[str, Any]] | None) -> Context:
+    def _context(self, messages: Sequence[BaseMessage], tools: list[JSONObject] | None) -> Context:
         system, items = _to_items(messages)
         builder = self._builder(system, tools)
         builder.render_items([], items)
@@ -150,7 +151,7 @@ class LoomChatModel(BaseChatModel):
         schemas = [_schema(t) for t in tools] if tools else None
         return len(self._context(messages, schemas).token_ids)
 
-    def _sampling(self, stop: list[str] | None, tools: list[dict[str, Any]] | None,
+    def _sampling(self, stop: list[str] | None, tools: list[JSONObject] | None,
                   tool_choice: Any) -> SamplingParams:
         """The call's ``SamplingParams``; the engine stops on its own end-of-sequence ids."""
         sp = SamplingParams(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens,
@@ -220,7 +221,7 @@ class LoomChatModel(BaseChatModel):
             yield chunk
 
 
-def _schema(t: Any) -> dict[str, Any]:
+def _schema(t: Any) -> JSONObject:
     """OpenAI tool dict of a Loom tool (``openai_schema()``) or anything LangChain converts."""
     return t.openai_schema() if callable(getattr(t, "openai_schema", None)) else convert_to_openai_tool(t)
 

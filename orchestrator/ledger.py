@@ -40,7 +40,9 @@ and LangChain's (``input_token_details.cache_read``, ``output_token_details.reas
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+from loom.json_types import JSONObject
 
 if TYPE_CHECKING:
     from langchain_core.messages.ai import UsageMetadata
@@ -241,7 +243,7 @@ class Ledger:
         return out
 
     # -- mappings ---------------------------------------------------------
-    def to_openai_usage(self) -> dict[str, Any]:
+    def to_openai_usage(self) -> JSONObject:
         """OpenAI ``usage`` object (chat completions)."""
         return {
             "prompt_tokens": self.prompt_tokens,
@@ -261,9 +263,9 @@ class Ledger:
             "output_token_details": {"reasoning": self.reasoning_tokens},
         }
 
-    def to_dict(self, with_calls: bool = False) -> dict[str, Any]:
+    def to_dict(self, with_calls: bool = False) -> JSONObject:
         """Plain dict of every class plus totals (JSON-serialisable)."""
-        d: dict[str, Any] = {
+        d: JSONObject = {
             "prompt": {k: {**asdict(v), "tokens": v.tokens} for k, v in self.prompt.items()},
             "output": {k: asdict(v) for k, v in self.output.items()},
             SPEC_REJECTED: self.spec_rejected,

@@ -26,6 +26,7 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.custom import CustomLLM
 from pydantic import Field, PrivateAttr
 
+from loom.json_types import JSONObject
 from loom.runtime.sampling_params import SamplingParams
 
 from loom.orchestrator.engine import EngineClient
@@ -34,7 +35,7 @@ from loom.orchestrator.template import prompt_ids
 from loom.orchestrator.sync import iter_sync
 
 # one streamed step: (cumulative text, delta, usage/finish fields or None until the end)
-_Step = tuple[str, str, "dict[str, Any] | None"]
+_Step = tuple[str, str, "JSONObject | None"]
 
 
 class LoomLlamaLLM(CustomLLM):
@@ -90,12 +91,12 @@ class LoomLlamaLLM(CustomLLM):
             return list(self.client.tokenizer.encode(prompt, add_special_tokens=False))
         return self._chat_ids([ChatMessage(role=MessageRole.USER, content=prompt)])
 
-    def _sampling(self, kwargs: dict[str, Any]) -> SamplingParams:
+    def _sampling(self, kwargs: JSONObject) -> SamplingParams:
         return SamplingParams(max_tokens=kwargs.get("max_tokens", self.max_tokens),
                               temperature=kwargs.get("temperature", self.temperature), top_p=self.top_p,
                               seed=self.seed, stop=list(kwargs.get("stop") or []))
 
-    async def _steps(self, ids: list[int], kwargs: dict[str, Any]) -> AsyncIterator[_Step]:
+    async def _steps(self, ids: list[int], kwargs: JSONObject) -> AsyncIterator[_Step]:
         text = ""
         async for out in self.client.stream(ids, self._sampling(kwargs)):
             delta, text = out.text[len(text):], out.text
@@ -123,7 +124,7 @@ class LoomLlamaLLM(CustomLLM):
 
     @llm_completion_callback()
     async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        text, info = "", dict[str, Any]()
+        text, info = "", JSONObject()
         async for text, _, step_info in self._steps(self._prompt_ids(prompt, formatted), kwargs):
             info = step_info or info
         return CompletionResponse(text=text, additional_kwargs=info)
@@ -157,7 +158,7 @@ class LoomLlamaLLM(CustomLLM):
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        text, info = "", dict[str, Any]()
+        text, info = "", JSONObject()
         async for text, _, step_info in self._steps(self._chat_ids(messages), kwargs):
             info = step_info or info
         return ChatResponse(message=ChatMessage(role=MessageRole.ASSISTANT, content=text), additional_kwargs=info)

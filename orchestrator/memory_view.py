@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+from loom.json_types import JSONObject
 from loom.memory.extractors import FACTS_PROMPT, needs_model, parse_facts
 from loom.memory.extractors import facts_schema as _facts_schema
 from loom.memory.text import content_tokens
@@ -101,7 +102,7 @@ def _visible(runner: TurnRunner) -> tuple[list[Item], list[Item]]:
     return visible, hidden
 
 
-def provenance_for(runner: TurnRunner) -> Callable[[str], dict[str, Any]]:
+def provenance_for(runner: TurnRunner) -> Callable[[str], JSONObject]:
     """``fact -> source`` of a ``remember`` call made now (the rule in the module docstring)."""
     visible, _ = _visible(runner)
     base = {"session_id": _session_id(runner), "turn": runner.turn}
@@ -112,7 +113,7 @@ def provenance_for(runner: TurnRunner) -> Callable[[str], dict[str, Any]]:
         "tools: " + ", ".join(dict.fromkeys(tools)) if taint == "tool" else None)
     user_texts = [it.get("content") or "" for it in visible if it.get("kind") == "user"] + [runner.message]
 
-    def provenance(fact: str) -> dict[str, Any]:
+    def provenance(fact: str) -> JSONObject:
         if taint is None:
             return {"kind": "assistant", **base}
         if in_user_words(fact, user_texts):

@@ -32,8 +32,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
+from loom.json_types import JSONObject
 from loom.orchestrator.formats.bare import BARE_OPENS, FENCE, bare_call_head
 from loom.orchestrator.formats.format import HERMES, ToolCallFormat
 
@@ -62,7 +63,7 @@ class ParsedToolCall:
 
     index: int
     name: str | None
-    arguments: dict[str, Any]
+    arguments: JSONObject
     raw: str
     error: str | None = None
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import AsyncIterator
 
+from loom.json_types import JSONObject
 from loom.runtime.sampling_params import SamplingParams
 
 from loom.orchestrator.context import Context
@@ -46,7 +47,7 @@ class StepOutcome:
     def calls(self) -> list[ParsedToolCall]:
         return self.parser.calls
 
-    def tool_calls_field(self) -> list[dict[str, Any]]:
+    def tool_calls_field(self) -> list[JSONObject]:
         """OpenAI-style ``tool_calls`` of the stored assistant item."""
         return [{"id": self.call_id(c.index), "type": "function",
                  "function": {"name": c.name or "",

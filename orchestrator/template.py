@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Sequence
 
+from loom.json_types import JSONObject
 from loom.runtime.errors import InvalidRequestError
 
 from loom.orchestrator.formats import ToolCallFormat
@@ -43,9 +44,9 @@ logger = logging.getLogger(__name__)
 _ANCHOR = [{"role": "system", "content": ""}, {"role": "user", "content": "."}]
 
 
-def render_chat(tokenizer: Tokenizer, fmt: ToolCallFormat, messages: Sequence[dict[str, Any]],
-                tools: list[dict[str, Any]] | None, add_generation_prompt: bool = False,
-                template_kwargs: dict[str, Any] | None = None) -> str:
+def render_chat(tokenizer: Tokenizer, fmt: ToolCallFormat, messages: Sequence[JSONObject],
+                tools: list[JSONObject] | None, add_generation_prompt: bool = False,
+                template_kwargs: JSONObject | None = None) -> str:
     """The chat template's text for ``messages`` and ``tools`` in the model's format.
 
     ``fmt.prepare`` puts them in the shape the template takes (``tools=`` for a
@@ -60,9 +61,9 @@ def render_chat(tokenizer: Tokenizer, fmt: ToolCallFormat, messages: Sequence[di
                                          **(template_kwargs or {}))
 
 
-def prompt_ids(tokenizer: Tokenizer, fmt: ToolCallFormat, messages: Sequence[dict[str, Any]],
-               tools: list[dict[str, Any]] | None, suffix: str = "",
-               template_kwargs: dict[str, Any] | None = None,
+def prompt_ids(tokenizer: Tokenizer, fmt: ToolCallFormat, messages: Sequence[JSONObject],
+               tools: list[JSONObject] | None, suffix: str = "",
+               template_kwargs: JSONObject | None = None,
                encode: Callable[[str], list[int]] | None = None,
                add_generation_prompt: bool = True) -> list[int]:
     """Prompt token ids of a whole conversation: the template with a generation prompt
@@ -114,7 +115,7 @@ class TemplateRenderer:
         ValueError: the tokenizer has no chat template.
     """
 
-    def __init__(self, tokenizer: Tokenizer, tools: list[dict[str, Any]] | None = None,
+    def __init__(self, tokenizer: Tokenizer, tools: list[JSONObject] | None = None,
                  fmt: ToolCallFormat | None = None) -> None:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("tokenizer: has no chat_template; Loom renders prompts through it")
@@ -131,7 +132,7 @@ class TemplateRenderer:
         self._trailer: list[int] | None = None
 
     # -- text --------------------------------------------------------------
-    def render(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = False,
+    def render(self, messages: Sequence[JSONObject], add_generation_prompt: bool = False,
                tools: Any = "default") -> str:
         """The template's text for ``messages`` (no tokenization)."""
         tools = self.tools if tools == "default" else tools
@@ -203,7 +204,7 @@ class TemplateRenderer:
         first, tools_ids, last = self.encode_spans(with_tools, [start, end])
         return [("system", first), ("tools", tools_ids), ("system", last)]
 
-    def append(self, prev: Sequence[dict[str, Any]], new: Sequence[dict[str, Any]]) -> list[list[int]]:
+    def append(self, prev: Sequence[JSONObject], new: Sequence[JSONObject]) -> list[list[int]]:
         """Ids that appending ``new`` to ``prev`` adds, one list per new message.
 
         ``prev`` starts with the system message.  Message boundaries inside the
@@ -228,7 +229,7 @@ class TemplateRenderer:
         suffix = full[len(base):]
         return self.encode_spans(suffix, bounds)
 
-    def generation_prompt(self, messages: Sequence[dict[str, Any]]) -> list[int]:
+    def generation_prompt(self, messages: Sequence[JSONObject]) -> list[int]:
         """Ids the template adds for ``add_generation_prompt=True`` (``<|im_start|>assistant\\n``)."""
         base = self.render(messages)
         full = self.render(messages, add_generation_prompt=True)

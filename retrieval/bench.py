@@ -38,11 +38,12 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Any
+
 
 import numpy as np
 from sqlalchemy import insert, select
 
+from loom.json_types import JSONObject
 from loom.retrieval.bm25 import bm25_tokenize
 from loom.retrieval.chunking import chunk_id_for
 from loom.retrieval.corpora import CORPORA, ensure_corpus
@@ -57,11 +58,11 @@ from loom.retrieval.types import chunk_faiss_id, embedding_text
 logger = logging.getLogger("loom.retrieval.bench")
 
 
-def _real_chunks(r: Retriever) -> tuple[list[dict[str, Any]], np.ndarray]:
+def _real_chunks(r: Retriever) -> tuple[list[JSONObject], np.ndarray]:
     ids, vecs = r.vector_index.vectors()
     pos = {int(i): n for n, i in enumerate(ids)}
     with r.store.session() as s:
-        rows: list[dict[str, Any]] = [dict(faiss_id=c.faiss_id, chunk_id=c.chunk_id, document=c.document,
+        rows: list[JSONObject] = [dict(faiss_id=c.faiss_id, chunk_id=c.chunk_id, document=c.document,
                      position=c.position, title=c.title, section=c.section, text=c.text,
                      num_tokens=c.num_tokens, bm25_tokens=c.bm25_tokens, meta=c.meta)
                 for c in s.scalars(select(ChunkRow).order_by(ChunkRow.faiss_id))]
@@ -79,7 +80,7 @@ def build_synthetic(real: Retriever, folder: Path, size: int, hnsw_threshold: in
     rows, vecs = _real_chunks(real)
     rng, nrng = random.Random(seed), np.random.default_rng(seed)
     vocab = sorted({w for row in rows for w in row["text"].split()})
-    out_rows: list[dict[str, Any]] = []
+    out_rows: list[JSONObject] = []
     out_vecs: list[np.ndarray] = []
     docs: dict[str, str] = {}
     seen = {row["chunk_id"] for row in rows}

@@ -36,10 +36,11 @@ import random
 import re
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Any
+
 
 from sqlalchemy import select
 
+from loom.json_types import JSONObject
 from loom.retrieval.store import ChunkRow
 
 #: shortest ``describe``/``section`` query kept (characters)
@@ -65,7 +66,7 @@ class _Row:
     section: str
     position: int
     text: str
-    meta: dict[str, Any]
+    meta: JSONObject
 
 
 def _rows(store) -> list[_Row]:

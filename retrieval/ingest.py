@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from loom.json_types import JSONObject
 from loom.runtime.errors import NotFoundError
 from loom.retrieval.bm25 import bm25_tokenize
 from loom.retrieval.chunking import Chunker
@@ -50,7 +51,7 @@ class IndexTarget(Protocol):
     """What ingestion needs of an index (``retrieval.Retriever``)."""
 
     index_dir: Path
-    settings: dict[str, Any]
+    settings: JSONObject
     store: ChunkStore
     embedder: Embedder
     rebuild_ratio: float

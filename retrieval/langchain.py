@@ -25,6 +25,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
+from loom.json_types import JSONObject
 from loom.retrieval.retriever import Retriever
 from loom.retrieval.types import Hit
 
@@ -55,22 +56,22 @@ class LoomRetriever(BaseRetriever):
     retriever: Retriever = Field(exclude=True)
     k: int = 4
     mode: str = "hybrid"
-    filters: dict[str, Any] | None = None
+    filters: JSONObject | None = None
 
     def _search(self, query: str, k: int | None, mode: str | None,
-                filters: dict[str, Any] | None) -> list[Document]:
+                filters: JSONObject | None) -> list[Document]:
         hits = self.retriever.search(query, k=self.k if k is None else k, mode=mode or self.mode,
                                      filters=self.filters if filters is None else filters)
         return [hit_to_document(h) for h in hits]
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
                                 k: int | None = None, mode: str | None = None,
-                                filters: dict[str, Any] | None = None) -> list[Document]:
+                                filters: JSONObject | None = None) -> list[Document]:
         return self._search(query, k, mode, filters)
 
     async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun,
                                        k: int | None = None, mode: str | None = None,
-                                       filters: dict[str, Any] | None = None) -> list[Document]:
+                                       filters: JSONObject | None = None) -> list[Document]:
         return await asyncio.to_thread(self._search, query, k, mode, filters)
 
 

@@ -21,6 +21,7 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
 
+from loom.json_types import JSONObject
 from loom.retrieval.retriever import Retriever
 from loom.retrieval.types import Hit
 
@@ -52,7 +53,7 @@ class LoomLlamaRetriever(BaseRetriever):
     """
 
     def __init__(self, retriever: Retriever, similarity_top_k: int = 2, mode: str = "hybrid",
-                 filters: dict[str, Any] | None = None, callback_manager: CallbackManager | None = None,
+                 filters: JSONObject | None = None, callback_manager: CallbackManager | None = None,
                  **kwargs: Any) -> None:
         self.retriever = retriever
         self.similarity_top_k, self.mode, self.filters = similarity_top_k, mode, filters

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from loom.json_types import JSONObject
 from loom.runtime.errors import NotFoundError
 from loom.retrieval.bm25 import BM25Index, looks_like_identifier
 from loom.retrieval.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, Chunker
@@ -116,8 +117,8 @@ class Retriever:
             raise NotFoundError(f"no retrieval index in {index_dir}", param="index")
         return cls(index_dir, **kwargs)
 
-    def _settle(self, meta: dict[str, Any], model: str | None, chunk_tokens: int | None,
-                overlap_tokens: int | None, tokenizer: str | None) -> dict[str, Any]:
+    def _settle(self, meta: JSONObject, model: str | None, chunk_tokens: int | None,
+                overlap_tokens: int | None, tokenizer: str | None) -> JSONObject:
         wanted = {"model": model, "chunk_tokens": chunk_tokens, "overlap_tokens": overlap_tokens,
                   "tokenizer": tokenizer}
         defaults = {"model": DEFAULT_MODEL, "chunk_tokens": DEFAULT_CHUNK_TOKENS,
@@ -242,7 +243,7 @@ class Retriever:
         return delete_documents(self, [document])
 
     # -- search -------------------------------------------------------------
-    def search(self, query: str, k: int = 5, filters: dict[str, Any] | None = None,
+    def search(self, query: str, k: int = 5, filters: JSONObject | None = None,
                mode: str = "hybrid", query_vector: np.ndarray | None = None) -> list[Hit]:
         """The ``k`` best chunks for ``query``.
 
@@ -283,7 +284,7 @@ class Retriever:
             ranked = self._defining_first(query, ranked, allowed)
         return self._hits(ranked[:k])
 
-    def search_many(self, queries: Iterable[str], k: int = 5, filters: dict[str, Any] | None = None,
+    def search_many(self, queries: Iterable[str], k: int = 5, filters: JSONObject | None = None,
                     mode: str = "hybrid", identifier_queries: Iterable[str] | None = None) -> list[Hit]:
         """The ``k`` best chunks for several phrasings of one need, fused by RRF.
 
@@ -373,7 +374,7 @@ class Retriever:
         """Ids of every document in the index, sorted."""
         return self.store.document_ids()
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> JSONObject:
         """Sizes and settings: documents, chunks, vectors, tombstones, index kind, model."""
         idx = self.vector_index
         return {"documents": len(self.documents()), "chunks": len(self), "vectors": idx.ntotal,

@@ -22,6 +22,7 @@ from sqlalchemy import (JSON, BigInteger, DateTime, ForeignKey, Integer, String,
                         create_engine, delete, event, func, select, update)
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
+from loom.json_types import JSONObject
 from loom.retrieval.types import Chunk, chunk_faiss_id
 
 
@@ -37,7 +38,7 @@ class DocumentRow(Base):
     source: Mapped[str] = mapped_column(Text, default="")
     content_hash: Mapped[str] = mapped_column(String(64))
     num_chunks: Mapped[int] = mapped_column(Integer, default=0)
-    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    meta: Mapped[JSONObject] = mapped_column("metadata", JSON, default=dict)
     ingested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
@@ -54,7 +55,7 @@ class ChunkRow(Base):
     text: Mapped[str] = mapped_column(Text)
     num_tokens: Mapped[int] = mapped_column(Integer)
     bm25_tokens: Mapped[str] = mapped_column(Text, default="")
-    meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    meta: Mapped[JSONObject] = mapped_column("metadata", JSON, default=dict)
 
 
 class Tombstone(Base):
@@ -93,7 +94,7 @@ class ChunkStore:
         self.session = sessionmaker(self.engine, expire_on_commit=False)
 
     # -- meta ---------------------------------------------------------------
-    def get_meta(self) -> dict[str, Any]:
+    def get_meta(self) -> JSONObject:
         with self.session() as s:
             return {r.key: json.loads(r.value) for r in s.scalars(select(MetaRow))}
 
@@ -125,7 +126,7 @@ class ChunkStore:
         return list(s.scalars(select(ChunkRow.faiss_id).where(ChunkRow.document == document)))
 
     def upsert_document(self, s: Session, doc_id: str, title: str, source: str,
-                        content_hash: str, num_chunks: int, metadata: dict[str, Any]) -> None:
+                        content_hash: str, num_chunks: int, metadata: JSONObject) -> None:
         s.merge(DocumentRow(id=doc_id, title=title, source=source, content_hash=content_hash,
                             num_chunks=num_chunks, meta=metadata,
                             ingested_at=datetime.now(timezone.utc)))
@@ -199,7 +200,7 @@ class ChunkStore:
             s.execute(update(ChunkRow).where(ChunkRow.faiss_id == chunk_faiss_id(c.chunk_id))
                       .values(position=c.position, title=c.title, meta=c.metadata))
 
-    def filter_faiss_ids(self, filters: dict[str, Any]) -> set[int]:
+    def filter_faiss_ids(self, filters: JSONObject) -> set[int]:
         """FAISS ids of chunks matching every filter.
 
         Keys ``document``, ``section``, ``title`` match the columns; any other

@@ -9,7 +9,8 @@ objects can be hashed, compared in tests and passed across threads safely.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from loom.json_types import JSONObject
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class Section:
 
     heading: str
     text: str
-    metadata: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    metadata: JSONObject = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class Document:
     title: str
     sections: tuple[Section, ...]
     source: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    metadata: JSONObject = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def text(self) -> str:
@@ -81,7 +82,7 @@ class Chunk:
     section: str
     text: str
     num_tokens: int
-    metadata: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    metadata: JSONObject = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def faiss_id(self) -> int:
@@ -132,4 +133,4 @@ class Hit:
     document: str
     section: str
     title: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    metadata: JSONObject = field(default_factory=dict, hash=False, compare=False)

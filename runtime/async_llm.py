@@ -29,6 +29,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from loom.json_types import JSONObject
 from loom.runtime.config import EngineConfig
 from loom.runtime.engine import LLMEngine
 from loom.runtime.errors import EngineStepError, InvalidRequestError, LoomError, QueueFullError, request_error
@@ -138,7 +139,7 @@ class AsyncLLM:
         if engine_id is not None:
             self._post(("abort", engine_id))
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> JSONObject:
         """Engine counters as of the last step (``LLMEngine.stats``)."""
         with self._lock:
             return dict(self._stats)

@@ -16,6 +16,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from loom.json_types import JSONObject
+
 # Host phases of one engine step, the keys of ``LLMEngine.step_times`` (seconds).
 STEP_PHASES = ("schedule", "prepare_inputs", "model", "sampler", "output_processing")
 
@@ -87,7 +89,7 @@ class EngineConfig:
     attention_backend: str = "auto"
     tensor_parallel_size: int = 1
     tokenizer: str | None = None
-    hf_overrides: dict[str, Any] = field(default_factory=dict)
+    hf_overrides: JSONObject = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.model = str(self.model)

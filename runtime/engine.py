@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from loom.json_types import JSONObject
 from loom.runtime.config import STEP_PHASES, EngineConfig
 from loom.runtime.detokenizer import IncrementalDetokenizer
 from loom.runtime.distributed.executor import TensorParallelExecutor
@@ -365,7 +366,7 @@ class LLMEngine:
             error_param=req.error_param,
         )
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> JSONObject:
         """Engine counters (see the README's runtime section for each key)."""
         return {
             **self.kv.stats(),

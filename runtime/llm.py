@@ -20,6 +20,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+from loom.json_types import JSONObject
 from loom.runtime.config import EngineConfig
 from loom.runtime.engine import LLMEngine
 from loom.runtime.outputs import RequestOutput
@@ -150,7 +151,7 @@ class LLM:
             raise ValueError(f"sampling_params: {len(params)} given for {n} prompts")
         return params
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> JSONObject:
         """The engine's counters (``LLMEngine.stats``)."""
         return self.engine.stats()
 

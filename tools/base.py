@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic_core import to_jsonable_python
 
+from loom.json_types import JSONObject
 from loom.runtime.errors import InvalidRequestError, LoomError
 
 __all__ = [
@@ -85,11 +86,11 @@ class Tool(Protocol):
 
     name: str
     description: str
-    parameters: dict[str, Any]
+    parameters: JSONObject
 
-    async def ainvoke(self, arguments: dict[str, Any]) -> str: ...
+    async def ainvoke(self, arguments: JSONObject) -> str: ...
 
-    def openai_schema(self) -> dict[str, Any]: ...
+    def openai_schema(self) -> JSONObject: ...
 
 
 def canonicalize(value: Any) -> Any:
@@ -122,7 +123,7 @@ def to_content(value: Any) -> str:
     return canonical_json(value)
 
 
-def openai_schema(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+def openai_schema(name: str, description: str, parameters: JSONObject) -> JSONObject:
     """``{"type": "function", "function": {...}}`` with canonical key order."""
     return canonicalize(
         {

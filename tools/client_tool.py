@@ -10,8 +10,7 @@ model an error result saying the client must supply the output.
 
 from __future__ import annotations
 
-from typing import Any
-
+from loom.json_types import JSONObject
 from loom.tools.base import ToolError, openai_schema
 from loom.tools.schema import clean_schema
 
@@ -27,7 +26,7 @@ class ClientTool:
     requires_approval = True
     executor = "client"
 
-    def __init__(self, name: str, description: str = "", parameters: dict[str, Any] | None = None) -> None:
+    def __init__(self, name: str, description: str = "", parameters: JSONObject | None = None) -> None:
         self.name = name
         self.description = (description or "").strip()
         schema = clean_schema(dict(parameters or {"type": "object", "properties": {}}))
@@ -35,11 +34,11 @@ class ClientTool:
         self.parameters = schema
         self.timeout_s: float | None = None
 
-    def openai_schema(self) -> dict[str, Any]:
+    def openai_schema(self) -> JSONObject:
         """``{"type": "function", "function": {...}}``, canonical."""
         return openai_schema(self.name, self.description, self.parameters)
 
-    async def ainvoke(self, arguments: dict[str, Any]) -> str:
+    async def ainvoke(self, arguments: JSONObject) -> str:
         """Never runs here.
 
         Raises:

@@ -26,6 +26,7 @@ from typing import Any, TypeVar, overload
 
 from pydantic import ValidationError
 
+from loom.json_types import JSONObject
 from loom.tools.base import ToolArgumentsError, openai_schema, to_content
 from loom.tools.schema import args_model_from_signature, clean_schema, describe_function
 
@@ -89,11 +90,11 @@ class FunctionTool:
         """Call the wrapped function directly (no validation, no thread)."""
         return self.fn(*args, **kwargs)
 
-    def openai_schema(self) -> dict[str, Any]:
+    def openai_schema(self) -> JSONObject:
         """``{"type": "function", "function": {"name", "description", "parameters"}}``."""
         return openai_schema(self.name, self.description, self.parameters)
 
-    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def validate(self, arguments: JSONObject) -> JSONObject:
         """Validate (and coerce) ``arguments``; return them keyed by parameter name.
 
         Raises:
@@ -110,7 +111,7 @@ class FunctionTool:
             raise ToolArgumentsError(message, param=param) from None
         return {pname: getattr(model, field) for field, pname in self._field_names.items()}
 
-    async def ainvoke(self, arguments: dict[str, Any]) -> str:
+    async def ainvoke(self, arguments: JSONObject) -> str:
         """Validate ``arguments``, run the function, return its result as text.
 
         Raises:

@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from loom.json_types import JSONObject
 from loom.tools.base import ToolArgumentsError, ToolError, openai_schema, to_content
 from loom.tools.function_tool import format_validation_error, run_sync
 from loom.tools.schema import clean_schema
@@ -56,7 +57,7 @@ class LangChainTool:
         fn = convert_to_openai_tool(lc_tool)["function"]
         self.name: str = fn["name"]
         self.description: str = fn.get("description", "")
-        self.parameters: dict[str, Any] = clean_schema(
+        self.parameters: JSONObject = clean_schema(
             fn.get("parameters", {"type": "object", "properties": {}})
         )
         self.timeout_s: float | None = None
@@ -68,11 +69,11 @@ class LangChainTool:
     def __repr__(self) -> str:
         return f"LangChainTool(name={self.name!r})"
 
-    def openai_schema(self) -> dict[str, Any]:
+    def openai_schema(self) -> JSONObject:
         """``{"type": "function", "function": {"name", "description", "parameters"}}``."""
         return openai_schema(self.name, self.description, self.parameters)
 
-    async def ainvoke(self, arguments: dict[str, Any]) -> str:
+    async def ainvoke(self, arguments: JSONObject) -> str:
         """Run the langchain tool; its output (or a ``ToolMessage``'s content) as text.
 
         Raises:

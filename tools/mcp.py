@@ -45,6 +45,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from loom.json_types import JSONObject
 from loom.tools.base import ToolError
 from loom.tools.mcp_loop import LoopThread
 from loom.tools.mcp_tool import MCPTool
@@ -150,7 +151,7 @@ class MCPServer:
         thread = self._worker()
         thread.loop.call_soon_threadsafe(self._kick)
 
-    async def call_tool(self, tool: str, arguments: dict[str, Any]) -> Any:
+    async def call_tool(self, tool: str, arguments: JSONObject) -> Any:
         """``tools/call`` on the server; the SDK's ``CallToolResult`` (``isError`` results included).
 
         Raises:
@@ -290,7 +291,7 @@ class MCPServer:
         except Exception as exc:  # noqa: BLE001 - the connection is gone either way
             log.debug("MCP server %r: close: %s", self.name, _reason(exc))
 
-    async def _call(self, tool: str, arguments: dict[str, Any]) -> Any:
+    async def _call(self, tool: str, arguments: JSONObject) -> Any:
         from mcp import MCPError
         from mcp_types import CONNECTION_CLOSED
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from typing import Any, Protocol
 
+from loom.json_types import JSONObject
 from loom.tools.base import ToolArgumentsError, ToolError, canonical_json, openai_schema
 from loom.tools.schema import clean_schema
 
@@ -38,7 +39,7 @@ class MCPServer(Protocol):
     use_structured_content: bool
     timeout_s: float | None
 
-    async def call_tool(self, tool: str, arguments: dict[str, Any]) -> Any: ...
+    async def call_tool(self, tool: str, arguments: JSONObject) -> Any: ...
 
 __all__ = ["MCPTool", "exposed_name", "result_text"]
 
@@ -72,7 +73,7 @@ class MCPTool:
     """
 
     def __init__(self, server: MCPServer, remote_name: str, description: str | None,
-                 input_schema: dict[str, Any] | None) -> None:
+                 input_schema: JSONObject | None) -> None:
         self.server = server
         self.remote_name = remote_name
         self.name = exposed_name(server.name, remote_name, server.prefix_tools)
@@ -82,18 +83,18 @@ class MCPTool:
         if schema["type"] == "object":
             schema.setdefault("properties", {})
         schema.pop("$schema", None)  # a dialect marker, not something the model needs
-        self.parameters: dict[str, Any] = clean_schema(schema)
+        self.parameters: JSONObject = clean_schema(schema)
         self.timeout_s: float | None = server.timeout_s
         self._validator: Any = None
 
     def __repr__(self) -> str:
         return f"MCPTool(name={self.name!r}, server={self.server.name!r})"
 
-    def openai_schema(self) -> dict[str, Any]:
+    def openai_schema(self) -> JSONObject:
         """``{"type": "function", "function": {"name", "description", "parameters"}}``, canonical."""
         return openai_schema(self.name, self.description, self.parameters)
 
-    def validate(self, arguments: Any) -> dict[str, Any]:
+    def validate(self, arguments: Any) -> JSONObject:
         """Check ``arguments`` against :attr:`parameters`.
 
         Raises:
@@ -113,7 +114,7 @@ class MCPTool:
             raise ToolArgumentsError(f"{where}{error.message:.300}", param=field)
         return arguments
 
-    async def ainvoke(self, arguments: dict[str, Any]) -> str:
+    async def ainvoke(self, arguments: JSONObject) -> str:
         """Validate, call the tool on the server (``tools/call``), return its result as text.
 
         Raises:

@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from loom.json_types import JSONObject
 from loom.tools.base import ErrorType, Tool, ToolArgumentsError, ToolError, ToolResult, to_content
 from loom.tools.function_tool import FunctionTool
 from loom.tools.langchain_adapter import LangChainTool, is_langchain_tool
@@ -101,12 +102,12 @@ class ToolRegistry:
     def __iter__(self) -> Iterator[Tool]:
         return (self._tools[n] for n in self.names)
 
-    def schemas(self) -> list[dict[str, Any]]:
+    def schemas(self) -> list[JSONObject]:
         """OpenAI-style tool dicts, sorted by name, canonical key order (fresh copies)."""
         return [self._tools[n].openai_schema() for n in self.names]
 
     async def call(
-        self, name: str, arguments: dict[str, Any] | str | None, timeout_s: float | None = None
+        self, name: str, arguments: JSONObject | str | None, timeout_s: float | None = None
     ) -> ToolResult:
         """Call tool ``name`` with ``arguments`` (a dict or a JSON object string).
 
@@ -156,7 +157,7 @@ class ToolRegistry:
         return ToolResult(content, False, None, (time.perf_counter() - start) * 1000.0)
 
 
-def _parse_arguments(arguments: dict[str, Any] | str | None) -> Any:
+def _parse_arguments(arguments: JSONObject | str | None) -> Any:
     """Arguments as sent by the model: ``None``/blank string mean ``{}``; a JSON
     string holding a JSON object (double-encoded) is decoded once more.
 

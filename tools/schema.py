@@ -25,6 +25,7 @@ from typing import Any
 import docstring_parser
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from loom.json_types import JSONObject
 from loom.tools.base import canonicalize
 
 __all__ = ["ArgsModel", "clean_schema", "describe_function", "args_model_from_signature"]
@@ -104,7 +105,7 @@ def args_model_from_signature(
     return model, names
 
 
-def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
+def clean_schema(schema: JSONObject) -> JSONObject:
     """Make a schema self-contained, title-free and canonically ordered.
 
     Every local ``$ref`` is inlined, so the schema still means the same once it
@@ -121,7 +122,7 @@ def clean_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return canonicalize(_drop_titles(inlined))
 
 
-def _inline(node: Any, defs: dict[str, Any], stack: tuple[str, ...]) -> Any:
+def _inline(node: Any, defs: JSONObject, stack: tuple[str, ...]) -> Any:
     if isinstance(node, list):
         return [_inline(v, defs, stack) for v in node]
     if not isinstance(node, dict):
@@ -151,7 +152,7 @@ def _drop_titles(node: Any) -> Any:
         return [_drop_titles(v) for v in node]
     if not isinstance(node, dict):
         return node
-    out: dict[str, Any] = {}
+    out: JSONObject = {}
     for key, value in node.items():
         if key == "title" and isinstance(value, str):
             continue

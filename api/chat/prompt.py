@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from loom.api.schemas.chat import AssistantMessage, ChatCompletionRequest, Content, NamedToolChoice, ToolMessage
+from loom.json_types import JSONObject
 from loom.orchestrator.formats import ToolCallFormat, detect_format
 from loom.orchestrator.formats.grammar import compact, force_call
 from loom.orchestrator.parsers import HERMES_THINK
@@ -42,7 +43,7 @@ def _text(content: Content | None) -> str:
     return "".join(part.text for part in content)
 
 
-def _arguments(raw: str, param: str) -> dict[str, Any]:
+def _arguments(raw: str, param: str) -> JSONObject:
     try:
         value = json.loads(raw) if raw.strip() else {}
     except json.JSONDecodeError as exc:
@@ -52,18 +53,18 @@ def _arguments(raw: str, param: str) -> dict[str, Any]:
     return value
 
 
-def template_messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
+def template_messages(req: ChatCompletionRequest) -> list[JSONObject]:
     """Messages as the chat template takes them (plain text, argument dicts, tool names).
 
     Raises:
         InvalidRequestError: a tool message answers no earlier assistant tool call,
             or a call's arguments are not a JSON object (``param`` names the field).
     """
-    out: list[dict[str, Any]] = []
+    out: list[JSONObject] = []
     calls: dict[str, str] = {}  # tool_call_id -> function name, from earlier assistant turns
     for i, m in enumerate(req.messages):
         if isinstance(m, AssistantMessage):
-            msg: dict[str, Any] = {"role": "assistant", "content": _text(m.content)}
+            msg: JSONObject = {"role": "assistant", "content": _text(m.content)}
             if m.reasoning_content:
                 msg["reasoning_content"] = m.reasoning_content
             if m.tool_calls:
@@ -90,7 +91,7 @@ def template_messages(req: ChatCompletionRequest) -> list[dict[str, Any]]:
     return out
 
 
-def tool_dicts(req: ChatCompletionRequest) -> list[dict[str, Any]] | None:
+def tool_dicts(req: ChatCompletionRequest) -> list[JSONObject] | None:
     """The request's tools as plain OpenAI dicts (what the template and schema builder take)."""
     if not req.tools:
         return None
@@ -138,7 +139,7 @@ class PreparedChat:
     parallel_tool_calls: bool = True  # OpenAI: False keeps at most one tool call per reply
 
 
-def check_schema(schema: dict[str, Any], param: str) -> None:
+def check_schema(schema: JSONObject, param: str) -> None:
     """Reject a JSON schema that is not one (400 naming ``param``) before it reaches the engine."""
     import jsonschema
 
@@ -148,7 +149,7 @@ def check_schema(schema: dict[str, Any], param: str) -> None:
         raise InvalidRequestError(f"invalid JSON schema: {exc.message}", param=param) from exc
 
 
-def _schema(value: dict[str, Any] | str, param: str) -> dict[str, Any]:
+def _schema(value: JSONObject | str, param: str) -> JSONObject:
     """A JSON schema given as an object or as JSON text, checked (400 naming ``param``)."""
     if isinstance(value, str):
         try:
@@ -231,7 +232,7 @@ def output_constraint(req: ChatCompletionRequest, forced: bool) -> tuple[str | N
     return field, params
 
 
-def template_kwargs(req: ChatCompletionRequest, tokenizer: Any) -> dict[str, Any]:
+def template_kwargs(req: ChatCompletionRequest, tokenizer: Any) -> JSONObject:
     """``chat_template_kwargs`` checked: a key that is an ``apply_chat_template`` parameter
     (``tokenize``, ``tools``, ``chat_template`` ...) or ``messages`` is a 400 naming it."""
     kwargs = dict(req.chat_template_kwargs or {})
@@ -304,7 +305,7 @@ def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
             f"{len(ids) + max_tokens} tokens ({len(ids)} in the messages, {max_tokens} in the "
             "completion).", param="max_tokens")
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
-    sampling: dict[str, Any] = {
+    sampling: JSONObject = {
         "temperature": 1.0 if req.temperature is None else req.temperature,
         "top_p": 1.0 if req.top_p is None else req.top_p,
         "max_tokens": max_tokens,

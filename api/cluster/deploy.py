@@ -23,13 +23,14 @@ from typing import Any
 
 from loom.api.cluster.ingress import Ingress
 from loom.api.cluster.replica import LoomReplica
+from loom.json_types import JSONObject
 
 HEALTH_CHECK_PERIOD_S = 2.0
 INGRESS_NAME = "loom-ingress"
 APP_NAME = "loom"
 
 
-def replica_settings(settings: Any) -> dict[str, Any]:
+def replica_settings(settings: Any) -> JSONObject:
     """The settings each replica starts from: paths made absolute (replicas run elsewhere)."""
     fields = settings.model_dump(exclude={"replicas", "routing_policy", "ray_address"}, exclude_none=True)
     db = str(fields["db"])

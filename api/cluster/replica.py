@@ -19,7 +19,8 @@ import logging
 import os
 import threading
 import time
-from typing import Any
+
+from loom.json_types import JSONObject
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class LoomReplica:
         RuntimeError: the app did not start (the model, the database or the index failed).
     """
 
-    def __init__(self, settings: dict[str, Any], replica: int, host: str = "127.0.0.1") -> None:
+    def __init__(self, settings: JSONObject, replica: int, host: str = "127.0.0.1") -> None:
         import uvicorn
 
         from loom.api.app import create_app
@@ -65,11 +66,11 @@ class LoomReplica:
             time.sleep(0.05)
         log.info("replica %d serving on %s (pid %d)", replica, self.url, os.getpid())
 
-    async def info(self) -> dict[str, Any]:
+    async def info(self) -> JSONObject:
         """``{"replica", "url", "pid"}``: where the ingress sends this replica's requests."""
         return {"replica": self.replica, "url": self.url, "pid": os.getpid()}
 
-    async def load(self) -> dict[str, Any]:
+    async def load(self) -> JSONObject:
         """The engine's figures that drive routing: ``num_waiting``, ``num_running``, ``kv_cache_usage``."""
         stats = self.app.state.services.engine.stats()
         total = stats.get("kv_blocks_total") or 1

@@ -25,6 +25,7 @@ from typing import Any
 
 from loom.api.chat.prompt import token_bias, output_constraint
 from loom.api.schemas.completions import MAX_CHOICES, CompletionRequest
+from loom.json_types import JSONObject
 from loom.runtime.errors import ContextLengthError, InvalidRequestError
 from loom.runtime.sampling_params import SamplingParams
 
@@ -160,7 +161,7 @@ def prepare(body: CompletionRequest, tokenizer: Any, default_max_tokens: int,
                            tools=None, tool_choice=None)
     field, structured = output_constraint(view, False)  # type: ignore[arg-type]
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
-    base: dict[str, Any] = {
+    base: JSONObject = {
         "temperature": 1.0 if body.temperature is None else body.temperature,
         "top_p": 1.0 if body.top_p is None else body.top_p,
         "stop": stop,

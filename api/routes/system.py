@@ -6,12 +6,13 @@ None of them needs a key (they are outside ``/v1/``), as in vLLM's server.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+
 
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel
 
+from loom.json_types import JSONObject
 from loom.version import loom_version
 
 router = APIRouter(tags=["system"])
@@ -25,8 +26,8 @@ class Health(BaseModel):
     model: str
     in_flight: int
     auth: bool
-    engine: dict[str, Any]
-    config: dict[str, Any] = {}
+    engine: JSONObject
+    config: JSONObject = {}
 
 
 class Version(BaseModel):

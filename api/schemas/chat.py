@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from loom.api.schemas.base import RequestModel
+from loom.json_types import JSONObject
 
 
 def integral(value: Any) -> Any:
@@ -98,7 +99,7 @@ class FunctionDef(_Strict):
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")
     description: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: JSONObject | None = None
     strict: bool | None = None
 
 
@@ -127,7 +128,7 @@ class JsonSchemaSpec(_Strict):
 
     name: str = "response"
     description: str | None = None
-    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    schema_: JSONObject = Field(default_factory=dict, alias="schema")
     strict: bool | None = None
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True, strict=True)
@@ -153,7 +154,7 @@ class StructuredOutputs(_Strict):
     (Rust regex syntax, as llguidance takes it), ``choice`` (one of these strings),
     ``grammar`` (a Lark grammar in llguidance's dialect) or ``json_object``."""
 
-    json_: dict[str, Any] | str | None = Field(default=None, alias="json")
+    json_: JSONObject | str | None = Field(default=None, alias="json")
     regex: str | None = None
     choice: list[str] | None = Field(default=None, min_length=1)
     grammar: str | None = None
@@ -202,11 +203,11 @@ class ChatCompletionRequest(_Strict):
     return_token_ids: bool | None = Field(
         default=None, description="Include `prompt_token_ids` and each choice's `token_ids` (vLLM); "
         "streamed: the prompt's in the first chunk, each chunk's new ids in its choice.")
-    chat_template_kwargs: dict[str, Any] | None = Field(
+    chat_template_kwargs: JSONObject | None = Field(
         default=None, description="Extra keyword arguments for the chat template (vLLM), e.g. "
         '`{"enable_thinking": false}`.')
     structured_outputs: StructuredOutputs | None = None
-    guided_json: dict[str, Any] | str | None = None
+    guided_json: JSONObject | str | None = None
     guided_regex: str | None = None
     guided_choice: list[str] | None = Field(default=None, min_length=1)
     guided_grammar: str | None = None

@@ -11,12 +11,13 @@ naming them on a ``--strict`` server (``loom.api.schemas.base``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
 from loom.api.schemas.base import RequestModel
 from loom.api.schemas.chat import MAX_N, ResponseFormat, StreamOptions, StructuredOutputs, Usage, integral
+from loom.json_types import JSONObject
 
 MAX_LOGPROBS = 20  # vLLM's default max_logprobs (OpenAI's legacy API allows 5)
 MAX_CHOICES = 256  # prompts x n per request: each one is an engine request
@@ -74,7 +75,7 @@ class CompletionRequest(RequestModel):
                                      "(e.g. BOS) to text prompts (vLLM).")
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputs | None = None
-    guided_json: dict[str, Any] | str | None = None
+    guided_json: JSONObject | str | None = None
     guided_regex: str | None = None
     guided_choice: list[str] | None = Field(default=None, min_length=1)
     guided_grammar: str | None = None

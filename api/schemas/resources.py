@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from loom.json_types import JSONObject
 
 
 class _Strict(BaseModel):
@@ -20,7 +22,7 @@ class DocumentCreate(_Strict):
     id: str | None = Field(default=None, max_length=200,
                            description="Stable id; re-posting the same id replaces the document.")
     format: Literal["text", "markdown", "html", "rst"] = "text"
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JSONObject = Field(default_factory=dict)
 
 
 class DocumentOut(BaseModel):

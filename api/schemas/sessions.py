@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from loom.api.schemas.chat import NamedToolChoice, ToolDef, integral
+from loom.json_types import JSONObject
 
 BUILTIN_TOOLS = ("calculator", "recall", "remember", "search_documents")
 #: A built-in tool, or ``mcp:<server>`` (every tool of a configured MCP server) / ``mcp:<server>/<tool>``.
@@ -64,7 +65,7 @@ class SessionCreate(_Strict):
     sampling: SessionSampling = Field(default_factory=SessionSampling)
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice = "auto"
     max_steps: int | None = Field(default=None, ge=1, le=32)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JSONObject = Field(default_factory=dict)
 
     _integral = field_validator("max_steps", mode="before")(integral)
 
@@ -100,7 +101,7 @@ class Decision(_Strict):
 
     tool_call_id: str = Field(min_length=1)
     decision: Literal["approve", "edit", "reject", "result"]
-    arguments: dict[str, Any] | None = Field(default=None, description="edit: the arguments to run it with.")
+    arguments: JSONObject | None = Field(default=None, description="edit: the arguments to run it with.")
     reason: str | None = Field(default=None, description="reject: shown to the model in the tool result.")
     output: str | None = Field(default=None, description="result: the output of a call the client ran.")
 
@@ -132,8 +133,8 @@ class TurnOut(BaseModel):
     reasoning: str | None = None
     tool_calls: list[Any] = Field(default_factory=list)
     tool_results: list[Any] = Field(default_factory=list)
-    usage: dict[str, Any] | None = None
-    ledger: dict[str, Any] | None = None
+    usage: JSONObject | None = None
+    ledger: JSONObject | None = None
     error: str | None = None
     pending_tool_calls: list[Any] = Field(default_factory=list, description="With state awaiting_approval: "
                                           "the calls waiting for a decision ({id, name, arguments}).")

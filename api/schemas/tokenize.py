@@ -9,12 +9,13 @@ are ignored and logged, or a 400 naming them on a ``--strict`` server.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, Field
 
 from loom.api.schemas.base import RequestModel
 from loom.api.schemas.chat import Message, ToolDef
+from loom.json_types import JSONObject
 
 TokenId = Annotated[int, Field(ge=0)]
 
@@ -36,7 +37,7 @@ class TokenizeRequest(RequestModel):
                                            "vocabulary string (`convert_ids_to_tokens`).")
     tools: list[ToolDef] | None = Field(default=None, description="With `messages`: tools rendered the "
                                         "model's way, as in a chat completion.")
-    chat_template_kwargs: dict[str, Any] | None = Field(default=None, description=(
+    chat_template_kwargs: JSONObject | None = Field(default=None, description=(
         "With `messages`: extra chat-template variables, e.g. `{\"enable_thinking\": false}`."))
 
 

@@ -28,6 +28,7 @@ from loom.evals.targets.base import RunContext
 from loom.evals.targets.inproc import InprocTarget
 from loom.evals.targets.rag import agent_turn, open_corpus_index
 from loom.evals.workloads import Conversation, Workload
+from loom.json_types import JSONObject
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class ScoredAgentTarget(InprocTarget):
 
     name = "agent"
 
-    def __init__(self, llm: Any, budget: dict[str, Any] | None = None) -> None:
+    def __init__(self, llm: Any, budget: JSONObject | None = None) -> None:
         super().__init__(llm)
         self.budget = dict(budget or {})
         self._agents: dict[tuple[str, int], Any] = {}
@@ -63,15 +64,15 @@ class ScoredAgentTarget(InprocTarget):
                                       sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens), **kwargs)
         return self._agents[key]
 
-    def score(self, conv: Conversation, out: Outcome, result: Any) -> dict[str, Any] | None:
+    def score(self, conv: Conversation, out: Outcome, result: Any) -> JSONObject | None:
         """Record fields scoring the turn (``None`` for warm-up conversations)."""
         raise NotImplementedError
 
-    def quality(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+    def quality(self, records: list[JSONObject]) -> JSONObject:
         """The variant's ``quality`` block from its scored records."""
         raise NotImplementedError
 
-    def summary_extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+    def summary_extra(self, records: list[JSONObject]) -> JSONObject:
         """Blocks added to the variant's summary."""
         return {"quality": self.quality(records)}
 
@@ -100,26 +101,26 @@ class QATarget(ScoredAgentTarget):
     name = "qa"
 
     def __init__(self, llm: Any, retriever: Any = None, retrieval_k: int = 3, max_retrieval_tokens: int = 640,
-                 budget: dict[str, Any] | None = None) -> None:
+                 budget: JSONObject | None = None) -> None:
         from loom.evals.qa import question_by_id
 
         super().__init__(llm, budget)
         self.retriever, self.retrieval_k, self.max_retrieval_tokens = retriever, retrieval_k, max_retrieval_tokens
         self.questions = question_by_id()
-        self.index_info: dict[str, Any] | None = None
+        self.index_info: JSONObject | None = None
 
     def agent_kwargs(self) -> dict[str, Any]:
         return {"retriever": self.retriever, "retrieval_k": self.retrieval_k,
                 "budget": {"max_retrieval_tokens": self.max_retrieval_tokens}}
 
-    def score(self, conv: Conversation, out: Outcome, result: Any) -> dict[str, Any] | None:
+    def score(self, conv: Conversation, out: Outcome, result: Any) -> JSONObject | None:
         from loom.evals.qa import score_answer
 
         q = self.questions.get(conv.id)
         if q is None:
             return None
         s = score_answer(out.text, q.facts)
-        fields: dict[str, Any] = {"question_id": q.id, "module": q.module, "section": q.section,
+        fields: JSONObject = {"question_id": q.id, "module": q.module, "section": q.section,
                                   "correct": s.correct, "fact_fraction": s.fraction, "matched": list(s.matched)}
         if self.retriever is not None:
             # Was the answer in what the model was shown? (Separates retrieval misses from model misses.)
@@ -129,7 +130,7 @@ class QATarget(ScoredAgentTarget):
             fields["facts_in_context"] = bool(hits) and score_answer("\n".join(h.text for h in hits), q.facts).correct
         return fields
 
-    def quality(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+    def quality(self, records: list[JSONObject]) -> JSONObject:
         from loom.evals.qa import qa_quality
 
         block = qa_quality(records)
@@ -139,7 +140,7 @@ class QATarget(ScoredAgentTarget):
             block["facts_in_context_rate"] = sum(bool(r.get("facts_in_context")) for r in records) / len(records)
         return block
 
-    def summary_extra(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+    def summary_extra(self, records: list[JSONObject]) -> JSONObject:
         return {**super().summary_extra(records), "index": self.index_info}
 
 
@@ -148,7 +149,7 @@ class ToolsTarget(ScoredAgentTarget):
 
     name = "tools"
 
-    def __init__(self, llm: Any, budget: dict[str, Any] | None = None) -> None:
+    def __init__(self, llm: Any, budget: JSONObject | None = None) -> None:
         from loom.evals.toolcalls import eval_tools, load_cases
 
         super().__init__(llm, budget)
@@ -160,7 +161,7 @@ class ToolsTarget(ScoredAgentTarget):
     def agent_kwargs(self) -> dict[str, Any]:
         return {"tools": self.tools}
 
-    def score(self, conv: Conversation, out: Outcome, result: Any) -> dict[str, Any] | None:
+    def score(self, conv: Conversation, out: Outcome, result: Any) -> JSONObject | None:
         from loom.evals.toolcalls import score_calls
 
         case = self.cases.get(conv.id)
@@ -171,14 +172,14 @@ class ToolsTarget(ScoredAgentTarget):
                 "arguments": calls[0][1] if calls else None, "call_error": calls[0][2] if calls else None,
                 **asdict(score_calls(case, calls, self.schemas))}
 
-    def quality(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+    def quality(self, records: list[JSONObject]) -> JSONObject:
         from loom.evals.toolcalls import tools_quality
 
         return tools_quality(records)
 
 
-async def make_agent_target(workload: Workload, model: str, engine: dict[str, Any], budget: dict[str, Any],
-                            settings: dict[str, Any]) -> ScoredAgentTarget:
+async def make_agent_target(workload: Workload, model: str, engine: JSONObject, budget: JSONObject,
+                            settings: JSONObject) -> ScoredAgentTarget:
     """Start the engine and build the ``qa`` or ``tools`` target of one variant.
 
     ``settings["retrieval"]`` (``qa``): ``"on"`` (default) or ``"off"``.

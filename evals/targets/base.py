@@ -18,6 +18,7 @@ from loom.evals.prices import Prices
 from loom.evals.prompts import PromptState
 from loom.evals.records import Outcome, make_record
 from loom.evals.workloads import Conversation
+from loom.json_types import JSONObject
 
 
 @dataclass
@@ -40,7 +41,7 @@ class RunContext:
     variant: str
     prices: Prices
     t0: float
-    emit: Callable[[dict[str, Any]], None]
+    emit: Callable[[JSONObject], None]
     ignore_eos: bool = True
     seed: int = 0
 
@@ -61,7 +62,7 @@ class EngineTarget:
     async def send(self, req: Request) -> Outcome:
         raise NotImplementedError
 
-    def stats(self) -> dict[str, Any] | None:
+    def stats(self) -> JSONObject | None:
         """Engine counters, when the target can see them (as of the last ``refresh``)."""
         return None
 

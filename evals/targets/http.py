@@ -25,6 +25,7 @@ from typing import Any
 from loom.evals.metrics import Chunk
 from loom.evals.records import Outcome
 from loom.evals.targets.base import EngineTarget, Request
+from loom.json_types import JSONObject
 from loom.runtime.errors import LoomError
 
 logger = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class HttpTarget(EngineTarget):
         self.client = httpx.AsyncClient(base_url=self.base_url + "/v1", headers=headers,
                                         timeout=httpx.Timeout(timeout_s, connect=5.0))
         self.model = model
-        self._stats: dict[str, Any] | None = None
+        self._stats: JSONObject | None = None
         self._metrics_ok: bool | None = None
 
     async def start(self) -> None:
@@ -91,7 +92,7 @@ class HttpTarget(EngineTarget):
                 "stream_options": {"include_usage": True}, "temperature": 0.0,
                 "max_tokens": req.max_tokens, "seed": req.seed, "return_token_ids": True}
         res = Outcome(send_time=time.monotonic())
-        usage: dict[str, Any] | None = None
+        usage: JSONObject | None = None
         text: list[str] = []
         ids: list[int] = []
         try:
@@ -117,7 +118,7 @@ class HttpTarget(EngineTarget):
         return res
 
     @staticmethod
-    def _event(event: dict[str, Any], res: Outcome, text: list[str], ids: list[int]) -> dict[str, Any] | None:
+    def _event(event: JSONObject, res: Outcome, text: list[str], ids: list[int]) -> JSONObject | None:
         now = time.monotonic()
         for choice in event.get("choices") or []:
             ids.extend(choice.get("token_ids") or [])
@@ -132,7 +133,7 @@ class HttpTarget(EngineTarget):
         return event.get("usage")
 
     @staticmethod
-    def _usage(res: Outcome, usage: dict[str, Any] | None) -> None:
+    def _usage(res: Outcome, usage: JSONObject | None) -> None:
         if usage is None:
             res.output_ids = []
             return
@@ -166,7 +167,7 @@ class HttpTarget(EngineTarget):
         self._metrics_ok = len(values) == len(_GAUGES)
         self._stats = values if self._metrics_ok else None
 
-    def stats(self) -> dict[str, Any] | None:
+    def stats(self) -> JSONObject | None:
         return self._stats
 
     async def close(self) -> None:

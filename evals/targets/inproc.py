@@ -22,6 +22,7 @@ from typing import Any
 from loom.evals.metrics import Chunk
 from loom.evals.records import Outcome
 from loom.evals.targets.base import EngineTarget, Request
+from loom.json_types import JSONObject
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class InprocTarget(EngineTarget):
         self.llm = llm
 
     @classmethod
-    def from_settings(cls, model: str, settings: dict[str, Any]) -> InprocTarget:
+    def from_settings(cls, model: str, settings: JSONObject) -> InprocTarget:
         """Start an ``AsyncLLM`` for ``model`` with engine settings (``EngineConfig`` fields)."""
         from loom.runtime import AsyncLLM, EngineConfig
 
@@ -97,7 +98,7 @@ class InprocTarget(EngineTarget):
         if out.finish_reason == "abort" and res.error is None:
             res.error = "aborted"
 
-    def stats(self) -> dict[str, Any] | None:
+    def stats(self) -> JSONObject | None:
         return self.llm.stats()
 
     async def close(self) -> None:

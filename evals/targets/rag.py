@@ -24,6 +24,7 @@ from loom.evals.records import Outcome, make_record
 from loom.evals.targets.base import RunContext
 from loom.evals.targets.inproc import InprocTarget
 from loom.evals.workloads import Conversation
+from loom.json_types import JSONObject
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ def corpus_index(corpus: str, index_dir: str | Path | None = None) -> Any:
     return open_corpus_index(corpus, index_dir)[0]
 
 
-def open_corpus_index(corpus: str, index_dir: str | Path | None = None) -> tuple[Any, dict[str, Any]]:
+def open_corpus_index(corpus: str, index_dir: str | Path | None = None) -> tuple[Any, JSONObject]:
     """:func:`corpus_index` plus what it took: ``corpus``, ``index_dir``, ``chunks``,
     ``ingested`` (False: an earlier run's index was reused) and ``seconds`` (wall time).
 
@@ -81,7 +82,7 @@ class RagTarget(InprocTarget):
 
     name = "rag"
 
-    def __init__(self, llm: Any, retriever: Any, memory_url: str, budget: dict[str, Any] | None = None,
+    def __init__(self, llm: Any, retriever: Any, memory_url: str, budget: JSONObject | None = None,
                  max_steps: int = 3) -> None:
         from loom.memory import LongTermMemory
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from loom.json_types import JSONObject
 from loom.orchestrator.formats.format import DEFAULT, FORMATS, HERMES, LLAMA3_JSON, MISTRAL, ToolCallFormat
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ def template_source(tokenizer: Any) -> str:
     return str(tmpl)
 
 
-def _render(tokenizer: Any, messages: list[dict[str, Any]], tools: Any = None) -> str | None:
+def _render(tokenizer: Any, messages: list[JSONObject], tools: Any = None) -> str | None:
     try:
         return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
     except Exception:  # noqa: BLE001 - templates raise what they like on roles they refuse

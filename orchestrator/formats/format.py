@@ -33,6 +33,8 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
+from loom.json_types import JSONObject
+
 DEFAULT_TOOLS_PREAMBLE = (
     "You can call functions to help with the user's request. The functions, as JSON schemas:\n"
     "<tools>\n{tools}\n</tools>\n"
@@ -47,7 +49,7 @@ class ParsedCall:
     """One call read from a block: ``name`` and ``arguments`` or an ``error`` (why it is malformed)."""
 
     name: str | None
-    arguments: dict[str, Any]
+    arguments: JSONObject
     error: str | None = None
 
 
@@ -100,7 +102,7 @@ class ToolCallFormat:
         return replace(self, **changes)
 
     # -- text of one call --------------------------------------------------------
-    def render_call(self, name: str, arguments: dict[str, Any]) -> str:
+    def render_call(self, name: str, arguments: JSONObject) -> str:
         """The text of one call as this format writes it (markers included)."""
         body = json.dumps({"name": name, self.arguments_key: arguments}, ensure_ascii=False)
         if self.array:
@@ -141,8 +143,8 @@ class ToolCallFormat:
         return ParsedCall(obj["name"], args)
 
     # -- messages for the chat template -------------------------------------------
-    def prepare(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
-                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    def prepare(self, messages: list[JSONObject], tools: list[JSONObject] | None
+                ) -> tuple[list[JSONObject], list[JSONObject] | None]:
         """``(messages, tools)`` as this model's chat template takes them.
 
         For ``tools_in_system`` formats the tools go into the system message
@@ -153,7 +155,7 @@ class ToolCallFormat:
         """
         if not self.tools_in_system:
             return [dict(m) for m in messages], tools or None
-        out: list[dict[str, Any]] = []
+        out: list[JSONObject] = []
         for m in messages:
             if m.get("role") == "assistant" and m.get("tool_calls"):
                 calls = "\n".join(self.render_call(c["function"]["name"], _args(c["function"]["arguments"]))
@@ -174,13 +176,13 @@ class ToolCallFormat:
                 out.insert(0, {"role": "system", "content": block})
         return out, None
 
-    def tools_block(self, tools: list[dict[str, Any]]) -> str:
+    def tools_block(self, tools: list[JSONObject]) -> str:
         """Loom's default description of ``tools`` for the system message (canonical JSON, in order)."""
         lines = "\n".join(json.dumps(t, ensure_ascii=False, sort_keys=True) for t in tools)
         return DEFAULT_TOOLS_PREAMBLE.format(tools=lines)
 
 
-def _args(arguments: Any) -> dict[str, Any]:
+def _args(arguments: Any) -> JSONObject:
     if isinstance(arguments, str):
         try:
             value = json.loads(arguments) if arguments.strip() else {}

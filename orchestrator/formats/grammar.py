@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from loom.json_types import JSONObject
 from loom.orchestrator.formats.format import ToolCallFormat
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def bound_schema(schema: Any) -> Any:
     return out
 
 
-def compact(schema: dict[str, Any]) -> dict[str, Any]:
+def compact(schema: JSONObject) -> JSONObject:
     """``schema`` with Loom's compact-JSON llguidance options (unless it sets its own)."""
     return schema if "x-guidance" in schema else {**schema, "x-guidance": COMPACT_JSON}
 
@@ -74,7 +75,7 @@ def _marker(text: str, token_id: int | None) -> str:
     return f"<[{token_id}]>" if token_id is not None else json.dumps(text)
 
 
-def forced_call_grammar(fmt: ToolCallFormat, tools: list[dict[str, Any]], name: str | None = None,
+def forced_call_grammar(fmt: ToolCallFormat, tools: list[JSONObject], name: str | None = None,
                         bound: bool = False, parallel: bool = False) -> str:
     """Lark grammar (llguidance) of exactly one call in ``fmt`` (one or more with ``parallel``).
 
@@ -117,7 +118,7 @@ def forced_call_grammar(fmt: ToolCallFormat, tools: list[dict[str, Any]], name: 
     return f"start: {block}\ncall: %json {json.dumps(schema)}"
 
 
-def force_call(params: SamplingParams, fmt: ToolCallFormat, tools: list[dict[str, Any]],
+def force_call(params: SamplingParams, fmt: ToolCallFormat, tools: list[JSONObject],
                name: str | None = None, bound: bool = False, min_tokens: int = 0,
                parallel: bool = False) -> SamplingParams:
     """``params`` constrained to exactly one call of ``fmt`` (one or more with ``parallel``;

@@ -33,6 +33,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from loom.json_types import JSONObject
 from loom.retrieval.loaders.sections import SectionBuilder
 from loom.retrieval.types import Document
 
@@ -70,7 +71,7 @@ def load_markdown(text: str, doc_id: str, title: str | None = None) -> Document:
     """
     tokens = _parser().parse(_TAB.sub(r"\g<indent>!!! tab \g<title>", text))
     sb = SectionBuilder()
-    meta: dict[str, Any] = {}
+    meta: JSONObject = {}
     fm_title: str | None = None
     heading_level: int | None = None
     in_title = False
@@ -159,7 +160,7 @@ def _scalar(value: Any) -> Any:
     return None
 
 
-def _front_matter(content: str) -> tuple[str | None, dict[str, Any]]:
+def _front_matter(content: str) -> tuple[str | None, JSONObject]:
     """(title, metadata) of a YAML front matter block; ``(None, {})`` if it is not a mapping."""
     import yaml
 
@@ -171,7 +172,7 @@ def _front_matter(content: str) -> tuple[str | None, dict[str, Any]]:
     if not isinstance(data, dict):
         return None, {}
     title = data.get("title")
-    meta: dict[str, Any] = {}
+    meta: JSONObject = {}
     for key, value in data.items():
         if key == "title" or key in _LAYOUT_KEYS:
             continue

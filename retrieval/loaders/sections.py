@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from loom.json_types import JSONObject
 from loom.retrieval.types import Section
 
 
@@ -51,7 +50,7 @@ class SectionBuilder:
         if mark is not None and mark == (len(self.sections), len(self._blocks)):
             self._blocks.pop()
 
-    def entry(self, text: str, metadata: dict[str, Any]) -> None:
+    def entry(self, text: str, metadata: JSONObject) -> None:
         """A section of its own under the current heading path."""
         self.flush()
         if text.strip():

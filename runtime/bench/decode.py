@@ -24,6 +24,7 @@ from typing import Any
 
 import typer
 
+from loom.json_types import JSONObject
 from loom.runtime.bench.throughput import in_process
 
 
@@ -32,7 +33,7 @@ def _prompts(vocab: int, batch: int, ctx: int, seed: int) -> list[list[int]]:
     return [[rng.randrange(vocab - 64) for _ in range(ctx)] for _ in range(batch)]
 
 
-def loom_step(path: str, batch: int, ctx: int, steps: int, threads: int, seed: int) -> dict[str, Any]:
+def loom_step(path: str, batch: int, ctx: int, steps: int, threads: int, seed: int) -> JSONObject:
     """ms per Loom decode step at ``batch`` x ``ctx`` tokens."""
     import torch
 
@@ -54,7 +55,7 @@ def loom_step(path: str, batch: int, ctx: int, steps: int, threads: int, seed: i
     return {"ms": (time.perf_counter() - start) / steps * 1000, "backend": engine.runner.attention_backend}
 
 
-def hf_step(path: str, batch: int, ctx: int, steps: int, threads: int, seed: int) -> dict[str, Any]:
+def hf_step(path: str, batch: int, ctx: int, steps: int, threads: int, seed: int) -> JSONObject:
     """ms per transformers decode step (``generate`` of 1 + steps tokens minus 1 token)."""
     import torch
     from transformers import AutoModelForCausalLM

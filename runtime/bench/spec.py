@@ -44,6 +44,8 @@ from typing import Any
 
 import typer
 
+from loom.json_types import JSONObject
+
 logger = logging.getLogger(__name__)
 
 
@@ -116,7 +118,7 @@ def _timed(llm: Any, prompts: list[list[int]], output_len: int,
     return time.perf_counter() - start, [o.token_ids for o in outs]
 
 
-def _run(llm: Any, prompts: list[list[int]], output_len: int, ignore_eos: bool = True) -> dict[str, Any]:
+def _run(llm: Any, prompts: list[list[int]], output_len: int, ignore_eos: bool = True) -> JSONObject:
     seconds, tokens = _timed(llm, prompts, output_len, ignore_eos)
     return {"seconds": seconds, "tokens": tokens, "tok_s": sum(map(len, tokens)) / seconds,
             "stats": llm.stats()}

@@ -34,6 +34,8 @@ from typing import Any
 
 import typer
 
+from loom.json_types import JSONObject
+
 logger = logging.getLogger(__name__)
 
 
@@ -68,7 +70,7 @@ def make_workload(name: str, num_requests: int, vocab_size: int, seed: int, outp
 DEFAULT_REQUESTS = {"a": 64, "b": 32, "c": 32}
 
 
-def run_loom(model: str, wl: Workload, threads: int, engine_args: dict[str, Any]) -> dict[str, Any]:
+def run_loom(model: str, wl: Workload, threads: int, engine_args: JSONObject) -> JSONObject:
     """Run ``wl`` through ``runtime.LLM``; returns seconds, tokens and counters."""
     import torch
 
@@ -96,7 +98,7 @@ def run_loom(model: str, wl: Workload, threads: int, engine_args: dict[str, Any]
     }
 
 
-def run_hf(model: str, wl: Workload, threads: int, batch_size: int) -> dict[str, Any]:
+def run_hf(model: str, wl: Workload, threads: int, batch_size: int) -> JSONObject:
     """Run ``wl`` through transformers ``generate`` in left-padded batches."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -136,7 +138,7 @@ def _child(fn: Any, args: tuple, conn: Any) -> None:
         conn.close()
 
 
-def in_process(fn: Any, *args: Any) -> dict[str, Any]:
+def in_process(fn: Any, *args: Any) -> JSONObject:
     """``fn(*args)`` (a module-level function returning a dict) in a fresh spawned process.
 
     The dict comes back with ``peak_rss_mib`` (that process's ``ru_maxrss``).

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from loom.json_types import JSONObject
+
 ARCHES: tuple[str, ...] = ("llama", "qwen2", "qwen3", "mistral")
 
-PRESETS: dict[str, dict[str, Any]] = {
+PRESETS: dict[str, JSONObject] = {
     "tiny": dict(
         hidden_size=64,
         num_hidden_layers=2,
@@ -65,7 +67,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 # Shared by every arch and preset.
-COMMON: dict[str, Any] = dict(
+COMMON: JSONObject = dict(
     hidden_act="silu",
     rms_norm_eps=1e-6,
     tie_word_embeddings=False,
@@ -74,7 +76,7 @@ COMMON: dict[str, Any] = dict(
 )
 
 # Arch-specific defaults on top of the preset.
-ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
+ARCH_DEFAULTS: dict[str, JSONObject] = {
     "llama": dict(attention_bias=False, mlp_bias=False),
     "qwen2": dict(use_sliding_window=False),
     "qwen3": dict(attention_bias=False, use_sliding_window=False),

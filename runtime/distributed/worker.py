@@ -21,6 +21,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+from loom.json_types import JSONObject
+
 logger = logging.getLogger(__name__)
 
 
@@ -44,7 +46,7 @@ class WorkerArgs:
     world_size: int
     init_method: str
     model_path: str
-    hf_overrides: dict[str, Any]
+    hf_overrides: JSONObject
     dtype: str
     device: str
     load_format: str

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 from transformers.activations import ACT2FN
 
+from loom.json_types import JSONObject
 from loom.runtime.attention import AttentionMetadata, PagedAttention
 
 
@@ -45,8 +46,8 @@ class RotaryEmbedding(nn.Module):
 
     def __init__(self, config: Any, head_dim: int, max_positions: int) -> None:
         super().__init__()
-        params: dict[str, Any] = dict(getattr(config, "rope_parameters", None) or {})
-        rope_type = params.get("rope_type", params.get("type", "default"))
+        params: JSONObject = dict(getattr(config, "rope_parameters", None) or {})
+        rope_type: str = params["rope_type"] if "rope_type" in params else params.get("type", "default")
         if rope_type == "default":
             base = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
             inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from loom.json_types import JSONObject
 from loom.runtime.models.llama import LlamaForCausalLM
 
 logger = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ def _random_checkpoint(spec: str) -> Path:
     return ensure_checkpoint(arch, preset)
 
 
-def load_hf_config(path: Path, overrides: dict[str, Any] | None = None) -> Any:
+def load_hf_config(path: Path, overrides: JSONObject | None = None) -> Any:
     """The transformers config of the checkpoint at ``path``.
 
     Raises:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import llguidance
 import llguidance.hf
 
+from loom.json_types import JSONObject
 from loom.runtime.structured_output.bitmask import allocate_bitmask
 from loom.runtime.structured_output.matcher import GrammarError, GrammarMatcher
 
@@ -35,7 +36,7 @@ from loom.runtime.structured_output.params import StructuredOutputParams
 log = logging.getLogger(__name__)
 
 _JSON_DEFAULTS: JsonCompileOptions = {"whitespace_flexible": False}
-_ANY_OBJECT: dict[str, Any] = {"type": "object"}
+_ANY_OBJECT: JSONObject = {"type": "object"}
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json as _json
 from dataclasses import dataclass
-from typing import Any
+
+from loom.json_types import JSONObject
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class StructuredOutputParams:
             the wrong type (the message names the field).
     """
 
-    json: dict[str, Any] | str | None = None
+    json: JSONObject | str | None = None
     regex: str | None = None
     grammar: str | None = None
     json_object: bool = False

@@ -10,10 +10,11 @@ the model pick a tool and then only write arguments valid for that tool.
 from __future__ import annotations
 
 import copy
-from typing import Any
+
+from loom.json_types import JSONObject
 
 
-def _function(tool: dict[str, Any]) -> dict[str, Any]:
+def _function(tool: JSONObject) -> JSONObject:
     fn = tool.get("function", tool) if tool.get("type", "function") == "function" else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         raise ValueError(
@@ -23,7 +24,7 @@ def _function(tool: dict[str, Any]) -> dict[str, Any]:
     return fn
 
 
-def _branch(fn: dict[str, Any], arguments_key: str = "arguments") -> dict[str, Any]:
+def _branch(fn: JSONObject, arguments_key: str = "arguments") -> JSONObject:
     params = copy.deepcopy(fn.get("parameters") or {"type": "object", "properties": {}})
     if not isinstance(params, dict):
         raise ValueError(f"tools: parameters of {fn['name']!r} must be a JSON schema object")
@@ -35,8 +36,8 @@ def _branch(fn: dict[str, Any], arguments_key: str = "arguments") -> dict[str, A
     }
 
 
-def tool_call_schema(tools: list[dict[str, Any]], name: str | None = None,
-                     arguments_key: str = "arguments") -> dict[str, Any]:
+def tool_call_schema(tools: list[JSONObject], name: str | None = None,
+                     arguments_key: str = "arguments") -> JSONObject:
     """JSON schema for ``{"name": ..., "arguments": {...}}`` over OpenAI-style tools.
 
     Args:
