@@ -30,10 +30,10 @@ demo: model
 	$(BIN)/loom demo
 
 # Two workers, one torch thread each (no OpenMP threads spinning against each other);
-# tests/conftest.py keeps each test file on one worker so its servers start once.
+# --dist loadfile keeps each test file on one worker, so its servers start once.
 TEST_WORKERS ?= 2
 test: model
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile tests
 
 bench: setup
 	$(BIN)/loom bench throughput

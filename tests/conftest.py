@@ -52,22 +52,3 @@ def real_model():
 
     return ensure_model(DEFAULT_MODEL)
 
-
-# --- spreading the suite over pytest-xdist workers (`make test`: -n 2 --dist loadgroup) ---
-def pytest_collection_modifyitems(config, items):
-    """Group tests so each worker makes an expensive fixture once and the load still spreads.
-
-    A test file is one group: its module- and session-scoped servers, models and
-    indexes are started by one worker only.  The README/docs examples are grouped
-    by page (the server examples together, as they share one ``loom serve``), so
-    the longest file is not one indivisible unit.
-    """
-    for item in items:
-        group = item.nodeid.split("::")[0]
-        callspec = getattr(item, "callspec", None)
-        if group == "tests/test_readme.py" and callspec is not None and "unit" in callspec.params:
-            from tests.test_readme import UNITS
-
-            page, _, tag, _ = UNITS[callspec.params["unit"]]
-            group = "examples:server" if tag == "server" else f"examples:{page}"
-        item.add_marker(pytest.mark.xdist_group(group))

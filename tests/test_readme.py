@@ -111,8 +111,9 @@ def test_readme_and_docs_have_runnable_examples() -> None:
     assert any(page.startswith("docs/") for page, *_ in BLOCKS)
 
 
-def _units() -> list[tuple[str, str, str, list[str]]]:
-    """(page, lang, tag, bodies): a page's Python examples of one kind run in one interpreter
+def units(pages: str) -> list[tuple[str, str, str, list[str]]]:
+    """(page, lang, tag, bodies) of the README's (``pages="README"``) or the docs' (``"docs"``)
+    examples: a page's Python examples of one kind run in one interpreter
     (each in fresh globals, as a script), a shell example alone; an example repeated
     word for word on another page runs once."""
     units: dict[tuple[str, str, str] | int, tuple[str, str, str, list[str]]] = {}
@@ -120,13 +121,15 @@ def _units() -> list[tuple[str, str, str, list[str]]]:
     for i, (page, lang, tag, body) in enumerate(BLOCKS):
         if body in seen:
             continue
-        seen.add(body)
+        seen.add(body)  # README.md comes first: its examples are not repeated from docs/
+        if (page == "README.md") != (pages == "README"):
+            continue
         key = (page, lang, tag) if lang == "python" else i
         units.setdefault(key, (page, lang, tag, []))[3].append(body)
     return list(units.values())
 
 
-UNITS = _units()
+UNITS = units("README")  # the docs pages' examples run in tests/test_docs_examples.py
 
 # Runs each example of a JSON list in order, each in fresh globals as ``python -c`` would.
 RUNNER = r"""
@@ -144,10 +147,15 @@ for n, body in enumerate(json.load(open(sys.argv[1]))):
 """
 
 
-@pytest.mark.parametrize("unit", range(len(UNITS)),
-                         ids=[f"{u[0]}-{u[1]}-{u[2] or 'run'}-{i}" for i, u in enumerate(UNITS)])
-def test_example_block_runs(unit: int, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    page, lang, tag, bodies = UNITS[unit]
+@pytest.mark.parametrize("unit", UNITS, ids=[f"{u[0]}-{u[1]}-{u[2] or 'run'}-{i}" for i, u in enumerate(UNITS)])
+def test_example_block_runs(unit: tuple[str, str, str, list[str]], tmp_path: Path,
+                            request: pytest.FixtureRequest) -> None:
+    run_unit(unit, tmp_path, request)
+
+
+def run_unit(unit: tuple[str, str, str, list[str]], tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Run one unit of :func:`units` in ``tmp_path``; fails with the example's output."""
+    page, lang, tag, bodies = unit
     env = _env()
     (tmp_path / "README.md").write_text((ROOT / "README.md").read_text())  # examples may read it
     if tag == "server":
