@@ -190,17 +190,17 @@ def test_tokenizer_config_carries_the_chat_template(tiny_checkpoint):
 def test_loom_model_init_writes_a_loadable_checkpoint(tmp_path):
     from typer.testing import CliRunner
 
-    from loom.api import cli
+    from loom.cli import build_app
 
-    cli._mount()
+    app = build_app()
     runner = CliRunner()
     out = tmp_path / "ckpt"
-    result = runner.invoke(cli.app, ["model", "init", "--arch", "qwen2", "--preset", "tiny", "--seed", "5", str(out)])
+    result = runner.invoke(app, ["model", "init", "--arch", "qwen2", "--preset", "tiny", "--seed", "5", str(out)])
     assert result.exit_code == 0, result.output
     assert "598,592 parameters" in " ".join(result.output.split())
     assert AutoConfig.from_pretrained(out).model_type == "qwen2"
-    bad = runner.invoke(cli.app, ["model", "init", "--arch", "gpt2", str(tmp_path / "bad")])
+    bad = runner.invoke(app, ["model", "init", "--arch", "gpt2", str(tmp_path / "bad")])
     assert bad.exit_code != 0 and "arch must be one of" in bad.output
     for args in (["model", "init", "--help"], ["bench", "--help"]):
-        helped = runner.invoke(cli.app, args)
+        helped = runner.invoke(app, args)
         assert helped.exit_code == 0 and "Example" in helped.output
