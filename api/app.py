@@ -19,10 +19,10 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from loom.api.auth import AuthGate
 from loom.api.errors import install_error_handlers
@@ -38,17 +38,17 @@ log = logging.getLogger(__name__)
 class _Accounting:
     """ASGI middleware: in-flight count and requests-by-status counter."""
 
-    def __init__(self, app: Any, services: Services) -> None:
+    def __init__(self, app: ASGIApp, services: Services) -> None:
         self.app = app
         self.services = services
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         status = {"code": 500}
 
-        async def send_wrapper(message: dict[str, Any]) -> None:
+        async def send_wrapper(message: Message) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = message["status"]
             await send(message)

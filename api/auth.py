@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from typing import Any
 
 import anyio
 from fastapi import Depends, Request
@@ -24,8 +23,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from loom.api.errors import AuthenticationError, loom_error_body
+from loom.api.services import Services
 from loom.api.store import ApiKey, Store
 
 LOCAL_OWNER = "local"
@@ -103,7 +104,7 @@ def check_key(store: Store, authorization: str, static_key: str | None = None) -
     return owner
 
 
-def _static_key(services: Any) -> str | None:
+def _static_key(services: Services) -> str | None:
     secret = services.settings.api_key
     return secret.get_secret_value() if secret is not None else None
 
@@ -113,7 +114,7 @@ def _authenticated(path: str) -> bool:
     return path.startswith("/v1/") or path in ("/tokenize", "/detokenize")
 
 
-def route_path(scope: dict[str, Any]) -> str:
+def route_path(scope: Scope) -> str:
     """The request path without the ASGI ``root_path`` prefix (``--root-path``), when it carries it."""
     path, root = scope["path"], scope.get("root_path", "")
     if root and (path == root or path.startswith(root + "/")):
@@ -130,11 +131,11 @@ class AuthGate:
     :func:`require_owner`.
     """
 
-    def __init__(self, app: Any, services: Any) -> None:
+    def __init__(self, app: ASGIApp, services: Services) -> None:
         self.app = app
         self.services = services
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not _authenticated(route_path(scope)) or self.services.settings.no_auth:
             await self.app(scope, receive, send)
             return

@@ -24,13 +24,13 @@ completion choice), ``vllm:prefix_cache_queries_total`` and
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from loom.json_types import JSONObject
+from loom.runtime.outputs import RequestOutput
 
 _LAT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -159,7 +159,7 @@ class Metrics:
         self.vllm_prompt_tokens.labels(model_name=self.model_name).inc(prompt_tokens)
         self.vllm_generation_tokens.labels(model_name=self.model_name).inc(generation_tokens)
 
-    def observe_output(self, out: Any) -> None:
+    def observe_output(self, out: RequestOutput) -> None:
         """Latency histograms and vLLM's token and request counters from a finished ``RequestOutput``.
 
         Token counts are ``len(prompt_token_ids)`` and ``len(token_ids)``

@@ -83,8 +83,8 @@ class Turn(Base):
     state: Mapped[str] = mapped_column(String(16), default="running")
     answer: Mapped[str | None] = mapped_column(Text, default=None)
     reasoning: Mapped[str | None] = mapped_column(Text, default=None)
-    tool_calls: Mapped[list[Any]] = mapped_column(JSON, default=list)
-    tool_results: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    tool_calls: Mapped[list[JSONObject]] = mapped_column(JSON, default=list)
+    tool_results: Mapped[list[JSONObject]] = mapped_column(JSON, default=list)
     ledger: Mapped[JSONObject | None] = mapped_column(JSON, default=None)
     usage: Mapped[JSONObject | None] = mapped_column(JSON, default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
@@ -251,11 +251,11 @@ class Store:
             )
         return turn
 
-    def finish_turn(self, turn_id: int, **fields: Any) -> None:
+    def finish_turn(self, turn_id: int, **fields: object) -> None:
         """Record a turn's outcome (``state``, ``answer``, ``ledger``, ...)."""
         self.amend_turn(turn_id, finished_at=_now(), **fields)
 
-    def amend_turn(self, turn_id: int, **fields: Any) -> None:
+    def amend_turn(self, turn_id: int, **fields: object) -> None:  # column values
         """Change a turn's columns (``finish_turn`` also stamps ``finished_at``)."""
         with self.tx() as s:
             s.execute(update(Turn).where(Turn.id == turn_id).values(**fields))

@@ -15,16 +15,17 @@ JSON, or not parseable, go on unchanged: FastAPI's own validation reports them.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from loom.api.errors import error_body
+from loom.json_types import JSON
 
 _METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
-def lone_surrogate_path(value: Any, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+def lone_surrogate_path(value: JSON, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
     """Path of the first string (key or value) in ``value`` that is not valid Unicode, else ``None``."""
     if isinstance(value, str):
         try:
@@ -49,10 +50,10 @@ def lone_surrogate_path(value: Any, path: tuple[str, ...] = ()) -> tuple[str, ..
 class TextGuard:
     """Refuse JSON bodies holding lone surrogates with a 400 (see the module docstring)."""
 
-    def __init__(self, app: Any) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") not in _METHODS or not _is_json(scope):
             await self.app(scope, receive, send)
             return
@@ -78,7 +79,7 @@ class TextGuard:
                        send)
 
 
-def _is_json(scope: dict[str, Any]) -> bool:
+def _is_json(scope: Scope) -> bool:
     for name, value in scope.get("headers", ()):
         if name == b"content-type":
             return b"json" in value.lower()
@@ -93,11 +94,11 @@ def _check(body: bytes) -> tuple[str, ...] | None:
     return lone_surrogate_path(data)
 
 
-def _replay(messages: list[dict[str, Any]], then: Any = None) -> Any:
+def _replay(messages: list[Message], then: Receive | None = None) -> Receive:
     """A ``receive`` that yields ``messages`` first, then defers to ``then`` (disconnect detection)."""
     pending = list(messages)
 
-    async def receive() -> dict[str, Any]:
+    async def receive() -> Message:
         if pending:
             return pending.pop(0)
         if then is not None:

@@ -13,14 +13,15 @@ conversation as OpenAI chat messages for HTTP targets.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from loom.orchestrator.protocols import Tokenizer
 
 
 @dataclass
 class PromptState:
     """One conversation's growing prompt (token ids), its spans and its messages."""
 
-    tokenizer: Any
+    tokenizer: Tokenizer
     system: str = ""
     ids: list[int] = field(default_factory=list)
     system_end: int = 0

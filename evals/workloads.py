@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from loom.json_types import JSONObject
+from loom.orchestrator.protocols import Tokenizer, decode_text
 
 SUITES = ("throughput", "prefix", "sessions", "rag", "spec", "qa", "tools")
 _DATA = Path(__file__).parent / "data"
@@ -130,7 +131,7 @@ class TextSource:
         max_chars: corpus size read (characters).
     """
 
-    def __init__(self, tokenizer: Any, max_chars: int = 120_000) -> None:
+    def __init__(self, tokenizer: Tokenizer, max_chars: int = 120_000) -> None:
         import pydoc_data.topics as topics
 
         text = "\n\n".join(topics.topics[k] for k in sorted(topics.topics))[:max_chars]
@@ -141,7 +142,7 @@ class TextSource:
         """Text of about ``num_tokens`` tokens from a random corpus offset."""
         num_tokens = max(1, min(num_tokens, len(self.ids) - 1))
         start = rng.randrange(0, len(self.ids) - num_tokens)
-        return self.tokenizer.decode(self.ids[start:start + num_tokens]).strip() or "hello"
+        return decode_text(self.tokenizer, self.ids[start:start + num_tokens]).strip() or "hello"
 
     def repetitive(self, rng: random.Random, num_tokens: int, period: int = 24) -> str:
         """Text that repeats a short window (so n-gram prompt lookup finds matches)."""
@@ -153,7 +154,7 @@ class TextSource:
 _SOURCES: dict[tuple[str, int], TextSource] = {}
 
 
-def _text_source(tokenizer: Any) -> TextSource:
+def _text_source(tokenizer: Tokenizer) -> TextSource:
     """One tokenized corpus per tokenizer (tokenizing it takes about a second)."""
     key = (str(getattr(tokenizer, "name_or_path", "")), len(tokenizer))
     if key not in _SOURCES or _SOURCES[key].tokenizer is not tokenizer and not key[0]:
@@ -161,7 +162,7 @@ def _text_source(tokenizer: Any) -> TextSource:
     return _SOURCES[key]
 
 
-def build(suite: str, tokenizer: Any, seed: int = 0, num_requests: int | None = None,
+def build(suite: str, tokenizer: Tokenizer, seed: int = 0, num_requests: int | None = None,
           warmup: int = 2, options: JSONObject | None = None) -> Workload:
     """Build suite ``suite`` deterministically from ``seed``.
 

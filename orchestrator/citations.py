@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Sequence
+
+from loom.orchestrator.protocols import SearchHit
 
 DASH = " — "
 #: How a system prompt asks for citations in the label style :func:`citation_label` prints.
@@ -48,7 +50,7 @@ why how all any each both few more most other some own same only you your yours 
 she his her i me my use used using uses way one two returns return value""".split())
 
 
-def document_name(hit: Any) -> str:
+def document_name(hit: SearchHit) -> str:
     """The hit's document title, else the last part of its id (``stdlib:module/os.path`` → ``os.path``)."""
     title = str(getattr(hit, "title", "") or "")
     if title:
@@ -57,7 +59,7 @@ def document_name(hit: Any) -> str:
     return doc.rsplit("/", 1)[-1].split(":", 1)[-1] if doc else ""
 
 
-def citation_label(hit: Any) -> str:
+def citation_label(hit: SearchHit) -> str:
     """How a source is printed: ``os.path — join`` (no brackets).
 
     A hit of an API entry (metadata ``object``, from Sphinx object
@@ -87,7 +89,7 @@ def _key(text: str) -> str:
     return " ".join(re.findall(r"[a-z0-9_]+", text.lower()))
 
 
-def _exact_keys(hit: Any) -> set[str]:
+def _exact_keys(hit: SearchHit) -> set[str]:
     from loom.orchestrator.items import source_label
 
     name, section = document_name(hit), str(getattr(hit, "section", "") or "")
@@ -101,7 +103,7 @@ def _exact_keys(hit: Any) -> set[str]:
     return keys
 
 
-def _document_keys(hit: Any) -> set[str]:
+def _document_keys(hit: SearchHit) -> set[str]:
     keys = {_key(document_name(hit)), _key(str(getattr(hit, "document", "") or ""))}
     keys.discard("")
     return keys
@@ -129,7 +131,7 @@ def parse_citations(text: str) -> list[str]:
     return out
 
 
-def match_citation(citation: str, hits: Sequence[Any]) -> Any | None:
+def match_citation(citation: str, hits: Sequence[SearchHit]) -> SearchHit | None:
     """The retrieved hit ``citation`` names, or ``None``.
 
     An exact name (label, section, prompt source) wins, in rank order; a
@@ -178,7 +180,7 @@ class Source:
     """
 
     label: str
-    hit: Any
+    hit: SearchHit
     cited: bool
     overlap: float
 
@@ -196,16 +198,16 @@ class CitationCheck:
     unverified: list[str] = field(default_factory=list)
 
 
-def _by_label(hits: Sequence[Any]) -> list[tuple[str, Any, str]]:
+def _by_label(hits: Sequence[SearchHit]) -> list[tuple[str, SearchHit, str]]:
     """(label, first hit, all text) per distinct label, in rank order: two chunks of one section are one source."""
-    seen: dict[str, tuple[Any, list[str]]] = {}
+    seen: dict[str, tuple[SearchHit, list[str]]] = {}
     for hit in hits:
         label = citation_label(hit)
         seen.setdefault(label, (hit, []))[1].append(str(getattr(hit, "text", "") or ""))
     return [(label, hit, "\n".join(texts)) for label, (hit, texts) in seen.items()]
 
 
-def attribute(answer: str, hits: Sequence[Any], min_overlap: float = 0.25, min_shared: int = 3,
+def attribute(answer: str, hits: Sequence[SearchHit], min_overlap: float = 0.25, min_shared: int = 3,
               relative: float = 0.6) -> list[Source]:
     """Retrieved sections the answer draws on, by word overlap, best first.
 
@@ -227,12 +229,12 @@ def attribute(answer: str, hits: Sequence[Any], min_overlap: float = 0.25, min_s
     return sorted((s for s in scored if s.overlap >= relative * best), key=lambda s: -s.overlap)
 
 
-def check_answer(answer: str, hits: Sequence[Any]) -> CitationCheck:
+def check_answer(answer: str, hits: Sequence[SearchHit]) -> CitationCheck:
     """Check the answer's citations against ``hits``; attribute by overlap when none checks out."""
     sources: list[Source] = []
     unverified: list[str] = []
     body = _BRACKET.sub(" ", answer)  # overlap is measured on the answer's own words
-    found: list[Any] = []
+    found: list[SearchHit] = []
     for inner in _brackets(answer):
         whole = match_citation(inner, hits)  # a label may hold commas: 'Sequence Types — "list", "tuple"'
         if whole is not None:

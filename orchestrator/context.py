@@ -244,7 +244,7 @@ class ContextBuilder:
         item = message_item("assistant", turn, "assistant", message.pop("content", ""), ids, **message)
         if any(reasoning_mask):
             kept = [t for t, r in zip(output_ids, reasoning_mask) if not r]
-            while kept and not self.renderer.tokenizer.decode([kept[0]]).strip():
+            while kept and not self.renderer.decode([kept[0]]).strip():
                 kept.pop(0)
             rest = list(output_ids[len(reasoning_mask):])
             stripped = closed(list(prefix_ids) + kept + rest + list(suffix_ids))
@@ -314,7 +314,7 @@ class ContextBuilder:
         cap = self.budget.max_tool_result_tokens
         if len(ids) <= cap:
             return text
-        kept = self.renderer.tokenizer.decode(ids[:cap], skip_special_tokens=False)
+        kept = self.renderer.decode(ids[:cap])
         return kept + f"\n[truncated: {len(ids) - cap} more tokens]"
 
     # -- assembly ----------------------------------------------------------
@@ -399,6 +399,6 @@ def _with_text(hit: SearchHit, text: str) -> SearchHit:
     return out
 
 
-def _ids(memories: Sequence[str | MemoryHit]) -> list[Any] | None:
+def _ids(memories: Sequence[str | MemoryHit]) -> list[int | None] | None:
     ids = [getattr(m, "id", None) for m in memories]
     return ids if any(i is not None for i in ids) else None

@@ -13,18 +13,23 @@ these, so each method is declared once.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any, Protocol, Union, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
 
+from loom.json_types import JSON
 from loom.runtime.outputs import RequestOutput
 from loom.runtime.sampling_params import SamplingParams
 from loom.tools.builtin.memory import MemoryBackend
 from loom.tools.builtin.search import SearchBackend
 
 __all__ = ["AsyncEngine", "Engine", "Memory", "MemoryHit", "ModelClient", "MultiQueryRetriever",
-           "Retriever", "SearchHit", "SyncEngine", "Tokenizer", "eos_token_ids"]
+           "Retriever", "SearchHit", "SyncEngine", "Tokenizer", "decode_text", "eos_token_ids"]
 
-#: a Hugging Face fast tokenizer with a chat template (``transformers.PreTrainedTokenizerFast``)
-Tokenizer = Any
+# a Hugging Face fast tokenizer with a chat template (``transformers.PreTrainedTokenizerFast``):
+# checked as transformers' base class; at run time any object with its methods will do
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase as Tokenizer
+else:
+    Tokenizer = object
 
 
 class AsyncEngine(Protocol):
@@ -70,7 +75,7 @@ class SearchHit(Protocol):
     text: str
     document: str
     section: str
-    metadata: Mapping[str, Any]
+    metadata: Mapping[str, JSON]
 
 
 class Retriever(SearchBackend, Protocol):
@@ -82,18 +87,27 @@ class MultiQueryRetriever(Retriever, Protocol):
     """A retriever that fuses several phrasings of one need (``retrieval.Retriever.search_many``)."""
 
     def search_many(self, queries: Iterable[str], k: int = 5,
-                    identifier_queries: Iterable[str] | None = None) -> Sequence[Any]: ...
+                    identifier_queries: Iterable[str] | None = None) -> Sequence[SearchHit]: ...
 
 
 class MemoryHit(Protocol):
     """One memory as the prompt shows it (``loom.memory.types.MemoryHit``)."""
 
-    id: Any
+    id: int
     text: str
 
 
 class Memory(MemoryBackend, Protocol):
     """Long-term memory: ``search(query, namespace, k)`` and ``add(messages, namespace, source)``."""
+
+
+def decode_text(tokenizer: Tokenizer, ids: Sequence[int], skip_special_tokens: bool = False,
+                clean_up_tokenization_spaces: bool | None = None) -> str:
+    """The text of one sequence of ``ids`` (``tokenizer.decode``, whose type also covers batches)."""
+    text = tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens,
+                            clean_up_tokenization_spaces=clean_up_tokenization_spaces)
+    assert isinstance(text, str)  # one sequence in, one text out
+    return text
 
 
 def eos_token_ids(llm: Any) -> frozenset[int]:

@@ -35,7 +35,8 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from loom.orchestrator.protocols import Tokenizer, decode_text
 
 
 @dataclass
@@ -63,7 +64,7 @@ class GeneratedIds:
             (below it plain tokenization is as good).
     """
 
-    def __init__(self, tokenizer: Any, max_entries: int = 64, max_owners: int = 1024,
+    def __init__(self, tokenizer: Tokenizer, max_entries: int = 64, max_owners: int = 1024,
                  min_reuse_tokens: int = 16) -> None:
         self.tokenizer = tokenizer
         self.max_entries = max_entries
@@ -74,7 +75,7 @@ class GeneratedIds:
 
     # -- text <-> ids --------------------------------------------------------------
     def _decode(self, ids: Sequence[int]) -> str:
-        return self.tokenizer.decode(list(ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        return decode_text(self.tokenizer, ids, clean_up_tokenization_spaces=False)
 
     def _tokenize(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []

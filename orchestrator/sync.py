@@ -10,61 +10,63 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
-def run_sync(factory: Callable[[], Any]) -> Any:
+def run_sync(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """The result of the coroutine ``factory()`` (its exception re-raised here)."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
         return asyncio.run(factory())
-    box: dict[str, Any] = {}
+    results: list[T] = []
+    errors: list[BaseException] = []
 
     def target() -> None:
         try:
-            box["v"] = asyncio.run(factory())
+            results.append(asyncio.run(factory()))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
-            box["e"] = exc
+            errors.append(exc)
 
     t = threading.Thread(target=target)
     t.start()
     t.join()
-    if "e" in box:
-        raise box["e"]
-    return box["v"]
+    if errors:
+        raise errors[0]
+    return results[0]
 
 
-def iter_sync(factory: Callable[[], AsyncIterator[Any]]) -> Iterator[Any]:
+def iter_sync(factory: Callable[[], AsyncIterator[T]]) -> Iterator[T]:
     """Iterate the async iterator ``factory()`` from sync code through a helper thread.
 
     The consumer stopping early (``break``, closing the generator) stops the
     pump after its next item, which closes the async iterator (for an engine
     stream: aborts the request).  An exception of the iterator is re-raised here.
     """
-    q: queue.Queue = queue.Queue()
+    q: queue.Queue[tuple[T] | BaseException | None] = queue.Queue()  # (item,), then None or the error
     stop = threading.Event()
-    done = object()
 
     async def pump() -> None:
         async for item in factory():  # leaving the loop closes the stream
-            q.put(item)
+            q.put((item,))
             if stop.is_set():
                 break
 
     def target() -> None:
         try:
             asyncio.run(pump())
-            q.put(done)
+            q.put(None)
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
             q.put(exc)
 
     threading.Thread(target=target, daemon=True).start()
     try:
-        while (item := q.get()) is not done:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+        while (got := q.get()) is not None:
+            if isinstance(got, BaseException):
+                raise got
+            yield got[0]
     finally:
         stop.set()

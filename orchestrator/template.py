@@ -37,7 +37,7 @@ from loom.json_types import JSONObject
 from loom.runtime.errors import InvalidRequestError
 
 from loom.orchestrator.formats import ToolCallFormat
-from loom.orchestrator.protocols import Tokenizer
+from loom.orchestrator.protocols import Tokenizer, decode_text
 
 logger = logging.getLogger(__name__)
 
@@ -56,9 +56,12 @@ def render_chat(tokenizer: Tokenizer, fmt: ToolCallFormat, messages: Sequence[JS
     ``chat_template_kwargs``, e.g. ``{"enable_thinking": False}``).
     """
     msgs, template_tools = fmt.prepare(list(messages), tools)
-    return tokenizer.apply_chat_template(msgs, tools=template_tools, tokenize=False,
-                                         add_generation_prompt=add_generation_prompt,
-                                         **(template_kwargs or {}))
+    schemas: list[dict[Any, Any] | Callable[..., Any]] | None = None if template_tools is None else list(template_tools)
+    text = tokenizer.apply_chat_template(msgs, tools=schemas, tokenize=False,
+                                         add_generation_prompt=add_generation_prompt, **(template_kwargs or {}))
+    if not isinstance(text, str):
+        raise TypeError(f"apply_chat_template(tokenize=False) returned {type(text).__name__}, not text")
+    return text
 
 
 def prompt_ids(tokenizer: Tokenizer, fmt: ToolCallFormat, messages: Sequence[JSONObject],
@@ -127,7 +130,9 @@ class TemplateRenderer:
         # the token that closes a message in the template (ChatML's <|im_end|>); the engine's
         # stop set is its own (LLMEngine.eos_token_ids), this is only how a stored turn ends
         self.end_of_turn = tokenizer.eos_token or "<|im_end|>"
-        self.end_of_turn_id: int = tokenizer.convert_tokens_to_ids(self.end_of_turn)
+        end_id = tokenizer.convert_tokens_to_ids(self.end_of_turn)
+        assert isinstance(end_id, int)  # one token in, one id out
+        self.end_of_turn_id = end_id
         self.prefix_stable = True
         self._trailer: list[int] | None = None
 
@@ -153,6 +158,10 @@ class TemplateRenderer:
         probe = [_ANCHOR[1]]
         full = self.render(probe, add_generation_prompt=True, tools=None)
         return full[len(self.render(probe, tools=None)):]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text of ``ids``, special tokens included."""
+        return decode_text(self.tokenizer, ids)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (special-token strings map to their ids; no BOS added)."""

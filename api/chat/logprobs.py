@@ -11,13 +11,14 @@ decoded U+FFFD instead.  ``finite_logprob`` writes -inf (a masked token) as
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
+
+from loom.orchestrator.protocols import Tokenizer, decode_text
 
 
 class TokenText:
     """Text and exact UTF-8 bytes of single tokens of one tokenizer (cached per token id)."""
 
-    def __init__(self, tokenizer: Any) -> None:
+    def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
         decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
         self._byte_level = type(decoder).__name__ == "ByteLevel"
@@ -27,7 +28,7 @@ class TokenText:
     def __call__(self, token_id: int) -> tuple[str, list[int]]:
         hit = self._cache.get(token_id)
         if hit is None:
-            text = self.tokenizer.decode([token_id], skip_special_tokens=False)
+            text = decode_text(self.tokenizer, [token_id])
             hit = self._cache[token_id] = (text, self._bytes(token_id, text))
         return hit
 

@@ -30,6 +30,7 @@ from loom.json_types import JSONObject
 from loom.orchestrator.formats import ToolCallFormat, detect_format
 from loom.orchestrator.formats.grammar import compact, force_call
 from loom.orchestrator.parsers import HERMES_THINK
+from loom.orchestrator.protocols import Tokenizer
 from loom.orchestrator.template import prompt_ids
 from loom.runtime.errors import InvalidRequestError
 from loom.runtime.sampling_params import SamplingParams
@@ -232,7 +233,7 @@ def output_constraint(req: ChatCompletionRequest, forced: bool) -> tuple[str | N
     return field, params
 
 
-def template_kwargs(req: ChatCompletionRequest, tokenizer: Any) -> JSONObject:
+def template_kwargs(req: ChatCompletionRequest, tokenizer: Tokenizer) -> JSONObject:
     """``chat_template_kwargs`` checked: a key that is an ``apply_chat_template`` parameter
     (``tokenize``, ``tools``, ``chat_template`` ...) or ``messages`` is a 400 naming it."""
     kwargs = dict(req.chat_template_kwargs or {})
@@ -263,7 +264,7 @@ def _top_logprobs(req: ChatCompletionRequest) -> int | None:
     return (req.top_logprobs or 0) if req.logprobs else None
 
 
-def prepare(req: ChatCompletionRequest, tokenizer: Any, default_max_tokens: int,
+def prepare(req: ChatCompletionRequest, tokenizer: Tokenizer, default_max_tokens: int,
             max_model_len: int | None, fmt: ToolCallFormat | None = None,
             encode: Callable[[str], list[int]] | None = None) -> PreparedChat:
     """Prompt ids and ``SamplingParams`` for a request.

@@ -23,6 +23,7 @@ from typing import Any
 
 from loom.api.cluster.ingress import Ingress
 from loom.api.cluster.replica import LoomReplica
+from loom.api.settings import Settings
 from loom.json_types import JSONObject
 
 HEALTH_CHECK_PERIOD_S = 2.0
@@ -30,7 +31,7 @@ INGRESS_NAME = "loom-ingress"
 APP_NAME = "loom"
 
 
-def replica_settings(settings: Any) -> JSONObject:
+def replica_settings(settings: Settings) -> JSONObject:
     """The settings each replica starts from: paths made absolute (replicas run elsewhere)."""
     fields = settings.model_dump(exclude={"replicas", "routing_policy", "ray_address"}, exclude_none=True)
     db = str(fields["db"])
@@ -39,12 +40,12 @@ def replica_settings(settings: Any) -> JSONObject:
     for name in ("index", "mcp_config"):
         if fields.get(name) is not None:
             fields[name] = str(Path(fields[name]).resolve())
-    if "api_key" in fields:
+    if settings.api_key is not None:  # model_dump masks a SecretStr
         fields["api_key"] = settings.api_key.get_secret_value()
     return fields
 
 
-def build_app(settings: Any) -> Any:
+def build_app(settings: Settings) -> Any:
     """The Serve application for ``settings`` (``replicas``, ``routing_policy`` and the engine's flags)."""
     from ray import serve
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from loom.api.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-def check_engine(settings: Any) -> None:
+def check_engine(settings: Settings) -> None:
     """Pull the model and check the engine settings against it, here, before N replicas try.
 
     Raises:
@@ -36,14 +39,14 @@ def check_engine(settings: Any) -> None:
     check_tensor_parallel_shape(hf_config, config.tensor_parallel_size)
 
 
-def prepare_database(settings: Any) -> None:
+def prepare_database(settings: Settings) -> None:
     """Create the database's tables once (raises what ``Store`` raises)."""
     from loom.api.store import Store
 
     Store(settings.db).close()
 
 
-def run(settings: Any) -> None:
+def run(settings: Settings) -> None:
     """Serve until a signal arrives (blocking)."""
     import ray
     from ray import serve

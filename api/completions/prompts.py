@@ -26,6 +26,7 @@ from typing import Any
 from loom.api.chat.prompt import token_bias, output_constraint
 from loom.api.schemas.completions import MAX_CHOICES, CompletionRequest
 from loom.json_types import JSONObject
+from loom.orchestrator.protocols import Tokenizer, decode_text
 from loom.runtime.errors import ContextLengthError, InvalidRequestError
 from loom.runtime.sampling_params import SamplingParams
 
@@ -76,7 +77,7 @@ def _items(prompt: Any) -> list[Any]:
     return list(prompt)
 
 
-def read_prompts(body: CompletionRequest, tokenizer: Any) -> list[CompletionPrompt]:
+def read_prompts(body: CompletionRequest, tokenizer: Tokenizer) -> list[CompletionPrompt]:
     """Token ids and text of each prompt.
 
     Raises:
@@ -97,7 +98,7 @@ def read_prompts(body: CompletionRequest, tokenizer: Any) -> list[CompletionProm
                 raise InvalidRequestError(f"token id {bad} is not in the model's vocabulary [0, {vocab})",
                                           param=param)
             ids = list(item)
-            text = tokenizer.decode(ids, skip_special_tokens=body.skip_special_tokens)
+            text = decode_text(tokenizer, ids, skip_special_tokens=body.skip_special_tokens)
         if not ids:
             raise InvalidRequestError("prompt must not be empty", param=param)
         out.append(CompletionPrompt(ids, text, param))
@@ -145,7 +146,7 @@ def _check_fields(body: CompletionRequest, n_prompts: int) -> int:
     return n
 
 
-def prepare(body: CompletionRequest, tokenizer: Any, default_max_tokens: int,
+def prepare(body: CompletionRequest, tokenizer: Tokenizer, default_max_tokens: int,
             max_model_len: int | None) -> PreparedCompletion:
     """Prompts with their ``SamplingParams`` for ``body``.
 

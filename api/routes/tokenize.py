@@ -21,6 +21,7 @@ from loom.api.schemas.base import check_unknown_fields, strict_setting
 from loom.api.schemas.chat import ChatCompletionRequest
 from loom.api.schemas.errors import error_responses
 from loom.api.schemas.tokenize import DetokenizeRequest, DetokenizeResponse, TokenizeRequest, TokenizeResponse
+from loom.orchestrator.protocols import Tokenizer
 from loom.orchestrator.template import prompt_ids
 from loom.runtime.errors import InvalidRequestError
 
@@ -49,7 +50,7 @@ async def tokenize(body: TokenizeRequest, request: Request,
                             if body.return_token_strs else None)
 
 
-def _chat_ids(body: TokenizeRequest, tokenizer: Any, fmt: Any, generated: Any, owner: str) -> list[int]:
+def _chat_ids(body: TokenizeRequest, tokenizer: Tokenizer, fmt: Any, generated: Any, owner: str) -> list[int]:
     """The chat's prompt ids: exactly ``/v1/chat/completions``' for the default flags (the caller's
     remembered generated ids included, ``loom.orchestrator.reuse``)."""
     chat = ChatCompletionRequest.model_construct(model=body.model or "", messages=body.messages,

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from loom.evals.prices import Prices
 from loom.evals.prompts import PromptState
 from loom.evals.records import Outcome, make_record
 from loom.evals.workloads import Conversation
 from loom.json_types import JSONObject
+from loom.orchestrator.protocols import Tokenizer
 
 
 @dataclass
@@ -53,8 +53,8 @@ class EngineTarget:
     #: whether ``Outcome.output_ids`` are the real ids (False: re-encode the reply text).
     exact_ids = True
 
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
+    def __init__(self, tokenizer: Tokenizer | None) -> None:
+        self.tokenizer = tokenizer  # None: a target made only to check it answers (start / close)
 
     async def start(self) -> None:
         """Check the target is ready (HTTP: reachable)."""
@@ -74,7 +74,10 @@ class EngineTarget:
 
     async def conversation(self, conv: Conversation, ctx: RunContext) -> None:
         """Send ``conv``'s turns one after another, each with the full history."""
-        state = PromptState(self.tokenizer, conv.system)
+        tokenizer = self.tokenizer
+        if tokenizer is None:
+            raise RuntimeError(f"{type(self).__name__} was made without a tokenizer (a reachability probe)")
+        state = PromptState(tokenizer, conv.system)
         for t, turn in enumerate(conv.turns):
             ids, spans = state.user_turn(turn.user)
             req = Request(f"{ctx.variant}-{conv.id}-t{t}", ids, list(state.messages), turn.max_tokens,
@@ -88,5 +91,5 @@ class EngineTarget:
                                  class_spans=spans))
             if out.error is not None:
                 return
-            ids = out.output_ids if self.exact_ids else self.tokenizer.encode(out.text, add_special_tokens=False)
+            ids = out.output_ids if self.exact_ids else tokenizer.encode(out.text, add_special_tokens=False)
             state.add_reply(ids, out.text)

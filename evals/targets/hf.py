@@ -18,6 +18,7 @@ from typing import Any
 from loom.evals.metrics import Chunk
 from loom.evals.records import Outcome
 from loom.evals.targets.base import EngineTarget, Request
+from loom.orchestrator.protocols import decode_text
 
 
 class _Stamper:
@@ -57,6 +58,7 @@ class HFTarget(EngineTarget):
 
         tokenizer = AutoTokenizer.from_pretrained(model)
         super().__init__(tokenizer)
+        self.hf_tokenizer = tokenizer  # the base's, never None here
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
@@ -74,7 +76,7 @@ class HFTarget(EngineTarget):
             ids = torch.tensor([req.prompt_ids], device=self.device)
             kwargs: dict[str, Any] = {"max_new_tokens": req.max_tokens, "do_sample": False,
                                       "attention_mask": torch.ones_like(ids), "streamer": stamp,
-                                      "pad_token_id": self.tokenizer.pad_token_id}
+                                      "pad_token_id": self.hf_tokenizer.pad_token_id}
             if req.ignore_eos:
                 kwargs["min_new_tokens"] = req.max_tokens
             with torch.inference_mode():
@@ -91,7 +93,7 @@ class HFTarget(EngineTarget):
         res.output_ids = ids
         res.output_classes = ["output"] * len(ids)
         res.chunks = [Chunk(t, 1) for t in times]
-        res.text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        res.text = decode_text(self.hf_tokenizer, ids, skip_special_tokens=True)
         res.arrival_time, res.token_times = start, times
         res.first_token_time = times[0] if times else None
         res.finish_time = times[-1] if times else None

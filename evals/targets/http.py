@@ -20,12 +20,12 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
 
 from loom.evals.metrics import Chunk
 from loom.evals.records import Outcome
 from loom.evals.targets.base import EngineTarget, Request
 from loom.json_types import JSONObject
+from loom.orchestrator.protocols import Tokenizer
 from loom.runtime.errors import LoomError
 
 logger = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ class HttpTarget(EngineTarget):
     name = "http"
     exact_ids = False
 
-    def __init__(self, base_url: str, tokenizer: Any, api_key: str | None = None, model: str | None = None,
+    def __init__(self, base_url: str, tokenizer: Tokenizer | None, api_key: str | None = None, model: str | None = None,
                  timeout_s: float = 600.0) -> None:
         import httpx
 

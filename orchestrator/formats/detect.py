@@ -24,6 +24,7 @@ from typing import Any
 
 from loom.json_types import JSONObject
 from loom.orchestrator.formats.format import DEFAULT, FORMATS, HERMES, LLAMA3_JSON, MISTRAL, ToolCallFormat
+from loom.orchestrator.protocols import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +33,7 @@ _PROBE_TOOL = {"type": "function", "function": {
 _PROBE_RESULT = "probe-result-7f3a"
 
 
-def template_source(tokenizer: Any) -> str:
+def template_source(tokenizer: Tokenizer) -> str:
     """The chat template text (all named templates joined when it is a dict)."""
     tmpl = getattr(tokenizer, "chat_template", None) or ""
     if isinstance(tmpl, dict):
@@ -40,20 +41,21 @@ def template_source(tokenizer: Any) -> str:
     return str(tmpl)
 
 
-def _render(tokenizer: Any, messages: list[JSONObject], tools: Any = None) -> str | None:
+def _render(tokenizer: Tokenizer, messages: list[JSONObject], tools: Any = None) -> str | None:
     try:
-        return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
+        text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
     except Exception:  # noqa: BLE001 - templates raise what they like on roles they refuse
         return None
+    return text if isinstance(text, str) else None
 
 
-def renders_tools(tokenizer: Any) -> bool:
+def renders_tools(tokenizer: Tokenizer) -> bool:
     """Whether the template shows a tool passed with ``tools=`` (a probe name appears)."""
     text = _render(tokenizer, [{"role": "user", "content": "hi"}], tools=[_PROBE_TOOL])
     return text is not None and "probe_tool_x" in text
 
 
-def tool_role(tokenizer: Any) -> str:
+def tool_role(tokenizer: Tokenizer) -> str:
     """``tool`` when the template renders a tool message's content, else ``user``."""
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
             {"role": "assistant", "content": "a"}, {"role": "tool", "content": _PROBE_RESULT}]
@@ -71,7 +73,7 @@ def _base(template: str, vocab: dict[str, int]) -> ToolCallFormat:
     return DEFAULT
 
 
-def detect_format(tokenizer: Any, override: str | None = None) -> ToolCallFormat:
+def detect_format(tokenizer: Tokenizer, override: str | None = None) -> ToolCallFormat:
     """The tool-call / reasoning format of the model behind ``tokenizer``.
 
     Args:
