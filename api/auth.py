@@ -79,14 +79,17 @@ def owner_of(store: Store, key: str) -> str | None:
         return row.owner if row is not None and not row.revoked else None
 
 
-def check_key(store: Store, authorization: str, static_key: str | None = None) -> str:
+def check_key(store: Store | None, authorization: str, static_key: str | None = None) -> str:
     """Owner of the key in an ``Authorization`` header value.
 
     Args:
+        store: the key database; ``None`` before the server started (a request without a
+            key is still a 401 then).
         static_key: the ``--api-key`` value, accepted beside the database (owner ``"api-key"``).
 
     Raises:
         AuthenticationError: header missing, not ``Bearer``, or an unknown/revoked key.
+        RuntimeError: a key to look up, but no database (the server has not started).
     """
     scheme, _, token = authorization.partition(" ")
     token = token.strip()
@@ -98,6 +101,8 @@ def check_key(store: Store, authorization: str, static_key: str | None = None) -
     # digests are equal-length, so the comparison time says nothing about the key
     if static_key and hmac.compare_digest(hash_key(token), hash_key(static_key)):
         return STATIC_KEY_OWNER
+    if store is None:
+        raise RuntimeError("Services.start() has not run: no database")
     owner = owner_of(store, token)
     if owner is None:
         raise AuthenticationError("Invalid API key.")
@@ -141,7 +146,7 @@ class AuthGate:
             return
         header = Headers(scope=scope).get("authorization", "")
         try:
-            owner = await anyio.to_thread.run_sync(check_key, self.services.require_store(), header,
+            owner = await anyio.to_thread.run_sync(check_key, self.services.store, header,
                                                    _static_key(self.services))
         except AuthenticationError as exc:
             # Connection: close, so the server stops receiving a body it will never read
@@ -169,5 +174,5 @@ async def require_owner(request: Request,
     owner = getattr(request.state, "owner", None)
     if owner is not None:
         return owner
-    return await anyio.to_thread.run_sync(check_key, services.require_store(), request.headers.get("authorization", ""),
+    return await anyio.to_thread.run_sync(check_key, services.store, request.headers.get("authorization", ""),
                                           _static_key(services))
