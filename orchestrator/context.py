@@ -395,7 +395,7 @@ def _with_text(hit: SearchHit, text: str) -> SearchHit:
     if dataclasses.is_dataclass(hit) and not isinstance(hit, type):
         return dataclasses.replace(hit, text=text)
     out = copy.copy(hit)
-    out.text = text
+    setattr(out, "text", text)  # a plain object's attribute; SearchHit only promises to read it
     return out
 
 

@@ -72,10 +72,14 @@ class ModelClient(Protocol):
 class SearchHit(Protocol):
     """One retrieval hit as the prompt shows it (``loom.retrieval.types.Hit``)."""
 
-    text: str
-    document: str
-    section: str
-    metadata: Mapping[str, JSON]
+    @property
+    def text(self) -> str: ...
+    @property
+    def document(self) -> str: ...
+    @property
+    def section(self) -> str: ...
+    @property
+    def metadata(self) -> Mapping[str, JSON]: ...
 
 
 class Retriever(SearchBackend, Protocol):
@@ -93,8 +97,10 @@ class MultiQueryRetriever(Retriever, Protocol):
 class MemoryHit(Protocol):
     """One memory as the prompt shows it (``loom.memory.types.MemoryHit``)."""
 
-    id: int
-    text: str
+    @property
+    def id(self) -> int: ...
+    @property
+    def text(self) -> str: ...
 
 
 class Memory(MemoryBackend, Protocol):

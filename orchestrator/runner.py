@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from loom.runtime.errors import InvalidRequestError
@@ -37,7 +37,7 @@ from loom.orchestrator.items import JSON, Item, PendingCall
 from loom.orchestrator.ledger import Ledger
 from loom.orchestrator.parsers import StreamingParser
 from loom.orchestrator.parts import AgentParts
-from loom.orchestrator.protocols import MemoryHit, MultiQueryRetriever
+from loom.orchestrator.protocols import MemoryHit, MultiQueryRetriever, SearchHit
 from loom.orchestrator.session import Session
 from loom.orchestrator.step import StepOutcome, model_call
 
@@ -74,14 +74,14 @@ class TurnRunner:
         shown: set[int | None] = {i for it in self.items for i in it.get("memory_ids") or []}
         memories: list[MemoryHit] = []
         if a.memory is not None:
-            hits = await self._timed("memory", a.memory.search, self.message, a.memory_namespace, a.memory_k)
+            recalled = await self._timed("memory", a.memory.search, self.message, a.memory_namespace, a.memory_k)
             if not self.items:  # first turn: the snapshot, fixed for the whole session
-                snap = b.snapshot_item(self.items, hits)
+                snap = b.snapshot_item(self.items, recalled)
                 if snap is not None:
                     self._store([snap])
             else:
-                memories = [h for h in hits if h.id not in shown]
-        hits = []
+                memories = [h for h in recalled if h.id not in shown]
+        hits: Sequence[SearchHit] = []
         if a.retriever is not None and a.auto_retrieve:
             queries = await self._queries()
             retriever = a.retriever

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic_core import to_jsonable_python
 
-from loom.json_types import JSONObject
+from loom.json_types import JSON, JSONObject
 from loom.runtime.errors import InvalidRequestError, LoomError
 
 __all__ = [
@@ -93,7 +93,7 @@ class Tool(Protocol):
     def openai_schema(self) -> JSONObject: ...
 
 
-def canonicalize(value: Any) -> Any:
+def canonicalize(value: JSON) -> JSON:
     """Return ``value`` with every dict's keys sorted, recursively (lists keep order)."""
     if isinstance(value, dict):
         return {k: canonicalize(value[k]) for k in sorted(value)}
@@ -102,7 +102,7 @@ def canonicalize(value: Any) -> Any:
     return value
 
 
-def canonical_json(value: Any) -> str:
+def canonical_json(value: object) -> str:
     """Serialize ``value`` as canonical JSON: sorted keys, ``", "``/``": "``, UTF-8.
 
     Pydantic models, dataclasses, enums, datetimes, sets and the like are
@@ -113,7 +113,7 @@ def canonical_json(value: Any) -> str:
     return json.dumps(plain, sort_keys=True, ensure_ascii=False, separators=(", ", ": "))
 
 
-def to_content(value: Any) -> str:
+def to_content(value: object) -> str:
     """What a tool's return value looks like to the model: strings as they are,
     ``None`` as ``""``, anything else as :func:`canonical_json`."""
     if isinstance(value, str):

@@ -21,9 +21,8 @@ import json
 import logging
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any
 
-from loom.json_types import JSONObject
+from loom.json_types import JSON, JSONObject
 from loom.tools.base import ErrorType, Tool, ToolArgumentsError, ToolError, ToolResult, to_content
 from loom.tools.function_tool import FunctionTool
 from loom.tools.langchain_adapter import LangChainTool, is_langchain_tool
@@ -33,7 +32,7 @@ __all__ = ["ToolRegistry", "as_tool"]
 logger = logging.getLogger(__name__)
 
 
-def as_tool(obj: Any) -> Tool:
+def as_tool(obj: object) -> Tool:
     """Return ``obj`` as a :class:`~loom.tools.base.Tool`.
 
     Accepts a ``Tool`` (returned as is), a langchain-core ``BaseTool`` (wrapped
@@ -64,7 +63,7 @@ class ToolRegistry:
         ValueError: duplicate tool names, or ``default_timeout_s <= 0``.
     """
 
-    def __init__(self, tools: Iterable[Any] = (), *, default_timeout_s: float = 30.0) -> None:
+    def __init__(self, tools: Iterable[object] = (), *, default_timeout_s: float = 30.0) -> None:
         if not default_timeout_s > 0:
             raise ValueError(f"default_timeout_s: must be > 0 seconds, got {default_timeout_s!r}")
         self.default_timeout_s = default_timeout_s
@@ -72,7 +71,7 @@ class ToolRegistry:
         for t in tools:
             self.register(t)
 
-    def register(self, obj: Any) -> Tool:
+    def register(self, obj: object) -> Tool:
         """Add a tool; return it as registered (wrapped when needed).
 
         Raises:
@@ -157,7 +156,7 @@ class ToolRegistry:
         return ToolResult(content, False, None, (time.perf_counter() - start) * 1000.0)
 
 
-def _parse_arguments(arguments: JSONObject | str | None) -> Any:
+def _parse_arguments(arguments: JSONObject | str | None) -> JSON:
     """Arguments as sent by the model: ``None``/blank string mean ``{}``; a JSON
     string holding a JSON object (double-encoded) is decoded once more.
 

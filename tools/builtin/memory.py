@@ -23,17 +23,18 @@ concurrent turns never see each other's provenance.
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Protocol
 
 from pydantic import Field
 
+from loom.json_types import JSONObject
 from loom.tools.function_tool import FunctionTool, tool
 
-__all__ = ["MemoryBackend", "current_provenance", "format_events", "format_memories", "memory_provenance",
-           "memory_tools"]
+__all__ = ["MemoryBackend", "MemoryResult", "MemoryWrite", "current_provenance", "format_events", "format_memories",
+           "memory_provenance", "memory_tools"]
 
-Provenance = Callable[[str], Any]
-"""``fact text -> source`` for ``memory.add`` (a ``memory.MemorySource`` or a mapping of its fields)."""
+Provenance = Callable[[str], JSONObject]
+"""``fact text -> source`` for ``memory.add`` (the fields of a ``memory.MemorySource``)."""
 
 _PROVENANCE: ContextVar[Provenance | None] = ContextVar("loom_memory_provenance", default=None)
 
@@ -61,15 +62,42 @@ def current_provenance() -> Provenance | None:
     return _PROVENANCE.get()
 
 
+class MemoryWrite(Protocol):
+    """One outcome of a write, as ``remember`` reports it (``loom.memory.types.MemoryEvent``)."""
+
+    @property
+    def event(self) -> object: ...  # ADD, UPDATE, NOOP, DELETE, QUARANTINE (an enum or its value)
+    @property
+    def id(self) -> int: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def previous_id(self) -> int | None: ...
+    @property
+    def reason(self) -> str: ...
+
+
+class MemoryResult(Protocol):
+    """One memory as ``recall`` lists it (``loom.memory.types.MemoryHit``)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def score(self) -> float: ...
+
+
 class MemoryBackend(Protocol):
     """What the tools need from :class:`memory.LongTermMemory`."""
 
-    def add(self, text_or_messages: Any, namespace: str, source: Any = None) -> Sequence[Any]: ...
+    def add(self, text_or_messages: str | Sequence[JSONObject], namespace: str,
+            source: JSONObject | None = None) -> Sequence[MemoryWrite]: ...
 
-    def search(self, query: str, namespace: str, k: int = 5) -> Sequence[Any]: ...
+    def search(self, query: str, namespace: str, k: int = 5) -> Sequence[MemoryResult]: ...
 
 
-def format_events(events: Sequence[Any]) -> str:
+def format_events(events: Sequence[MemoryWrite]) -> str:
     """One line per write event: ``ADD #3: text`` / ``UPDATE #4 (replaces #2): text`` /
     ``QUARANTINE #5: text (not stored as a fact: <why>; kept for review only)``."""
     if not events:
@@ -87,7 +115,7 @@ def format_events(events: Sequence[Any]) -> str:
     return "\n".join(lines)
 
 
-def format_memories(hits: Sequence[Any]) -> str:
+def format_memories(hits: Sequence[MemoryResult]) -> str:
     """One line per memory: ``[#id] text (score 0.812)``."""
     return "\n".join(f"[#{h.id}] {h.text} (score {float(h.score):.3f})" for h in hits)
 
@@ -96,7 +124,7 @@ def memory_tools(
     memory: MemoryBackend,
     namespace: str,
     *,
-    source: Any = None,
+    source: JSONObject | None = None,
     default_k: int = 5,
     max_k: int = 20,
 ) -> list[FunctionTool]:

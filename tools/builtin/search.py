@@ -8,14 +8,15 @@ chunk text.  The chunk id lets the model cite what it used.
 
 # No ``from __future__ import annotations``: the tool's signature is built in a
 # closure and its hints must be real objects when ``@tool`` reads them.
-from collections.abc import Sequence
-from typing import Annotated, Any, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Protocol
 
 from pydantic import Field
 
+from loom.json_types import JSON
 from loom.tools.function_tool import FunctionTool, tool
 
-__all__ = ["SearchBackend", "format_hits", "search_documents_tool"]
+__all__ = ["SearchBackend", "SearchResult", "format_hits", "search_documents_tool"]
 
 _DESCRIPTION = (
     "Search the document collection and return the most relevant passages, "
@@ -23,14 +24,30 @@ _DESCRIPTION = (
 )
 
 
+class SearchResult(Protocol):
+    """One hit as the tools and the prompt read it (``loom.retrieval.types.Hit``)."""
+
+    @property
+    def chunk_id(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def score(self) -> float: ...
+    @property
+    def document(self) -> str: ...
+    @property
+    def section(self) -> str: ...
+    @property
+    def metadata(self) -> Mapping[str, JSON]: ...
+
+
 class SearchBackend(Protocol):
-    """Anything that searches: ``search(query, k) -> list of hits`` (hits have
-    ``chunk_id``, ``text``, ``score``, ``document``, ``section``)."""
+    """Anything that searches: ``search(query, k) -> hits``, best first."""
 
-    def search(self, query: str, k: int = 5) -> Sequence[Any]: ...
+    def search(self, query: str, k: int = 5) -> Sequence[SearchResult]: ...
 
 
-def format_hits(hits: Sequence[Any]) -> str:
+def format_hits(hits: Sequence[SearchResult]) -> str:
     """Render hits as ``[rank] chunk_id | document | section | score`` + text blocks."""
     blocks = []
     for rank, hit in enumerate(hits, 1):
