@@ -35,7 +35,8 @@ else:
 class AsyncEngine(Protocol):
     """``runtime.AsyncLLM``: streams each request's outputs as it decodes."""
 
-    tokenizer: Tokenizer
+    @property
+    def tokenizer(self) -> Tokenizer: ...
 
     def generate(self, prompt_token_ids: Sequence[int] | None = None,
                  sampling_params: SamplingParams | None = None,
@@ -45,7 +46,8 @@ class AsyncEngine(Protocol):
 class SyncEngine(Protocol):
     """``runtime.LLM``: one blocking, batched ``generate`` returning final outputs."""
 
-    tokenizer: Tokenizer
+    @property
+    def tokenizer(self) -> Tokenizer: ...
 
     def generate(self, prompts: str | Sequence[str] | None = None,
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
@@ -60,7 +62,8 @@ Engine = Union[AsyncEngine, SyncEngine]
 class ModelClient(Protocol):
     """The one interface the agent loop talks to (``loom.orchestrator.engine.EngineClient``)."""
 
-    tokenizer: Tokenizer
+    @property
+    def tokenizer(self) -> Tokenizer: ...
 
     @property
     def max_model_len(self) -> int: ...

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loom.json_types import JSONObject
 
 # Host phases of one engine step, the keys of ``LLMEngine.step_times`` (seconds).
+if TYPE_CHECKING:
+    import torch
+    from transformers import PretrainedConfig
+
 STEP_PHASES = ("schedule", "prepare_inputs", "model", "sampler", "output_processing")
 
 _DTYPES = ("float32", "bfloat16", "float16", "auto")
@@ -129,7 +133,7 @@ class EngineConfig:
         """A copy with ``changes`` applied (validated again)."""
         return dataclasses.replace(self, **changes)
 
-    def resolve(self, hf_config: Any) -> int:
+    def resolve(self, hf_config: PretrainedConfig) -> int:
         """Fill ``max_model_len`` from the checkpoint's config, check it and return it.
 
         Raises:
@@ -145,7 +149,7 @@ class EngineConfig:
             )
         return self.max_model_len
 
-    def torch_dtype(self, hf_config: Any) -> Any:
+    def torch_dtype(self, hf_config: PretrainedConfig) -> torch.dtype:
         """The ``torch.dtype`` of weights and KV cache for this config."""
         import torch
 
@@ -156,7 +160,7 @@ class EngineConfig:
             return getattr(torch, str(name)) if name else torch.float32
         return getattr(torch, self.dtype)
 
-    def torch_device(self) -> Any:
+    def torch_device(self) -> torch.device:
         """The ``torch.device`` the engine runs on."""
         import torch
 
@@ -165,6 +169,6 @@ class EngineConfig:
         return torch.device(self.device)
 
 
-def _positive(name: str, value: Any) -> None:
+def _positive(name: str, value: object) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise ValueError(f"{name}: must be a positive integer, got {value!r}")

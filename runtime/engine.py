@@ -13,7 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -34,6 +34,11 @@ from loom.runtime.scheduler import ScheduledRequest, Scheduler, SchedulerOutput
 from loom.runtime.spec.decoder import SpecDecoder
 from loom.runtime.threads import cap_cpu_threads
 from loom.runtime.structured_output.manager import StructuredOutputManager
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from transformers import PretrainedConfig, PreTrainedTokenizerFast
 
 logger = logging.getLogger(__name__)
 
@@ -429,13 +434,21 @@ def _take_prompt_logprobs(logits: torch.Tensor, scheduled: Sequence[ScheduledReq
     return logits[torch.tensor(keep, dtype=torch.long, device=logits.device)]
 
 
-def _load_tokenizer(path: str) -> Any:
-    from transformers import AutoTokenizer
+def _load_tokenizer(path: str) -> PreTrainedTokenizerFast:
+    """The checkpoint's fast tokenizer (the engine detokenizes with its Rust backend).
 
-    return AutoTokenizer.from_pretrained(path)
+    Raises:
+        ValueError: ``path`` has only a slow (Python) tokenizer.
+    """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if not isinstance(tokenizer, PreTrainedTokenizerFast):
+        raise ValueError(f"tokenizer: {path} has no fast tokenizer (tokenizer.json)")
+    return tokenizer
 
 
-def _eos_ids(path: Any, hf_config: Any, tokenizer: Any) -> frozenset[int]:
+def _eos_ids(path: Path, hf_config: PretrainedConfig, tokenizer: PreTrainedTokenizerFast) -> frozenset[int]:
     """EOS ids from the tokenizer, the model config and generation_config.json."""
     ids: set[int] = set()
     for value in (getattr(tokenizer, "eos_token_id", None), getattr(hf_config, "eos_token_id", None)):
@@ -449,7 +462,7 @@ def _eos_ids(path: Any, hf_config: Any, tokenizer: Any) -> frozenset[int]:
     return frozenset(ids)
 
 
-def _as_list(value: Any) -> list[int]:
+def _as_list(value: int | Sequence[int] | None) -> list[int]:
     if value is None:
         return []
-    return [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]
+    return [int(value)] if isinstance(value, int) else [int(v) for v in value]

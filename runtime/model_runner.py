@@ -26,7 +26,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -36,10 +36,13 @@ from loom.runtime.kernels import KERNEL_MAX_QUERY_LEN, cpu_paged_attention
 from loom.runtime.models.llama import LlamaForCausalLM
 from loom.runtime.scheduler import ScheduledRequest
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
 logger = logging.getLogger(__name__)
 
 
-def kv_bytes_per_block(hf_config: Any, block_size: int, dtype: torch.dtype) -> int:
+def kv_bytes_per_block(hf_config: PretrainedConfig, block_size: int, dtype: torch.dtype) -> int:
     """Bytes of K and V for one block across all layers."""
     heads = hf_config.num_attention_heads
     kv_heads = getattr(hf_config, "num_key_value_heads", None) or heads
@@ -92,7 +95,7 @@ class ModelRunner:
     def __init__(
         self,
         model: LlamaForCausalLM,
-        hf_config: Any,
+        hf_config: PretrainedConfig,
         num_blocks: int,
         block_size: int,
         device: torch.device,

@@ -11,17 +11,20 @@ largest step's activations).  On CPU the pool is the smaller of
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from loom.runtime.config import EngineConfig
 from loom.runtime.model_runner import kv_bytes_per_block
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
+
 logger = logging.getLogger(__name__)
 
 
-def num_kv_blocks(config: EngineConfig, hf_config: Any, dtype: torch.dtype, device: torch.device) -> int:
+def num_kv_blocks(config: EngineConfig, hf_config: PretrainedConfig, dtype: torch.dtype, device: torch.device) -> int:
     """Number of KV blocks for this engine; logs the pool size (blocks, tokens, bytes).
 
     Raises:

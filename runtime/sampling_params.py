@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loom.runtime.errors import InvalidRequestError
+
+if TYPE_CHECKING:  # the package imports llguidance's bitmask helpers
+    from loom.runtime.structured_output.params import StructuredOutputParams
 
 _GREEDY_EPS = 1e-5
 
@@ -82,7 +85,7 @@ class SamplingParams:
     min_tokens: int = 0
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
-    structured_output: Any = None
+    structured_output: StructuredOutputParams | None = None
     output_kind: str = "cumulative"
 
     def __post_init__(self) -> None:
@@ -139,14 +142,14 @@ class SamplingParams:
         """True when the request samples by argmax (temperature ~ 0)."""
         return self.temperature < _GREEDY_EPS
 
-    def clone(self, **changes: Any) -> SamplingParams:
+    def clone(self, **changes: Any) -> SamplingParams:  # the fields' own types, checked on construction
         """A copy with ``changes`` applied (validated again)."""
         return dataclasses.replace(self, **changes)
 
 
 def _number(
     name: str,
-    value: Any,
+    value: object,
     *,
     low: float | None = None,
     high: float | None = None,
@@ -161,7 +164,7 @@ def _number(
         raise InvalidRequestError(f"{name}: must be <= {high}, got {value!r}", param=name)
 
 
-def _integer(name: str, value: Any, *, low: int) -> None:
+def _integer(name: str, value: object, *, low: int) -> None:
     if not isinstance(value, int) or isinstance(value, bool):
         raise InvalidRequestError(f"{name}: must be an integer, got {value!r}", param=name)
     if value < low:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -33,6 +33,9 @@ from loom.runtime.errors import LoomError
 from loom.runtime.model_runner import step_seqs
 from loom.runtime.scheduler import ScheduledRequest
 from loom.runtime.threads import default_num_threads
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +64,7 @@ class TensorParallelExecutor:
         TensorParallelError: a rank could not start (its error message says why).
     """
 
-    def __init__(self, config: EngineConfig, model_path: Path, hf_config: Any, num_blocks: int,
+    def __init__(self, config: EngineConfig, model_path: Path, hf_config: PretrainedConfig, num_blocks: int,
                  dtype: torch.dtype) -> None:
         tp = config.tensor_parallel_size
         check_tensor_parallel_shape(hf_config, tp)

@@ -16,7 +16,7 @@ loader how HF's separate tensors fill them.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import torch
 from torch import nn
@@ -25,6 +25,8 @@ from transformers.activations import ACT2FN
 from loom.json_types import JSONObject
 from loom.runtime.attention import AttentionMetadata, PagedAttention
 
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 class RMSNorm(nn.Module):
     """Root-mean-square norm (Zhang & Sennrich 2019), computed in float32 as transformers does."""
@@ -44,7 +46,7 @@ class RMSNorm(nn.Module):
 class RotaryEmbedding(nn.Module):
     """Rotary position embedding (Su et al. 2021), cos/sin tables precomputed per position."""
 
-    def __init__(self, config: Any, head_dim: int, max_positions: int) -> None:
+    def __init__(self, config: PretrainedConfig, head_dim: int, max_positions: int) -> None:
         super().__init__()
         params: JSONObject = dict(getattr(config, "rope_parameters", None) or {})
         rope_type: str = params["rope_type"] if "rope_type" in params else params.get("type", "default")
@@ -79,7 +81,7 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class LlamaAttention(nn.Module):
-    def __init__(self, config: Any, layer_idx: int, rope: RotaryEmbedding) -> None:
+    def __init__(self, config: PretrainedConfig, layer_idx: int, rope: RotaryEmbedding) -> None:
         super().__init__()
         self.num_heads: int = config.num_attention_heads
         self.num_kv_heads: int = getattr(config, "num_key_value_heads", None) or self.num_heads
@@ -114,7 +116,7 @@ class LlamaAttention(nn.Module):
 
 
 class LlamaMLP(nn.Module):
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: PretrainedConfig) -> None:
         super().__init__()
         bias = bool(getattr(config, "mlp_bias", False))
         self.intermediate_size: int = config.intermediate_size
@@ -128,7 +130,7 @@ class LlamaMLP(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config: Any, layer_idx: int, rope: RotaryEmbedding) -> None:
+    def __init__(self, config: PretrainedConfig, layer_idx: int, rope: RotaryEmbedding) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.self_attn = LlamaAttention(config, layer_idx, rope)
@@ -141,7 +143,7 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, config: Any, max_positions: int) -> None:
+    def __init__(self, config: PretrainedConfig, max_positions: int) -> None:
         super().__init__()
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         rope = RotaryEmbedding(config, head_dim, max_positions)
@@ -176,7 +178,7 @@ class LlamaForCausalLM(nn.Module):
         "up_proj": ("gate_up_proj", 1),
     }
 
-    def __init__(self, config: Any, max_positions: int | None = None) -> None:
+    def __init__(self, config: PretrainedConfig, max_positions: int | None = None) -> None:
         super().__init__()
         self.config = config
         self.model = LlamaModel(config, max_positions or config.max_position_embeddings)
@@ -204,7 +206,7 @@ class LlamaForCausalLM(nn.Module):
         return slice(int(shard) * inter, (int(shard) + 1) * inter)
 
 
-def _sliding_window(config: Any, layer_idx: int) -> int | None:
+def _sliding_window(config: PretrainedConfig, layer_idx: int) -> int | None:
     window = getattr(config, "sliding_window", None)
     if not window:
         return None

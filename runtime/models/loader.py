@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from loom.json_types import JSONObject
 from loom.runtime.models.llama import LlamaForCausalLM
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +100,7 @@ def _random_checkpoint(spec: str) -> Path:
     return ensure_checkpoint(arch, preset)
 
 
-def load_hf_config(path: Path, overrides: JSONObject | None = None) -> Any:
+def load_hf_config(path: Path, overrides: JSONObject | None = None) -> PretrainedConfig:
     """The transformers config of the checkpoint at ``path``.
 
     Raises:
@@ -115,7 +118,7 @@ def load_hf_config(path: Path, overrides: JSONObject | None = None) -> Any:
 
 def load_model(
     path: Path,
-    hf_config: Any,
+    hf_config: PretrainedConfig,
     *,
     dtype: torch.dtype,
     device: torch.device,
@@ -177,7 +180,7 @@ def _load_tensor(model: LlamaForCausalLM, params: dict[str, torch.nn.Parameter],
     return name
 
 
-def _init_dummy(model: LlamaForCausalLM, hf_config: Any, seed: int) -> None:
+def _init_dummy(model: LlamaForCausalLM, hf_config: PretrainedConfig, seed: int) -> None:
     std = float(getattr(hf_config, "initializer_range", 0.02))
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
