@@ -39,7 +39,7 @@ def engine_args(settings: Settings) -> JSONObject:
 
     Every engine flag of ``loom serve`` (vLLM's names) lands in the field of the
     same name; ``speculative_config`` goes as a dict of
-    ``loom.runtime.spec.SpeculativeConfig`` fields.
+    ``loom.runtime.spec_decode.SpeculativeConfig`` fields.
     """
     args: JSONObject = {
         "dtype": settings.dtype,

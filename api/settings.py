@@ -60,7 +60,7 @@ class Settings(BaseSettings):
     speculative_config: JSONObject | None = Field(
         default=None, description="Speculative decoding as vLLM's --speculative-config JSON: "
         '{"method": "ngram"|"draft_model", "num_speculative_tokens": k, "model": DRAFT} '
-        "(loom.runtime.spec.SpeculativeConfig's other fields too); off when unset.")
+        "(loom.runtime.spec_decode.SpeculativeConfig's other fields too); off when unset.")
     speculative_method: str | None = Field(
         default=None, description="Alias: speculative_config's method ('ngram' | 'draft_model')."
     )
@@ -205,7 +205,7 @@ class Settings(BaseSettings):
 
 
 def speculative_fields(value: JSONObject) -> JSONObject:
-    """``loom.runtime.spec.SpeculativeConfig`` fields from vLLM's ``--speculative-config`` JSON.
+    """``loom.runtime.spec_decode.SpeculativeConfig`` fields from vLLM's ``--speculative-config`` JSON.
 
     vLLM names the draft checkpoint ``model``; Loom's field is ``draft_model``
     (either is accepted).
@@ -215,7 +215,7 @@ def speculative_fields(value: JSONObject) -> JSONObject:
     """
     import dataclasses
 
-    from loom.runtime.spec.config import SpeculativeConfig
+    from loom.runtime.spec_decode.config import SpeculativeConfig
 
     fields = dict(value)
     if "model" in fields:

@@ -5,7 +5,7 @@ A variant is a dict of settings applied on top of the run's engine settings:
 * any ``runtime.EngineConfig`` field (``enable_prefix_caching=false``,
   ``max_num_seqs=4``, ``max_num_batched_tokens=512``, ``block_size=32`` ...);
 * ``speculative=off|ngram|draft_model``, ``num_speculative_tokens=K``,
-  ``draft_model=PATH``, ``prompt_lookup_max=N`` (``loom.runtime.spec.SpeculativeConfig``);
+  ``draft_model=PATH``, ``prompt_lookup_max=N`` (``loom.runtime.spec_decode.SpeculativeConfig``);
 * ``budget.FIELD=VALUE`` for the agent's ``orchestrator.ContextBudget`` (``rag``, ``qa``,
   ``tools``), e.g. ``budget.max_retrieval_tokens=256``;
 * ``retrieval=on|off`` (``qa``): whether the agent retrieves before answering.
@@ -93,10 +93,10 @@ def split_settings(settings: JSONObject) -> tuple[JSONObject, JSONObject]:
 
 
 def speculative_config(spec: JSONObject) -> Any:
-    """``loom.runtime.spec.SpeculativeConfig`` from ``speculative=...`` keys (``None`` for ``off``)."""
+    """``loom.runtime.spec_decode.SpeculativeConfig`` from ``speculative=...`` keys (``None`` for ``off``)."""
     method = spec.pop("speculative", "ngram")
     if method in (None, False, "off", "none"):
         return None
-    from loom.runtime.spec import SpeculativeConfig
+    from loom.runtime.spec_decode import SpeculativeConfig
 
     return SpeculativeConfig(method=method, **spec)

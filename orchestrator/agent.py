@@ -37,12 +37,12 @@ from typing import Any
 from loom.runtime.errors import InvalidRequestError, LoomError
 from loom.runtime.sampling_params import SamplingParams
 
-from loom.orchestrator import compactor
+from loom.orchestrator import compaction_hooks
 from loom.orchestrator.approval import pending_approval
 from loom.orchestrator.budget import ContextBudget
 from loom.orchestrator.condense import DEFAULT_CONDENSE_TOKENS
 from loom.orchestrator.context import ContextBuilder
-from loom.orchestrator.engine import EngineClient
+from loom.orchestrator.engine_client import EngineClient
 from loom.orchestrator.events import AgentEvent, DoneEvent, RunResult, ToolChoice, UsageEvent
 from loom.orchestrator.formats import ToolCallFormat
 from loom.orchestrator.items import JSON
@@ -251,7 +251,7 @@ class Agent:
         yield DoneEvent(result)
         if result.final_state != "awaiting_approval":
             before = result.compactions
-            await compactor.after_turn(runner)
+            await compaction_hooks.after_turn(runner)
             self.num_compactions += result.compactions - before
 
     @staticmethod

@@ -12,11 +12,11 @@ start of the history at every turn and throw away the whole prefix cache each
 time; one big drop loses it once and then stays put for many turns.  This is
 the "rare, big steps" policy (compare Letta/MemGPT's
 summarise-on-overflow).  What goes first is the retention policy of
-:mod:`loom.orchestrator.compaction`: retrieved chunks and tool steps of turns older
+:mod:`loom.orchestrator.compaction_plan`: retrieved chunks and tool steps of turns older
 than the newest ``keep_retrieval_turns`` earlier turns, the dialogue kept;
 whole turns only when that is not enough.  ``prefill_after_turn`` makes the
 compaction the next turn will need once a turn has finished, and prefills
-the compacted prompt then (:mod:`loom.orchestrator.compactor`), so the next turn
+the compacted prompt then (:mod:`loom.orchestrator.compaction_hooks`), so the next turn
 finds it in the prefix cache; ``next_turn_tokens`` is the room that forecast
 leaves for the next turn's retrieval, memories and message.
 """
@@ -58,7 +58,7 @@ class ContextBudget:
             compacted prompt once a turn has finished (off the critical path).
         next_turn_tokens: tokens that forecast reserves for the next turn's
             inputs; ``None``: forecast from recent turns
-            (``loom.orchestrator.compactor.forecast``): their retrieval and new
+            (``loom.orchestrator.compaction_hooks.forecast``): their retrieval and new
             memories with a margin, at most ``max_retrieval_tokens +
             max_memory_tokens`` (each only when the agent retrieves / has a
             memory), plus their longest message with a margin (64 tokens

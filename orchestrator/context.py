@@ -15,7 +15,7 @@ rendered.  Token ids come from the stored items (see :mod:`loom.orchestrator.ite
 and from :class:`~loom.orchestrator.template.TemplateRenderer` for new ones, so a
 :class:`Context` is assembled, never re-rendered.  The builder also makes the
 new items of a turn (rendered once, stored with their ids) and checks the
-budget; compaction is planned by :mod:`loom.orchestrator.compaction`.
+budget; compaction is planned by :mod:`loom.orchestrator.compaction_plan`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, Sequence
 from loom.json_types import JSONObject
 from loom.runtime.errors import ContextLengthError
 
-from loom.orchestrator import compaction as comp
+from loom.orchestrator import compaction_plan as comp
 from loom.orchestrator.budget import ContextBudget
 from loom.orchestrator.events import ToolResultRecord
 from loom.orchestrator.formats import ToolCallFormat
@@ -322,7 +322,7 @@ class ContextBuilder:
         """The ids an item shows in a prompt.
 
         ``rebuilt``: a compaction made after the item was stored re-prefilled it
-        (:func:`loom.orchestrator.compaction.rebuilt`).  With ``keep_reasoning=False``
+        (:func:`loom.orchestrator.compaction_plan.rebuilt`).  With ``keep_reasoning=False``
         an earlier turn's reply is shown without its reasoning only then: the
         cut re-prefills everything after it anyway, so dropping reasoning there
         costs no cache hit, while dropping it elsewhere would break the
@@ -340,7 +340,7 @@ class ContextBuilder:
                 forecast of the next turn's retrieval and message).
 
         Returns:
-            a :class:`~loom.orchestrator.compaction.Plan`: documents of older turns first
+            a :class:`~loom.orchestrator.compaction_plan.Plan`: documents of older turns first
             (the retention policy), then whole turns, then this turn's oldest steps.
         """
         view = comp.compute_view(items, turn)

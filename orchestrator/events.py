@@ -130,7 +130,7 @@ class RunResult:
         pending: with ``final_state == "awaiting_approval"``, the reply's calls waiting for a
             decision (``[{"id", "name", "arguments"}]``; see :mod:`loom.orchestrator.approval`).
         after_turn_usage: ledger of the calls made after the turn for the next one (the
-            compaction's summary and prefill; ``loom.orchestrator.compactor``), ``None`` when none.
+            compaction's summary and prefill; ``loom.orchestrator.compaction_hooks``), ``None`` when none.
         retrieved: this turn's retrieval hits as shown to the model, in rank order
             (each with ``.document``, ``.section``, ``.text``); empty without auto retrieval.
         rewritten_query: the follow-up rewritten into a standalone question for

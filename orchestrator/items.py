@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable
-from typing import Any, Literal, Required, TypedDict, Unpack, cast
+from typing import Literal, Required, TypedDict, Unpack, cast
 
 from loom.json_types import JSON, JSONObject
 from loom.orchestrator.protocols import MemoryHit, SearchHit

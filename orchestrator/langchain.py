@@ -34,7 +34,7 @@ from loom.runtime.sampling_params import SamplingParams
 
 from loom.orchestrator.budget import ContextBudget
 from loom.orchestrator.context import Context, ContextBuilder
-from loom.orchestrator.engine import EngineClient
+from loom.orchestrator.engine_client import EngineClient
 from loom.orchestrator.events import ContentDelta, ReasoningDelta, ToolCallEvent
 from loom.orchestrator.items import Item, ToolCallField, message_item, new_tool_call_id
 from loom.orchestrator.ledger import PriceTable

@@ -29,7 +29,7 @@ from pydantic import Field, PrivateAttr
 from loom.json_types import JSONObject
 from loom.runtime.sampling_params import SamplingParams
 
-from loom.orchestrator.engine import EngineClient
+from loom.orchestrator.engine_client import EngineClient
 from loom.orchestrator.formats import ToolCallFormat, detect_format
 from loom.orchestrator.template import prompt_ids
 from loom.orchestrator.sync import iter_sync

@@ -8,7 +8,7 @@ calls :func:`stale_marker` when a turn starts, wraps tool calls in
 Trust rule for the ``remember`` tool (the model writes what its context told it):
 
 * The *visible context* of a tool call is every item the prompt showed
-  (``compaction.compute_view``: the snapshot, earlier turns, this turn), plus a
+  (``compaction_plan.compute_view``: the snapshot, earlier turns, this turn), plus a
   summary of hidden items.  If it holds a retrieved document (``retrieval``
   item) the call has provenance ``document``; else if it holds a tool result
   (``tool_result`` item) ``tool``.  Both are untrusted: ``memory.add`` quarantines
@@ -45,7 +45,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any
 
 from loom.json_types import JSONObject
 from loom.memory.extractors import FACTS_PROMPT, needs_model, parse_facts
@@ -53,15 +53,13 @@ from loom.memory.extractors import facts_schema as _facts_schema
 from loom.memory.text import content_tokens
 from loom.memory.trust import in_user_words
 from loom.memory.types import ForgetRequest
+from loom.orchestrator.compaction_plan import compute_view, hide_ranges
+from loom.orchestrator.items import Item
+from loom.orchestrator.template import prompt_ids
+from loom.orchestrator.turn_state import TurnState
 from loom.runtime.sampling_params import SamplingParams
 from loom.runtime.structured_output import StructuredOutputParams
 from loom.tools.builtin.memory import memory_provenance
-
-from loom.orchestrator.compaction import compute_view, hide_ranges
-from loom.orchestrator.items import Item
-from loom.orchestrator.parts import AgentParts
-from loom.orchestrator.session import Session
-from loom.orchestrator.template import prompt_ids
 
 logger = logging.getLogger(__name__)
 
@@ -70,26 +68,13 @@ EXTRACT_MAX_FACTS = 4
 EXTRACT_MAX_TOKENS = 160  # enough for 4 short facts in the schema's JSON
 
 
-class TurnRunner(Protocol):
-    """What these hooks read of :class:`loom.orchestrator.runner.TurnRunner` (named here, not
-    imported, so runner -> memory_view stays one arrow)."""
-
-    parts: AgentParts
-    session: Session
-    items: list[Item]
-    turn: int
-    message: str
-
-    def _store(self, new: list[Item]) -> None: ...
-
-    async def _timed(self, key: str, fn: Any, *args: Any) -> Any: ...
 
 
-def _session_id(runner: TurnRunner) -> str | None:
+def _session_id(runner: TurnState) -> str | None:
     return getattr(runner.session, "session_id", None)
 
 
-def _visible(runner: TurnRunner) -> tuple[list[Item], list[Item]]:
+def _visible(runner: TurnState) -> tuple[list[Item], list[Item]]:
     """``(visible items, hidden items)`` of the session as the prompt shows it now."""
     view = compute_view(runner.items, runner.turn)
     shown = sorted(view.snapshot + view.history + view.tail)
@@ -102,7 +87,7 @@ def _visible(runner: TurnRunner) -> tuple[list[Item], list[Item]]:
     return visible, hidden
 
 
-def provenance_for(runner: TurnRunner) -> Callable[[str], JSONObject]:
+def provenance_for(runner: TurnState) -> Callable[[str], JSONObject]:
     """``fact -> source`` of a ``remember`` call made now (the rule in the module docstring)."""
     visible, _ = _visible(runner)
     base = {"session_id": _session_id(runner), "turn": runner.turn}
@@ -124,7 +109,7 @@ def provenance_for(runner: TurnRunner) -> Callable[[str], JSONObject]:
 
 
 @contextmanager
-def tool_provenance(runner: TurnRunner) -> Iterator[None]:
+def tool_provenance(runner: TurnState) -> Iterator[None]:
     """Context in which this turn's tools run: ``remember`` records where its fact came from.
 
     Sets a ``ContextVar`` (``loom.tools.builtin.memory.memory_provenance``) that the
@@ -134,7 +119,7 @@ def tool_provenance(runner: TurnRunner) -> Iterator[None]:
         yield
 
 
-def stale_marker(runner: TurnRunner) -> None:
+def stale_marker(runner: TurnState) -> None:
     """Hide shown memories that were superseded, deleted or quarantined since (see module docstring).
 
     Stores, through ``runner._store``, a compaction marker (``hide``: the stale
@@ -178,7 +163,7 @@ def stale_marker(runner: TurnRunner) -> None:
     return None
 
 
-async def write_back(runner: TurnRunner) -> list[Any]:
+async def write_back(runner: TurnState) -> list[Any]:
     """Add the turn's user message to long-term memory; the store's events (never fails the turn)."""
     memory = runner.parts.memory
     if memory is None:
@@ -200,7 +185,7 @@ async def write_back(runner: TurnRunner) -> list[Any]:
     return events
 
 
-async def model_facts(runner: TurnRunner) -> list[str]:
+async def model_facts(runner: TurnState) -> list[str]:
     """Facts and forget requests the agent's model reads in the user's message, screened.
 
     One constrained call (``loom.memory.extractors.facts_schema``, greedy).  A fact is

@@ -60,7 +60,7 @@ Engine = Union[AsyncEngine, SyncEngine]
 
 
 class ModelClient(Protocol):
-    """The one interface the agent loop talks to (``loom.orchestrator.engine.EngineClient``)."""
+    """The one interface the agent loop talks to (``loom.orchestrator.engine_client.EngineClient``)."""
 
     @property
     def tokenizer(self) -> Tokenizer: ...

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from loom.runtime.errors import InvalidRequestError
 from loom.runtime.sampling_params import SamplingParams
 
-from loom.orchestrator import approval, compactor, memory_view
+from loom.orchestrator import approval, compaction_hooks, memory_view
 from loom.orchestrator import condense as cond
 from loom.orchestrator.events import (
     AgentEvent,
@@ -223,7 +223,7 @@ class TurnRunner:
         a, res = self.parts, self.result
         res.final_state = "max_steps"
         for step in range(first_step, a.max_steps + 1):
-            await compactor.before_call(self)
+            await compaction_hooks.before_call(self)
             ctx = a.builder.build(self.items, self.turn)
             forced = step == 1 and (self.choice == "required" or isinstance(self.choice, dict))
             outcome = StepOutcome(parser=StreamingParser(parse_tools=self.choice != "none", fmt=a.format,

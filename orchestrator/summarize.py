@@ -8,7 +8,7 @@ plus one instruction message, so the prefix cache serves everything but the
 instruction; a transcript in a new prompt (the old way) prefilled the whole
 conversation again (TTFT 6.2x a normal turn).  The instruction is
 never stored; the summary is shown after the memory snapshot in place of
-the hidden turns (:mod:`loom.orchestrator.compaction`) and the stored turns are
+the hidden turns (:mod:`loom.orchestrator.compaction_plan`) and the stored turns are
 untouched.  The call is greedy, ``summary_tokens`` at most; its tokens are
 accounted like any call's (classes of the prompt it extends, the instruction
 as ``user``).
@@ -24,7 +24,7 @@ import uuid
 
 from loom.runtime.errors import ContextLengthError
 
-from loom.orchestrator import compaction as comp
+from loom.orchestrator import compaction_plan as comp
 from loom.orchestrator.context import Context
 from loom.orchestrator.items import Item, message_item
 from loom.orchestrator.ledger import Ledger

@@ -54,7 +54,7 @@ class EngineConfig:
         load_format: ``"auto"``/``"safetensors"`` read the checkpoint's weights,
             ``"dummy"`` builds random weights from its config alone.
         seed: seed of the engine's sampling generator and of dummy weights.
-        speculative_config: a ``loom.runtime.spec.SpeculativeConfig`` (or a dict of
+        speculative_config: a ``loom.runtime.spec_decode.SpeculativeConfig`` (or a dict of
             its fields), or ``None`` (no speculative decoding).
         max_waiting: most requests waiting to be scheduled before
             ``QueueFullError``.
@@ -122,7 +122,7 @@ class EngineConfig:
                 f"attention_backend: must be one of {_ATTENTION_BACKENDS}, got {self.attention_backend!r}"
             )
         if self.speculative_config is not None:
-            from loom.runtime.spec.config import SpeculativeConfig
+            from loom.runtime.spec_decode.config import SpeculativeConfig
 
             if isinstance(self.speculative_config, dict):
                 self.speculative_config = SpeculativeConfig(**self.speculative_config)

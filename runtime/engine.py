@@ -31,7 +31,7 @@ from loom.runtime.request import Request, RequestStatus
 from loom.runtime.sampler import LogitsProcessor, Sampler
 from loom.runtime.sampling_params import SamplingParams
 from loom.runtime.scheduler import ScheduledRequest, Scheduler, SchedulerOutput
-from loom.runtime.spec.decoder import SpecDecoder
+from loom.runtime.spec_decode.decoder import SpecDecoder
 from loom.runtime.threads import cap_cpu_threads
 from loom.runtime.structured_output.manager import StructuredOutputManager
 
@@ -84,7 +84,7 @@ class LLMEngine:
         self._pending: list[RequestOutput] = []
         self.eos_token_ids = _eos_ids(self.model_path, self.hf_config, self.tokenizer)
         self.vocab_size = int(self.hf_config.vocab_size)
-        # grammar masks run as a logits processor; speculation wraps sampling (loom.runtime.spec)
+        # grammar masks run as a logits processor; speculation wraps sampling (loom.runtime.spec_decode)
         self.structured = StructuredOutputManager(self.tokenizer, self.vocab_size, self.eos_token_ids)
         self.logits_processors.append(self.structured)
         self.spec: SpecDecoder | None = None

@@ -94,7 +94,7 @@ class Sampler:
 def seeded_uniform(generator: torch.Generator, probs: torch.Tensor) -> torch.Tensor:
     """The next uniform of a seeded request's stream, ``[1]`` in ``probs``' dtype and device.
 
-    The plain sampler and the speculative verifier (``loom.runtime.spec``) both take
+    The plain sampler and the speculative verifier (``loom.runtime.spec_decode``) both take
     exactly one per emitted token through here, so a seeded request's tokens
     do not depend on whether its drafts were verified or it decoded plainly.
     """

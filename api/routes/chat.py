@@ -15,8 +15,8 @@ from fastapi import APIRouter, Depends, Request
 from sse_starlette.sse import EventSourceResponse
 
 from loom.api.auth import require_owner
-from loom.api.chat.completions import CompletionRun, stream_chunks
-from loom.api.chat.prompt import prepare
+from loom.api.serving_chat.run import CompletionRun, stream_chunks
+from loom.api.serving_chat.prompt import prepare
 from loom.api.engine_io import (
     Generation,
     collect_outputs,

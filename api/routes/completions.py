@@ -16,8 +16,8 @@ from fastapi import APIRouter, Depends, Request
 from sse_starlette.sse import EventSourceResponse
 
 from loom.api.auth import require_owner
-from loom.api.completions.prompts import PreparedCompletion, prepare
-from loom.api.completions.run import CompletionRun
+from loom.api.serving_completion.prompts import PreparedCompletion, prepare
+from loom.api.serving_completion.run import CompletionRun
 from loom.api.engine_io import (
     Generation,
     close_generations,

@@ -1,7 +1,7 @@
 """vLLM's ``POST /tokenize`` and ``POST /detokenize`` for the served model's tokenizer.
 
 Chat ``messages`` go through the same renderer as ``/v1/chat/completions``
-(``loom.api.chat.prompt.template_messages`` and ``loom.orchestrator.template``), so the
+(``loom.api.serving_chat.prompt.template_messages`` and ``loom.orchestrator.template``), so the
 ``count`` of a chat equals the ``prompt_tokens`` a chat completion of it reports.
 A prompt longer than the window is still tokenized (``count`` then exceeds
 ``max_model_len``: that is how a client measures it).
@@ -14,7 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 
 from loom.api.auth import require_owner
-from loom.api.chat.prompt import template_kwargs, template_messages, tool_dicts
+from loom.api.serving_chat.prompt import template_kwargs, template_messages, tool_dicts
 from loom.api.engine_io import engine_max_model_len
 from loom.api.routes.chat import check_model
 from loom.api.schemas.base import check_unknown_fields, strict_setting

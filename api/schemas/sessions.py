@@ -121,7 +121,7 @@ class TurnOut(BaseModel):
     ``usage`` is OpenAI-shaped; ``ledger`` splits tokens, time (ms) and cost by class.
     ``ledger.after_turn``, when present, is the ledger of the calls made after the answer
     to prepare the next turn (a compaction's summary and the prefill of the compacted
-    prompt; ``loom.orchestrator.compactor``): engine work of this turn, not in ``usage``.
+    prompt; ``loom.orchestrator.compaction_hooks``): engine work of this turn, not in ``usage``.
     """
 
     object: Literal["session.turn"] = "session.turn"

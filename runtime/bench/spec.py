@@ -158,7 +158,7 @@ def spec(
     from loom.runtime import LLM
     from loom.runtime.checkpoint import ensure_checkpoint
     from loom.runtime.models.loader import resolve_model_path
-    from loom.runtime.spec import SpeculativeConfig
+    from loom.runtime.spec_decode import SpeculativeConfig
 
     if workload not in ("self", "rag"):
         raise typer.BadParameter("workload must be 'self' or 'rag'")

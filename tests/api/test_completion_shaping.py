@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from loom.api.chat.completions import CompletionRun
-from loom.api.chat.prompt import PreparedChat
+from loom.api.serving_chat.run import CompletionRun
+from loom.api.serving_chat.prompt import PreparedChat
 from loom.runtime.outputs import RequestOutput
 
 

@@ -1,7 +1,7 @@
 """A session turn's stored ledger includes the work done after the answer for the next turn.
 
 When the next turn will not fit the window, the agent compacts after the answer and prefills
-the compacted prompt (``loom.orchestrator.compactor.after_turn``).  That runs after the ``done``
+the compacted prompt (``loom.orchestrator.compaction_hooks.after_turn``).  That runs after the ``done``
 event, so a streamed turn is stored before it; the stored turn is then amended with
 ``ledger.after_turn``.  Real ``loom serve`` with the real default model (2048-token window).
 """

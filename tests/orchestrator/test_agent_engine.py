@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from loom.orchestrator import Agent, ContextBudget, InMemorySession, SQLSession
@@ -165,7 +167,8 @@ async def test_retrieval_cap_smaller_than_the_top_hit_still_shows_text_and_recor
     session = InMemorySession()
     result = await agent.arun("How do asyncio locks work?", session=session)
     (shown,) = result.retrieved
-    assert shown.text.endswith("on exit. [...]")  # cut after a whole sentence
+    # cut at a sentence boundary (which of the two near-identical chunks ranks first is a float tie)
+    assert re.search(r"[.!?:;] \[\.\.\.\]$", shown.text), shown.text
     assert result.usage.budget_cut["retrieval"] > 0
     assert result.usage.calls[0].budget_cut == result.usage.budget_cut  # on the turn's first call
     (item,) = [it for it in session.get_items() if it["kind"] == "retrieval"]

@@ -30,7 +30,8 @@ async def test_agent_turn_retrieves_calls_a_tool_and_answers(smol_llm, retriever
     kinds = [it["kind"] for it in session.get_items()]
     assert "retrieval" in kinds  # retrieved before the first call
     (call,) = result.tool_calls
-    assert call.name == "calculator" and call.error is None and call.arguments == {"expression": "2 ** 10 - 24"}
+    assert call.name == "calculator" and call.error is None and call.arguments == {"expression": "2 ** 10 - 24"}, (
+        [h.source for h in result.retrieved], [h.score for h in result.retrieved])
     assert result.tool_results[0].content == "1000"
     assert result.final_state == "done" and result.answer and result.steps == 2
     assert "<tool_call>" not in result.answer

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from loom.orchestrator import ContextBudget
-from loom.orchestrator import compaction as comp
+from loom.orchestrator import compaction_plan as comp
 from loom.orchestrator.context import ContextBuilder
 from loom.orchestrator.items import message_item
 
@@ -127,7 +127,7 @@ async def test_retrieval_heavy_session_in_4k_window_keeps_every_turn_cached(smol
 async def test_scripted_failing_prefill_never_fails_the_turn_and_the_next_turn_still_fits(tokenizer) -> None:
     """Orchestration logic with a scripted model: the engine refuses the after-turn prefill."""
     from loom.orchestrator import Agent, InMemorySession
-    from loom.orchestrator.compactor import PREFILL_REQUEST_PREFIX
+    from loom.orchestrator.compaction_hooks import PREFILL_REQUEST_PREFIX
     from tests.orchestrator.scripted_llm import ScriptedLLM
 
     class RefusesPrefill(ScriptedLLM):

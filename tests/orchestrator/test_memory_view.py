@@ -17,7 +17,7 @@ import pytest
 
 from loom.memory import EventType, LongTermMemory, MemorySource, SentenceTransformerEmbedder
 from loom.orchestrator import ContextBudget, ContextBuilder
-from loom.orchestrator.compaction import compute_view
+from loom.orchestrator.compaction_plan import compute_view
 from loom.orchestrator.items import format_memory, message_item
 from loom.orchestrator.memory_view import provenance_for, stale_marker, tool_provenance
 from loom.tools import ToolRegistry

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from loom.orchestrator import compaction as comp
+from loom.orchestrator import compaction_plan as comp
 from loom.orchestrator.agent import DEFAULT_KEEP_REASONING
 from loom.orchestrator.budget import ContextBudget
 from loom.orchestrator.context import ContextBuilder

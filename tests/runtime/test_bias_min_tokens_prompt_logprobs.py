@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from loom.runtime import SamplingParams
-from loom.runtime.spec import SpeculativeConfig
+from loom.runtime.spec_decode import SpeculativeConfig
 from tests.runtime.helpers import _hf_model, assert_pool_idle, make_engine, random_prompts, run_to_completion
 
 

@@ -15,7 +15,7 @@ import random
 import pytest
 
 from loom.runtime.errors import InvalidRequestError
-from loom.runtime.spec import SpeculativeConfig
+from loom.runtime.spec_decode import SpeculativeConfig
 from tests.runtime.helpers import assert_pool_idle, greedy, make_engine, run_to_completion
 
 NUM_STEPS = 2500

@@ -6,7 +6,7 @@ import asyncio
 import threading
 
 from loom.runtime import LLM
-from loom.orchestrator.engine import EngineClient
+from loom.orchestrator.engine_client import EngineClient
 from tests.runtime.helpers import assert_pool_idle, greedy, hf_greedy_many, random_prompts
 
 

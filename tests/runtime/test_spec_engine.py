@@ -18,7 +18,7 @@ import torch
 from scipy.stats import chisquare
 
 from loom.runtime import SamplingParams
-from loom.runtime.spec import SpeculativeConfig
+from loom.runtime.spec_decode import SpeculativeConfig
 from tests.runtime.helpers import assert_pool_idle, hf_greedy, make_engine, run_to_completion
 
 ALPHA = 1e-3

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loom.runtime.spec import NgramProposer, SpecDecodeStats, SpecRequestStats, SpeculativeConfig
+from loom.runtime.spec_decode import NgramProposer, SpecDecodeStats, SpecRequestStats, SpeculativeConfig
 
 
 def test_longest_ngram_match_proposes_following_tokens() -> None:

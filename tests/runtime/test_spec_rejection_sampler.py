@@ -6,8 +6,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from loom.runtime.spec import rejection_sampler
-from loom.runtime.spec.rejection_sampler import rejection_sample
+from loom.runtime.spec_decode import rejection_sampler
+from loom.runtime.spec_decode.rejection_sampler import rejection_sample
 
 ALPHA = 1e-3  # fixed significance; fixed seeds make the outcome deterministic
 

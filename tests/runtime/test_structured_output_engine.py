@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 
 from loom.runtime import SamplingParams
-from loom.runtime.spec import SpeculativeConfig
+from loom.runtime.spec_decode import SpeculativeConfig
 from loom.runtime.structured_output import StructuredOutputParams
 from tests.runtime.helpers import assert_pool_idle, make_engine, run_to_completion
 from tests.runtime.test_structured_output import LARK, LARK_EQUIV, ORDER, PERSON, REGEX, TOOLS

@@ -1,7 +1,7 @@
 """When a session's view is compacted: after a turn (prefilled off the critical path), or before a call.
 
 Owner of the compaction *decisions* (what to hide is planned by
-:mod:`loom.orchestrator.compaction`, the summary call is :mod:`loom.orchestrator.summarize`).
+:mod:`loom.orchestrator.compaction_plan`, the summary call is :mod:`loom.orchestrator.summarize`).
 
 - :func:`after_turn` (``Agent.stream`` awaits it once it has yielded
   ``DoneEvent``, so a streaming client already has the answer): forecasts the
@@ -23,7 +23,7 @@ lease; an SDK caller's next ``arun`` cannot start before this one returns),
 so the log never interleaves with the next turn's items; (2) ``Agent.run``
 runs each turn in its own ``asyncio.run``, which would cancel a background
 prefill at once; (3) the next turn's first call (the condense rewrite) comes
-before any compactor hook, so it could not wait for a background prefill.
+before any compaction hook, so it could not wait for a background prefill.
 Inline, a second request on the same engine simply queues behind it.
 
 Accounting: the after-turn calls (summary, prefill) are made after the
@@ -40,31 +40,16 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Protocol
 
-from loom.runtime.errors import LoomError
-
-from loom.orchestrator import compaction as comp
+from loom.orchestrator import compaction_plan as comp
 from loom.orchestrator.budget import TYPICAL_MESSAGE_TOKENS
-from loom.orchestrator.events import RunResult
 from loom.orchestrator.items import Item
 from loom.orchestrator.ledger import Ledger
 from loom.orchestrator.parts import AgentParts
 from loom.orchestrator.step import StepOutcome, model_call
 from loom.orchestrator.summarize import summarize_turns
-
-
-class TurnRunner(Protocol):
-    """What these hooks use of :class:`loom.orchestrator.runner.TurnRunner` (named here, not imported,
-    so runner -> compactor stays one arrow)."""
-
-    parts: AgentParts
-    items: list[Item]
-    turn: int
-    result: RunResult
-    ledgers: list[Ledger]
-
-    def _store(self, new: list[Item]) -> None: ...
+from loom.orchestrator.turn_state import TurnState
+from loom.runtime.errors import LoomError
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +72,7 @@ async def _make_marker(parts: AgentParts, items: list[Item], turn: int, plan: co
     return comp.marker(label, plan.groups, summary, after_turn=after_turn)
 
 
-async def before_call(runner: TurnRunner) -> None:
+async def before_call(runner: TurnState) -> None:
     """Compact the view of ``runner``'s session when the next prompt needs it (appends a marker)."""
     a = runner.parts
     plan = a.builder.plan_compaction(runner.items, runner.turn)
@@ -153,7 +138,7 @@ def forecast(parts: AgentParts, items: list[Item], turns: int = FORECAST_TURNS) 
     return min(cap, int(1.2 * recent_docs)) + int(1.2 * recent_message)
 
 
-async def after_turn(runner: TurnRunner) -> Ledger | None:
+async def after_turn(runner: TurnState) -> Ledger | None:
     """Make the compaction the next turn will need and prefill its prompt (see the module docstring).
 
     Returns:

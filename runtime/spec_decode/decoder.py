@@ -36,13 +36,13 @@ from loom.runtime.kv_cache_manager import KVCacheManager
 from loom.runtime.request import Request
 from loom.runtime.sampler import LogitsProcessor, Sampler, apply_bias, filtered_probs, row_argmax
 from loom.runtime.scheduler import ScheduledRequest
-from loom.runtime.spec.config import ADAPTIVE_PAUSE_STEPS, SpeculativeConfig
-from loom.runtime.spec.metrics import SpecDecodeStats
-from loom.runtime.spec.ngram import NgramProposer
-from loom.runtime.spec.rejection_sampler import VerifyResult, rejection_sample
+from loom.runtime.spec_decode.config import ADAPTIVE_PAUSE_STEPS, SpeculativeConfig
+from loom.runtime.spec_decode.metrics import SpecDecodeStats
+from loom.runtime.spec_decode.ngram import NgramProposer
+from loom.runtime.spec_decode.rejection_sampler import VerifyResult, rejection_sample
 
 if TYPE_CHECKING:
-    from loom.runtime.spec.draft_model import DraftModelProposer  # imported when configured (loads a model)
+    from loom.runtime.spec_decode.draft_model import DraftModelProposer  # imported when configured (loads a model)
     from loom.runtime.structured_output.manager import StructuredOutputManager
 
 SampledRow = tuple[list[int], list[dict[int, float] | None], int]
@@ -72,7 +72,7 @@ class SpecDecoder:
         if config.method == "ngram":
             self.ngram = NgramProposer(self.k, config.prompt_lookup_min, config.prompt_lookup_max)
         else:
-            from loom.runtime.spec.draft_model import DraftModelProposer
+            from loom.runtime.spec_decode.draft_model import DraftModelProposer
 
             assert config.draft_model is not None  # SpeculativeConfig requires it for draft_model
             draft_dtype = getattr(torch, config.draft_dtype) if config.draft_dtype else dtype

@@ -32,8 +32,8 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from loom.api.chat.logprobs import TokenText, finite_logprob
-from loom.api.chat.prompt import PreparedChat
+from loom.api.serving_chat.logprobs import TokenText, finite_logprob
+from loom.api.serving_chat.prompt import PreparedChat
 from loom.api.schemas.chat import (
     ChatCompletion,
     ChatCompletionChunk,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from loom.api.chat.prompt import token_bias, output_constraint
+from loom.api.serving_chat.prompt import token_bias, output_constraint
 from loom.api.schemas.completions import MAX_CHOICES, CompletionRequest
 from loom.json_types import JSONObject
 from loom.orchestrator.protocols import Tokenizer, decode_text

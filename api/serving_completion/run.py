@@ -28,8 +28,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Literal
 
-from loom.api.chat.logprobs import TokenText, finite_logprob
-from loom.api.completions.prompts import CompletionPrompt, PreparedCompletion
+from loom.api.serving_chat.logprobs import TokenText, finite_logprob
+from loom.api.serving_completion.prompts import CompletionPrompt, PreparedCompletion
 from loom.api.engine_io import served_finish_reason
 from loom.api.schemas.chat import PromptTokensDetails, Usage
 from loom.api.schemas.completions import Completion, CompletionChoice, CompletionLogprobs
