@@ -12,14 +12,13 @@ these, so each method is declared once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
 
-from loom.json_types import JSON
 from loom.runtime.outputs import RequestOutput
 from loom.runtime.sampling_params import SamplingParams
-from loom.tools.builtin.memory import MemoryBackend
-from loom.tools.builtin.search import SearchBackend
+from loom.tools.builtin.memory import MemoryBackend, MemoryResult
+from loom.tools.builtin.search import SearchBackend, SearchResult
 
 __all__ = ["AsyncEngine", "Engine", "Memory", "MemoryHit", "ModelClient", "MultiQueryRetriever",
            "Retriever", "SearchHit", "SyncEngine", "Tokenizer", "decode_text", "eos_token_ids"]
@@ -72,17 +71,10 @@ class ModelClient(Protocol):
                request_id: str | None = None) -> AsyncIterator[RequestOutput]: ...
 
 
-class SearchHit(Protocol):
-    """One retrieval hit as the prompt shows it (``loom.retrieval.types.Hit``)."""
-
-    @property
-    def text(self) -> str: ...
-    @property
-    def document(self) -> str: ...
-    @property
-    def section(self) -> str: ...
-    @property
-    def metadata(self) -> Mapping[str, JSON]: ...
+# One retrieval hit / one memory as the prompt shows them: the tools' read-only views
+# (``loom.retrieval.types.Hit`` and ``loom.memory.types.MemoryHit`` satisfy them), one owner each.
+SearchHit = SearchResult
+MemoryHit = MemoryResult
 
 
 class Retriever(SearchBackend, Protocol):
@@ -95,15 +87,6 @@ class MultiQueryRetriever(Retriever, Protocol):
 
     def search_many(self, queries: Iterable[str], k: int = 5,
                     identifier_queries: Iterable[str] | None = None) -> Sequence[SearchHit]: ...
-
-
-class MemoryHit(Protocol):
-    """One memory as the prompt shows it (``loom.memory.types.MemoryHit``)."""
-
-    @property
-    def id(self) -> int: ...
-    @property
-    def text(self) -> str: ...
 
 
 class Memory(MemoryBackend, Protocol):
