@@ -4,12 +4,12 @@ not 0, exactly one ``error:`` line, never a traceback; ``-v`` adds the traceback
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.api.server import _env
+from tests.cli.helpers import run_all
 
 # name -> (arguments, exit code, text the error line contains); {tmp} is a fresh folder
 CASES = {
@@ -36,15 +36,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Compl
     tmp = tmp_path_factory.mktemp("cli-failures")
     cases = {name: [a.format(tmp=tmp) for a in args] for name, (args, _, _) in CASES.items()}
     cases["eval_report_verbose"] = ["-v", *cases["eval_report_unexpected"]]
-    procs = {name: subprocess.Popen([sys.executable, "-m", "loom.cli", *args], cwd=tmp, env=_env(),
-                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True)
-             for name, args in cases.items()}
-    out = {}
-    for name, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=300)
-        out[name] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-    return out
+    return run_all(cases, tmp, _env(), timeout=300)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

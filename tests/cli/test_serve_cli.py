@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from loom.cli.serve import serve
 from loom.api.services import engine_args
 from loom.api.settings import Settings
 from tests.api.server import REPO, _env
+from tests.cli.helpers import run_all
 
 # one subprocess per case, all started at once: each is ~3 s of imports, mostly waiting on the same files
 CASES = {
@@ -34,15 +34,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Compl
     weightless = work / "weightless"
     weightless.mkdir()
     (weightless / "config.json").write_text('{"model_type": "qwen3"}')
-    procs = {name: subprocess.Popen([sys.executable, "-m", "loom.cli", *(a.format(weightless=weightless) for a in args)],
-                                    cwd=work, env={**_env(), "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for name, args in CASES.items()}
-    out = {}
-    for name, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=180)
-        out[name] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-    return out
+    commands = {name: [a.format(weightless=weightless) for a in args] for name, args in CASES.items()}
+    return run_all(commands, work, {**_env(), "PYTHONPATH": str(REPO)}, timeout=180)
 
 
 def _one_error_line(run: subprocess.CompletedProcess) -> str:
