@@ -69,7 +69,7 @@ def test_fuzzing_the_openapi_document_finds_no_5xx_no_undocumented_answer_and_le
     proc = subprocess.run(
         [sys.executable, "-m", "schemathesis.cli", "run", server.url + "/openapi.json",
          "-H", f"Authorization: Bearer {key}", "--checks", "all",
-         "--exclude-checks", "positive_data_acceptance", "--max-time", str(FUZZ_SECONDS), "-w", "2",
+         "--exclude-checks", "positive_data_acceptance", "--max-time", str(FUZZ_SECONDS), "-w", "1",
          "--seed", "14", "--generation-database", "none", "--request-timeout", "60",
          "--report", "har", "--report-har-path", str(har), "--no-color"],
         cwd=tmp_path, capture_output=True, text=True, timeout=FUZZ_SECONDS + 120)
