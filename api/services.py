@@ -51,6 +51,7 @@ def engine_args(settings: Settings) -> JSONObject:
         "gpu_memory_utilization": settings.gpu_memory_utilization,
         "seed": settings.seed,
         "tensor_parallel_size": settings.tensor_parallel_size,
+        "quantization": settings.quantization,
     }
     for name in ("num_kv_blocks", "max_model_len", "max_waiting", "speculative_config"):
         value = getattr(settings, name)

@@ -40,6 +40,9 @@ class Settings(BaseSettings):
         default=None, description="Name in /v1/models; default: the model folder's name."
     )
     dtype: str = "float32"
+    quantization: str | None = Field(
+        default="auto", description="Weight format, vLLM's --quantization: auto (a registered model's own, "
+        "int4, on CPU; a folder loads as is), int8, int4, or none (float32).")
     device: str = "auto"
     block_size: int = Field(default=16, gt=0, description="KV block size (tokens).")
     num_kv_blocks: int | None = Field(default=None, gt=0)

@@ -59,6 +59,17 @@ class EngineConfig:
         max_waiting: most requests waiting to be scheduled before
             ``QueueFullError``.
         enforce_eager: never capture CUDA graphs (no effect on CPU).
+        quantization: ``"auto"`` (default), ``None`` (weights in ``dtype``),
+            ``"int8"`` (per-channel) or ``"int4"`` (group-wise,
+            ``quantization_group_size`` input channels per group): weight-only
+            quantization of every linear layer, the LM head and the embedding
+            (``loom.runtime.quantization``); activations and the KV cache stay
+            in ``dtype``.  vLLM's ``--quantization``.  CPU only, one rank.
+            ``"auto"`` takes the registered model's format (``loom model list``)
+            when ``model`` is a registered name, the device is the CPU, dtype
+            float32 and one rank; anything else (a folder, a hub id) loads as
+            is, so float32 stays the reference compared with transformers.
+        quantization_group_size: int4 group size, 32, 64 or 128.
         tensor_parallel_size: ranks the model is split over (vLLM's
             ``--tensor-parallel-size``); above 1 the model runs in that many
             worker processes (``loom.runtime.distributed``: gloo on CPU, NCCL on
@@ -92,6 +103,8 @@ class EngineConfig:
     enforce_eager: bool = False
     attention_backend: str = "auto"
     tensor_parallel_size: int = 1
+    quantization: str | None = "auto"
+    quantization_group_size: int = 32
     tokenizer: str | None = None
     hf_overrides: JSONObject = field(default_factory=dict)
 
@@ -121,6 +134,22 @@ class EngineConfig:
             raise ValueError(
                 f"attention_backend: must be one of {_ATTENTION_BACKENDS}, got {self.attention_backend!r}"
             )
+        if self.quantization == "none":
+            self.quantization = None
+        if self.quantization is not None and self.quantization != "auto":
+            from loom.runtime.quantization import QUANTIZATION_METHODS
+            from loom.runtime.quantization.int4 import GROUP_SIZES
+
+            if self.quantization not in QUANTIZATION_METHODS:
+                raise ValueError(f"quantization: must be one of {QUANTIZATION_METHODS}, 'auto' or None, "
+                                 f"got {self.quantization!r}")
+            if self.quantization_group_size not in GROUP_SIZES:
+                raise ValueError(f"quantization_group_size: must be one of {GROUP_SIZES}, "
+                                 f"got {self.quantization_group_size!r}")
+            if self.tensor_parallel_size > 1:
+                raise ValueError("quantization: not supported with tensor_parallel_size > 1")
+            if self.device.startswith("cuda"):
+                raise ValueError("quantization: int8/int4 kernels run on CPU only (device='cpu')")
         if self.speculative_config is not None:
             from loom.runtime.spec_decode.config import SpeculativeConfig
 
@@ -148,6 +177,18 @@ class EngineConfig:
                 f"max_model_len: {self.max_model_len} exceeds the model's max_position_embeddings ({limit})"
             )
         return self.max_model_len
+
+    def resolve_quantization(self, device: torch.device, dtype: torch.dtype) -> str | None:
+        """Turn ``quantization="auto"`` into the method to use (or ``None``), store and return it."""
+        import torch
+
+        if self.quantization == "auto":
+            from loom.runtime.checkpoint.registry import lookup
+
+            registered = lookup(self.model)
+            usable = device.type == "cpu" and dtype == torch.float32 and self.tensor_parallel_size == 1
+            self.quantization = registered.quantization if registered is not None and usable else None
+        return self.quantization
 
     def torch_dtype(self, hf_config: PretrainedConfig) -> torch.dtype:
         """The ``torch.dtype`` of weights and KV cache for this config."""

@@ -61,6 +61,7 @@ class LLMEngine:
         if self.device.type == "cpu":
             cap_cpu_threads()
         self.dtype = config.torch_dtype(self.hf_config)
+        config.resolve_quantization(self.device, self.dtype)
         torch.manual_seed(config.seed)
         self.tokenizer = _load_tokenizer(config.tokenizer or str(self.model_path))
         num_blocks = num_kv_blocks(config, self.hf_config, self.dtype, self.device)
@@ -71,6 +72,7 @@ class LLMEngine:
             model = load_model(
                 self.model_path, self.hf_config, dtype=self.dtype, device=self.device,
                 load_format=config.load_format, max_positions=self.max_model_len, seed=config.seed,
+                quantization=config.quantization, group_size=config.quantization_group_size,
             )
             self.runner = ModelRunner(
                 model, self.hf_config, num_blocks, config.block_size, self.device, self.dtype,

@@ -26,6 +26,8 @@ import typer
 from rich.console import Console
 
 from loom.cli.chat_loop import StoppableEngine, chat_loop
+from loom.cli.console import QUANTIZATION_OPTION
+from loom.runtime.checkpoint.registry import DEFAULT_MODEL
 
 DEFAULT_SYSTEM = "You are a helpful assistant."
 
@@ -40,7 +42,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _build_agent(model: str, index: Path | None, db: str | None, namespace: str, system: str,
-                 max_tokens: int, condense_question: bool = True) -> tuple[StoppableEngine, Any]:
+                 max_tokens: int, condense_question: bool = True,
+                 quantization: str | None = "auto") -> tuple[StoppableEngine, Any]:
     """The engine (stoppable by Ctrl-C) and the agent over ``index`` and ``db``, every lazy part loaded now.
 
     Raises:
@@ -74,7 +77,7 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
             raise SetupError(f"memory database {db!r} cannot be opened: {_first_line(exc)}; "
                              "pass --db with a SQLAlchemy URL, e.g. sqlite:///memory.db") from exc
         tools.extend(memory_tools(memory, namespace))
-    llm = StoppableEngine(AsyncLLM(model))
+    llm = StoppableEngine(AsyncLLM(model, quantization=quantization))
     agent = Agent(llm, tools=tools, retriever=retriever, memory=memory, memory_namespace=namespace,
                   system_prompt=system, budget=ContextBudget(reserved_output=max_tokens),
                   sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens),
@@ -92,6 +95,7 @@ def chat(
     system: Optional[str] = typer.Option(None, "--system", help="System prompt (default: a helpful "
                                          "assistant; with --index, one that asks for citations)."),
     max_tokens: int = typer.Option(256, "--max-tokens", help="Output tokens per model call."),
+    quantization: str = QUANTIZATION_OPTION,
     condense_question: bool = typer.Option(True, "--condense-question/--no-condense-question",
                                            help="With --index: rewrite a follow-up into a standalone question "
                                            "with the model before retrieving."),
@@ -114,7 +118,9 @@ def chat(
                                    if index is not None else "")
     try:
         with spinner("Loading model, embedder and index…"):
-            llm, agent = _build_agent(path, index, db, namespace, system, max_tokens, condense_question)
+            # the name, not the folder: quantization "auto" reads the registered model's format
+            llm, agent = _build_agent(model or DEFAULT_MODEL, index, db, namespace, system, max_tokens, condense_question,
+                                      quantization)
     except SetupError as exc:
         print_error(str(exc))
         raise typer.Exit(2) from None

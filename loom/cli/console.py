@@ -113,3 +113,8 @@ def resolve_model(console: Console, model: str | None, hint: str = "") -> str:
         where = "" if Path(name).expanduser() == Path(path) else f" [dim]{escape(str(path))}[/]"
         console.print(f"Model: [bold]{escape(name)}[/]{where}", soft_wrap=True)
     return str(path)
+
+
+QUANTIZATION_OPTION = typer.Option(
+    "auto", "--quantization", "-q", help="Weight format: auto (the registered model's, int4 for the "
+    "registered ones, on CPU; a folder loads as is), int8, int4 or none (float32).")

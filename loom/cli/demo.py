@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 import typer
 from rich.console import Console
 
-from loom.cli.console import resolve_model
+from loom.cli.console import QUANTIZATION_OPTION, resolve_model
+from loom.runtime.checkpoint.registry import DEFAULT_MODEL
 from loom.cli.logs import quiet_logs
 
 if TYPE_CHECKING:  # the orchestrator imports torch: loaded by the demo, not by `loom --help`
@@ -116,7 +117,7 @@ def open_index(console: Console, index_dir: Path, corpus: Sequence[str] = CORPUS
 
 async def run_session(console: Console, model: str, retriever: Any, memory: Any,
                       script: Sequence[Turn] = SCRIPT, max_tokens: int = 96,
-                      ledgers: bool = True) -> list[TurnOutcome]:
+                      ledgers: bool = True, quantization: str | None = "auto") -> list[TurnOutcome]:
     """Run ``script`` as one agent session over ``retriever`` and ``memory``, printing every turn.
 
     Each turn prints the streamed answer, the sections retrieved for it, its
@@ -134,7 +135,7 @@ async def run_session(console: Console, model: str, retriever: Any, memory: Any,
 
     memory.forget(NAMESPACE)
     with spinner("Loading the model…"):
-        llm = AsyncLLM(model, max_model_len=4096)
+        llm = AsyncLLM(model, max_model_len=4096, quantization=quantization)
     try:
         agent = Agent(
             llm, tools=[calculator, *memory_tools(memory, NAMESPACE)], retriever=retriever, memory=memory,
@@ -207,6 +208,7 @@ def demo(
                                  "live (reused across runs)."),
     max_tokens: int = typer.Option(96, "--max-tokens", help="Output tokens per model call."),
     run_eval: bool = typer.Option(True, "--eval/--no-eval", help="Finish with a short sessions eval."),
+    quantization: str = QUANTIZATION_OPTION,
 ) -> None:
     """Run the end-to-end agentic RAG demo (what `make demo` runs).
 
@@ -221,7 +223,9 @@ def demo(
 
     # One MiniLM in the process: memory reuses the retriever's embedder.
     memory = LongTermMemory(f"sqlite:///{workdir / 'memory.db'}", embedder=retriever.embedder)
-    outcomes = asyncio.run(run_session(console, model_path, retriever, memory, max_tokens=max_tokens))
+    # the name, not the folder: quantization "auto" reads the registered model's format
+    outcomes = asyncio.run(run_session(console, model or DEFAULT_MODEL, retriever, memory, max_tokens=max_tokens,
+                                       quantization=quantization))
     _totals(console, [o.result for o in outcomes])
     if run_eval:
         closing_eval(console, model_path, workdir)

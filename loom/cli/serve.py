@@ -74,6 +74,8 @@ def serve(
     config: Optional[Path] = typer.Option(None, "--config", help="TOML settings file."),
     served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="Name in /v1/models."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 | bfloat16 | float16 | auto."),
+    quantization: Optional[str] = typer.Option(None, "--quantization", "-q", help="Weight format: auto (default: "
+                                               "a registered model's own, int4, on CPU), int8, int4, none."),
     device: Optional[str] = typer.Option(None, "--device", help="auto | cpu | cuda[:N]."),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV block (default 16)."),
     num_kv_blocks: Optional[int] = typer.Option(None, "--num-kv-blocks", help="KV block pool size (default: "
@@ -126,6 +128,7 @@ def serve(
         allowed_methods=_json("--allowed-methods", allowed_methods, list),
         allowed_headers=_json("--allowed-headers", allowed_headers, list),
         allow_credentials=allow_credentials or None, served_model_name=served_model_name, dtype=dtype,
+        quantization=quantization,
         device=device, block_size=block_size, num_kv_blocks=num_kv_blocks,
         gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, enable_prefix_caching=enable_prefix_caching,

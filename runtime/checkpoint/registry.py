@@ -83,6 +83,9 @@ class RegisteredModel:
         gguf_sha256: hex SHA-256 of the whole GGUF.
         gguf_bytes: its size in bytes.
         note: one line on what it is for.
+        quantization: the weight format ``EngineConfig(quantization="auto")``
+            runs it in on CPU (``"int4"``: the GGUF's linear layers are 4-bit
+            group-32 blocks, which int4 reproduces up to bfloat16 scales).
     """
 
     name: str
@@ -94,6 +97,7 @@ class RegisteredModel:
     gguf_sha256: str
     gguf_bytes: int
     note: str = ""
+    quantization: str | None = "int4"
 
 
 DEFAULT_MODEL = "smollm2-135m-instruct"

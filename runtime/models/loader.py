@@ -125,8 +125,13 @@ def load_model(
     load_format: str = "auto",
     max_positions: int | None = None,
     seed: int = 0,
+    quantization: str | None = None,
+    group_size: int = 32,
 ) -> LlamaForCausalLM:
     """Build the model and fill its weights, in ``dtype`` on ``device``.
+
+    With ``quantization`` (``"int8"`` or ``"int4"``) the linear layers, head and
+    embedding are then quantized (``loom.runtime.quantization.quantize_model``).
 
     Raises:
         FileNotFoundError: no ``*.safetensors`` in ``path`` (and not dummy).
@@ -139,6 +144,10 @@ def load_model(
         _load_safetensors(model, path)
     model = model.to(device=device, dtype=dtype)
     model.model.decoder_layers[0].self_attn.rope.move_to(device)  # tables stay float32
+    if quantization is not None:
+        from loom.runtime.quantization import quantize_model
+
+        quantize_model(model, quantization, group_size)
     model.eval()
     return model
 

@@ -1,0 +1,89 @@
+"""int8 weight-only linear layer and embedding: symmetric, one scale per output channel.
+
+``torch.ops.aten._weight_int8pack_mm(x [M, K], q [N, K] int8, scales [N]) -> [M, N]``
+computes ``x @ (q * scales[:, None]).T``; it runs fastest with bfloat16
+activations on CPU, so :class:`Int8Linear` casts the input to bfloat16 and the
+result back.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+ACT_DTYPE = torch.bfloat16
+
+
+def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric per-row int8 quantization.
+
+    Args:
+        weight: ``[N, K]`` float tensor (any float dtype).
+
+    Returns:
+        ``(q, scales)``: ``q`` ``[N, K]`` int8 in [-127, 127], ``scales`` ``[N]``
+        float32, with ``weight ≈ q * scales[:, None]``.
+    """
+    w = weight.detach().float()
+    scales = (w.abs().amax(dim=1) / 127.0).clamp(min=1e-12)
+    q = torch.round(w / scales[:, None]).clamp(-127, 127).to(torch.int8)
+    return q, scales
+
+
+class Int8Linear(nn.Module):
+    """``y = x (q * scales)^T + b`` with int8 ``q`` (weight-only quantization).
+
+    Shapes: ``x [T, K]`` in any float dtype -> ``[T, N]`` in ``x``'s dtype;
+    ``qweight [N, K]`` int8, ``scales [N]`` bfloat16 (the kernel's activation
+    dtype), ``bias [N]`` float32 or ``None``.
+    """
+
+    qweight: torch.Tensor
+    scales: torch.Tensor
+    bias: torch.Tensor | None
+
+    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.in_features, self.out_features = qweight.shape[1], qweight.shape[0]
+        self.register_buffer("qweight", qweight.contiguous())
+        self.register_buffer("scales", scales.to(ACT_DTYPE).contiguous())
+        self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+
+    @classmethod
+    def from_float(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> Int8Linear:
+        """Quantize a float ``weight [N, K]`` (and keep ``bias [N]`` in float32)."""
+        q, scales = quantize_int8(weight)
+        return cls(q, scales, bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.ops.aten._weight_int8pack_mm(x.to(ACT_DTYPE), self.qweight, self.scales).to(x.dtype)
+        return y if self.bias is None else y + self.bias.to(x.dtype)
+
+    def dequantize(self) -> torch.Tensor:
+        """The float32 weight ``[N, K]`` this layer multiplies by."""
+        return self.qweight.float() * self.scales.float()[:, None]
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bits=8"
+
+
+class QuantizedEmbedding(nn.Module):
+    """Embedding lookup from int8 rows: ``out[t] = q[ids[t]] * scales[ids[t]]``.
+
+    Shapes: ``ids [T]`` int64 -> ``[T, K]`` in ``dtype``; ``qweight [V, K]``
+    int8, ``scales [V]`` float32.  Used for tied embeddings, whose rows are the
+    head's output channels, so one int8 copy serves both.
+    """
+
+    qweight: torch.Tensor
+    row_scales: torch.Tensor
+
+    def __init__(self, qweight: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.register_buffer("qweight", qweight)
+        self.register_buffer("row_scales", scales.float().contiguous())
+        self.dtype = dtype
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = self.qweight.index_select(0, ids).to(torch.float32) * self.row_scales.index_select(0, ids)[:, None]
+        return rows.to(self.dtype)

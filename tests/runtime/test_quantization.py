@@ -1,0 +1,107 @@
+"""Weight-only int8 / int4 layers against their own dequantized weights, the int4
+quantizer against plain min-max, and the engine flag's validation; the real model's
+quality bounds are in tests/evals/test_quantization_quality.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from loom.runtime import EngineConfig
+from loom.runtime.quantization import Int4Linear, Int8Linear, quantize_int4, quantize_model, quantized_bytes
+from loom.runtime.quantization.int8 import QuantizedEmbedding
+
+
+def _dequant_int4(q, scales, zeros, group):
+    n, k = q.shape
+    return ((q.float() - 8).view(n, k // group, group) * scales.float()[..., None]
+            + zeros.float()[..., None]).view(n, k)
+
+
+def _rel(a, b):
+    return ((a - b).norm() / b.norm()).item()
+
+
+def test_int8_linear_computes_x_times_its_dequantized_weight_within_bfloat16_rounding():
+    torch.manual_seed(0)
+    w, b, x = torch.randn(96, 128) * 0.05, torch.randn(96), torch.randn(5, 128)
+    layer = Int8Linear.from_float(w, b)
+    assert layer.qweight.dtype == torch.int8 and layer(x).dtype == torch.float32
+    assert _rel(layer(x), x @ layer.dequantize().T + b) < 1e-2  # activations go through bfloat16
+    assert _rel(layer.dequantize(), w) < 1e-2  # per-channel int8 error of a gaussian matrix
+
+
+@pytest.mark.parametrize("group", [32, 64, 128])
+def test_int4_linear_computes_x_times_its_dequantized_weight(group):
+    torch.manual_seed(0)
+    w, x = torch.randn(64, 256) * 0.05, torch.randn(3, 256)
+    q, s, z = quantize_int4(w, group)
+    layer = Int4Linear(q, s, z, group, None)
+    assert _rel(layer(x), x @ _dequant_int4(q, s, z, group).T) < 1e-2
+
+
+def test_int4_reproduces_weights_already_on_a_4bit_grid_up_to_bfloat16_scales():
+    torch.manual_seed(0)
+    codes = torch.randint(0, 16, (64, 128)).float()
+    codes[:, ::32], codes[:, 1::32] = 0, 15  # every group spans the whole grid, as a Q4_1 block does
+    step = (torch.rand(64, 4) * 0.01 + 0.001).repeat_interleave(32, 1)
+    low = (-torch.rand(64, 4) * 0.05).repeat_interleave(32, 1)
+    w = codes * step + low
+    q, s, z = quantize_int4(w, 32)
+    assert torch.equal(q.float(), codes)
+    assert _rel(_dequant_int4(q, s, z, 32), w) < 0.02  # bfloat16 scale and zero, nothing else
+
+
+def test_int4_clipping_search_is_never_worse_than_min_max():
+    torch.manual_seed(0)
+    w = torch.randn(128, 256) * 0.05
+    w[0, 3] = 1.0  # an outlier that min-max would spend the whole grid on
+    q, s, z = quantize_int4(w, 32)
+    g = w.view(128, 8, 32)
+    lo, hi = g.amin(-1), g.amax(-1)
+    scale = ((hi - lo) / 15).to(torch.bfloat16).float()
+    zero = (lo + 8 * scale).to(torch.bfloat16).float()
+    mm_codes = torch.round((g - zero[..., None]) / scale[..., None] + 8).clamp(0, 15)
+    min_max = ((mm_codes - 8) * scale[..., None] + zero[..., None]).view(128, 256)
+    err = (_dequant_int4(q, s, z, 32) - w).pow(2).view(128, 8, 32).sum(-1)
+    assert (err <= (min_max - w).pow(2).view(128, 8, 32).sum(-1) + 1e-9).all()
+    assert err.sum() < (min_max - w).pow(2).sum()
+
+
+@pytest.mark.parametrize("method", ["int8", "int4"])
+def test_quantized_random_model_keeps_no_float_linear_and_shrinks_its_weights(method, tiny_checkpoint):
+    from loom.runtime.models.loader import load_hf_config, load_model
+
+    path = tiny_checkpoint("qwen3")
+    cfg = load_hf_config(path)
+    model = load_model(path, cfg, dtype=torch.float32, device=torch.device("cpu"))
+    before = quantized_bytes(model)
+    quantize_model(model, method, 32)
+    assert not [m for m in model.modules() if isinstance(m, nn.Linear)]
+    assert isinstance(model.model.embed_tokens, QuantizedEmbedding)
+    assert quantized_bytes(model) < before / (3 if method == "int8" else 3.5)
+
+
+def test_quantized_embedding_rows_are_the_dequantized_int8_rows():
+    torch.manual_seed(0)
+    w = torch.randn(50, 16)
+    from loom.runtime.quantization import quantize_int8
+
+    q, s = quantize_int8(w)
+    emb = QuantizedEmbedding(q, s, torch.float32)
+    ids = torch.tensor([3, 0, 49, 3])
+    assert torch.allclose(emb(ids), q[ids].float() * s[ids, None])
+    assert _rel(emb(ids), w[ids]) < 1e-2
+
+
+@pytest.mark.parametrize(("field", "value"), [("quantization", "fp8"), ("quantization_group_size", 48)])
+def test_bad_quantization_settings_are_value_errors_naming_the_field(field, value):
+    args = {"quantization": "int4", field: value}
+    with pytest.raises(ValueError, match=f"^{field}:"):
+        EngineConfig(model="m", **args)
+
+
+def test_quantization_with_tensor_parallelism_is_refused_at_config_time():
+    with pytest.raises(ValueError, match="^quantization:.*tensor_parallel_size"):
+        EngineConfig(model="m", quantization="int8", tensor_parallel_size=2)
