@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup model demo test bench clean
+.PHONY: setup model demo test bench bench-env bench-cpu clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -37,6 +37,29 @@ test: model
 
 bench: setup
 	$(BIN)/loom bench throughput
+
+# llama.cpp for `loom bench cpu`, kept out of Loom's environment: llama-cpp-python
+# compiled from its sdist for this CPU (about 10 minutes on 2 cores), and its
+# sources, whose convert_hf_to_gguf.py writes the Q8_0 peer file.
+BENCH_VENV := .venv-bench
+LLAMA_CPP_VERSION ?= 0.3.36
+$(BENCH_VENV)/.installed:
+	$(PY) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/pip install -q torch==2.13.0
+	CMAKE_ARGS="-DGGML_NATIVE=ON" CMAKE_BUILD_PARALLEL_LEVEL=2 $(BENCH_VENV)/bin/pip install -q \
+		--no-binary llama-cpp-python llama-cpp-python==$(LLAMA_CPP_VERSION)
+	$(BENCH_VENV)/bin/pip install -q numpy gguf sentencepiece transformers safetensors protobuf
+	$(BENCH_VENV)/bin/pip download -q --no-binary :all: --no-deps llama-cpp-python==$(LLAMA_CPP_VERSION) \
+		-d $(BENCH_VENV)/sdist
+	tar -xzf $(BENCH_VENV)/sdist/llama_cpp_python-$(LLAMA_CPP_VERSION).tar.gz -C $(BENCH_VENV)/sdist
+	touch $@
+
+bench-env: $(BENCH_VENV)/.installed
+
+bench-cpu: model bench-env
+	$(BIN)/loom bench cpu --llama-cpp-python $(BENCH_VENV)/bin/python \
+		--llama-cpp-src $(BENCH_VENV)/sdist/llama_cpp_python-$(LLAMA_CPP_VERSION)/vendor/llama.cpp
 
 clean:
 	rm -rf $(VENV) .loom

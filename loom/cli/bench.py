@@ -11,6 +11,7 @@ from __future__ import annotations
 import typer
 
 from loom.evals.bench_sessions import sessions
+from loom.runtime.bench.cpu import cpu
 from loom.runtime.bench.decode import decode
 from loom.runtime.bench.overhead import overhead
 from loom.runtime.bench.spec import spec
@@ -23,5 +24,5 @@ bench_app = typer.Typer(
 )
 
 for _name, _fn in (("sessions", sessions), ("throughput", throughput), ("spec", spec), ("overhead", overhead),
-                   ("decode", decode)):
+                   ("decode", decode), ("cpu", cpu)):
     bench_app.command(_name)(_fn)
