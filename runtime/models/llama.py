@@ -37,10 +37,11 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
+        if x.dtype == torch.float32:  # the same arithmetic, without two no-op casts (a decode step has 61 norms)
+            return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
         h = x.to(torch.float32)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
+        return self.weight * h.to(x.dtype)
 
 
 class RotaryEmbedding(nn.Module):
@@ -52,13 +53,14 @@ class RotaryEmbedding(nn.Module):
         rope_type: str = params["rope_type"] if "rope_type" in params else params.get("type", "default")
         if rope_type == "default":
             base = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
-            inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+            inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float, device="cpu") / head_dim))
             scaling = 1.0
         else:
             from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
             inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"))
-        freqs = torch.arange(max_positions, dtype=torch.float)[:, None] * inv_freq[None, :]
+        # device="cpu" explicitly: a model built on the meta device (a cached quantized load) needs real tables
+        freqs = torch.arange(max_positions, dtype=torch.float, device="cpu")[:, None] * inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         # Plain attributes, not buffers: ``model.to(bfloat16)`` must not round them.
         self.cos = emb.cos() * scaling
@@ -68,11 +70,16 @@ class RotaryEmbedding(nn.Module):
         """Move the float32 cos/sin tables to ``device``."""
         self.cos, self.sin = self.cos.to(device), self.sin.to(device)
 
-    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate ``q`` ``[T, Hq, D]`` and ``k`` ``[T, Hkv, D]`` by their positions ``[T]``."""
-        cos = self.cos[positions].unsqueeze(1).to(q.dtype)
-        sin = self.sin[positions].unsqueeze(1).to(q.dtype)
-        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+    def lookup(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(cos, sin)``, each ``[T, 1, D]`` in ``dtype``, for positions ``[T]``: once per forward, shared by
+        every layer."""
+        return self.cos[positions].unsqueeze(1).to(dtype), self.sin[positions].unsqueeze(1).to(dtype)
+
+    @staticmethod
+    def rotate(x: torch.Tensor, cos_sin: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """Rotate ``x`` ``[T, H, D]`` (q and k heads side by side: the same arithmetic per element)."""
+        cos, sin = cos_sin
+        return x * cos + _rotate_half(x) * sin
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -103,16 +110,20 @@ class LlamaAttention(nn.Module):
             self.num_heads, self.num_kv_heads, self.head_dim, self.head_dim**-0.5, _sliding_window(config, layer_idx)
         )
 
-    def forward(self, positions: torch.Tensor, x: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor, meta: AttentionMetadata
+                ) -> torch.Tensor:
+        """``x [T, hidden]`` -> ``[T, hidden]``; ``rope`` is :meth:`RotaryEmbedding.lookup` of the step's positions."""
         t = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(t, self.num_heads, self.head_dim)
-        k = k.view(t, self.num_kv_heads, self.head_dim)
-        v = v.view(t, self.num_kv_heads, self.head_dim)
+        qkv = self.qkv_proj(x)
+        v = qkv[:, self.q_size + self.kv_size:].contiguous().view(t, self.num_kv_heads, self.head_dim)
         if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rope(positions, q, k)
-        return self.o_proj(self.attn(q, k, v.contiguous(), meta))
+            q, k = qkv[:, :self.q_size + self.kv_size].split([self.q_size, self.kv_size], dim=-1)
+            q = self.rope.rotate(self.q_norm(q.view(t, self.num_heads, self.head_dim)), rope)
+            k = self.rope.rotate(self.k_norm(k.view(t, self.num_kv_heads, self.head_dim)), rope)
+        else:  # q and k heads rotated in one pass
+            qk = self.rope.rotate(qkv[:, :self.q_size + self.kv_size].view(t, -1, self.head_dim), rope)
+            q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]
+        return self.o_proj(self.attn(q, k, v, meta))
 
 
 class LlamaMLP(nn.Module):
@@ -137,8 +148,9 @@ class LlamaDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.mlp = LlamaMLP(config)
 
-    def forward(self, positions: torch.Tensor, h: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-        h = h + self.self_attn(positions, self.input_layernorm(h), meta)
+    def forward(self, rope: tuple[torch.Tensor, torch.Tensor], h: torch.Tensor, meta: AttentionMetadata
+                ) -> torch.Tensor:
+        h = h + self.self_attn(rope, self.input_layernorm(h), meta)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -147,6 +159,7 @@ class LlamaModel(nn.Module):
         super().__init__()
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         rope = RotaryEmbedding(config, head_dim, max_positions)
+        self.rope = rope
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, i, rope) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -158,8 +171,9 @@ class LlamaModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         h = self.embed_tokens(input_ids)
+        rope = self.rope.lookup(positions, h.dtype)
         for layer in self.layers:
-            h = layer(positions, h, meta)
+            h = layer(rope, h, meta)
         return self.norm(h)
 
 

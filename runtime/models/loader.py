@@ -131,23 +131,34 @@ def load_model(
     """Build the model and fill its weights, in ``dtype`` on ``device``.
 
     With ``quantization`` (``"int8"`` or ``"int4"``) the linear layers, head and
-    embedding are then quantized (``loom.runtime.quantization.quantize_model``).
+    embedding are quantized (``loom.runtime.quantization.quantize_model``); the
+    result is cached (``loom.runtime.quantization.cache``), so a later load reads
+    the quantized tensors without building the float model.
 
     Raises:
         FileNotFoundError: no ``*.safetensors`` in ``path`` (and not dummy).
         ValueError: a tensor whose name or shape the model does not expect.
     """
-    model = LlamaForCausalLM(hf_config, max_positions)
-    if load_format == "dummy":
-        _init_dummy(model, hf_config, seed)
-    else:
-        _load_safetensors(model, path)
-    model = model.to(device=device, dtype=dtype)
-    model.model.decoder_layers[0].self_attn.rope.move_to(device)  # tables stay float32
-    if quantization is not None:
+    def build_float() -> LlamaForCausalLM:
+        model = LlamaForCausalLM(hf_config, max_positions)
+        if load_format == "dummy":
+            _init_dummy(model, hf_config, seed)
+        else:
+            _load_safetensors(model, path)
+        return model.to(device=device, dtype=dtype)
+
+    if quantization is None:
+        model = build_float()
+    elif load_format == "dummy":
         from loom.runtime.quantization import quantize_model
 
-        quantize_model(model, quantization, group_size)
+        model = quantize_model(build_float(), quantization, group_size)
+    else:
+        from loom.runtime.quantization.cache import load_quantized
+
+        model = load_quantized(path, hf_config, build_float, method=quantization, group_size=group_size,
+                               dtype=dtype, max_positions=max_positions)
+    model.model.decoder_layers[0].self_attn.rope.move_to(device)  # tables stay float32
     model.eval()
     return model
 

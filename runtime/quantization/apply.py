@@ -3,7 +3,7 @@
 Quantized: every decoder layer's ``qkv_proj``, ``o_proj``, ``gate_up_proj``,
 ``down_proj`` in the chosen format; the LM head in int8 under both methods,
 as llama.cpp's 4-bit files keep their output tensor at 6 or 8 bits: on
-SmolLM2-135M a group-32 int4 head alone raised perplexity by about 5%, an
+SmolLM2-135M a group-32 int4 head alone raised perplexity by about 6%, an
 int8 one by under 0.5%.  The token embedding becomes int8 rows
 (:class:`~loom.runtime.quantization.int8.QuantizedEmbedding`), the same
 tensor as the head's when the checkpoint ties them.  Norms, biases and

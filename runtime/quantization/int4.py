@@ -89,22 +89,28 @@ class Int4Linear(nn.Module):
     scales_and_zeros: torch.Tensor
     bias: torch.Tensor | None
 
-    def __init__(self, q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int,
+    def __init__(self, packed: torch.Tensor, scales_and_zeros: torch.Tensor, group_size: int, in_features: int,
                  bias: torch.Tensor | None) -> None:
         super().__init__()
-        self.out_features, self.in_features = q.shape
+        self.out_features, self.in_features = scales_and_zeros.shape[1], in_features
         self.group_size = group_size
-        self.register_buffer("packed", torch.ops.aten._convert_weight_to_int4pack_for_cpu(
-            q.to(torch.int32).contiguous(), 1))
-        self.register_buffer("scales_and_zeros", torch.stack([scales, zeros], dim=-1).transpose(0, 1)
-                             .to(ACT_DTYPE).contiguous())
+        self.register_buffer("packed", packed)
+        self.register_buffer("scales_and_zeros", scales_and_zeros)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+
+    @classmethod
+    def from_codes(cls, q: torch.Tensor, scales: torch.Tensor, zeros: torch.Tensor, group_size: int,
+                   bias: torch.Tensor | None) -> Int4Linear:
+        """Pack codes ``q [N, K]`` in [0, 15] with ``scales``/``zeros [N, K / group_size]`` (:func:`quantize_int4`)."""
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).contiguous(), 1)
+        scales_and_zeros = torch.stack([scales, zeros], dim=-1).transpose(0, 1).to(ACT_DTYPE).contiguous()
+        return cls(packed, scales_and_zeros, group_size, q.shape[1], bias)
 
     @classmethod
     def from_float(cls, weight: torch.Tensor, bias: torch.Tensor | None, group_size: int) -> Int4Linear:
         """Quantize a float ``weight [N, K]`` (:func:`quantize_int4`), keep ``bias [N]`` in float32."""
         q, scales, zeros = quantize_int4(weight, group_size)
-        return cls(q, scales, zeros, group_size, bias)
+        return cls.from_codes(q, scales, zeros, group_size, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(

@@ -37,7 +37,7 @@ def test_int4_linear_computes_x_times_its_dequantized_weight(group):
     torch.manual_seed(0)
     w, x = torch.randn(64, 256) * 0.05, torch.randn(3, 256)
     q, s, z = quantize_int4(w, group)
-    layer = Int4Linear(q, s, z, group, None)
+    layer = Int4Linear.from_codes(q, s, z, group, None)
     assert _rel(layer(x), x @ _dequant_int4(q, s, z, group).T) < 1e-2
 
 
@@ -105,3 +105,35 @@ def test_bad_quantization_settings_are_value_errors_naming_the_field(field, valu
 def test_quantization_with_tensor_parallelism_is_refused_at_config_time():
     with pytest.raises(ValueError, match="^quantization:.*tensor_parallel_size"):
         EngineConfig(model="m", quantization="int8", tensor_parallel_size=2)
+
+
+@pytest.mark.parametrize("method", ["int8", "int4"])
+def test_a_cached_quantized_load_equals_the_first_and_builds_no_float_model(method, tiny_checkpoint, tmp_path,
+                                                                          monkeypatch):
+    from loom.runtime.models.llama import LlamaForCausalLM
+    from loom.runtime.models.loader import load_hf_config, load_model
+    from loom.runtime.quantization.cache import WEIGHTS, cache_dir
+
+    monkeypatch.setenv("LOOM_CACHE", str(tmp_path))
+    path = tiny_checkpoint("qwen2")  # q/k/v biases, tied embeddings
+    cfg = load_hf_config(path)
+    first = load_model(path, cfg, dtype=torch.float32, device=torch.device("cpu"), quantization=method)
+    assert (cache_dir(path, method, 32, torch.float32) / WEIGHTS).is_file()
+    built = []
+    monkeypatch.setattr(LlamaForCausalLM, "__init__", _recording_init(LlamaForCausalLM.__init__, built))
+    second = load_model(path, cfg, dtype=torch.float32, device=torch.device("cpu"), quantization=method)
+    assert built == ["meta"]  # the cached load allocated no float weights
+    a, b = first.state_dict(), second.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert all(t.device.type == "cpu" for t in list(second.parameters()) + list(second.buffers()))
+    if getattr(cfg, "tie_word_embeddings", False):
+        assert second.lm_head.qweight.data_ptr() == second.model.embed_tokens.qweight.data_ptr()
+    rope_a, rope_b = first.model.decoder_layers[0].self_attn.rope, second.model.decoder_layers[0].self_attn.rope
+    assert torch.equal(rope_a.cos, rope_b.cos) and torch.equal(rope_a.sin, rope_b.sin)  # real tables, not meta
+
+
+def _recording_init(init, built):
+    def record(self, *args, **kwargs):
+        built.append(torch.empty(0).device.type)
+        init(self, *args, **kwargs)
+    return record
