@@ -142,12 +142,15 @@ def in_process(fn: Any, *args: Any) -> JSONObject:
     """``fn(*args)`` (a module-level function returning a dict) in a fresh spawned process.
 
     The dict comes back with ``peak_rss_mib`` (that process's ``ru_maxrss``).
-    Raises ``RuntimeError`` naming ``fn`` when it failed.
+    Raises ``RuntimeError`` naming ``fn`` when it failed, or when its process died without an answer.
     """
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(fn, args, child))
     proc.start()
+    while not parent.poll(0.5):
+        if not proc.is_alive() and not parent.poll(0):  # crashed (a signal) before sending anything
+            raise RuntimeError(f"{fn.__name__} failed: its process died with exit code {proc.exitcode}")
     result = parent.recv()
     proc.join()
     if "error" in result:

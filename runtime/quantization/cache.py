@@ -89,7 +89,9 @@ def _from_cache(file: Path, hf_config: PretrainedConfig, method: str, group_size
         model = LlamaForCausalLM(hf_config, max_positions).to(dtype)
     _meta_skeleton(model, method, group_size, dtype)
     with safe_open(str(file), framework="pt") as f:
-        state = {name: f.get_tensor(name) for name in f.keys()}
+        # clone: safetensors hands out views of the mapped file at its own offsets, and PyTorch's int8 kernel
+        # crashes on a weight that is not 64-byte aligned (a fresh allocation is)
+        state = {name: f.get_tensor(name).clone() for name in f.keys()}
         tied = (f.metadata() or {}).get("tied_head") == "True"
     if tied:
         state[_TIED] = state[_EMBED]

@@ -125,7 +125,12 @@ def test_a_cached_quantized_load_equals_the_first_and_builds_no_float_model(meth
     assert built == ["meta"]  # the cached load allocated no float weights
     a, b = first.state_dict(), second.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert all(t.device.type == "cpu" for t in list(second.parameters()) + list(second.buffers()))
+    tensors = list(second.parameters()) + list(second.buffers())
+    assert all(t.device.type == "cpu" for t in tensors)
+    assert all(t.data_ptr() % 64 == 0 for t in tensors)  # the int8 kernel crashes on unaligned weights
+    x = torch.randn(64, cfg.hidden_size)
+    layer = second.model.decoder_layers[0].self_attn.qkv_proj
+    assert torch.equal(layer(x), first.model.decoder_layers[0].self_attn.qkv_proj(x))
     if getattr(cfg, "tie_word_embeddings", False):
         assert second.lm_head.qweight.data_ptr() == second.model.embed_tokens.qweight.data_ptr()
     rope_a, rope_b = first.model.decoder_layers[0].self_attn.rope, second.model.decoder_layers[0].self_attn.rope
