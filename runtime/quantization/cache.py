@@ -89,10 +89,15 @@ def _from_cache(file: Path, hf_config: PretrainedConfig, method: str, group_size
         model = LlamaForCausalLM(hf_config, max_positions).to(dtype)
     _meta_skeleton(model, method, group_size, dtype)
     with safe_open(str(file), framework="pt") as f:
-        # clone: safetensors hands out views of the mapped file at its own offsets, and PyTorch's int8 kernel
-        # crashes on a weight that is not 64-byte aligned (a fresh allocation is)
-        state = {name: f.get_tensor(name).clone() for name in f.keys()}
-        tied = (f.metadata() or {}).get("tied_head") == "True"
+        names, tied = list(f.keys()), (f.metadata() or {}).get("tied_head") == "True"
+    state = {}
+    for name in names:
+        # One mapping per tensor, closed after the copy, so the mapped pages leave the resident set
+        # as soon as their tensor is copied (peak ~ quantized weights, not twice). The copy is needed
+        # anyway: safetensors hands out views at the file's offsets, and PyTorch's int8 kernel crashes
+        # on a weight that is not 64-byte aligned (a fresh allocation is).
+        with safe_open(str(file), framework="pt") as f:
+            state[name] = f.get_tensor(name).clone()
     if tied:
         state[_TIED] = state[_EMBED]
     model.load_state_dict(state, strict=True, assign=True)

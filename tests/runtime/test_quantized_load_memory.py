@@ -1,0 +1,36 @@
+"""Loading the real default model quantized from Loom's cache holds no float copy: the peak
+resident memory the load adds stays within 1.5x the quantized weights (a fresh process, so
+``ru_maxrss`` is the load's own; imports are measured before it starts)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+LOAD = r"""
+import json, resource, sys, torch
+from pathlib import Path
+from loom.runtime.models.loader import load_hf_config, load_model
+from loom.runtime.quantization import quantized_bytes
+import transformers, safetensors
+path = Path(sys.argv[1]); cfg = load_hf_config(path)
+peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+before = peak()
+model = load_model(path, cfg, dtype=torch.float32, device=torch.device("cpu"), quantization=sys.argv[2])
+print(json.dumps({"added": peak() - before, "weights": quantized_bytes(model)}))
+"""
+
+
+@pytest.mark.parametrize("method", ["int8", "int4"])
+def test_a_cached_quantized_load_adds_at_most_one_and_a_half_times_its_weights(real_model, tmp_path, method):
+    env = {**os.environ, "LOOM_CACHE": str(tmp_path), "OMP_NUM_THREADS": "1"}
+    runs = [json.loads(subprocess.run([sys.executable, "-c", LOAD, str(real_model), method], env=env, check=True,
+                                      capture_output=True, text=True).stdout.strip().splitlines()[-1])
+            for _ in range(2)]  # the first quantizes the float model and fills the cache
+    first, cached = runs
+    assert first["added"] > 2 * cached["added"]  # the first load held the float model
+    assert cached["added"] <= 1.5 * cached["weights"], cached
