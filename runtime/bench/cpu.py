@@ -68,6 +68,7 @@ def loom_side(model: str, quantization: str, threads: int, prompt_len: int, deco
     decode = (len(times) - 1) / (times[-1] - times[0])
     long = llm.generate(prompt_token_ids=[_ids(vocab, prompt_len, seed + 1)], use_tqdm=False,
                         sampling_params=SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True))[0]
+    assert long.first_token_time is not None  # a finished request has its first token
     ttft = (long.first_token_time - long.arrival_time) * 1000
     aggregate = {}
     for b in batches:
@@ -115,7 +116,7 @@ def hf_side(model: str, threads: int, prompt_len: int, decode_tokens: int, batch
 
 
 _LLAMA_CPP = r"""
-import json, random, resource, sys, time
+import json, random, sys, time
 from llama_cpp import Llama
 a = json.loads(sys.argv[1])
 def ids(vocab, n, seed):
@@ -143,7 +144,7 @@ for b in a["batches"]:
     start = time.perf_counter()
     total = sum(len(gen(ids(vocab, 32, a["seed"] + 10 + i), a["decode_tokens"])[1]) for i in range(b))
     agg[str(b)] = total / (time.perf_counter() - start)
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+rss = next(int(l.split()[1]) / 1024 for l in open("/proc/self/status") if l.startswith("VmHWM:"))
 import os
 print(json.dumps({"decode": decode, "ttft_ms": ttft, "aggregate": agg, "peak_rss_mib": rss,
                   "weight_bytes": os.path.getsize(a["gguf"])}))

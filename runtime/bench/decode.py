@@ -11,7 +11,7 @@ seeded) and decode greedily with EOS ignored:
   the difference divided by ``steps`` is its decode step (prefill cancels out).
 
 Each context runs in its own spawned process per side, so peak RSS
-(``ru_maxrss``) is that side's own.  Prints ms per step, the ratio, and the
+(``VmHWM``) is that side's own.  Prints ms per step, the ratio, and the
 growth from the shortest context (the goal: at most linear in context, and at
 most half of transformers' step at 1,024 tokens).
 """

@@ -19,7 +19,7 @@ Both sides decode greedily with EOS ignored, so each request yields exactly its
 output length.  Throughput = requested output tokens / wall time (vLLM's
 definition), prefill included; tokens per CPU-second are printed too, since
 on a shared machine the wall-clock share each side gets varies.  Each side runs in its own spawned process, one
-after the other, so its peak RSS (``ru_maxrss``) is its own.
+after the other, so its peak RSS (``VmHWM``) is its own.
 """
 
 from __future__ import annotations
@@ -126,11 +126,28 @@ def run_hf(model: str, wl: Workload, threads: int, batch_size: int) -> JSONObjec
     }
 
 
+def peak_rss_mib() -> float:
+    """This process's peak resident set (MiB): ``VmHWM`` of ``/proc/self/status``.
+
+    Not ``ru_maxrss``: Linux carries that over ``exec`` from the pre-exec image, a fork of
+    the parent, so a spawned child would report at least its parent's peak.  Falls back to
+    ``ru_maxrss`` where ``/proc`` is missing.
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def _child(fn: Any, args: tuple, conn: Any) -> None:
     logging.basicConfig(level=logging.WARNING)
     try:
         result = fn(*args)
-        result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        result["peak_rss_mib"] = peak_rss_mib()
         conn.send(result)
     except BaseException as exc:  # noqa: BLE001 - report any failure to the parent
         conn.send({"error": repr(exc)})
@@ -141,7 +158,7 @@ def _child(fn: Any, args: tuple, conn: Any) -> None:
 def in_process(fn: Any, *args: Any) -> JSONObject:
     """``fn(*args)`` (a module-level function returning a dict) in a fresh spawned process.
 
-    The dict comes back with ``peak_rss_mib`` (that process's ``ru_maxrss``).
+    The dict comes back with ``peak_rss_mib`` (that process's own peak, :func:`peak_rss_mib`).
     Raises ``RuntimeError`` naming ``fn`` when it failed, or when its process died without an answer.
     """
     ctx = mp.get_context("spawn")

@@ -1,6 +1,6 @@
 """Loading the real default model quantized from Loom's cache holds no float copy: the peak
-resident memory the load adds stays within 1.5x the quantized weights (a fresh process, so
-``ru_maxrss`` is the load's own; imports are measured before it starts)."""
+resident memory the load adds stays within 1.5x the quantized weights (a fresh process whose
+``VmHWM`` is its own; imports are measured before the load starts)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import sys
 import pytest
 
 LOAD = r"""
-import json, resource, sys, torch
+import json, sys, torch
 from pathlib import Path
 from loom.runtime.models.loader import load_hf_config, load_model
 from loom.runtime.quantization import quantized_bytes
 import transformers, safetensors
 path = Path(sys.argv[1]); cfg = load_hf_config(path)
-peak = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+from loom.runtime.bench.throughput import peak_rss_mib
+peak = lambda: peak_rss_mib() * 2**20
 before = peak()
 model = load_model(path, cfg, dtype=torch.float32, device=torch.device("cpu"), quantization=sys.argv[2])
 print(json.dumps({"added": peak() - before, "weights": quantized_bytes(model)}))
