@@ -12,12 +12,15 @@ from loom.evals.quantization import compare
 
 @pytest.fixture(scope="module")
 def quality(real_model):
-    return {q.method: q for q in compare(str(real_model), ("int8", "int4"), max_model_len=1024)}
+    # 8 windows of 256 tokens (about 2,000 scored) and 16 greedy tokens: the bounds below are far from the
+    # measured figures (``python -m loom.evals.quantization`` runs 12 windows and 32 tokens)
+    return {q.method: q for q in compare(str(real_model), ("int8", "int4"), window=256, num_windows=8, greedy_tokens=16,
+                                         max_model_len=1024)}
 
 
 @pytest.mark.parametrize(("method", "bound"), [("int8", 0.01), ("int4", 0.05)])
 def test_perplexity_on_package_docs_is_within_its_bound_of_float32(quality, method, bound):
-    assert quality["float32"].positions > 3000
+    assert quality["float32"].positions > 1900
     assert quality[method].perplexity <= quality["float32"].perplexity * (1 + bound)
 
 

@@ -32,6 +32,17 @@ def test_int8_linear_computes_x_times_its_dequantized_weight_within_bfloat16_rou
     assert _rel(layer.dequantize(), w) < 1e-2  # per-channel int8 error of a gaussian matrix
 
 
+def test_int8_prefill_rows_take_the_bfloat16_gemm_and_agree_with_the_decode_kernel():
+    from loom.runtime.quantization.int8 import GEMM_MIN_ROWS
+
+    torch.manual_seed(0)
+    w, x = torch.randn(96, 128) * 0.05, torch.randn(GEMM_MIN_ROWS + 3, 128)
+    layer = Int8Linear.from_float(w, None)
+    decode_rows = torch.cat([layer(x[i:i + 1]) for i in range(x.shape[0])])  # one row at a time: the kernel
+    assert _rel(layer(x), decode_rows) < 1e-2
+    assert _rel(layer(x), x @ layer.dequantize().T) < 1e-2
+
+
 @pytest.mark.parametrize("group", [32, 64, 128])
 def test_int4_linear_computes_x_times_its_dequantized_weight(group):
     torch.manual_seed(0)
