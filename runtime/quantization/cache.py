@@ -81,27 +81,53 @@ def _save(model: LlamaForCausalLM, file: Path) -> None:
 
 def _from_cache(file: Path, hf_config: PretrainedConfig, method: str, group_size: int, dtype: torch.dtype,
                 max_positions: int | None) -> LlamaForCausalLM:
-    from safetensors import safe_open
-
     from loom.runtime.models.llama import LlamaForCausalLM
 
     with torch.device("meta"):
         model = LlamaForCausalLM(hf_config, max_positions).to(dtype)
     _meta_skeleton(model, method, group_size, dtype)
-    with safe_open(str(file), framework="pt") as f:
-        names, tied = list(f.keys()), (f.metadata() or {}).get("tied_head") == "True"
-    state = {}
-    for name in names:
-        # One mapping per tensor, closed after the copy, so the mapped pages leave the resident set
-        # as soon as their tensor is copied (peak ~ quantized weights, not twice). The copy is needed
-        # anyway: safetensors hands out views at the file's offsets, and PyTorch's int8 kernel crashes
-        # on a weight that is not 64-byte aligned (a fresh allocation is).
-        with safe_open(str(file), framework="pt") as f:
-            state[name] = f.get_tensor(name).clone()
+    state, metadata = _read_safetensors(file)
+    tied = metadata.get("tied_head") == "True"
     if tied:
         state[_TIED] = state[_EMBED]
     model.load_state_dict(state, strict=True, assign=True)
     return model
+
+
+_DTYPES = {"I8": torch.int8, "U8": torch.uint8, "BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32,
+           "I32": torch.int32, "I64": torch.int64}
+
+
+def _read_safetensors(file: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """Every tensor of a safetensors file read straight into its own fresh tensor, and the metadata.
+
+    Not ``safetensors.safe_open``: its tensors are views of the mapped file at the file's own
+    offsets, and PyTorch's int8 kernel crashes on a weight that is not 64-byte aligned; copying
+    them would hold each tensor twice for a moment. Reading the bytes into an allocated tensor
+    (the format is an 8-byte header length, a JSON header of dtypes, shapes and byte offsets,
+    then the data) holds each once.
+
+    Raises:
+        ValueError: a dtype this cache never writes, or a truncated file.
+    """
+    import json
+
+    state: dict[str, torch.Tensor] = {}
+    with open(file, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+        metadata = header.pop("__metadata__", {}) or {}
+        for name, info in header.items():
+            if info["dtype"] not in _DTYPES:
+                raise ValueError(f"{file}: tensor {name!r} has dtype {info['dtype']}, not one this cache writes")
+            tensor = torch.empty(info["shape"], dtype=_DTYPES[info["dtype"]])
+            start, end = info["data_offsets"]
+            f.seek(8 + size + start)
+            buffer = tensor.reshape(-1).view(torch.uint8).numpy().data  # the tensor's own bytes, writable
+            if f.readinto(buffer) != end - start:
+                raise ValueError(f"{file}: truncated at tensor {name!r}")
+            state[name] = tensor
+    return state, metadata
 
 
 def _meta_skeleton(model: LlamaForCausalLM, method: str, group_size: int, dtype: torch.dtype) -> None:

@@ -1,6 +1,7 @@
 """Loading the real default model quantized from Loom's cache holds no float copy: the peak
 resident memory the load adds stays within 1.5x the quantized weights (a fresh process whose
-``VmHWM`` is its own; imports are measured before the load starts)."""
+``VmHWM`` is its own; imports, and the library code a model build pages in, are counted
+before the load starts)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from loom.runtime.models.loader import load_hf_config, load_model
 from loom.runtime.quantization import quantized_bytes
 import transformers, safetensors
 path = Path(sys.argv[1]); cfg = load_hf_config(path)
+from loom.runtime.models.llama import LlamaForCausalLM
+with torch.device("meta"):  # a model build pages in ~30 MiB of library code and allocator arenas: count them first
+    LlamaForCausalLM(cfg, None)
 from loom.runtime.bench.throughput import peak_rss_mib
 peak = lambda: peak_rss_mib() * 2**20
 before = peak()
