@@ -38,7 +38,8 @@ class Version(BaseModel):
 
 # EngineConfig fields reported by /health (the loom serve flags of the same names)
 _CONFIG_FIELDS = ("dtype", "device", "block_size", "num_kv_blocks", "gpu_memory_utilization", "max_num_seqs",
-                  "max_num_batched_tokens", "max_model_len", "enable_prefix_caching", "max_waiting", "seed")
+                  "max_num_batched_tokens", "max_model_len", "enable_prefix_caching", "max_waiting", "seed",
+                  "quantization")
 
 
 @router.get("/health", response_model=Health, summary="Health and engine stats")

@@ -41,7 +41,7 @@ def options_server(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -
     srv = PositionalServer(
         checkpoint, db, work, "--block-size", "32", "--no-enable-prefix-caching", "--max-num-batched-tokens", "256",
         "--max-model-len", "512", "--num-kv-blocks", "64", "--max-num-seqs", "4", "--gpu-memory-utilization", "0.5",
-        "--dtype", "float32", "--speculative-config", json.dumps(SPEC), "--api-key", STATIC_KEY,
+        "--dtype", "float32", "--quantization", "int8", "--speculative-config", json.dumps(SPEC), "--api-key", STATIC_KEY,
         "--allowed-origins", json.dumps([ORIGIN]), "--root-path", "/loom", "--disable-uvicorn-access-log",
     ).start()
     yield srv, db_key
@@ -60,6 +60,7 @@ def test_engine_flags_reach_the_engine_config_reported_by_health(options_server)
                                     "num_kv_blocks", "max_num_seqs", "gpu_memory_utilization", "dtype", "device")} == {
         "block_size": 32, "enable_prefix_caching": False, "max_num_batched_tokens": 256, "max_model_len": 512,
         "num_kv_blocks": 64, "max_num_seqs": 4, "gpu_memory_utilization": 0.5, "dtype": "float32", "device": "cpu"}
+    assert config["quantization"] == "int8"
     assert config["speculative_config"]["method"] == "ngram"
     assert config["speculative_config"]["num_speculative_tokens"] == 2
     assert health["engine"]["kv_blocks_total"] == 64
