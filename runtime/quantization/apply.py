@@ -12,6 +12,7 @@ rotary tables stay float.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import torch
@@ -50,19 +51,28 @@ def quantize_model(model: LlamaForCausalLM, method: str, group_size: int = 32) -
     if model.lm_head.weight.device.type != "cpu":
         raise ValueError("quantization: int8/int4 weight-only kernels run on CPU only in this build")
     with torch.no_grad():
-        for layer in model.model.decoder_layers:
-            for parent_name, child_name in PROJECTIONS:
-                parent = getattr(layer, parent_name)
-                setattr(parent, child_name, _quantize_linear(getattr(parent, child_name), method, group_size))
+        for parent, name in projections(model):
+            setattr(parent, name, _quantize_linear(getattr(parent, name), method, group_size))
         embed = model.model.embed_tokens
-        dtype = embed.weight.dtype
         tied = model.lm_head.weight is embed.weight
         rows, scales = quantize_int8(embed.weight)
         head = Int8Linear(rows, scales, None) if tied else _quantize_linear(model.lm_head, "int8", group_size)
-        # setattr: the float model declares these as nn.Embedding / nn.Linear
-        setattr(model.model, "embed_tokens", QuantizedEmbedding(rows, scales, dtype))  # noqa: B010
-        setattr(model, "lm_head", head)  # noqa: B010
+        install_head(model, QuantizedEmbedding(rows, scales, embed.weight.dtype), head)
     return model
+
+
+def projections(model: LlamaForCausalLM) -> Iterator[tuple[nn.Module, str]]:
+    """``(parent, attribute)`` of every projection quantization replaces (:data:`PROJECTIONS` of each layer)."""
+    for layer in model.model.decoder_layers:
+        for parent_name, child_name in PROJECTIONS:
+            yield getattr(layer, parent_name), child_name
+
+
+def install_head(model: LlamaForCausalLM, embedding: nn.Module, head: nn.Module) -> None:
+    """Put the quantized ``embedding`` and ``head`` in place of the float ones."""
+    # setattr: the float model declares these as nn.Embedding / nn.Linear
+    setattr(model.model, "embed_tokens", embedding)  # noqa: B010
+    setattr(model, "lm_head", head)  # noqa: B010
 
 
 def _quantize_linear(linear: nn.Module, method: str, group_size: int) -> nn.Module:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from loom.runtime.checkpoint.cache import build_atomically, loom_cache_root
-from loom.runtime.quantization.apply import PROJECTIONS, quantize_model
+from loom.runtime.quantization.apply import install_head, projections, quantize_model
 from loom.runtime.quantization.int4 import Int4Linear
 from loom.runtime.quantization.int8 import ACT_DTYPE, Int8Linear, QuantizedEmbedding
 
@@ -143,11 +143,9 @@ def _meta_skeleton(model: LlamaForCausalLM, method: str, group_size: int, dtype:
         return Int4Linear(torch.empty(n, k // 2, dtype=torch.uint8, device=meta),
                           torch.empty(k // group_size, n, 2, dtype=ACT_DTYPE, device=meta), group_size, k, bias)
 
-    for layer in model.model.decoder_layers:
-        for parent_name, child_name in PROJECTIONS:
-            parent = getattr(layer, parent_name)
-            setattr(parent, child_name, linear(getattr(parent, child_name), method))
+    for parent, name in projections(model):
+        setattr(parent, name, linear(getattr(parent, name), method))
     vocab, hidden = model.model.embed_tokens.weight.shape
-    setattr(model.model, "embed_tokens", QuantizedEmbedding(  # noqa: B010 - declared as nn.Embedding
-        torch.empty(vocab, hidden, dtype=torch.int8, device=meta), torch.empty(vocab, device=meta), dtype))
-    setattr(model, "lm_head", linear(model.lm_head, "int8"))  # noqa: B010 - declared as nn.Linear
+    install_head(model, QuantizedEmbedding(torch.empty(vocab, hidden, dtype=torch.int8, device=meta),
+                                           torch.empty(vocab, device=meta), dtype),
+                 linear(model.lm_head, "int8"))
