@@ -116,5 +116,5 @@ def resolve_model(console: Console, model: str | None, hint: str = "") -> str:
 
 
 QUANTIZATION_OPTION = typer.Option(
-    "auto", "--quantization", "-q", help="Weight format: auto (the registered model's, int4 for the "
-    "registered ones, on CPU; a folder loads as is), int8, int4 or none (float32).")
+    "auto", "--quantization", "-q", help="Weight format: auto (a registered model's own on CPU, "
+    "loom model list; a folder loads as is), int8, int4 or none (float32).")

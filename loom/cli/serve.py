@@ -75,7 +75,7 @@ def serve(
     served_model_name: Optional[str] = typer.Option(None, "--served-model-name", help="Name in /v1/models."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 | bfloat16 | float16 | auto."),
     quantization: Optional[str] = typer.Option(None, "--quantization", "-q", help="Weight format: auto (default: "
-                                               "a registered model's own, int4, on CPU), int8, int4, none."),
+                                               "a registered model's own on CPU), int8, int4, none."),
     device: Optional[str] = typer.Option(None, "--device", help="auto | cpu | cuda[:N]."),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV block (default 16)."),
     num_kv_blocks: Optional[int] = typer.Option(None, "--num-kv-blocks", help="KV block pool size (default: "

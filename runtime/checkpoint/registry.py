@@ -84,8 +84,9 @@ class RegisteredModel:
         gguf_bytes: its size in bytes.
         note: one line on what it is for.
         quantization: the weight format ``EngineConfig(quantization="auto")``
-            runs it in on CPU (``"int4"``: the GGUF's linear layers are 4-bit
-            group-32 blocks, which int4 reproduces up to bfloat16 scales).
+            runs it in on CPU: ``"int4"`` where the GGUF's linear layers are 4-bit
+            group-32 blocks int4 reproduces (SmolLM2's Q4_1), ``"int8"`` where
+            int4 measurably changed the answers (Qwen2.5-Coder's Q4_K_M).
     """
 
     name: str
@@ -138,6 +139,9 @@ REGISTRY: dict[str, RegisteredModel] = {
             gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             gguf_bytes=491_400_032,
             note="opt-in: Qwen2 family with native Hermes <tool_call> tokens (491 MB download)",
+            # int4 was measured too: perplexity +3.0% but top-1 agreement 89.8% and chat replies that
+            # differed from float32 at their first token; int8: -0.1%, 97.4%, 24.8 tok/s (float32 6.2)
+            quantization="int8",
         ),
     )
 }
