@@ -10,7 +10,7 @@ turn's prompt tokens (every call the user waits for: the condense rewrite,
 an in-turn summary, the answer), the time to the first answer token from
 the message, the compactions, the after-turn prefill and whether the
 answer rests on this turn's retrieved documents (``loom.orchestrator.citations``).
-``tests/orchestrator/test_compaction_session.py`` runs it and asserts the
+``tests/orchestrator/test_compaction.py`` runs it (10 turns, 2k window) and asserts the
 goals; on another model or for the full 30 turns::
 
     python -m benchmarks.compaction_session --model qwen2.5-coder-0.5b-instruct --turns 30
