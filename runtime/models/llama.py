@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, ClassVar, cast
 
 import torch
 from torch import nn
-from transformers.activations import ACT2FN
 
 from loom.json_types import JSONObject
 from loom.runtime.attention import AttentionMetadata, PagedAttention
@@ -126,6 +125,19 @@ class LlamaAttention(nn.Module):
         return self.o_proj(self.attn(q, k, v, meta))
 
 
+# ``config.hidden_act`` -> the gated MLP's activation, as transformers' ``ACT2FN`` maps these names (importing
+# that module pulls in torch.distributed.tensor: 0.9 s at every process start).
+ACTIVATIONS: dict[str, nn.Module] = {"silu": nn.SiLU(), "swish": nn.SiLU(), "relu": nn.ReLU(), "gelu": nn.GELU(),
+                                     "gelu_pytorch_tanh": nn.GELU(approximate="tanh")}
+
+
+def activation(name: str) -> nn.Module:
+    """The module for ``config.hidden_act``; raises ``ValueError`` naming the field for another name."""
+    if name not in ACTIVATIONS:
+        raise ValueError(f"hidden_act: {name!r} is not supported (supported: {', '.join(ACTIVATIONS)})")
+    return ACTIVATIONS[name]
+
+
 class LlamaMLP(nn.Module):
     def __init__(self, config: PretrainedConfig) -> None:
         super().__init__()
@@ -133,7 +145,7 @@ class LlamaMLP(nn.Module):
         self.intermediate_size: int = config.intermediate_size
         self.gate_up_proj: nn.Module = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=bias)
         self.down_proj: nn.Module = nn.Linear(config.intermediate_size, config.hidden_size, bias=bias)
-        self.act = ACT2FN[config.hidden_act]
+        self.act = activation(config.hidden_act)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)

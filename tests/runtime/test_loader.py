@@ -66,3 +66,11 @@ def test_bfloat16_engine_keeps_weights_and_kv_cache_in_bfloat16(tiny_checkpoint)
         if mine != theirs:
             assert mine in lp_theirs and theirs in lp_mine
             break
+
+
+def test_an_unsupported_hidden_act_is_a_value_error_naming_the_field() -> None:
+    from loom.runtime.models.llama import activation
+
+    assert isinstance(activation("silu"), torch.nn.SiLU)
+    with pytest.raises(ValueError, match="hidden_act: 'tanh_x'"):
+        activation("tanh_x")
