@@ -52,6 +52,30 @@ def test_int4_linear_computes_x_times_its_dequantized_weight(group):
     assert _rel(layer(x), x @ _dequant_int4(q, s, z, group).T) < 1e-2
 
 
+def test_int4_unpacks_the_kernels_layout_to_the_codes_it_was_given():
+    from loom.runtime.quantization.int4 import packed_layout_is_known
+
+    assert packed_layout_is_known()  # else prefill chunks fall back to the kernel (slower, still right)
+    torch.manual_seed(0)
+    q, s, z = quantize_int4(torch.randn(192, 256) * 0.05, 64)
+    layer = Int4Linear.from_codes(q, s, z, 64, None)
+    assert torch.equal(layer.dequantize(), _dequant_int4(q, s, z, 64))  # the grid the kernel computes on
+    assert _rel(layer.dequantize(torch.bfloat16).float(), layer.dequantize()) < 4e-3  # one bfloat16 rounding
+
+
+def test_int4_prefill_chunk_through_the_bfloat16_gemm_matches_the_kernel():
+    from loom.runtime.quantization.int8 import GEMM_MIN_ROWS
+
+    torch.manual_seed(0)
+    w, x, b = torch.randn(128, 256) * 0.05, torch.randn(GEMM_MIN_ROWS + 5, 256), torch.randn(128)
+    layer = Int4Linear.from_float(w, b, 32)
+    assert layer.gemm_min_rows == GEMM_MIN_ROWS
+    kernel = torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(torch.bfloat16), layer.packed, 32,
+                                                        layer.scales_and_zeros).float() + b
+    assert _rel(layer(x), kernel) < 1e-2  # bfloat16 activations both ways
+    assert _rel(layer(x), x @ layer.dequantize().T + b) < 1e-2
+
+
 def test_int4_reproduces_weights_already_on_a_4bit_grid_up_to_bfloat16_scales():
     torch.manual_seed(0)
     codes = torch.randint(0, 16, (64, 128)).float()
