@@ -20,10 +20,15 @@ seconds and a replaced file is converted again. Creation is atomic
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import logging
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from loom.runtime.checkpoint.cache import build_atomically, loom_cache_root
 from loom.runtime.errors import ModelLoadError
@@ -75,6 +80,38 @@ def converted_dir(gguf: Path, cache_root: Path | None = None) -> Path:
     return root / f"{gguf.stem}-{key}"
 
 
+@contextlib.contextmanager
+def _gguf_reads_once() -> Iterator[None]:
+    """Within the block, ``gguf.GGUFReader(path)`` parses each file once and ``gguf.get_tensor_name_map`` is
+    memoized.  transformers' GGUF loading parses the file three times (config, tokenizer, weights; about 4 s
+    each for SmolLM2's 49k-token vocabulary) and builds the name map once per submodule (397 times, 4 s);
+    both are pure functions of their arguments, and transformers imports them from ``gguf`` at call time."""
+    import gguf
+
+    with _PATCH_LOCK:  # one conversion at a time patches the module
+        yield from _patched(gguf)
+
+
+_PATCH_LOCK = threading.Lock()
+
+
+def _patched(gguf: Any) -> Iterator[None]:
+    reader_cls, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers: dict[tuple[str, str], object] = {}
+
+    def reader(path: object, mode: str = "r") -> object:
+        key = (str(path), mode)
+        if key not in readers:
+            readers[key] = reader_cls(path, mode)  # type: ignore[arg-type]
+        return readers[key]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(name_map)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader_cls, name_map  # type: ignore[misc]
+
+
 def convert_gguf(gguf: Path, out: Path) -> Path:
     """Dequantize ``gguf`` into a float32 HF checkpoint folder ``out``.
 
@@ -98,8 +135,9 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        with _gguf_reads_once():
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a bad file
         raise GGUFConversionError(f"{gguf.name}: transformers could not read it ({type(exc).__name__}: "
                                   f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc

@@ -135,6 +135,9 @@ def test_a_gguf_file_loads_as_a_checkpoint_and_is_converted_once(pull, monkeypat
     assert folder.parent == tmp_path / "gguf" and (folder / "model.safetensors").is_file()
     assert resolve_model_path(str(gguf.parent)) == folder  # a folder holding one .gguf
     assert _entries(tmp_path / "gguf") == [folder.name]
+    import gguf as gguf_package  # the conversion reads the file once, then puts the package back as it was
+
+    assert isinstance(gguf_package.GGUFReader, type) and not hasattr(gguf_package.get_tensor_name_map, "cache_info")
 
 
 # --- names ----------------------------------------------------------------------------------
