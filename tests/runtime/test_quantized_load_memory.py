@@ -1,7 +1,8 @@
 """Loading the real default model quantized from Loom's cache holds no float copy: the peak
 resident memory the load adds stays within 1.5x the quantized weights (a fresh process whose
 ``VmHWM`` is its own; imports, and the library code a model build pages in, are counted
-before the load starts)."""
+before the load starts).  The test session's ``$LOOM_CACHE`` is used as it is: a first load fills it
+(the quantized figures of a cold cache are the float model's plus the quantization's)."""
 
 from __future__ import annotations
 
@@ -31,11 +32,15 @@ print(json.dumps({"added": peak() - before, "weights": quantized_bytes(model)}))
 
 
 @pytest.mark.parametrize("method", ["int8", "int4"])
-def test_a_cached_quantized_load_adds_at_most_one_and_a_half_times_its_weights(real_model, tmp_path, method):
-    env = {**os.environ, "LOOM_CACHE": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    runs = [json.loads(subprocess.run([sys.executable, "-c", LOAD, str(real_model), method], env=env, check=True,
-                                      capture_output=True, text=True).stdout.strip().splitlines()[-1])
-            for _ in range(2)]  # the first quantizes the float model and fills the cache
-    first, cached = runs
-    assert first["added"] > 2 * cached["added"]  # the first load held the float model
+def test_a_cached_quantized_load_adds_at_most_one_and_a_half_times_its_weights(real_model, method):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+    def load() -> dict:
+        out = subprocess.run([sys.executable, "-c", LOAD, str(real_model), method], env=env, check=True,
+                             capture_output=True, text=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    cached = load()
+    if cached["added"] > 1.5 * cached["weights"]:  # a cold cache: that load quantized the float model into it
+        cached = load()
     assert cached["added"] <= 1.5 * cached["weights"], cached
