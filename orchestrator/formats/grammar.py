@@ -11,8 +11,10 @@ the close marker. After the grammar completes only end-of-sequence is allowed,
 so the reply is the call and nothing else.
 
 ``bound=True`` (the agent's choice; an API must not change a user's schema)
-also makes unbounded scalars finite, so a weak model cannot write digits or
-characters until its budget ends and the call never closes.
+also makes unbounded scalars finite and closes objects that declare their
+properties (``additionalProperties: false`` unless the schema says otherwise, as
+llama.cpp's JSON-schema grammars do), so a weak model cannot write digits,
+characters or invented keys until its budget ends and the call never closes.
 
 :func:`force_call` is the one place a forced call's ``SamplingParams`` are
 made (the agent loop, ``LoomChatModel`` and ``/v1/chat/completions`` all call
@@ -46,7 +48,10 @@ def bound_schema(schema: Any) -> Any:
 
     Integers and numbers without bounds get ``[-1e9, 1e9]``; strings without
     ``maxLength`` / ``enum`` / ``const`` / ``pattern`` / ``format`` get
-    ``maxLength=128`` and, unless they set one, ``minLength=1``.
+    ``maxLength=128`` and, unless they set one, ``minLength=1``; an object with
+    ``properties`` and no ``additionalProperties`` gets ``additionalProperties:
+    false`` (a tool without parameters takes ``{}`` only; a bare ``{"type":
+    "object"}``, a free-form mapping, stays open).
     """
     if isinstance(schema, list):
         return [bound_schema(s) for s in schema]
@@ -62,6 +67,8 @@ def bound_schema(schema: Any) -> Any:
     if kind == "string" and not any(k in out for k in ("maxLength", "enum", "const", "pattern", "format")):
         out["maxLength"] = FORCED_STRING_MAX
         out.setdefault("minLength", 1)  # a forced call's empty string argument is never what was meant
+    if "properties" in out and "additionalProperties" not in out:
+        out["additionalProperties"] = False  # an undeclared argument never reaches a tool as meant
     return out
 
 

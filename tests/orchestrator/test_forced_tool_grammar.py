@@ -48,3 +48,21 @@ def test_unbounded_scalars_are_bounded_and_explicit_bounds_kept() -> None:
     assert (p["n"]["minimum"], p["n"]["maximum"]) == (-10**9, 10**9)
     assert p["m"]["maximum"] == 5 and p["m"]["minimum"] == -10**9
     assert p["t"]["maxLength"] == 128 and p["t"]["minLength"] == 1 and "maxLength" not in p["u"]
+
+
+def test_objects_that_declare_properties_are_closed_and_free_form_ones_stay_open() -> None:
+    s = bound_schema({"type": "object", "properties": {"o": {"type": "object", "properties": {}},
+                                                        "free": {"type": "object"},
+                                                        "open": {"type": "object", "properties": {},
+                                                                 "additionalProperties": True}}})
+    assert s["additionalProperties"] is False and s["properties"]["o"]["additionalProperties"] is False
+    assert "additionalProperties" not in s["properties"]["free"]
+    assert s["properties"]["open"]["additionalProperties"] is True
+
+
+def test_a_forced_call_of_a_tool_without_parameters_takes_empty_arguments_only(tokenizer) -> None:
+    tools = [{"type": "function", "function": {"name": "die", "description": "Exit.",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    grammar = forced_call_grammar(detect_format(tokenizer), tools, "die", bound=True)
+    assert _accepts(tokenizer, grammar, '<tool_call>\n{"name": "die", "arguments": {}}\n</tool_call>')
+    assert not _accepts(tokenizer, grammar, '<tool_call>\n{"name": "die", "arguments": {"type": "x"}}\n</tool_call>')

@@ -178,5 +178,7 @@ def test_agent_turn_with_the_real_model_calls_an_mcp_tool_and_answers(weather, r
     assert result.final_state in ("done", "max_steps")
     # a dead server mid-turn is an error result; the loop goes on to the next step
     result = agent.run("And now run the die tool.", tool_choice="die")
-    assert result.tool_results[0].is_error and result.steps >= 2
+    assert [c.name for c in result.tool_calls][:1] == ["die"] and result.tool_calls[0].arguments == {}
+    assert result.tool_results[0].is_error and "closed the connection" in result.tool_results[0].content
+    assert result.steps >= 2
     assert llm.engine.kv.num_free_blocks == llm.engine.kv.num_blocks
