@@ -102,14 +102,14 @@ def _patched(gguf: Any) -> Iterator[None]:
     def reader(path: object, mode: str = "r") -> object:
         key = (str(path), mode)
         if key not in readers:
-            readers[key] = reader_cls(path, mode)  # type: ignore[arg-type]
+            readers[key] = reader_cls(path, mode)
         return readers[key]
 
-    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(name_map)  # type: ignore[assignment]
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(name_map)
     try:
         yield
     finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = reader_cls, name_map  # type: ignore[misc]
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader_cls, name_map
 
 
 def convert_gguf(gguf: Path, out: Path) -> Path:
