@@ -22,9 +22,9 @@ TOPICS = ["the history of the printing press", "how bridges carry loads", "the w
 
 
 def _message(i: int) -> str:
-    # ~250 tokens each: a 2048-token window fills after a few turns
+    # ~420 tokens each: a 2048-token window fills every few turns
     line = f"Here are my notes on {TOPICS[i % len(TOPICS)]}, point {{}}: it matters and I want to learn it. "
-    return "".join(line.format(k) for k in range(12)) + "Summarise my notes in one sentence."
+    return "".join(line.format(k) for k in range(20)) + "Summarise my notes in one sentence."
 
 
 @pytest.fixture(scope="module")
