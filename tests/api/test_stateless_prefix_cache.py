@@ -16,7 +16,7 @@ from benchmarks.stateless import conversation, reuse_counters
 def test_eight_turn_stateless_conversation_gets_90_percent_of_the_previous_turn_from_the_cache(
         real_client, real_server):
     applied_before = reuse_counters(real_server.url).get("applied", 0.0)
-    ratios = conversation(real_client)
+    ratios = conversation(real_client, max_tokens=24)  # sampled replies; the benchmark runs 48 tokens
     assert len(ratios) == 7
     assert min(ratios) >= 0.9, [round(x, 3) for x in ratios]
     # every turn after the first found its previous reply's ids (reported in /metrics)
