@@ -23,6 +23,12 @@ set; it is never raised, so the agent loop can report it to the model as a
 tool error.  A format whose calls run to the end of the reply closes the
 block in :meth:`StreamingParser.finish`.
 
+With tools in play, the open tag of a tool result (``<tool_response>``, which
+the default and Hermes formats wrap results in) is dropped from content: a
+small model answering after a result often starts by copying the wrapper.
+The agent also stops a free step at the close tag (``SamplingParams.stop``),
+so the answer is the result it restated and not an invented next one.
+
 The parser is text-only and model-agnostic, so the REST chat-completions
 endpoint reuses it for ``delta.reasoning_content`` / ``delta.tool_calls``.
 """
@@ -36,7 +42,7 @@ from typing import Literal
 
 from loom.json_types import JSONObject
 from loom.orchestrator.formats.bare import BARE_OPENS, FENCE, bare_call_head
-from loom.orchestrator.formats.format import HERMES, ToolCallFormat
+from loom.orchestrator.formats.format import HERMES, TOOL_RESULT_TAGS, ToolCallFormat
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 TOOL_OPEN, TOOL_CLOSE = "<tool_call>", "</tool_call>"
@@ -153,6 +159,8 @@ class StreamingParser:
             markers.append(self.fmt.call_open)
         if self._bare_possible():
             markers.extend(m for m in BARE_OPENS if m not in markers)
+        if self.parse_tools:
+            markers.append(TOOL_RESULT_TAGS[0])  # dropped: see the module docstring
         return tuple(markers)
 
     def _bare_possible(self) -> bool:
@@ -206,6 +214,8 @@ class StreamingParser:
     def _switch(self, marker: str, events: list[ParserEvent]) -> None:
         if self.state == "reasoning":  # THINK_CLOSE
             self.state = "content"
+        elif marker == TOOL_RESULT_TAGS[0] and self.state == "content":
+            return  # a copied result wrapper: the tag goes, what it wraps stays content
         elif self.state == "tool_call":  # the format's close marker
             assert self._block is not None
             self._finish_block(parse_block(self._block.index, self._block.buf, self.fmt), events)

@@ -32,6 +32,7 @@ from loom.orchestrator.events import (
     ToolChoice,
     ToolResultRecord,
 )
+from loom.orchestrator.formats.format import TOOL_RESULT_TAGS
 from loom.orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
 from loom.orchestrator.items import JSON, Item, PendingCall
 from loom.orchestrator.ledger import Ledger
@@ -119,6 +120,8 @@ class TurnRunner:
         room = max(1, a.budget.window - prompt_len)
         sp = a.sampling.clone(max_tokens=max(1, min(a.budget.max_tokens, room)), skip_special_tokens=False)
         if not forced:
+            if a.registry.schemas() and TOOL_RESULT_TAGS[1] not in sp.stop:  # the answer ends where a copied
+                sp = sp.clone(stop=[*sp.stop, TOOL_RESULT_TAGS[1]])           # result wrapper would close
             return sp
         name = self.choice["name"] if isinstance(self.choice, dict) else None
         return force_call(sp, a.format, a.registry.schemas(), name, bound=True,

@@ -35,6 +35,11 @@ from typing import Any
 
 from loom.json_types import JSONObject
 
+# How a tool's result reaches the model in the default format (Qwen's Hermes template writes the same tags).
+# A small model copies them into its answer: the parser drops the open tag and the agent stops a free step at
+# the close tag (``loom.orchestrator.parsers``).
+TOOL_RESULT_TAGS = ("<tool_response>", "</tool_response>")
+
 DEFAULT_TOOLS_PREAMBLE = (
     "You can call functions to help with the user's request. The functions, as JSON schemas:\n"
     "<tools>\n{tools}\n</tools>\n"
@@ -164,7 +169,7 @@ class ToolCallFormat:
                 out.append({"role": "assistant", "content": f"{content}\n{calls}" if content else calls})
             elif m.get("role") == "tool":
                 out.append({"role": self.tool_role,
-                            "content": f"<tool_response>\n{m.get('content') or ''}\n</tool_response>"})
+                            "content": f"{TOOL_RESULT_TAGS[0]}\n{m.get('content') or ''}\n{TOOL_RESULT_TAGS[1]}"})
             else:
                 out.append({k: v for k, v in m.items() if k != "reasoning_content" or self.reasoning})
         if tools:

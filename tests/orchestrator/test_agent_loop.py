@@ -37,6 +37,19 @@ async def test_tool_call_result_then_answer(tokenizer, tool_set) -> None:
     assert result.usage.prompt["tool_result"].tokens > 0
 
 
+async def test_an_answer_that_copies_the_result_wrapper_states_the_result_without_it(tokenizer, tool_set) -> None:
+    """Scripted model: after the result it writes the wrapper, the result, the close tag and an invented next one."""
+    llm = ScriptedLLM(tokenizer, [call("add", '{"a": 2, "b": 40}'),
+                                  "<tool_response>\n42\n</tool_response>\n<tool_response>\n43"])
+    agent = Agent(llm, tools=tool_set, system_prompt="Use tools.")
+    events = [ev async for ev in agent.stream("what is 2+40?")]
+    result = events[-1].result
+    assert result.answer == "42"
+    streamed = "".join(ev.text for ev in events if type(ev).__name__ == "ContentDelta")
+    assert "tool_response" not in streamed and streamed.strip() == "42"
+    assert all("</tool_response>" in p.stop for p in llm.params)  # every free step of a tool agent
+
+
 async def test_parallel_tool_calls_run_concurrently(tokenizer) -> None:
     # Each call waits until all three have started: calls run one after another would
     # leave the first waiting alone until the barrier times out (an error result).

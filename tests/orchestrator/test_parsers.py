@@ -130,3 +130,18 @@ def test_bare_call_head_decides_as_early_as_it_can(head: str, expected) -> None:
     from loom.orchestrator.formats.bare import bare_call_head
 
     assert bare_call_head(head, frozenset({"get_weather"})) is expected
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1000])
+def test_a_copied_tool_result_open_tag_is_dropped_from_content(chunk: int) -> None:
+    reply = "<tool_response>\nSunny, 21 C in Paris."
+    parser = StreamingParser()
+    events = _feed_all(parser, [reply[i:i + chunk] for i in range(0, len(reply), chunk)])
+    assert parser.content == "\nSunny, 21 C in Paris." and not parser.calls
+    assert "".join(e.text for e in events if e.kind == "content") == parser.content
+
+
+def test_with_tool_parsing_off_a_tool_result_tag_is_plain_content() -> None:
+    parser = StreamingParser(parse_tools=False)
+    _feed_all(parser, ["<tool_response>\n144"])
+    assert parser.content == "<tool_response>\n144"
