@@ -1,11 +1,13 @@
 """``calculator``: arithmetic via simpleeval, refused constructs and clear errors."""
 
 import math
+import re
 
 import pytest
 
 from loom.tools import ToolError, ToolRegistry
 from loom.tools.builtin import calculator, evaluate
+from loom.tools.builtin.calculator import EXPRESSION
 
 
 @pytest.mark.parametrize(
@@ -92,9 +94,20 @@ def test_calculator_schema():
         "properties": {
             "expression": {
                 "description": 'the expression to evaluate, e.g. "2 * (3 + 4) ** 2" or "sqrt(2) / 2".',
+                "pattern": EXPRESSION,
                 "type": "string",
             }
         },
         "required": ["expression"],
         "type": "object",
     }
+
+
+@pytest.mark.parametrize("text", ["2 * (3 + 4) ** 2", "sqrt(2) / 2", "365 * 24", "-3 + 4", "log(8, 2)", "1e3 // 7"])
+def test_the_expression_pattern_admits_arithmetic(text):
+    assert re.fullmatch(EXPRESSION, text)
+
+
+@pytest.mark.parametrize("text", ["}}  # 12 * 12 = 144", "12 * 12 = 144", "", ". + 25", "x" * 129])
+def test_the_expression_pattern_refuses_what_small_models_wrote_into_forced_calls(text):
+    assert not re.fullmatch(EXPRESSION, text)

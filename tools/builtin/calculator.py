@@ -15,6 +15,9 @@ errors) raise :class:`~loom.tools.base.ToolError` with a message for the model.
 import ast
 import math
 import operator as op
+from typing import Annotated
+
+from pydantic import Field
 
 from simpleeval import (
     FeatureNotAvailable,
@@ -152,8 +155,15 @@ def format_number(value: int | float) -> str:
     return str(value) if isinstance(value, int) else format(value, ".15g")
 
 
+# The grammar of a forced call keeps the argument an expression: digits, names of functions and constants,
+# operators, parentheses and spaces (no "=", "#" or braces), at most 128 characters. Measured on SmolLM2-135M
+# with 8 arithmetic questions: without it the int4 and int8 models wrote '}}  # 12 * 12 = 144.0000...' into
+# the string on 7 of 8 (the float32 model on 3 of 8).
+EXPRESSION = r"^[-0-9a-z(][-+*/%0-9A-Za-z_.,() ]{0,127}$"
+
+
 @tool
-def calculator(expression: str) -> str:
+def calculator(expression: Annotated[str, Field(pattern=EXPRESSION)]) -> str:
     """Evaluate an arithmetic expression and return the result.
 
     Supports numbers, + - * / // % ** and parentheses, the functions abs, round,
