@@ -80,36 +80,34 @@ def converted_dir(gguf: Path, cache_root: Path | None = None) -> Path:
     return root / f"{gguf.stem}-{key}"
 
 
+_PATCH_LOCK = threading.Lock()
+
+
 @contextlib.contextmanager
 def _gguf_reads_once() -> Iterator[None]:
     """Within the block, ``gguf.GGUFReader(path)`` parses each file once and ``gguf.get_tensor_name_map`` is
     memoized.  transformers' GGUF loading parses the file three times (config, tokenizer, weights; about 4 s
     each for SmolLM2's 49k-token vocabulary) and builds the name map once per submodule (397 times, 4 s);
-    both are pure functions of their arguments, and transformers imports them from ``gguf`` at call time."""
-    import gguf
+    both are pure functions of their arguments, and transformers imports them from ``gguf`` at call time.
+    One conversion at a time patches the module (a lock); the originals are back when the block ends."""
+    import gguf as gguf_module
 
-    with _PATCH_LOCK:  # one conversion at a time patches the module
-        yield from _patched(gguf)
+    gguf: Any = gguf_module  # its two attributes are swapped for the block
+    with _PATCH_LOCK:
+        reader_cls, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+        readers: dict[tuple[str, str], object] = {}
 
+        def reader(path: object, mode: str = "r") -> object:
+            key = (str(path), mode)
+            if key not in readers:
+                readers[key] = reader_cls(path, mode)
+            return readers[key]
 
-_PATCH_LOCK = threading.Lock()
-
-
-def _patched(gguf: Any) -> Iterator[None]:
-    reader_cls, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
-    readers: dict[tuple[str, str], object] = {}
-
-    def reader(path: object, mode: str = "r") -> object:
-        key = (str(path), mode)
-        if key not in readers:
-            readers[key] = reader_cls(path, mode)
-        return readers[key]
-
-    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(name_map)
-    try:
-        yield
-    finally:
-        gguf.GGUFReader, gguf.get_tensor_name_map = reader_cls, name_map
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.cache(name_map)
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = reader_cls, name_map
 
 
 def convert_gguf(gguf: Path, out: Path) -> Path:

@@ -170,7 +170,7 @@ class Int4Linear(nn.Module):
         codes = unpack_codes(self.packed, n, k).view(n, k // g, g).to(dtype) - 8
         sz = self.scales_and_zeros.transpose(0, 1).to(dtype)  # [N, K / g, 2]
         weight = torch.addcmul(sz[..., 1:], codes, sz[..., :1])  # zero + (q - 8) * scale
-        return weight.reshape(n, k).to(dtype)
+        return weight.reshape(n, k)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bits=4, " \

@@ -18,7 +18,6 @@ import operator as op
 from typing import Annotated
 
 from pydantic import Field
-
 from simpleeval import (
     FeatureNotAvailable,
     FunctionNotDefined,
@@ -156,9 +155,9 @@ def format_number(value: int | float) -> str:
 
 
 # The grammar of a forced call keeps the argument an expression: digits, names of functions and constants,
-# operators, parentheses and spaces (no "=", "#" or braces), at most 128 characters. Measured on SmolLM2-135M
-# with 8 arithmetic questions: without it the int4 and int8 models wrote '}}  # 12 * 12 = 144.0000...' into
-# the string on 7 of 8 (the float32 model on 3 of 8).
+# operators, parentheses and spaces (no "=", "#" or braces), at most 128 characters. Without it SmolLM2-135M
+# wrote '}}  # 12 * 12 = 144.0000...' into the string; measured on 8 arithmetic questions with the call forced,
+# answers with the right result went from 4/8 to 7/8 (int4) and from 6/8 to 8/8 (float32).
 EXPRESSION = r"^[-0-9a-z(][-+*/%0-9A-Za-z_.,() ]{0,127}$"
 
 
