@@ -8,13 +8,16 @@ context 1,024 / 4,096 tokens; PyTorch FlexAttention compiled for the CPU
 bandwidth at 4,096), the gather path moves every byte three times.
 
 How it is built: ``torch.utils.cpp_extension.load`` compiles
-``paged_attention_cpu.cpp`` once per machine (about 25 s, g++ with
-``-O3 -march=native -fopenmp``; threads come from ``at::parallel_for``, i.e.
-``torch.set_num_threads``) into ``$LOOM_CACHE/torch_extensions/<name>``
-(built in a temporary folder, renamed into place; later processes import the
-library directly), the name hashing the source, the compiler flags, torch's
-version and the CPU's flags so a cache copied to another machine is never
-reused.  Without a C++ compiler (or with
+``paged_attention_cpu.cpp`` once per machine (about 7 s on 2 cores: it includes
+ATen and the op registry only, g++ with ``-O3 -march=native -fopenmp``;
+threads come from ``at::parallel_for``, i.e. ``torch.set_num_threads``) into
+``$LOOM_CACHE/torch_extensions/<name>`` (built in a temporary folder, renamed
+into place; later processes load the library directly), the name hashing the
+source, the compiler flags, torch's version and the CPU's flags so a cache
+copied to another machine is never reused.  The library registers the
+PyTorch operator ``torch.ops.loom.paged_attention`` (``TORCH_LIBRARY``, as
+vLLM registers its kernels), so it goes through the dispatcher like any aten
+op (about 2 us a call more than a pybind11 function).  Without a C++ compiler (or with
 ``LOOM_CPU_ATTENTION_KERNEL=0``) :func:`cpu_paged_attention` returns ``None``
 and the engine uses the reference path, saying so once in the log.
 
@@ -45,7 +48,6 @@ import platform
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import torch
 
@@ -108,44 +110,32 @@ def cpu_paged_attention() -> Callable[..., torch.Tensor] | None:
 
 
 def _build(name: str) -> Callable[..., torch.Tensor] | None:
-    """Import the kernel from the cache, compiling it there first when missing.
+    """Load the kernel from the cache, compiling it there first when missing.
 
     The build runs in a temporary folder renamed into place when done
     (``build_atomically``), so a process killed mid-build leaves no half-built
-    library and no stale lock behind; a finished build is imported directly,
+    library and no stale lock behind; a finished build is loaded directly,
     without torch's JIT machinery (which takes a lock file on every load).
     """
     from loom.runtime.checkpoint.cache import build_atomically, loom_cache_root
 
     library = f"{name}.so"
-    built: dict[str, ModuleType] = {}
 
     def compile_into(folder: Path) -> None:
         from torch.utils.cpp_extension import load
 
-        # copies: torch's ``load`` appends its own flags to the lists it is given
-        built["module"] = load(
-            name=name, sources=[str(_SOURCE)], extra_cflags=list(_CFLAGS), extra_ldflags=list(_LDFLAGS),
-            build_directory=str(folder), verbose=False,
-        )
+        # copies: torch's ``load`` appends its own flags to the lists it is given;
+        # is_python_module=False: the library only registers operators (loaded below)
+        load(name=name, sources=[str(_SOURCE)], extra_cflags=list(_CFLAGS), extra_ldflags=list(_LDFLAGS),
+             build_directory=str(folder), verbose=False, is_python_module=False)
 
     try:
         folder = build_atomically(loom_cache_root() / "torch_extensions" / name, compile_into, marker=library)
-        module = built.get("module") or _import(name, folder / library)
+        if not hasattr(torch.ops.loom, "paged_attention"):  # a build in this process loaded it already
+            torch.ops.load_library(str(folder / library))
     except Exception as exc:  # noqa: BLE001 - no compiler, no headers: fall back, say why
         logger.warning("CPU paged-attention kernel unavailable (%s); using the gather + SDPA path",
                        str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
         return None
-    kernel: Callable[..., torch.Tensor] = module.paged_attention
+    kernel: Callable[..., torch.Tensor] = torch.ops.loom.paged_attention.default
     return kernel
-
-
-def _import(name: str, path: Path) -> ModuleType:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{path}: not an importable extension module")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
