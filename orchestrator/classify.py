@@ -77,9 +77,10 @@ class OutputClassifier:
             self._settle(self._held_state if self._held else before, got, count)
         return _merge(events)
 
-    def finish(self) -> list[ParserEvent]:
-        """Events still held back by the parser at the end of the reply (held tokens classed)."""
-        events = self.parser.finish()
+    def finish(self, cut_off: bool = False) -> list[ParserEvent]:
+        """Events still held back by the parser at the end of the reply (held tokens classed);
+        ``cut_off``: the reply ended at ``max_tokens`` (``StreamingToolParser.finish``)."""
+        events = self.parser.finish(cut_off)
         self._settle(self._held_state if self._held else self.parser.state, events, 0)
         return events
 

@@ -194,9 +194,14 @@ class StreamingParser:
             break
         return events
 
-    def finish(self) -> list[ParserEvent]:
+    def finish(self, cut_off: bool = False) -> list[ParserEvent]:
         """Flush held-back text; close a block that runs to the end of the reply (an
-        unclosed block of a format with a close marker becomes an error call)."""
+        unclosed block of a format with a close marker becomes an error call).
+
+        ``cut_off``: the reply ended at ``max_tokens`` (finish reason ``length``), so an
+        unclosed block's error says the call was cut off rather than what its partial
+        text lacks (an empty block, JSON ending mid-string).
+        """
         events: list[ParserEvent] = []
         text, self._pending = self._pending, ""
         self._emit(text, events)
@@ -204,9 +209,10 @@ class StreamingParser:
             self._finish_bare(events)
         elif self.state == "tool_call" and self._block is not None:
             calls = parse_block(self._block.index, self._block.buf, self.fmt)
-            if self.fmt.call_close is not None and calls[0].error is None:
-                calls = [ParsedToolCall(calls[0].index, calls[0].name, calls[0].arguments, calls[0].raw,
-                                        f"tool call block was not closed with {self.fmt.call_close}")]
+            if self.fmt.call_close is not None and (calls[0].error is None or cut_off):
+                error = ("tool call was cut off at max_tokens" if cut_off
+                         else f"tool call block was not closed with {self.fmt.call_close}")
+                calls = [ParsedToolCall(calls[0].index, calls[0].name, calls[0].arguments, calls[0].raw, error)]
             self._finish_block(calls, events)
         return events
 

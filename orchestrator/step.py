@@ -91,7 +91,7 @@ async def model_call(engine: ModelClient, ctx: Context, sampling_params: Samplin
         outcome.output_ids += out.new_token_ids
         for ev in _to_events(events, outcome):
             yield ev
-    for ev in _to_events(classifier.finish(), outcome):
+    for ev in _to_events(classifier.finish(cut_off=last is not None and last.finish_reason == "length"), outcome):
         yield ev
     outcome.classes = classifier.classes
     if last is None:

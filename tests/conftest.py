@@ -53,6 +53,20 @@ def real_model():
     return ensure_model(DEFAULT_MODEL)
 
 
+@pytest.fixture(scope="session")
+def real_quantization() -> str | None:
+    """The weight format a user of the default model gets on a CPU (its registered
+    ``quantization``, int8): what ``loom serve`` and ``LLM("smollm2-135m-instruct")`` run.
+
+    Tests of behaviour on the real model (agent loops, chat, sessions, compaction) run it, about
+    3x faster decodes than float32; tests of equality with transformers keep float32.
+    """
+    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, lookup
+
+    registered = lookup(DEFAULT_MODEL)
+    assert registered is not None
+    return registered.quantization
+
 
 # --- scheduling -----------------------------------------------------------------------------------
 # `make test` runs `pytest -n 2 --dist loadfile`: whole files go to whichever worker is free, in

@@ -101,7 +101,7 @@ class ChoiceRun:
             return [ParserEvent("content", text=text)] if text else []
         events = self._classifier.feed(text, n)
         if out.finished:
-            events += self._classifier.finish()
+            events += self._classifier.finish(cut_off=out.finish_reason == "length")
         return events
 
     # shaping -------------------------------------------------------------------------

@@ -15,12 +15,12 @@ WEATHER = Path(__file__).resolve().parents[1] / "tools" / "mcp_servers" / "weath
 
 
 @pytest.fixture(scope="module")
-def mcp_server(real_model: Path, tmp_path_factory: pytest.TempPathFactory):
+def mcp_server(real_model: Path, real_quantization: str, tmp_path_factory: pytest.TempPathFactory):
     work = tmp_path_factory.mktemp("api-mcp")
     cfg = work / "mcp.json"
     cfg.write_text(json.dumps({"mcpServers": {"weather": {"command": sys.executable, "args": [str(WEATHER)]}}}))
     srv = Server(real_model, f"sqlite:///{work / 'loom.db'}", work, "--no-auth", "--max-model-len", "2048",
-                 "--num-kv-blocks", "256", "--mcp-config", str(cfg)).start()
+                 "--num-kv-blocks", "256", "--mcp-config", str(cfg), "--quantization", real_quantization).start()
     yield srv
     srv.stop()
 

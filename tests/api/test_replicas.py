@@ -25,9 +25,10 @@ BLOCK = 16  # the server's KV block size (tokens)
 
 
 @pytest.fixture(scope="module")
-def cluster(real_model, tmp_path_factory):
+def cluster(real_model, real_quantization, tmp_path_factory):
     """Two replicas on a SQLite file; ``LOOM_CLUSTER_TEST_DB=postgresql+psycopg://...`` puts them on Postgres."""
     server = ReplicaServer(real_model, tmp_path_factory.mktemp("replicas"), 2, "cache_aware",
+                           "--quantization", real_quantization,
                            db=os.environ.get("LOOM_CLUSTER_TEST_DB")).start(timeout=600)
     yield server
     assert server.stop() == 0

@@ -15,10 +15,10 @@ SESSION = {"tools": ["calculator"], "approval": ["calculator"], "max_steps": 3, 
 
 
 @pytest.fixture(scope="module")
-def server(real_model: Path, tmp_path_factory: pytest.TempPathFactory):
+def server(real_model: Path, real_quantization: str, tmp_path_factory: pytest.TempPathFactory):
     work = tmp_path_factory.mktemp("api-approval")
     srv = Server(real_model, f"sqlite:///{work / 'loom.db'}", work, "--no-auth", "--max-model-len", "2048",
-                 "--num-kv-blocks", "256").start()
+                 "--num-kv-blocks", "256", "--quantization", real_quantization).start()
     yield srv
     srv.kill()
 

@@ -11,10 +11,10 @@ from loom.tools.builtin import calculator
 
 
 @pytest.fixture(scope="module")
-def smol_llm(real_model):
+def smol_llm(real_model, real_quantization):
     from loom.runtime import AsyncLLM
 
-    engine = AsyncLLM(str(real_model), max_model_len=2048)
+    engine = AsyncLLM(str(real_model), max_model_len=2048, quantization=real_quantization)
     yield engine
     engine.shutdown()
 
@@ -61,5 +61,9 @@ async def test_required_tool_choice_with_parallel_tool_calls_runs_several_forced
     assert [c.arguments for c in results[None].tool_calls] == [{"city": "Paris"}]
     many = results[True]
     assert [c.arguments["city"] for c in many.tool_calls[:2]] == ["Paris", "Rome"]
-    assert all(c.error is None for c in many.tool_calls)
-    assert [r.content for r in many.tool_results] == [f"sunny in {c.arguments['city']}" for c in many.tool_calls]
+    # every closed call is valid and runs; only a last block that the token budget cut off may fail, saying so
+    closed = [c for c in many.tool_calls if c.error != "tool call was cut off at max_tokens"]
+    assert closed[:-1] == many.tool_calls[:len(closed) - 1] and len(many.tool_calls) - len(closed) <= 1
+    assert all(c.error is None for c in closed)
+    ran = {r.id: r.content for r in many.tool_results}
+    assert [ran[c.id] for c in closed] == [f"sunny in {c.arguments['city']}" for c in closed]

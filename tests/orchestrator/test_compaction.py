@@ -97,10 +97,10 @@ def stdlib_index(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def smollm(real_model):
+def smollm(real_model, real_quantization):
     from loom.runtime import AsyncLLM
 
-    engine = AsyncLLM(str(real_model), max_model_len=WINDOW)
+    engine = AsyncLLM(str(real_model), max_model_len=WINDOW, quantization=real_quantization)
     yield engine
     engine.shutdown()
 

@@ -24,10 +24,10 @@ def test_search_queries_put_the_rewrite_first_and_keep_the_typed_message() -> No
 
 
 @pytest.fixture(scope="module")
-def smol_llm(real_model):
+def smol_llm(real_model, real_quantization):
     from loom.runtime import AsyncLLM
 
-    engine = AsyncLLM(str(real_model), max_model_len=2048)
+    engine = AsyncLLM(str(real_model), max_model_len=2048, quantization=real_quantization)
     yield engine
     engine.shutdown()
 

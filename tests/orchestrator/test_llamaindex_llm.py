@@ -21,10 +21,10 @@ ASK = [ChatMessage(role=MessageRole.SYSTEM, content="Answer in one short sentenc
 
 
 @pytest.fixture(scope="module")
-def engine(real_model: Path):
+def engine(real_model: Path, real_quantization: str | None):
     from loom.runtime import LLM
 
-    return LLM(str(real_model), max_model_len=2048)
+    return LLM(str(real_model), max_model_len=2048, quantization=real_quantization)
 
 
 @pytest.fixture

@@ -67,6 +67,17 @@ def test_unclosed_tool_call_block_is_reported() -> None:
     assert call.name == "add" and call.error == "tool call block was not closed with </tool_call>"
 
 
+@pytest.mark.parametrize("tail", ["", '\n{"name": "add", "argu'])
+def test_a_block_cut_off_at_max_tokens_says_so_after_the_closed_calls(tail: str) -> None:
+    parser = StreamingParser()
+    for piece in ['<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call>\n<tool_call>', tail]:
+        parser.feed(piece)
+    parser.finish(cut_off=True)
+    first, cut = parser.calls
+    assert first.error is None and first.arguments == {"a": 1}
+    assert cut.error == "tool call was cut off at max_tokens"
+
+
 def test_tool_parsing_off_keeps_text_as_content() -> None:
     parser = StreamingParser(parse_tools=False)
     _feed_all(parser, ["a<tool_call>b</tool_call>"])

@@ -164,11 +164,11 @@ def test_config_file_in_the_mcpServers_format(tmp_path: Path) -> None:
             servers_from_config(bad)
 
 
-def test_agent_turn_with_the_real_model_calls_an_mcp_tool_and_answers(weather, real_model) -> None:
+def test_agent_turn_with_the_real_model_calls_an_mcp_tool_and_answers(weather, real_model, real_quantization) -> None:
     from loom.orchestrator import Agent, ContextBudget
     from loom.runtime import LLM
 
-    llm = LLM(str(real_model), max_model_len=2048, num_kv_blocks=256)
+    llm = LLM(str(real_model), max_model_len=2048, num_kv_blocks=256, quantization=real_quantization)
     agent = Agent(llm, tools=weather.tools(), system_prompt="You are a helpful assistant.",
                   budget=ContextBudget(reserved_output=64), max_steps=3)
     result = agent.run("What is the weather in Paris?", tool_choice="get_weather")
