@@ -72,17 +72,21 @@ def real_quantization() -> str | None:
 # `make test` runs `pytest -n 2 --dist loadfile`: whole files go to whichever worker is free, in
 # collection order. Starting the longest files first (longest-processing-time-first) keeps one
 # worker from finishing a two-minute file alone at the end. Measured with --durations on 2 cores.
-SLOW_FIRST = (
-    "tests/orchestrator/test_compaction.py",       # ~125 s: a 12-turn retrieval session on the real model
-    "tests/evals/test_quantization_quality.py",    # ~50 s: three engines score the same documents
-    "tests/api/test_replicas.py",                  # ~75 s over its tests: Ray replicas
-    "tests/cli/test_chat.py",
-    "tests/test_docs_examples.py",
-    "tests/test_readme.py",
+SLOW_FIRST = (  # worker seconds per file, warm cache, `--durations=0`
+    "tests/test_docs_examples.py",                 # ~110 s: the docs pages' examples, each a process
+    "tests/api/test_replicas.py",                  # ~75 s: two Ray Serve replicas
+    "tests/cli/test_chat.py",                      # ~70 s: `loom chat` processes
+    "tests/test_readme.py",                        # ~55 s
+    "tests/orchestrator/test_compaction.py",       # ~45 s: a 10-turn retrieval session on the real model
+    "tests/runtime/test_real_model_matches_transformers.py",
+    "tests/evals/test_quantization_quality.py",    # ~38 s: three engines score the same documents
+    "tests/runtime/test_tensor_parallel_engine.py",
     "tests/api/test_fuzz_openapi.py",
-    "tests/orchestrator/test_agent_real_model.py",
-    "tests/tools/test_mcp.py",
+    "tests/cli/test_quiet_and_progress.py",
+    "tests/orchestrator/test_condense.py",
     "tests/cli/test_demo.py",
+    "tests/api/test_session_after_turn.py",
+    "tests/orchestrator/test_agent_real_model.py",
 )
 
 
