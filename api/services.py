@@ -68,6 +68,7 @@ class Services:
     store: Store | None = None
     engine: AsyncLLM | None = None
     tool_format: ToolCallFormat | None = None  # of the served model
+    default_sampling: dict[str, float | int] = field(default_factory=dict)  # Settings.generation_config's
     generated_ids: GeneratedIds | None = None  # exact ids for resent replies
     retriever: Retriever | None = None
     metrics: Metrics = field(default_factory=Metrics)
@@ -192,6 +193,11 @@ class Services:
         from loom.orchestrator.formats import detect_format
 
         self.tool_format = detect_format(self.engine.tokenizer, s.tool_call_parser)
+        from loom.runtime.checkpoint.generation_config import default_sampling
+
+        self.default_sampling = default_sampling(self.engine.engine.model_path, s.generation_config)
+        if self.default_sampling:
+            log.info("default sampling parameters from the model's generation config: %s", self.default_sampling)
         log.info("tool-call format: %s%s", self.tool_format.name,
                  " (tools described in the system message)" if self.tool_format.tools_in_system else "")
         self.metrics.watch_engine(self.engine.stats)

@@ -43,6 +43,10 @@ class Settings(BaseSettings):
     quantization: str | None = Field(
         default="auto", description="Weight format, vLLM's --quantization: auto (a registered model's own, "
         "int4, on CPU; a folder loads as is), int8, int4, or none (float32).")
+    generation_config: str = Field(
+        default="auto", description="Sampling defaults of requests that set none, vLLM's --generation-config: "
+        "auto (the model's generation_config.json; a registered model's upstream values), vllm (none: "
+        "temperature 1, top_p 1), or a folder holding a generation_config.json.")
     device: str = "auto"
     block_size: int = Field(default=16, gt=0, description="KV block size (tokens).")
     num_kv_blocks: int | None = Field(default=None, gt=0)
@@ -130,6 +134,13 @@ class Settings(BaseSettings):
 
         if value != "auto" and value not in FORMATS:
             raise ValueError(f"must be 'auto' or one of {sorted(FORMATS)}")
+        return value
+
+    @field_validator("generation_config")
+    @classmethod
+    def _generation_config_source(cls, value: str) -> str:
+        if value not in ("auto", "vllm") and not (Path(value).expanduser() / "generation_config.json").is_file():
+            raise ValueError("must be 'auto', 'vllm' or a folder holding a generation_config.json")
         return value
 
     @field_validator("routing_policy")

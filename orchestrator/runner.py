@@ -229,8 +229,9 @@ class TurnRunner:
             await compaction_hooks.before_call(self)
             ctx = a.builder.build(self.items, self.turn)
             forced = step == 1 and (self.choice == "required" or isinstance(self.choice, dict))
-            outcome = StepOutcome(parser=StreamingParser(parse_tools=self.choice != "none", fmt=a.format,
-                                                         tool_names=frozenset(a.registry.names)))
+            # no tools, no calls: a reply's call-like markup is its text (as a chat completion without tools)
+            outcome = StepOutcome(parser=StreamingParser(parse_tools=self.choice != "none" and bool(a.registry.names),
+                                                         fmt=a.format, tool_names=frozenset(a.registry.names)))
             sp = self._sampling(forced, len(ctx.token_ids))
             t0 = time.perf_counter()
             async for ev in model_call(a.engine, ctx, sp, outcome, self.turn, step, a.prices,

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from loom.runtime.request import Request
+from loom.runtime.sampling_params import SamplingParams
 
 LogitsProcessor = Callable[[torch.Tensor, Sequence[Request]], None]
 """Hook ``fn(logits [N, V] float32, rows)`` editing logits in place before sampling.
@@ -209,24 +210,65 @@ def apply_bias(logits: torch.Tensor, rows: Sequence[Request]) -> None:
 
 
 def apply_penalties(logits: torch.Tensor, rows: Sequence[Request]) -> None:
-    """Repetition (prompt + output), presence and frequency (output) penalties, in place."""
-    for i, req in enumerate(rows):
-        sp = req.sampling_params
-        if sp.repetition_penalty == 1.0 and sp.presence_penalty == 0.0 and sp.frequency_penalty == 0.0:
-            continue
-        row = logits[i]
-        vocab = row.shape[0]
-        output = torch.tensor(req.output_token_ids, dtype=torch.long, device=row.device)
-        counts = torch.bincount(output, minlength=vocab)[:vocab].to(row.dtype)
-        if sp.repetition_penalty != 1.0:
-            seen = torch.zeros(vocab, dtype=torch.bool, device=row.device)
-            seen[torch.tensor(req.all_token_ids, dtype=torch.long, device=row.device)] = True
-            penalised = torch.where(row > 0, row / sp.repetition_penalty, row * sp.repetition_penalty)
-            row.copy_(torch.where(seen, penalised, row))
-        if sp.frequency_penalty:
-            row -= sp.frequency_penalty * counts
-        if sp.presence_penalty:
-            row -= sp.presence_penalty * (counts > 0).to(row.dtype)
+    """Repetition (prompt + output), presence and frequency (output) penalties, in place.
+
+    ``logits`` is ``[N, V]`` float32.  Batched as vLLM's ``apply_penalties``: the
+    rows that have a penalty are one ``[M, V]`` block; their output-token counts
+    come from one ``scatter_add_`` over the right-padded output ids (``[M, L]``
+    int64, padded with ``V``, a column dropped afterwards), the seen mask of the
+    repetition penalty from one ``scatter_`` over prompt and output ids, and the
+    three penalties are three elementwise ops on the block, whatever ``M``.
+    Repetition: a seen token's logit is divided by the penalty when positive,
+    multiplied when not (CTRL, Keskar et al. 2019); frequency: minus the penalty
+    times the token's count in the output; presence: minus the penalty once if
+    it occurs there (OpenAI).
+    """
+    penalised = [i for i, r in enumerate(rows) if _has_penalty(r.sampling_params)]
+    if not penalised:
+        return
+    reqs = [rows[i] for i in penalised]
+    vocab, device = logits.shape[-1], logits.device
+    idx = torch.tensor(penalised, device=device)
+    block = logits.index_select(0, idx)
+
+    def column(values: list[float]) -> torch.Tensor:
+        return torch.tensor(values, dtype=logits.dtype, device=device)[:, None]
+
+    repetition = [r.sampling_params.repetition_penalty for r in reqs]
+    if any(p != 1.0 for p in repetition):
+        seen = _token_mask([r.all_token_ids for r in reqs], vocab, device)
+        rep = column(repetition)
+        block = torch.where(seen, torch.where(block > 0, block / rep, block * rep), block)
+    frequency = [r.sampling_params.frequency_penalty for r in reqs]
+    presence = [r.sampling_params.presence_penalty for r in reqs]
+    if any(frequency) or any(presence):
+        counts = _token_counts([r.output_token_ids for r in reqs], vocab, device, logits.dtype)
+        block -= column(frequency) * counts + column(presence) * (counts > 0).to(logits.dtype)
+    logits.index_copy_(0, idx, block)
+
+
+def _has_penalty(sp: SamplingParams) -> bool:
+    return sp.repetition_penalty != 1.0 or sp.presence_penalty != 0.0 or sp.frequency_penalty != 0.0
+
+
+def _padded_ids(ids: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:
+    """``[M, max(len)]`` int64, each row right-padded with ``vocab`` (one past the last id)."""
+    width = max(1, max(len(x) for x in ids))
+    return torch.tensor([x + [vocab] * (width - len(x)) for x in ids], dtype=torch.long, device=device)
+
+
+def _token_counts(ids: list[list[int]], vocab: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``[M, V]``: how often each id occurs in each row of ``ids``."""
+    padded = _padded_ids(ids, vocab, device)
+    counts = torch.zeros(len(ids), vocab + 1, dtype=dtype, device=device)
+    return counts.scatter_add_(1, padded, torch.ones_like(padded, dtype=dtype))[:, :vocab]
+
+
+def _token_mask(ids: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:
+    """``[M, V]`` bool: the ids occurring in each row of ``ids``."""
+    padded = _padded_ids(ids, vocab, device)
+    mask = torch.zeros(len(ids), vocab + 1, dtype=torch.bool, device=device)
+    return mask.scatter_(1, padded, True)[:, :vocab]
 
 
 def _gather_logprobs(

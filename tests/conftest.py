@@ -56,10 +56,10 @@ def real_model():
 @pytest.fixture(scope="session")
 def real_quantization() -> str | None:
     """The weight format a user of the default model gets on a CPU (its registered
-    ``quantization``, int8): what ``loom serve`` and ``LLM("smollm2-135m-instruct")`` run.
+    ``quantization``; int4 for SmolLM2): what ``loom serve`` and ``LLM("smollm2-135m-instruct")`` run.
 
     Tests of behaviour on the real model (agent loops, chat, sessions, compaction) run it, about
-    3x faster decodes than float32; tests of equality with transformers keep float32.
+    3-4x faster decodes than float32; tests of equality with transformers keep float32.
     """
     from loom.runtime.checkpoint.registry import DEFAULT_MODEL, lookup
 

@@ -116,7 +116,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     engine = services.require_engine()
     reuse = _IdReuse(services.generated_ids, owner)
     prepared = prepare(body, engine.tokenizer, services.settings.default_max_tokens,
-                       engine_max_model_len(engine), services.tool_format, encode=reuse.encode)
+                       engine_max_model_len(engine), services.tool_format, encode=reuse.encode,
+                       defaults=services.default_sampling)
     run = CompletionRun(prepared, services.settings.model_name, engine.tokenizer)
     try:
         gens = await open_generations(engine, prepared.prompt_token_ids, prepared.sampling_params,

@@ -55,7 +55,7 @@ async def create_completion(body: CompletionRequest, request: Request,
     check_model(services, body.model)
     engine = services.require_engine()
     prepared = prepare(body, engine.tokenizer, services.settings.default_max_tokens,
-                       engine_max_model_len(engine))
+                       engine_max_model_len(engine), services.default_sampling)
     run = CompletionRun(prepared, services.settings.model_name, engine.tokenizer)
     try:
         gens = await _open(engine, prepared, run.request_id)

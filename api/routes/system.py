@@ -51,6 +51,7 @@ async def health(request: Request) -> Health:
     config = {name: getattr(cfg, name) for name in _CONFIG_FIELDS}
     spec = cfg.speculative_config
     config["speculative_config"] = None if spec is None else dataclasses.asdict(spec)
+    config["default_sampling"] = services.default_sampling
     return Health(status="ok", model=services.settings.model_name,
                   in_flight=services.in_flight - 1,  # not counting this request
                   auth=not services.settings.no_auth, engine=stats, config=config)

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import inspect
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from loom.api.schemas.chat import AssistantMessage, ChatCompletionRequest, Content, NamedToolChoice, ToolMessage
 from loom.json_types import JSONObject
@@ -266,8 +267,13 @@ def _top_logprobs(req: ChatCompletionRequest) -> int | None:
 
 def prepare(req: ChatCompletionRequest, tokenizer: Tokenizer, default_max_tokens: int,
             max_model_len: int | None, fmt: ToolCallFormat | None = None,
-            encode: Callable[[str], list[int]] | None = None) -> PreparedChat:
+            encode: Callable[[str], list[int]] | None = None,
+            defaults: Mapping[str, float | int] | None = None) -> PreparedChat:
     """Prompt ids and ``SamplingParams`` for a request.
+
+    ``defaults``: the model's sampling defaults for fields the request leaves unset
+    (``loom.runtime.checkpoint.generation_config``; its ``max_tokens`` replaces
+    ``default_max_tokens``); otherwise OpenAI's (temperature 1, top_p 1).
 
     ``fmt`` is the model's tool-call format (detected from ``tokenizer`` when ``None``).
     ``encode`` tokenizes the rendered prompt instead of the tokenizer (the
@@ -295,9 +301,10 @@ def prepare(req: ChatCompletionRequest, tokenizer: Tokenizer, default_max_tokens
         raise ContextLengthError(
             f"This model's maximum context length is {max_model_len} tokens, but the "
             f"messages use {len(ids)} tokens.", param="messages")
+    defaults = defaults or {}
     max_tokens = req.max_completion_tokens or req.max_tokens
     if max_tokens is None:
-        max_tokens = default_max_tokens
+        max_tokens = int(defaults.get("max_tokens", default_max_tokens))
         if max_model_len is not None:
             max_tokens = max(1, min(max_tokens, max_model_len - len(ids)))
     elif max_model_len is not None and len(ids) + max_tokens > max_model_len:
@@ -307,8 +314,8 @@ def prepare(req: ChatCompletionRequest, tokenizer: Tokenizer, default_max_tokens
             "completion).", param="max_tokens")
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     sampling: JSONObject = {
-        "temperature": 1.0 if req.temperature is None else req.temperature,
-        "top_p": 1.0 if req.top_p is None else req.top_p,
+        "temperature": defaults.get("temperature", 1.0) if req.temperature is None else req.temperature,
+        "top_p": defaults.get("top_p", 1.0) if req.top_p is None else req.top_p,
         "max_tokens": max_tokens,
         "stop": [] if structured is not None else stop,
         "seed": req.seed,
@@ -321,6 +328,8 @@ def prepare(req: ChatCompletionRequest, tokenizer: Tokenizer, default_max_tokens
                 "stop_token_ids", "ignore_eos", "include_stop_str_in_output"):
         if getattr(req, opt) is not None:
             sampling[opt] = getattr(req, opt)
+        elif opt in defaults:
+            sampling[opt] = defaults[opt]
     params = SamplingParams(**sampling)
     if forced:  # the user's schemas exactly as given (bound=False): an API must not narrow them
         # several calls only when asked explicitly (parallel_tool_calls=true with "required")

@@ -19,6 +19,7 @@ for one of several).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -147,8 +148,12 @@ def _check_fields(body: CompletionRequest, n_prompts: int) -> int:
 
 
 def prepare(body: CompletionRequest, tokenizer: Tokenizer, default_max_tokens: int,
-            max_model_len: int | None) -> PreparedCompletion:
+            max_model_len: int | None, defaults: Mapping[str, float | int] | None = None) -> PreparedCompletion:
     """Prompts with their ``SamplingParams`` for ``body``.
+
+    ``defaults``: the model's sampling defaults for fields the request leaves unset
+    (``loom.runtime.checkpoint.generation_config``; its ``max_tokens`` replaces
+    ``default_max_tokens``); otherwise OpenAI's (temperature 1, top_p 1).
 
     Raises:
         InvalidRequestError: an invalid field or combination (``param`` names it).
@@ -162,9 +167,11 @@ def prepare(body: CompletionRequest, tokenizer: Tokenizer, default_max_tokens: i
                            tools=None, tool_choice=None)
     field, structured = output_constraint(view, False)  # type: ignore[arg-type]
     stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    defaults = defaults or {}
+    default_max_tokens = int(defaults.get("max_tokens", default_max_tokens))
     base: JSONObject = {
-        "temperature": 1.0 if body.temperature is None else body.temperature,
-        "top_p": 1.0 if body.top_p is None else body.top_p,
+        "temperature": defaults.get("temperature", 1.0) if body.temperature is None else body.temperature,
+        "top_p": defaults.get("top_p", 1.0) if body.top_p is None else body.top_p,
         "stop": stop,
         "seed": body.seed,
         "skip_special_tokens": body.skip_special_tokens,
@@ -177,6 +184,8 @@ def prepare(body: CompletionRequest, tokenizer: Tokenizer, default_max_tokens: i
                 "stop_token_ids", "ignore_eos", "include_stop_str_in_output"):
         if getattr(body, opt) is not None:
             base[opt] = getattr(body, opt)
+        elif opt in defaults:
+            base[opt] = defaults[opt]
     echo_only = body.max_tokens == 0
     if echo_only:
         base["min_tokens"] = 0

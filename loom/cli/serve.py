@@ -76,6 +76,9 @@ def serve(
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float32 | bfloat16 | float16 | auto."),
     quantization: Optional[str] = typer.Option(None, "--quantization", "-q", help="Weight format: auto (default: "
                                                "a registered model's own on CPU), int8, int4, none."),
+    generation_config: Optional[str] = typer.Option(None, "--generation-config", help="Sampling defaults of "
+                                                    "requests that set none: auto (the model's; default), "
+                                                    "vllm (temperature 1, top_p 1) or a folder."),
     device: Optional[str] = typer.Option(None, "--device", help="auto | cpu | cuda[:N]."),
     block_size: Optional[int] = typer.Option(None, "--block-size", help="Tokens per KV block (default 16)."),
     num_kv_blocks: Optional[int] = typer.Option(None, "--num-kv-blocks", help="KV block pool size (default: "
@@ -128,7 +131,7 @@ def serve(
         allowed_methods=_json("--allowed-methods", allowed_methods, list),
         allowed_headers=_json("--allowed-headers", allowed_headers, list),
         allow_credentials=allow_credentials or None, served_model_name=served_model_name, dtype=dtype,
-        quantization=quantization,
+        quantization=quantization, generation_config=generation_config,
         device=device, block_size=block_size, num_kv_blocks=num_kv_blocks,
         gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, enable_prefix_caching=enable_prefix_caching,

@@ -41,7 +41,8 @@ import difflib
 import logging
 import os
 from contextlib import suppress
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from loom.runtime.checkpoint.cache import build_atomically, is_complete, loom_cache_root
@@ -87,6 +88,10 @@ class RegisteredModel:
             runs it in on CPU: ``"int4"`` where the GGUF's linear layers are 4-bit
             group-32 blocks int4 reproduces (SmolLM2's Q4_1), ``"int8"`` where
             int4 measurably changed the answers (Qwen2.5-Coder's Q4_K_M).
+        sampling: the upstream ``generation_config.json``'s sampling fields, or the model
+            card's recommended sampling where it has none (a GGUF carries neither):
+            the defaults of requests that set none
+            (``loom.runtime.checkpoint.generation_config``).
     """
 
     name: str
@@ -99,6 +104,7 @@ class RegisteredModel:
     gguf_bytes: int
     note: str = ""
     quantization: str | None = "int4"
+    sampling: Mapping[str, float | int] = field(default_factory=dict, hash=False)
 
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -118,6 +124,7 @@ REGISTRY: dict[str, RegisteredModel] = {
             gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             gguf_bytes=98_362_432,
             note="Loom's default: 135M Llama-family chat model, ~25 tok/s at batch 1 on 2 CPU cores",
+            sampling={"temperature": 0.2, "top_p": 0.9},  # the model card's generate() example
         ),
         RegisteredModel(
             name="qwen2.5-coder-0.5b-instruct",
@@ -142,6 +149,7 @@ REGISTRY: dict[str, RegisteredModel] = {
             # int4 was measured too: perplexity +3.0% but top-1 agreement 89.8% and chat replies that
             # differed from float32 at their first token; int8: -0.1%, 97.4%, 24.8 tok/s (float32 6.2)
             quantization="int8",
+            sampling={"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.1},
         ),
     )
 }

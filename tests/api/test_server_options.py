@@ -32,17 +32,24 @@ class PositionalServer(Server):
                 *self.extra]
 
 
+GENERATION_CONFIG = {"do_sample": True, "temperature": 0.0, "repetition_penalty": 1.2, "max_new_tokens": 6,
+                     "eos_token_id": 2}
+
+
 @pytest.fixture(scope="module")
 def options_server(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
     """The server with every option under test, and a key from its database (owner ``carol``)."""
     work = tmp_path_factory.mktemp("api-options")
     db = f"sqlite:///{work / 'loom.db'}"
     db_key = cli("keys", "create", "--owner", "carol", "--db", db).strip().splitlines()[-1]
+    (work / "gen").mkdir()
+    (work / "gen" / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG))
     srv = PositionalServer(
         checkpoint, db, work, "--block-size", "32", "--no-enable-prefix-caching", "--max-num-batched-tokens", "256",
         "--max-model-len", "512", "--num-kv-blocks", "64", "--max-num-seqs", "4", "--gpu-memory-utilization", "0.5",
         "--dtype", "float32", "--quantization", "int8", "--speculative-config", json.dumps(SPEC), "--api-key", STATIC_KEY,
         "--allowed-origins", json.dumps([ORIGIN]), "--root-path", "/loom", "--disable-uvicorn-access-log",
+        "--generation-config", str(work / "gen"),
     ).start()
     yield srv, db_key
     srv.stop()
@@ -65,6 +72,25 @@ def test_engine_flags_reach_the_engine_config_reported_by_health(options_server)
     assert config["speculative_config"]["num_speculative_tokens"] == 2
     assert health["engine"]["kv_blocks_total"] == 64
     assert "64 blocks x 32 tokens" in srv.log()  # the pool the engine built
+
+
+def test_generation_config_sets_the_sampling_of_requests_that_set_none(options_server) -> None:
+    """--generation-config (vLLM's): its temperature 0 makes requests without one greedy (the random model
+    would draw different replies at temperature 1), its max_new_tokens their max_tokens; a request's own
+    fields win."""
+    srv, _ = options_server
+    assert httpx.get(srv.url + "/loom/health", timeout=10).json()["config"]["default_sampling"] == {
+        "temperature": 0.0, "repetition_penalty": 1.2, "max_tokens": 6}
+    client = _client(srv, STATIC_KEY)
+    messages = [{"role": "user", "content": "Tell me a story about a lighthouse."}]
+    plain = [client.chat.completions.create(model="loom", messages=messages) for _ in range(2)]
+    assert plain[0].choices[0].message.content == plain[1].choices[0].message.content
+    assert [p.usage.completion_tokens for p in plain] == [6, 6]
+    explicit = client.chat.completions.create(model="loom", messages=messages, temperature=0, max_tokens=6,
+                                              extra_body={"repetition_penalty": 1.2})
+    assert explicit.choices[0].message.content == plain[0].choices[0].message.content
+    text = client.completions.create(model="loom", prompt="Once upon a time", max_tokens=12)
+    assert text.usage.completion_tokens == 12
 
 
 def test_no_enable_prefix_caching_serves_a_repeated_prompt_without_cached_tokens(options_server) -> None:

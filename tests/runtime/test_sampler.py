@@ -100,6 +100,27 @@ def test_repetition_presence_and_frequency_penalties_are_exact():
     assert logits[0].tolist() == pytest.approx(expected)
 
 
+def test_penalties_of_a_mixed_batch_equal_each_row_penalised_alone():
+    """Rows with different penalties, output lengths (none too) and rows without any penalty,
+    in one batch: every row as if it were sampled alone; unpenalised rows untouched."""
+    gen = torch.Generator().manual_seed(0)
+    specs = [dict(repetition_penalty=1.3), dict(), dict(frequency_penalty=0.7), dict(presence_penalty=-0.4),
+             dict(repetition_penalty=0.8, frequency_penalty=0.1, presence_penalty=0.2), dict()]
+    rows = []
+    for i, kw in enumerate(specs):
+        req = _row(prompt=torch.randint(0, 6, (i + 1,), generator=gen).tolist(), temperature=0.0, **kw)
+        req.all_token_ids += torch.randint(0, 6, (2 * i,), generator=gen).tolist()
+        rows.append(req)
+    base = torch.randn(len(rows), len(LOGITS), generator=gen)
+    batched = base.clone()
+    Sampler()(batched, rows)
+    for i, req in enumerate(rows):
+        alone = base[i:i + 1].clone()
+        Sampler()(alone, [req])
+        assert torch.allclose(batched[i], alone[0]), i
+    assert torch.equal(batched[1], base[1]) and torch.equal(batched[5], base[5])
+
+
 def test_logits_processor_hook_masks_tokens_before_sampling():
     def only_token_3(logits, rows):
         mask = torch.full_like(logits, float("-inf"))
