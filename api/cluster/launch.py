@@ -9,6 +9,7 @@ drains for ``--drain-timeout`` seconds) and stop the Ray instance this command s
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from typing import TYPE_CHECKING
@@ -53,6 +54,18 @@ def run(settings: Settings) -> None:
 
     from loom.api.cluster.deploy import APP_NAME, build_app
 
+    # Serve's HTTP proxy must answer its readiness check in 5 s (3 tries) or it is killed, which fails
+    # the start; on a loaded machine (a measured case: load 8 on 2 cores) its process takes longer to
+    # come up. A local Ray inherits this environment; a joined cluster keeps its own settings.
+    for name, seconds in (("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "300"),
+                          ("RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S", "60")):
+        os.environ.setdefault(name, seconds)
+    # serve.start then waits for the proxy a fixed 60 s, a module constant with no setting; measured
+    # at load 8 on 2 cores: the proxy process was up after 62 s. Give it the readiness bound above.
+    from ray.serve._private import api as serve_api
+
+    if getattr(serve_api, "HTTP_PROXY_TIMEOUT", 0) < 300:
+        serve_api.HTTP_PROXY_TIMEOUT = 300
     ray.init(address=settings.ray_address, include_dashboard=False, logging_level=logging.WARNING,
              log_to_driver=settings.log_level.lower() == "debug")
     try:

@@ -20,7 +20,9 @@ import pytest
 from benchmarks.replicas import ReplicaServer, conversations, replica_pid, run_workload
 from tests.api.server import REPO, _env
 
-pytestmark = pytest.mark.slow
+# the cluster fixture starts Ray, Serve's proxy and two replicas, each loading the model: about 30 s
+# idle, 10 minutes at load 8 on 2 cores (measured), so the per-test limit leaves room for that
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 BLOCK = 16  # the server's KV block size (tokens)
 
 
@@ -29,7 +31,7 @@ def cluster(real_model, real_quantization, tmp_path_factory):
     """Two replicas on a SQLite file; ``LOOM_CLUSTER_TEST_DB=postgresql+psycopg://...`` puts them on Postgres."""
     server = ReplicaServer(real_model, tmp_path_factory.mktemp("replicas"), 2, "cache_aware",
                            "--quantization", real_quantization,
-                           db=os.environ.get("LOOM_CLUSTER_TEST_DB")).start(timeout=600)
+                           db=os.environ.get("LOOM_CLUSTER_TEST_DB")).start(timeout=1400)
     yield server
     assert server.stop() == 0
 
