@@ -195,6 +195,16 @@ class ReplicaServer(Server):
     def stop(self, timeout: float = 90) -> int:
         return super().stop(timeout)
 
+    def kill(self) -> None:
+        """SIGTERM, then SIGKILL after 90 s: a SIGKILLed launcher leaves the local Ray cluster it
+        started running (seen after a start that timed out at load 8: replicas kept loading the model)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(90)
+            except subprocess.TimeoutExpired:
+                super().kill()
+
 
 def main() -> None:
     from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
