@@ -29,7 +29,6 @@ import numpy as np
 import torch
 
 from loom.runtime.request import Request
-from loom.runtime.sampling_params import SamplingParams
 
 LogitsProcessor = Callable[[torch.Tensor, Sequence[Request]], None]
 """Hook ``fn(logits [N, V] float32, rows)`` editing logits in place before sampling.
@@ -223,7 +222,7 @@ def apply_penalties(logits: torch.Tensor, rows: Sequence[Request]) -> None:
     times the token's count in the output; presence: minus the penalty once if
     it occurs there (OpenAI).
     """
-    penalised = [i for i, r in enumerate(rows) if _has_penalty(r.sampling_params)]
+    penalised = [i for i, r in enumerate(rows) if r.sampling_params.has_penalties]
     if not penalised:
         return
     reqs = [rows[i] for i in penalised]
@@ -245,10 +244,6 @@ def apply_penalties(logits: torch.Tensor, rows: Sequence[Request]) -> None:
         counts = _token_counts([r.output_token_ids for r in reqs], vocab, device, logits.dtype)
         block -= column(frequency) * counts + column(presence) * (counts > 0).to(logits.dtype)
     logits.index_copy_(0, idx, block)
-
-
-def _has_penalty(sp: SamplingParams) -> bool:
-    return sp.repetition_penalty != 1.0 or sp.presence_penalty != 0.0 or sp.frequency_penalty != 0.0
 
 
 def _padded_ids(ids: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:

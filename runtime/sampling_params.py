@@ -142,6 +142,11 @@ class SamplingParams:
         """True when the request samples by argmax (temperature ~ 0)."""
         return self.temperature < _GREEDY_EPS
 
+    @property
+    def has_penalties(self) -> bool:
+        """True when a repetition, presence or frequency penalty changes the logits."""
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
     def clone(self, **changes: Any) -> SamplingParams:  # the fields' own types, checked on construction
         """A copy with ``changes`` applied (validated again)."""
         return dataclasses.replace(self, **changes)

@@ -265,6 +265,26 @@ def _top_logprobs(req: ChatCompletionRequest) -> int | None:
     return (req.top_logprobs or 0) if req.logprobs else None
 
 
+OPTIONAL_SAMPLING = ("top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens",
+                     "stop_token_ids", "ignore_eos", "include_stop_str_in_output")
+"""vLLM's sampling fields a chat or text completion request may set (``None``: unset)."""
+
+
+def sampling_fields(req: Any, defaults: Mapping[str, float | int]) -> JSONObject:
+    """``temperature``, ``top_p`` and the :data:`OPTIONAL_SAMPLING` fields ``req`` sets; an unset one
+    takes the model's default (``defaults``), else OpenAI's (temperature 1, top_p 1) or is left out."""
+    out: JSONObject = {
+        "temperature": defaults.get("temperature", 1.0) if req.temperature is None else req.temperature,
+        "top_p": defaults.get("top_p", 1.0) if req.top_p is None else req.top_p,
+    }
+    for opt in OPTIONAL_SAMPLING:
+        if getattr(req, opt) is not None:
+            out[opt] = getattr(req, opt)
+        elif opt in defaults:
+            out[opt] = defaults[opt]
+    return out
+
+
 def prepare(req: ChatCompletionRequest, tokenizer: Tokenizer, default_max_tokens: int,
             max_model_len: int | None, fmt: ToolCallFormat | None = None,
             encode: Callable[[str], list[int]] | None = None,
@@ -314,8 +334,7 @@ def prepare(req: ChatCompletionRequest, tokenizer: Tokenizer, default_max_tokens
             "completion).", param="max_tokens")
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     sampling: JSONObject = {
-        "temperature": defaults.get("temperature", 1.0) if req.temperature is None else req.temperature,
-        "top_p": defaults.get("top_p", 1.0) if req.top_p is None else req.top_p,
+        **sampling_fields(req, defaults),
         "max_tokens": max_tokens,
         "stop": [] if structured is not None else stop,
         "seed": req.seed,
@@ -324,12 +343,6 @@ def prepare(req: ChatCompletionRequest, tokenizer: Tokenizer, default_max_tokens
         "logprobs": top_logprobs,
         "logit_bias": token_bias(req, len(tokenizer)),
     }
-    for opt in ("top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens",
-                "stop_token_ids", "ignore_eos", "include_stop_str_in_output"):
-        if getattr(req, opt) is not None:
-            sampling[opt] = getattr(req, opt)
-        elif opt in defaults:
-            sampling[opt] = defaults[opt]
     params = SamplingParams(**sampling)
     if forced:  # the user's schemas exactly as given (bound=False): an API must not narrow them
         # several calls only when asked explicitly (parallel_tool_calls=true with "required")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
-from loom.api.serving_chat.prompt import token_bias, output_constraint
+from loom.api.serving_chat.prompt import output_constraint, sampling_fields, token_bias
 from loom.api.schemas.completions import MAX_CHOICES, CompletionRequest
 from loom.json_types import JSONObject
 from loom.orchestrator.protocols import Tokenizer, decode_text
@@ -170,8 +170,7 @@ def prepare(body: CompletionRequest, tokenizer: Tokenizer, default_max_tokens: i
     defaults = defaults or {}
     default_max_tokens = int(defaults.get("max_tokens", default_max_tokens))
     base: JSONObject = {
-        "temperature": defaults.get("temperature", 1.0) if body.temperature is None else body.temperature,
-        "top_p": defaults.get("top_p", 1.0) if body.top_p is None else body.top_p,
+        **sampling_fields(body, defaults),
         "stop": stop,
         "seed": body.seed,
         "skip_special_tokens": body.skip_special_tokens,
@@ -180,12 +179,6 @@ def prepare(body: CompletionRequest, tokenizer: Tokenizer, default_max_tokens: i
         "prompt_logprobs": body.logprobs if body.echo else None,
         "logit_bias": token_bias(body, len(tokenizer)),  # type: ignore[arg-type]
     }
-    for opt in ("top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens",
-                "stop_token_ids", "ignore_eos", "include_stop_str_in_output"):
-        if getattr(body, opt) is not None:
-            base[opt] = getattr(body, opt)
-        elif opt in defaults:
-            base[opt] = defaults[opt]
     echo_only = body.max_tokens == 0
     if echo_only:
         base["min_tokens"] = 0

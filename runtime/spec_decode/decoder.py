@@ -123,8 +123,7 @@ class SpecDecoder:
         return (req.num_computed_tokens == req.num_tokens - 1
                 and sp.logprobs is None
                 and req.num_output_tokens >= sp.min_tokens
-                and sp.repetition_penalty == 1.0 and sp.presence_penalty == 0.0
-                and sp.frequency_penalty == 0.0
+                and not sp.has_penalties
                 and not (req.structured_state is not None and req.structured_state.is_terminated))
 
     def _max_drafts(self, req: Request) -> int:
