@@ -9,6 +9,8 @@ STAMP   := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
+# uv installs without compiling bytecode; Python writes it on first import, once, for the modules used.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup model demo test bench bench-env bench-cpu clean
 
