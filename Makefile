@@ -1,11 +1,13 @@
 # `make demo` and `make test` each set up .venv from nothing, then run.
-# torch==2.13.0 goes in first, with pip: a bare torch requirement would pull CUDA wheels.
-# The rest (about 200 packages) installs with uv, which downloads and unpacks in parallel
-# (about 20 s on an empty cache against pip's 80 s); pip takes over if uv cannot run.
+# Installs go through uv, which downloads and unpacks in parallel (about 25 s in all on an
+# empty cache, against pip's 100 s), with pip as the fallback wherever uv cannot run.
+# torch==2.13.0 goes in first: the CPU build from pip's find-links folders ($$PIP_FIND_LINKS),
+# else pip's `torch==2.13.0`; a bare torch requirement would pull CUDA wheels.
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+UV      = $(BIN)/uv pip install -q --python $(BIN)/python
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
@@ -19,9 +21,10 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q uv && $(BIN)/uv pip install -q --python $(BIN)/python -e '.[dev]' \
-		|| $(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q uv
+	$(UV) --no-deps --no-index $(foreach d,$(PIP_FIND_LINKS),--find-links $(d)) torch==2.13.0 \
+		|| $(BIN)/pip install -q torch==2.13.0
+	$(UV) -e '.[dev]' || $(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
