@@ -50,17 +50,18 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         params: JSONObject = dict(getattr(config, "rope_parameters", None) or {})
         rope_type: str = params["rope_type"] if "rope_type" in params else params.get("type", "default")
-        if rope_type == "default":
-            base = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
-            inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float, device="cpu") / head_dim))
-            scaling = 1.0
-        else:
-            from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+        # real tables on the CPU even while the model is built on the meta device (every load builds it there)
+        with torch.device("cpu"):
+            if rope_type == "default":
+                base = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+                inv_freq = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim))
+                scaling = 1.0
+            else:
+                from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-            inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"))
-        # device="cpu" explicitly: a model built on the meta device (a cached quantized load) needs real tables
-        freqs = torch.arange(max_positions, dtype=torch.float, device="cpu")[:, None] * inv_freq[None, :]
-        emb = torch.cat((freqs, freqs), dim=-1)
+                inv_freq, scaling = ROPE_INIT_FUNCTIONS[rope_type](config, torch.device("cpu"))
+            freqs = torch.arange(max_positions, dtype=torch.float)[:, None] * inv_freq[None, :]
+            emb = torch.cat((freqs, freqs), dim=-1)
         # Plain attributes, not buffers: ``model.to(bfloat16)`` must not round them.
         self.cos = emb.cos() * scaling
         self.sin = emb.sin() * scaling
@@ -172,7 +173,10 @@ class LlamaModel(nn.Module):
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         rope = RotaryEmbedding(config, head_dim, max_positions)
         self.rope = rope
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # no random init (every load fills the weights); a plain Embedding's init under ``torch.device("meta")``
+        # imports torch._dynamo, 0.5 s at every process start
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size,
+                                         _weight=torch.empty(config.vocab_size, config.hidden_size))
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, i, rope) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -209,7 +213,12 @@ class LlamaForCausalLM(nn.Module):
         self.config = config
         self.model = LlamaModel(config, max_positions or config.max_position_embeddings)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if getattr(config, "tie_word_embeddings", False):
+        self.tie_weights()
+
+    def tie_weights(self) -> None:
+        """Share the embedding with the head when the config ties them (again after ``to_empty``, which
+        gives each module its own new tensor)."""
+        if getattr(self.config, "tie_word_embeddings", False):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:

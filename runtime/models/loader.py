@@ -140,7 +140,10 @@ def load_model(
         ValueError: a tensor whose name or shape the model does not expect.
     """
     def build_float() -> LlamaForCausalLM:
-        model = LlamaForCausalLM(hf_config, max_positions)
+        with torch.device("meta"):  # no random init of weights the checkpoint (or the dummy init) fills
+            model = LlamaForCausalLM(hf_config, max_positions)
+        model = model.to_empty(device="cpu")
+        model.tie_weights()
         if load_format == "dummy":
             _init_dummy(model, hf_config, seed)
         else:
