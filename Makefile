@@ -38,11 +38,12 @@ demo: model
 	$(BIN)/loom demo
 
 # Two workers, one torch thread each (no OpenMP threads spinning against each other);
-# --dist loadfile keeps each test file on one worker, so its servers start once.
+# --dist loadfile keeps each test file on one worker, so its servers start once, and
+# --no-loadscope-reorder hands out files in collection order (tests/conftest.py puts the longest first).
 TEST_WORKERS ?= 2
 PYTEST_ARGS ?=
 test: model
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS) tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS) tests
 
 bench: setup
 	$(BIN)/loom bench throughput

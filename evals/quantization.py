@@ -105,10 +105,10 @@ def compare(model: str, methods: tuple[str, ...] = ("int8", "int4"), *, window: 
                                                                  add_generation_prompt=True),
                                add_special_tokens=False)["input_ids"] for q in questions]
         params = SamplingParams(max_tokens=greedy_tokens, temperature=0.0, ignore_eos=True)
-        greedy = {kind: [o.token_ids for o in llm.generate(prompt_token_ids=prompts, sampling_params=params,
-                                                           use_tqdm=False)]
-                  for kind, prompts in (("docs", [w[:greedy_prompt] for w in windows[:num_greedy]]),
-                                        ("chat", chats))}
+        docs = [w[:greedy_prompt] for w in windows[:num_greedy]]
+        outs = [o.token_ids for o in llm.generate(prompt_token_ids=docs + chats, sampling_params=params,
+                                                  use_tqdm=False)]  # one batch: both kinds decode together
+        greedy = {"docs": outs[:len(docs)], "chat": outs[len(docs):]}
         runner = llm.engine.runner
         assert isinstance(runner, ModelRunner)  # one rank: quantization refuses tensor parallelism
         quality = MethodQuality(method or "float32", math.exp(sum(nll) / len(nll)), len(nll),

@@ -69,24 +69,41 @@ def real_quantization() -> str | None:
 
 
 # --- scheduling -----------------------------------------------------------------------------------
-# `make test` runs `pytest -n 2 --dist loadfile`: whole files go to whichever worker is free, in
-# collection order. Starting the longest files first (longest-processing-time-first) keeps one
-# worker from finishing a two-minute file alone at the end. Measured with --durations on 2 cores.
-SLOW_FIRST = (  # worker seconds per file, warm cache, `--durations=0`
-    "tests/test_docs_examples.py",                 # ~110 s: the docs pages' examples, each a process
-    "tests/api/test_replicas.py",                  # ~75 s: two Ray Serve replicas
-    "tests/cli/test_chat.py",                      # ~70 s: `loom chat` processes
-    "tests/test_readme.py",                        # ~55 s
-    "tests/orchestrator/test_compaction.py",       # ~45 s: a 10-turn retrieval session on the real model
+# `make test` runs `pytest -n 2 --dist loadfile --no-loadscope-reorder`: whole files go to whichever
+# worker is free, in collection order (xdist's default reorder would sort files by their number of
+# tests instead). Starting the longest files first (longest-processing-time-first) leaves the short
+# ones to even out the end. Worker seconds per file, warm cache, `--durations=0` on 2 cores.
+SLOW_FIRST = (
+    "tests/test_docs_examples.py",                 # ~125 s: the docs pages' examples, each a process
+    "tests/api/test_replicas.py",                  # ~85 s: two Ray Serve replicas
+    "tests/cli/test_chat.py",                      # ~75 s: `loom chat` processes
+    "tests/test_readme.py",                        # ~70 s
+    "tests/orchestrator/test_compaction.py",       # ~50 s: a 10-turn retrieval session on the real model
+    "tests/evals/test_quantization_quality.py",    # ~40 s: three engines score the same documents
     "tests/runtime/test_real_model_matches_transformers.py",
-    "tests/evals/test_quantization_quality.py",    # ~38 s: three engines score the same documents
     "tests/runtime/test_tensor_parallel_engine.py",
-    "tests/api/test_fuzz_openapi.py",
     "tests/cli/test_quiet_and_progress.py",
+    "tests/api/test_fuzz_openapi.py",
     "tests/orchestrator/test_condense.py",
     "tests/cli/test_demo.py",
     "tests/api/test_session_after_turn.py",
     "tests/orchestrator/test_agent_real_model.py",
+    "tests/runtime/test_registry.py",
+    "tests/api/test_session_approval.py",
+    "tests/evals/test_qa_suite.py",
+    "tests/api/test_parallel_tool_calls.py",
+    "tests/api/test_restart.py",
+    "tests/retrieval/test_retriever.py",
+    "tests/api/test_session_fork.py",
+    "tests/orchestrator/test_memory_view_real_model.py",
+    "tests/api/test_stateless_prefix_cache.py",
+    "tests/api/test_mcp_sessions.py",
+    "tests/tools/test_mcp.py",
+    "tests/cli/test_failure_paths.py",
+    "tests/evals/test_tools_suite.py",
+    "tests/runtime/test_engine_chaos.py",
+    "tests/api/test_load.py",
+    "tests/test_types.py",                         # mypy: ~5 s warm, ~30 s on a fresh clone's empty cache
 )
 
 
