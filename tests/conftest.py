@@ -84,6 +84,7 @@ SLOW_FIRST = (
     "tests/runtime/test_tensor_parallel_engine.py",
     "tests/cli/test_quiet_and_progress.py",
     "tests/api/test_fuzz_openapi.py",
+    "tests/test_types.py",                         # mypy: ~30 s on a fresh clone's empty cache (5 s warm)
     "tests/orchestrator/test_condense.py",
     "tests/cli/test_demo.py",
     "tests/api/test_session_after_turn.py",
@@ -103,7 +104,6 @@ SLOW_FIRST = (
     "tests/evals/test_tools_suite.py",
     "tests/runtime/test_engine_chaos.py",
     "tests/api/test_load.py",
-    "tests/test_types.py",                         # mypy: ~5 s warm, ~30 s on a fresh clone's empty cache
 )
 
 
