@@ -135,6 +135,9 @@ class RunResult:
             (each with ``.document``, ``.section``, ``.text``); empty without auto retrieval.
         rewritten_query: the follow-up rewritten into a standalone question for
             retrieval (``loom.orchestrator.condense``); ``None`` when no rewrite was made.
+        finish_reason: why the last model call ended, as the engine says (vLLM's and
+            OpenAI's names): ``stop`` (end-of-sequence token or stop string), ``length``
+            (``max_tokens`` cut the reply), ``abort``; ``None`` before any call.
     """
 
     answer: str = ""
@@ -151,6 +154,7 @@ class RunResult:
     pending: list[PendingCall] = field(default_factory=list)
     retrieved: list[SearchHit] = field(default_factory=list)
     rewritten_query: str | None = None
+    finish_reason: str | None = None
 
 
 @dataclass

@@ -244,6 +244,7 @@ class TurnRunner:
             self.ledgers.append(outcome.ledger)
             res.timings.setdefault("ttft", outcome.ledger.ttft_ms)
             self._store_reply(outcome, step)
+            res.finish_reason = outcome.finish_reason
             if outcome.finish_reason == "abort":
                 res.final_state = "interrupted"
                 return

@@ -23,7 +23,8 @@ async def stream_turn(console: Console, agent: Any, session: Any, message: str,
     """Run one turn of ``agent`` in ``session``, printing its events; return the result.
 
     A turn whose model call was aborted (``final_state == "interrupted"``) ends its
-    reply with a dim ``[stopped]``.
+    reply with a dim ``[stopped]``; an answer that ``max_tokens`` cut off
+    (``finish_reason == "length"``) with a dim ``[cut at max_tokens]``.
     """
     from loom.orchestrator.events import ContentDelta, DoneEvent, ReasoningDelta, ToolCallEvent, ToolResultEvent
 
@@ -58,6 +59,8 @@ async def stream_turn(console: Console, agent: Any, session: Any, message: str,
             result = ev.result
     if result is not None and result.final_state == "interrupted":
         console.print(" [dim]\\[stopped][/]", end="")
+    elif result is not None and result.final_state == "done" and result.finish_reason == "length":
+        console.print(" [dim]\\[cut at max_tokens][/]", end="")
     console.print()
     return result
 

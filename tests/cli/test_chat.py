@@ -104,6 +104,22 @@ def test_chat_verbose_logs_the_loading_and_all_of_it_before_the_first_prompt(cha
     assert max(logs) < first_prompt  # model, embedder, FAISS and BM25 all loaded before the prompt
 
 
+def test_a_reply_cut_at_max_tokens_ends_marked_as_cut(real_model, real_quantization) -> None:
+    from loom.cli.turns import stream_turn
+    from loom.orchestrator import InMemorySession
+
+    engine, agent = _build_agent(str(real_model), None, None, "default", "You are a helpful assistant.", 4,
+                                 quantization=real_quantization)
+    console = Console(file=io.StringIO(), width=200, highlight=False)
+    try:
+        result = asyncio.run(stream_turn(console, agent, InMemorySession(), "Write a long story about a fox."))
+    finally:
+        engine.shutdown()
+    assert result is not None and result.final_state == "done" and result.finish_reason == "length"
+    assert result.usage.completion_tokens == 4
+    assert console.file.getvalue().rstrip().endswith("[cut at max_tokens]")
+
+
 # --- Ctrl-C ------------------------------------------------------------------------------------------------
 LONG = "Write a long story about a dragon who learns to fly."
 
