@@ -263,3 +263,13 @@ async def test_tool_call_ids_are_random_unique_and_agree_across_events_records_a
         ids += stored
     assert len(set(ids)) == 4
     assert all(re.fullmatch(r"call_[0-9a-f]{24}", i) for i in ids)
+
+
+async def test_result_says_why_the_last_call_ended(tokenizer) -> None:
+    """Orchestration logic with a scripted model: ``finish_reason`` is the answer's call's (``stop`` at eos,
+    ``length`` when ``max_tokens`` cut it), so ``loom chat`` can mark a cut reply."""
+    ended = await Agent(ScriptedLLM(tokenizer, ["Paris."])).arun("Capital of France?")
+    assert ended.final_state == "done" and ended.finish_reason == "stop"
+    cut = await Agent(ScriptedLLM(tokenizer, ["Paris is the capital and largest city of France."]),
+                      budget=ContextBudget(reserved_output=3)).arun("Capital of France?")
+    assert cut.final_state == "done" and cut.finish_reason == "length" and cut.usage.completion_tokens == 3
