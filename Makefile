@@ -21,7 +21,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q uv
+	$(BIN)/pip install -q uv || echo 'uv not installed: pip installs everything'
 	$(UV) --no-deps --no-index $(foreach d,$(PIP_FIND_LINKS),--find-links $(d)) torch==2.13.0 \
 		|| $(BIN)/pip install -q torch==2.13.0
 	$(UV) -e '.[dev]' || $(BIN)/pip install -q -e '.[dev]'
