@@ -4,7 +4,10 @@ The text is documentation Loom did not write: the long descriptions
 (``METADATA``) of packages installed beside it (:data:`DOC_PACKAGES`; those
 missing are skipped), cut into windows of ``window`` tokens after each
 description's first ``skip_chars`` characters (past badges and titles).
-For each quantization method the same engine settings score:
+For each quantization method the same engine settings score (the prefix
+cache on: scoring requests never hit it, since ``prompt_logprobs`` computes
+its whole prompt, and the greedy ``docs`` prompts, the windows' first
+tokens, are then served from it instead of computed a second time):
 
 - **perplexity**: ``exp`` of the mean negative log-likelihood of every
   window token after the first (``SamplingParams.prompt_logprobs``);
@@ -90,7 +93,7 @@ def compare(model: str, methods: tuple[str, ...] = ("int8", "int4"), *, window: 
     results: list[MethodQuality] = []
     reference: tuple[list[int], dict[str, list[list[int]]]] | None = None
     for method in (None, *methods):
-        llm = LLM(model, quantization=method, enable_prefix_caching=False, **engine_args)
+        llm = LLM(model, quantization=method, **engine_args)
         windows = [llm.tokenizer(t)["input_ids"][:window] for t in texts[:num_windows]]
         scored = llm.generate(prompt_token_ids=windows, use_tqdm=False,
                               sampling_params=SamplingParams(max_tokens=1, prompt_logprobs=1))

@@ -152,6 +152,8 @@ def serve(
         _fail(f"{exc} (--log-level / LOOM_LOG_LEVEL)")
     if early != (settings.host, settings.port):
         _check_port(settings.host, settings.port)
+    if settings.mcp_config is not None:  # a bad file fails before anything loads, as a busy port does
+        _check_mcp_config(settings.mcp_config)
     if settings.replicas > 1:
         _serve_replicas(settings)
         return
@@ -173,6 +175,16 @@ def _check_port(host: str, port: int) -> None:
     try:
         check_free(host, port)
     except PortError as exc:
+        _fail(str(exc))
+
+
+def _check_mcp_config(path: Path) -> None:
+    """One ``error:`` line (exit 2) unless the ``--mcp-config`` file reads as MCP servers."""
+    from loom.tools.mcp_config import load_mcp_config
+
+    try:
+        load_mcp_config(path)
+    except ValueError as exc:
         _fail(str(exc))
 
 

@@ -75,11 +75,13 @@ def openai_client(server: Server, keys: dict[str, str]):  # noqa: ANN201
 
 
 @pytest.fixture(scope="session")
-def real_server(real_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """``loom serve`` on the real default model (SmolLM2, no tool support in its template), no auth."""
+def real_server(real_model: Path, real_quantization: str | None,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """``loom serve`` on the real default model (SmolLM2, no tool support in its template) in the weight
+    format its users get (``real_quantization``), no auth."""
     work = tmp_path_factory.mktemp("api-real")
     srv = Server(real_model, f"sqlite:///{work / 'loom.db'}", work, "--no-auth", "--max-model-len", "2048",
-                 "--num-kv-blocks", "512").start()
+                 "--num-kv-blocks", "512", "--quantization", real_quantization or "none").start()
     yield srv
     srv.stop()
 

@@ -124,11 +124,12 @@ def test_a_reply_cut_at_max_tokens_ends_marked_as_cut(real_model, real_quantizat
 LONG = "Write a long story about a dragon who learns to fly."
 
 
-def test_stop_aborts_the_reply_frees_its_kv_blocks_and_keeps_it_in_the_session(real_model) -> None:
+def test_stop_aborts_the_reply_frees_its_kv_blocks_and_keeps_it_in_the_session(real_model, real_quantization) -> None:
     from loom.cli.turns import stream_turn
     from loom.orchestrator import InMemorySession
 
-    engine, agent = _build_agent(str(real_model), None, None, "default", "You are a helpful assistant.", 120)
+    engine, agent = _build_agent(str(real_model), None, None, "default", "You are a helpful assistant.", 120,
+                                 quantization=real_quantization)
     console = Console(file=io.StringIO(), width=200, highlight=False)
     session = InMemorySession()
 
@@ -188,7 +189,7 @@ class _Chat:
 
 
 def test_ctrl_c_during_a_reply_stops_it_and_the_chat_goes_on_until_exit(real_model) -> None:
-    chat = _Chat("--model", str(real_model), "--max-tokens", "120")
+    chat = _Chat("--max-tokens", "120")  # the default model, as a user starts it (real_model: pulled)
     try:
         chat.wait_for(lambda out: out.count("you> ") == 1)
         chat.send(LONG)
