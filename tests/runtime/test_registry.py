@@ -230,3 +230,20 @@ def test_a_model_that_may_not_be_downloaded_names_the_pull_command(local_model, 
                                              r"\(run: loom model pull loom-test-model\)$"):
         ensure_model(local_model, cache_root=tmp_path / "models", install=False)
     assert _entries(tmp_path / "models") == []
+
+
+def test_a_pull_leaves_setuptools_importable_for_the_attention_kernel_build(tmp_path):
+    """Checking for pip must not make setuptools' distutils shim stand down (``find_spec("pip")`` does, on
+    Python < 3.12): torch builds the attention kernel through setuptools, in the process that pulled."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from pathlib import Path\n"
+            "from loom.runtime.checkpoint.wheels import download_wheels\n"
+            "from loom.runtime.errors import ModelLoadError\n"
+            "try:\n    download_wheels([], Path(sys.argv[1]), lambda *event: None)\n"
+            "except ModelLoadError:\n    pass\n"
+            "import setuptools  # what torch.utils.cpp_extension imports\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "wheels")], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
