@@ -16,6 +16,10 @@ UPDATE of an expired lease), so of two concurrent turns exactly one wins and
 the other is refused.  The holder renews the lease while its turn runs; a
 crashed holder's lease expires after ``ttl_s`` (at once when the holder was a
 process on this host that no longer exists), so no session stays locked.
+
+A database written by an older Loom gains the nullable columns added since
+(``Store`` adds each one the tables lack, ``ALTER TABLE ... ADD COLUMN``); its
+old rows read them as ``NULL``.
 """
 
 from __future__ import annotations
@@ -28,9 +32,22 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
-from sqlalchemy import JSON, ForeignKey, Integer, String, Text, create_engine, delete, event, select, update
+from sqlalchemy import (
+    JSON,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    delete,
+    event,
+    inspect,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import CursorResult, Engine, Result
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from loom.json_types import JSONObject
@@ -88,6 +105,8 @@ class Turn(Base):
     ledger: Mapped[JSONObject | None] = mapped_column(JSON, default=None)
     usage: Mapped[JSONObject | None] = mapped_column(JSON, default=None)
     error: Mapped[str | None] = mapped_column(Text, default=None)
+    # why the turn's last model call ended: stop | length (cut at max_tokens) | abort
+    finish_reason: Mapped[str | None] = mapped_column(String(16), default=None)
     created_at: Mapped[dt.datetime] = mapped_column(default=_now)
     finished_at: Mapped[dt.datetime | None] = mapped_column(default=None)
 
@@ -144,6 +163,35 @@ def make_engine(url: str) -> Engine:
     return create_engine(url, pool_pre_ping=True)
 
 
+def add_missing_columns(engine: Engine) -> list[str]:
+    """Add to the API tables each nullable column the models declare and the database lacks (a
+    database from an older Loom); returns ``table.column`` of those added.
+
+    Raises:
+        RuntimeError: a missing column is not nullable (no value for the old rows): name it.
+    """
+    existing = inspect(engine)
+    added = []
+    for table in Base.metadata.sorted_tables:
+        have = {c["name"] for c in existing.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in have:
+                continue
+            if not column.nullable:
+                raise RuntimeError(f"database {engine.url!r}: table {table.name} lacks the column "
+                                   f"{column.name}, which cannot be added to existing rows")
+            kind = column.type.compile(dialect=engine.dialect)
+            try:
+                with engine.begin() as conn:
+                    conn.execute(text(f'ALTER TABLE {table.name} ADD COLUMN "{column.name}" {kind}'))
+            except DBAPIError:  # another process sharing the database added it first
+                if column.name not in {c["name"] for c in inspect(engine).get_columns(table.name)}:
+                    raise
+                continue
+            added.append(f"{table.name}.{column.name}")
+    return added
+
+
 class Store:
     """Tables of the API on one database; methods are short synchronous transactions."""
 
@@ -151,6 +199,7 @@ class Store:
         self.url = url
         self.engine = make_engine(url)
         Base.metadata.create_all(self.engine)
+        add_missing_columns(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager

@@ -148,7 +148,7 @@ def turn_out(turn: Turn) -> TurnOut:
     return TurnOut(session_id=turn.session_id, index=turn.index, user_message=turn.user_message,
                    state=turn.state, answer=turn.answer, reasoning=turn.reasoning,
                    tool_calls=turn.tool_calls or [], tool_results=turn.tool_results or [],
-                   usage=turn.usage, ledger=turn.ledger, error=turn.error,
+                   usage=turn.usage, ledger=turn.ledger, error=turn.error, finish_reason=turn.finish_reason,
                    created_at=turn.created_at, finished_at=turn.finished_at)
 
 
@@ -169,6 +169,7 @@ def result_fields(result: RunResult) -> dict[str, JSON]:
     ledger = result.usage
     return {
         "state": result.final_state,
+        "finish_reason": result.finish_reason,
         "answer": result.answer,
         "reasoning": result.reasoning or None,
         "tool_calls": _jsonable(result.tool_calls),

@@ -47,6 +47,15 @@ def test_session_turn_is_stored_with_its_ledger(alice):
     assert alice.get(f"/v1/sessions/{sess['id']}").json()["num_turns"] == 1
 
 
+def test_a_turn_cut_at_max_tokens_says_so_in_finish_reason(alice):
+    sess = _create(alice)  # the random-weight model never ends before its 12-token cap
+    turn = alice.post(f"/v1/sessions/{sess['id']}/messages", json={"content": "Hello there"}).json()
+    assert turn["state"] == "done" and turn["usage"]["completion_tokens"] == SAMPLING["max_tokens"]
+    assert turn["finish_reason"] == "length"
+    listed = alice.get(f"/v1/sessions/{sess['id']}/messages").json()["data"]
+    assert listed[0]["finish_reason"] == "length"
+
+
 def test_second_turn_reuses_the_first_turns_prefix(alice):
     sess = _create(alice)
     first = alice.post(f"/v1/sessions/{sess['id']}/messages", json={"content": "One"}).json()
