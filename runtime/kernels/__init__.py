@@ -1,4 +1,5 @@
-"""Loom's compiled CPU attention kernel: paged attention that reads the KV cache in place.
+"""Loom's compiled CPU kernels: paged attention that reads the KV cache in place, and the
+int8 weight-only matrix-vector product of batch-1 decode (:func:`cpu_int8_linear`).
 
 Why a kernel of our own: the PyTorch reference path (``loom.runtime.attention``
 gathers every block into a workspace, then SDPA) takes 3.0 / 24.0 ms at
@@ -8,14 +9,14 @@ context 1,024 / 4,096 tokens; PyTorch FlexAttention compiled for the CPU
 bandwidth at 4,096), the gather path moves every byte three times.
 
 How it is built: ``torch.utils.cpp_extension.load`` compiles
-``paged_attention_cpu.cpp`` once per machine (about 7 s on 2 cores: it includes
+``paged_attention_cpu.cpp`` and ``int8_linear_cpu.cpp`` into one library once per machine (about 7 s on 2 cores: it includes
 ATen and the op registry only, g++ with ``-O3 -march=native -fopenmp``;
 threads come from ``at::parallel_for``, i.e. ``torch.set_num_threads``) into
 ``$LOOM_CACHE/torch_extensions/<name>`` (built in a temporary folder, renamed
 into place; later processes load the library directly), the name hashing the
-source, the compiler flags, torch's version and the CPU's flags so a cache
+sources, the compiler flags, torch's version and the CPU's flags so a cache
 copied to another machine is never reused.  The library registers the
-PyTorch operator ``torch.ops.loom.paged_attention`` (``TORCH_LIBRARY``, as
+PyTorch operators ``torch.ops.loom.paged_attention`` and ``torch.ops.loom.int8_linear`` (``TORCH_LIBRARY``, as
 vLLM registers its kernels), so it goes through the dispatcher like any aten
 op (about 2 us a call more than a pybind11 function).  Without a C++ compiler (or with
 ``LOOM_CPU_ATTENTION_KERNEL=0``) :func:`cpu_paged_attention` returns ``None``
@@ -56,11 +57,11 @@ logger = logging.getLogger(__name__)
 KERNEL_MAX_QUERY_LEN = 16
 """Longest query chunk (tokens) a request may have this step to go through the kernel."""
 
-_SOURCE = Path(__file__).with_name("paged_attention_cpu.cpp")
+_SOURCES = tuple(Path(__file__).with_name(f) for f in ("paged_attention_cpu.cpp", "int8_linear_cpu.cpp"))
 _CFLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-mprefer-vector-width=512")
 _LDFLAGS = ("-lmvec",)
 _lock = threading.Lock()
-_loaded: dict[str, Callable[..., torch.Tensor] | None] = {}
+_loaded: dict[str, bool] = {}  # build name -> whether its library is loaded
 
 
 def _cpu_flags() -> str:
@@ -77,10 +78,19 @@ def _cpu_flags() -> str:
 def _build_name() -> str:
     """The build's name; hashes a file and ``/proc/cpuinfo``, so computed once per process."""
     key = hashlib.sha256()
-    for part in (_SOURCE.read_bytes(), " ".join(_CFLAGS + _LDFLAGS).encode(), _cpu_flags().encode(),
-                 platform.machine().encode(), torch.__version__.encode()):
+    for part in (*(f.read_bytes() for f in _SOURCES), " ".join(_CFLAGS + _LDFLAGS).encode(),
+                 _cpu_flags().encode(), platform.machine().encode(), torch.__version__.encode()):
         key.update(part)
-    return f"loom_paged_attention_{key.hexdigest()[:12]}"
+    return f"loom_cpu_kernels_{key.hexdigest()[:12]}"
+
+
+def _library() -> bool:
+    """Whether the kernels' library is loaded, building it on first use (never raises)."""
+    with _lock:
+        name = _build_name()
+        if name not in _loaded:
+            _loaded[name] = _build(name)
+        return _loaded[name]
 
 
 def cpu_paged_attention() -> Callable[..., torch.Tensor] | None:
@@ -100,16 +110,34 @@ def cpu_paged_attention() -> Callable[..., torch.Tensor] | None:
 
     Never raises: a failed build is logged once and gives ``None``.
     """
-    if os.environ.get("LOOM_CPU_ATTENTION_KERNEL", "1") == "0":
+    if os.environ.get("LOOM_CPU_ATTENTION_KERNEL", "1") == "0" or not _library():
         return None
-    with _lock:
-        name = _build_name()
-        if name not in _loaded:
-            _loaded[name] = _build(name)
-        return _loaded[name]
+    kernel: Callable[..., torch.Tensor] = torch.ops.loom.paged_attention.default
+    return kernel
 
 
-def _build(name: str) -> Callable[..., torch.Tensor] | None:
+def cpu_int8_linear() -> Callable[..., torch.Tensor] | None:
+    """The int8 weight-only product of one activation row, built on first use; ``None`` without a build.
+
+    ``fn(x, q, scale) -> y`` computes ``y = x @ (q * scale[:, None]).T`` with ``x`` ``[1, K]`` float32,
+    ``q`` ``[N, K]`` int8, ``scale`` ``[N]`` bfloat16 (all contiguous) and ``y`` ``[1, N]`` float32,
+    accumulating in float32; a bad shape or dtype raises ``RuntimeError``.
+
+    Why a kernel of Loom's own: at batch-1 decode the int8 LM head of the int8 and int4 formats
+    (SmolLM2's ``[49152, 576]``) took 4.5-6.1 ms a token in ``aten::_weight_int8pack_mm`` with its
+    bfloat16 activations, about a quarter of the int4 model's step; this loop, which the compiler
+    vectorizes (``-O3 -march=native``), takes 2.1 ms there, 1 thread, and its error against the float32
+    product of the dequantized weight is ~2e-6 instead of ~2e-2 (``python -m benchmarks.int8_linear``).
+    On the decoder layers' smaller matrices both take the same time.  Rows beyond the first (batched
+    decodes) stay with PyTorch's kernel, which was as fast or faster from 2 rows on.
+    """
+    if not _library():
+        return None
+    kernel: Callable[..., torch.Tensor] = torch.ops.loom.int8_linear.default
+    return kernel
+
+
+def _build(name: str) -> bool:
     """Load the kernel from the cache, compiling it there first when missing.
 
     The build runs in a temporary folder renamed into place when done
@@ -126,7 +154,7 @@ def _build(name: str) -> Callable[..., torch.Tensor] | None:
 
         # copies: torch's ``load`` appends its own flags to the lists it is given;
         # is_python_module=False: the library only registers operators (loaded below)
-        load(name=name, sources=[str(_SOURCE)], extra_cflags=list(_CFLAGS), extra_ldflags=list(_LDFLAGS),
+        load(name=name, sources=[str(f) for f in _SOURCES], extra_cflags=list(_CFLAGS), extra_ldflags=list(_LDFLAGS),
              build_directory=str(folder), verbose=False, is_python_module=False)
 
     try:
@@ -134,8 +162,7 @@ def _build(name: str) -> Callable[..., torch.Tensor] | None:
         if not hasattr(torch.ops.loom, "paged_attention"):  # a build in this process loaded it already
             torch.ops.load_library(str(folder / library))
     except Exception as exc:  # noqa: BLE001 - no compiler, no headers: fall back, say why
-        logger.warning("CPU paged-attention kernel unavailable (%s); using the gather + SDPA path",
-                       str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
-        return None
-    kernel: Callable[..., torch.Tensor] = torch.ops.loom.paged_attention.default
-    return kernel
+        logger.warning("CPU kernel unavailable (%s); using the gather + SDPA attention path and PyTorch's "
+                       "int8 kernel", str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+        return False
+    return True

@@ -7,16 +7,28 @@ result back.  It is a decode kernel: from :data:`GEMM_MIN_ROWS` rows on (prefill
 chunks) the layer instead dequantizes its weight to bfloat16 and calls the
 bfloat16 GEMM, which on a 2-core AVX-512 CPU was 2.5x faster than the kernel and
 1.8x faster than float32 at 512 rows (SmolLM2's shapes; 1.4x / 1.2x at 64, and
-slower than the kernel at 16).
+slower than the kernel at 16).  One row (batch-1 decode) goes through Loom's own
+float32 kernel instead (:func:`loom.runtime.kernels.cpu_int8_linear`, 2x faster on
+the LM head's shape), where it is built.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
 
 import torch
 from torch import nn
 
 ACT_DTYPE = torch.bfloat16
 GEMM_MIN_ROWS = 64
+
+
+@functools.cache
+def _one_row_kernel() -> Callable[..., torch.Tensor] | None:
+    from loom.runtime.kernels import cpu_int8_linear
+
+    return cpu_int8_linear()
 
 
 def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,7 +73,10 @@ class Int8Linear(nn.Module):
         return cls(q, scales, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[0] >= GEMM_MIN_ROWS:
+        one_row = _one_row_kernel() if x.shape[0] == 1 and x.dtype == torch.float32 else None
+        if one_row is not None:
+            y = one_row(x.contiguous(), self.qweight, self.scales)
+        elif x.shape[0] >= GEMM_MIN_ROWS:
             weight = self.qweight.to(ACT_DTYPE) * self.scales[:, None]  # exact codes, bfloat16 products
             y = torch.nn.functional.linear(x.to(ACT_DTYPE), weight).to(x.dtype)
         else:

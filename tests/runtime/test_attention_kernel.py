@@ -175,7 +175,7 @@ def test_without_a_compiler_the_engine_says_so_and_uses_the_reference(tiny_check
         engine = make_engine(tiny_checkpoint("qwen3"))
     assert engine.runner.attention_backend == "torch_sdpa"
     assert "kernel unavailable" in caplog.text
-    assert not list((tmp_path / "torch_extensions").glob("loom_paged_attention_*"))  # no half-built entry
+    assert not list((tmp_path / "torch_extensions").glob("loom_cpu_kernels_*"))  # no half-built entry
     prompt = random_prompts(4096, [12], seed=2)[0]
     final = run_to_completion(engine, [("r", prompt, greedy(5))])
     assert final["r"].token_ids == hf_greedy_many(tiny_checkpoint("qwen3"), [prompt], [5])[0]

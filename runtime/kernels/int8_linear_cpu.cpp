@@ -1,0 +1,48 @@
+// int8 weight-only matrix-vector product for one row of activations (batch-1 decode).
+// Loom's own kernel: see runtime/kernels/__init__.py (cpu_int8_linear) for why and what it measured.
+//
+// y[n] = scale[n] * sum_k x[k] * q[n, k], x float32 [1, K], q int8 [N, K] (row-major), scale bfloat16 [N]
+// (Int8Linear's own buffer, as aten::_weight_int8pack_mm takes it).
+// Each weight row is read once as int8 (a quarter of float32's bytes) and widened in registers; the
+// products and the sum are float32 (no bfloat16 rounding of x, unlike aten::_weight_int8pack_mm's fast
+// path).  Rows are split over at::parallel_for (torch.set_num_threads).
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+
+#include <cstdint>
+
+static inline float dot_i8(const float* __restrict x, const int8_t* __restrict q, int64_t K) {
+  float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t k = 0; k < K; ++k) acc += x[k] * static_cast<float>(q[k]);
+  return acc;
+}
+
+static at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale) {
+  TORCH_CHECK(x.dim() == 2 && x.size(0) == 1 && x.scalar_type() == at::kFloat && x.is_contiguous(),
+              "int8_linear: x must be a contiguous float32 [1, K] tensor");
+  TORCH_CHECK(q.dim() == 2 && q.size(1) == x.size(1) && q.scalar_type() == at::kChar && q.is_contiguous(),
+              "int8_linear: q must be a contiguous int8 [N, K] tensor");
+  TORCH_CHECK(scale.dim() == 1 && scale.size(0) == q.size(0) && scale.scalar_type() == at::kBFloat16 &&
+                  scale.is_contiguous(),
+              "int8_linear: scale must be a contiguous bfloat16 [N] tensor");
+  const int64_t K = x.size(1), N = q.size(0);
+  at::Tensor y = at::empty({1, N}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const int8_t* qp = q.data_ptr<int8_t>();
+  const c10::BFloat16* sp = scale.data_ptr<c10::BFloat16>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, N, 256, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n) yp[n] = dot_i8(xp, qp + n * K, K) * static_cast<float>(sp[n]);
+  });
+  return y;
+}
+
+// torch.ops.loom.int8_linear (the namespace is defined with paged_attention)
+TORCH_LIBRARY_FRAGMENT(loom, m) { m.def("int8_linear(Tensor x, Tensor q, Tensor scale) -> Tensor"); }
+
+TORCH_LIBRARY_IMPL(loom, CPU, m) { m.impl("int8_linear", &int8_linear); }
