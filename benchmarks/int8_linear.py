@@ -1,13 +1,13 @@
-"""Loom's batch-1 int8 kernel against PyTorch's ``_weight_int8pack_mm``, per matrix and in the engine.
+"""Loom's int8 decode kernel against PyTorch's ``_weight_int8pack_mm``, per matrix and in the engine.
 
 ``python -m benchmarks.int8_linear [THREADS] [--decode]`` (default 1 thread):
 
 * per matrix: SmolLM2-135M's shapes (LM head ``[49152, 576]``, ``gate_up``, ``down``, ``qkv``) at 1 to 8
   rows, both kernels interleaved, median ms of 30 calls, the ratio and each one's largest difference from
   the float32 product of the dequantized weight;
-* ``--decode``: batch-1 greedy decode of the default model (``int8`` and ``int4``, whose LM head is int8),
-  64 tokens after a short chat prompt, three interleaved rounds with Loom's kernel on and off; median
-  tokens/s and the ratio.
+* ``--decode``: greedy decode of the default model (``int8`` and ``int4``, whose LM head is int8) at
+  batch 1 and 8, 64 tokens a sequence after a short chat prompt, three interleaved rounds with Loom's
+  kernel on and off; median tokens/s and the ratio.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def _median_ms(fn: Callable[[], object], n: int = 30) -> float:
 
 
 def per_matrix() -> None:
-    kernel = int8_module._one_row_kernel()
+    kernel = int8_module._decode_kernel()
     if kernel is None:
         raise SystemExit("Loom's CPU kernels are not built here (no C++ compiler?)")
     print(f"{'matrix':<8} {'rows':>4} {'pytorch ms':>10} {'loom ms':>8} {'ratio':>6} {'err pytorch':>11} {'err loom':>9}")
@@ -50,38 +50,35 @@ def per_matrix() -> None:
             def aten() -> torch.Tensor:
                 return torch.ops.aten._weight_int8pack_mm(x.to(ACT_DTYPE), layer.qweight, layer.scales).float()
 
-            if rows == 1:
-                t_aten, t_loom = _median_ms(aten), _median_ms(lambda: kernel(x, layer.qweight, layer.scales))
-                err = (kernel(x, layer.qweight, layer.scales) - ref).abs().max().item()
-                print(f"{name:<8} {rows:>4} {t_aten:>10.3f} {t_loom:>8.3f} {t_aten / t_loom:>6.2f} "
-                      f"{(aten() - ref).abs().max().item():>11.2e} {err:>9.2e}")
-            else:  # rows the layer leaves to PyTorch's kernel
-                print(f"{name:<8} {rows:>4} {_median_ms(aten):>10.3f} {'-':>8} {'-':>6} "
-                      f"{(aten() - ref).abs().max().item():>11.2e} {'-':>9}")
+            t_aten, t_loom = _median_ms(aten), _median_ms(lambda: kernel(x, layer.qweight, layer.scales))
+            err = (kernel(x, layer.qweight, layer.scales) - ref).abs().max().item()
+            print(f"{name:<8} {rows:>4} {t_aten:>10.3f} {t_loom:>8.3f} {t_aten / t_loom:>6.2f} "
+                  f"{(aten() - ref).abs().max().item():>11.2e} {err:>9.2e}")
 
 
-def decode(rounds: int = 3, tokens: int = 64) -> None:
+def decode(rounds: int = 3, tokens: int = 64, batches: tuple[int, ...] = (1, 8)) -> None:
     from loom.runtime import LLM, SamplingParams
 
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
-    kernel = int8_module._one_row_kernel
+    kernel = int8_module._decode_kernel
     for method in ("int8", "int4"):
         llm = LLM("smollm2-135m-instruct", quantization=method, max_model_len=1024)
         text = llm.tokenizer.apply_chat_template([{"role": "user", "content": "Tell me about Python."}],
                                                  tokenize=False, add_generation_prompt=True)
         prompt = llm.tokenizer(text, add_special_tokens=False)["input_ids"]
-        rates: dict[str, list[float]] = {"pytorch": [], "loom": []}
-        for _ in range(rounds):
-            for which in ("pytorch", "loom"):
-                int8_module._one_row_kernel = kernel if which == "loom" else (lambda: None)  # type: ignore[assignment]
-                llm.generate(prompt_token_ids=[prompt], sampling_params=params, use_tqdm=False)  # warm, prefix cached
-                t0 = time.perf_counter()
-                llm.generate(prompt_token_ids=[prompt], sampling_params=params, use_tqdm=False)
-                rates[which].append(tokens / (time.perf_counter() - t0))
-        int8_module._one_row_kernel = kernel
-        p, lo = statistics.median(rates["pytorch"]), statistics.median(rates["loom"])
-        print(f"{method}: batch-1 decode {p:.1f} tok/s with PyTorch's int8 kernel, {lo:.1f} with Loom's "
-              f"({lo / p:.2f}x; medians of {rounds} interleaved rounds of {tokens} tokens)")
+        for batch in batches:
+            rates: dict[str, list[float]] = {"pytorch": [], "loom": []}
+            for _ in range(rounds):
+                for which in ("pytorch", "loom"):
+                    int8_module._decode_kernel = kernel if which == "loom" else (lambda: None)  # type: ignore[assignment]
+                    llm.generate(prompt_token_ids=[prompt], sampling_params=params, use_tqdm=False)  # warm
+                    t0 = time.perf_counter()
+                    llm.generate(prompt_token_ids=[prompt] * batch, sampling_params=params, use_tqdm=False)
+                    rates[which].append(batch * tokens / (time.perf_counter() - t0))
+            int8_module._decode_kernel = kernel
+            p, lo = statistics.median(rates["pytorch"]), statistics.median(rates["loom"])
+            print(f"{method} batch {batch}: {p:.1f} tok/s with PyTorch's int8 kernel, {lo:.1f} with Loom's "
+                  f"({lo / p:.2f}x; medians of {rounds} interleaved rounds of {tokens} tokens a sequence)")
         llm.shutdown()
 
 

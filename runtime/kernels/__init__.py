@@ -1,5 +1,5 @@
 """Loom's compiled CPU kernels: paged attention that reads the KV cache in place, and the
-int8 weight-only matrix-vector product of batch-1 decode (:func:`cpu_int8_linear`).
+int8 weight-only product of decode steps on a large weight, the LM head (:func:`cpu_int8_linear`).
 
 Why a kernel of our own: the PyTorch reference path (``loom.runtime.attention``
 gathers every block into a workspace, then SDPA) takes 3.0 / 24.0 ms at
@@ -117,19 +117,21 @@ def cpu_paged_attention() -> Callable[..., torch.Tensor] | None:
 
 
 def cpu_int8_linear() -> Callable[..., torch.Tensor] | None:
-    """The int8 weight-only product of one activation row, built on first use; ``None`` without a build.
+    """The int8 weight-only product of a few activation rows, built on first use; ``None`` without a build.
 
-    ``fn(x, q, scale) -> y`` computes ``y = x @ (q * scale[:, None]).T`` with ``x`` ``[1, K]`` float32,
-    ``q`` ``[N, K]`` int8, ``scale`` ``[N]`` bfloat16 (all contiguous) and ``y`` ``[1, N]`` float32,
-    accumulating in float32; a bad shape or dtype raises ``RuntimeError``.
+    ``fn(x, q, scale) -> y`` computes ``y = x @ (q * scale[:, None]).T`` with ``x`` ``[M, K]`` float32,
+    ``q`` ``[N, K]`` int8, ``scale`` ``[N]`` bfloat16 (all contiguous) and ``y`` ``[M, N]`` float32,
+    accumulating in float32, one dot product per row and output whatever ``M`` is (a row's result does
+    not depend on its batch); a bad shape or dtype raises ``RuntimeError``.
 
     Why a kernel of Loom's own: at batch-1 decode the int8 LM head of the int8 and int4 formats
-    (SmolLM2's ``[49152, 576]``) took 4.5-6.1 ms a token in ``aten::_weight_int8pack_mm`` with its
-    bfloat16 activations, about a quarter of the int4 model's step; this loop, which the compiler
-    vectorizes (``-O3 -march=native``), takes 2.1 ms there, 1 thread, and its error against the float32
-    product of the dequantized weight is ~2e-6 instead of ~2e-2 (``python -m benchmarks.int8_linear``).
-    On the decoder layers' smaller matrices both take the same time.  Rows beyond the first (batched
-    decodes) stay with PyTorch's kernel, which was as fast or faster from 2 rows on.
+    (SmolLM2's ``[49152, 576]``, 27 MiB) took 4.1-6.1 ms a token in ``aten::_weight_int8pack_mm`` with
+    its bfloat16 activations, about a quarter of the int4 model's step; this loop, which the compiler
+    vectorizes (``-O3 -march=native``), reads the weight once at 2.0 ms, 1 thread, with an error against
+    the float32 product of the dequantized weight of ~2e-6 instead of ~2e-2
+    (``python -m benchmarks.int8_linear``).  At 4 and 8 rows it is 0.93x PyTorch's there, and on
+    matrices that fit the caches (the decoder layers') PyTorch's is as fast at one row and 2x faster
+    from two: ``Int8Linear`` uses this one from ``DECODE_KERNEL_MIN_BYTES`` of weights on.
     """
     if not _library():
         return None

@@ -1,8 +1,10 @@
-// int8 weight-only matrix-vector product for one row of activations (batch-1 decode).
+// int8 weight-only product for a few rows of activations (decode steps).
 // Loom's own kernel: see runtime/kernels/__init__.py (cpu_int8_linear) for why and what it measured.
 //
-// y[n] = scale[n] * sum_k x[k] * q[n, k], x float32 [1, K], q int8 [N, K] (row-major), scale bfloat16 [N]
-// (Int8Linear's own buffer, as aten::_weight_int8pack_mm takes it).
+// y[m, n] = scale[n] * sum_k x[m, k] * q[n, k], x float32 [M, K], q int8 [N, K] (row-major), scale bfloat16
+// [N] (Int8Linear's own buffer, as aten::_weight_int8pack_mm takes it).  Every row of x is one dot product
+// per output, the same loop whatever M is, so a row's result does not depend on the rows beside it
+// (a request's output does not change with the batch it is decoded in).
 // Each weight row is read once as int8 (a quarter of float32's bytes) and widened in registers; the
 // products and the sum are float32 (no bfloat16 rounding of x, unlike aten::_weight_int8pack_mm's fast
 // path).  Rows are split over at::parallel_for (torch.set_num_threads).
@@ -23,21 +25,24 @@ static inline float dot_i8(const float* __restrict x, const int8_t* __restrict q
 }
 
 static at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale) {
-  TORCH_CHECK(x.dim() == 2 && x.size(0) == 1 && x.scalar_type() == at::kFloat && x.is_contiguous(),
-              "int8_linear: x must be a contiguous float32 [1, K] tensor");
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(),
+              "int8_linear: x must be a contiguous float32 [M, K] tensor");
   TORCH_CHECK(q.dim() == 2 && q.size(1) == x.size(1) && q.scalar_type() == at::kChar && q.is_contiguous(),
               "int8_linear: q must be a contiguous int8 [N, K] tensor");
   TORCH_CHECK(scale.dim() == 1 && scale.size(0) == q.size(0) && scale.scalar_type() == at::kBFloat16 &&
                   scale.is_contiguous(),
               "int8_linear: scale must be a contiguous bfloat16 [N] tensor");
-  const int64_t K = x.size(1), N = q.size(0);
-  at::Tensor y = at::empty({1, N}, x.options());
+  const int64_t M = x.size(0), K = x.size(1), N = q.size(0);
+  at::Tensor y = at::empty({M, N}, x.options());
   const float* xp = x.data_ptr<float>();
   const int8_t* qp = q.data_ptr<int8_t>();
   const c10::BFloat16* sp = scale.data_ptr<c10::BFloat16>();
   float* yp = y.data_ptr<float>();
   at::parallel_for(0, N, 256, [&](int64_t n0, int64_t n1) {
-    for (int64_t n = n0; n < n1; ++n) yp[n] = dot_i8(xp, qp + n * K, K) * static_cast<float>(sp[n]);
+    for (int64_t n = n0; n < n1; ++n) {  // one weight row, from L1 for every row of x
+      const float s = static_cast<float>(sp[n]);
+      for (int64_t m = 0; m < M; ++m) yp[m * N + n] = dot_i8(xp + m * K, qp + n * K, K) * s;
+    }
   });
   return y;
 }

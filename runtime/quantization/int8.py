@@ -7,9 +7,10 @@ result back.  It is a decode kernel: from :data:`GEMM_MIN_ROWS` rows on (prefill
 chunks) the layer instead dequantizes its weight to bfloat16 and calls the
 bfloat16 GEMM, which on a 2-core AVX-512 CPU was 2.5x faster than the kernel and
 1.8x faster than float32 at 512 rows (SmolLM2's shapes; 1.4x / 1.2x at 64, and
-slower than the kernel at 16).  One row (batch-1 decode) goes through Loom's own
-float32 kernel instead (:func:`loom.runtime.kernels.cpu_int8_linear`, 2x faster on
-the LM head's shape), where it is built.
+slower than the kernel at 16).  Below :data:`GEMM_MIN_ROWS` rows (decode steps), a
+weight of :data:`DECODE_KERNEL_MIN_BYTES` or more (the LM head) takes Loom's own kernel
+instead where it is built (:func:`loom.runtime.kernels.cpu_int8_linear`: float32 sums,
+no casts, 2x faster on SmolLM2's head at one row, a row's result independent of the batch).
 """
 
 from __future__ import annotations
@@ -22,10 +23,14 @@ from torch import nn
 
 ACT_DTYPE = torch.bfloat16
 GEMM_MIN_ROWS = 64
+DECODE_KERNEL_MIN_BYTES = 8 << 20
+"""int8 weights from this size (bytes) on take Loom's decode kernel: past the caches, where reading the
+weight once is the cost (SmolLM2's head, 27 MiB: 2.0x at one row, 0.93x at 4 and 8); smaller matrices
+stay with PyTorch's, as fast at one row and 2x faster from two rows on (``python -m benchmarks.int8_linear``)."""
 
 
 @functools.cache
-def _one_row_kernel() -> Callable[..., torch.Tensor] | None:
+def _decode_kernel() -> Callable[..., torch.Tensor] | None:
     from loom.runtime.kernels import cpu_int8_linear
 
     return cpu_int8_linear()
@@ -73,9 +78,10 @@ class Int8Linear(nn.Module):
         return cls(q, scales, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        one_row = _one_row_kernel() if x.shape[0] == 1 and x.dtype == torch.float32 else None
-        if one_row is not None:
-            y = one_row(x.contiguous(), self.qweight, self.scales)
+        decode = _decode_kernel() if (x.shape[0] < GEMM_MIN_ROWS and x.dtype == torch.float32
+                                      and self.qweight.numel() >= DECODE_KERNEL_MIN_BYTES) else None
+        if decode is not None:
+            y = decode(x.contiguous(), self.qweight, self.scales)
         elif x.shape[0] >= GEMM_MIN_ROWS:
             weight = self.qweight.to(ACT_DTYPE) * self.scales[:, None]  # exact codes, bfloat16 products
             y = torch.nn.functional.linear(x.to(ACT_DTYPE), weight).to(x.dtype)

@@ -1,6 +1,7 @@
-"""Loom's batch-1 int8 kernel (``torch.ops.loom.int8_linear``) against the float32 product of the dequantized
-weight, on the LM head's shape and odd sizes; ``Int8Linear`` sends one float32 row to it and more rows to
-PyTorch's kernel; bad input is a ``RuntimeError``, not a crash."""
+"""Loom's int8 decode kernel (``torch.ops.loom.int8_linear``) against the float32 product of the dequantized
+weight, on the LM head's shape and odd sizes; a row's result is the same alone or in a batch; ``Int8Linear``
+sends decode rows of a large weight to it and keeps PyTorch's kernel for small ones; bad input is a
+``RuntimeError``, not a crash."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ import pytest
 import torch
 
 from loom.runtime.kernels import cpu_int8_linear
-from loom.runtime.quantization.int8 import Int8Linear
+from loom.runtime.quantization.int8 import DECODE_KERNEL_MIN_BYTES, Int8Linear
 
 kernel = cpu_int8_linear() if shutil.which("c++") else None
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler: the CPU kernels cannot be built")
+HEAD = (49152, 576)  # SmolLM2's LM head: 27 MiB of int8
 
 
 def _layer(n: int, k: int, seed: int = 0) -> tuple[Int8Linear, torch.Tensor]:
@@ -22,32 +24,48 @@ def _layer(n: int, k: int, seed: int = 0) -> tuple[Int8Linear, torch.Tensor]:
     return layer, layer.qweight.float() * layer.scales.float()[:, None]
 
 
+def _rows(m: int, k: int, seed: int = 1) -> torch.Tensor:
+    return torch.randn(m, k, generator=torch.Generator().manual_seed(seed))
+
+
 def test_the_kernel_builds_where_a_compiler_exists():
     assert kernel is not None, "cpu_int8_linear() returned None: the build failed (see the log)"
 
 
-@pytest.mark.parametrize(("n", "k"), [(49152, 576), (1536, 576), (576, 1536), (7, 13), (300, 1)])
-def test_one_row_equals_the_float32_product_of_the_dequantized_weight(n, k):
+@pytest.mark.parametrize(("n", "k"), [HEAD, (1536, 576), (576, 1536), (7, 13), (300, 1)])
+@pytest.mark.parametrize("m", [1, 3])
+def test_rows_equal_the_float32_product_of_the_dequantized_weight(n, k, m):
     layer, weight = _layer(n, k)
-    x = torch.randn(1, k, generator=torch.Generator().manual_seed(1))
-    ref = x @ weight.T
+    x = _rows(m, k)
     out = kernel(x, layer.qweight, layer.scales)
-    assert out.shape == (1, n) and out.dtype == torch.float32
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)  # float32 sums: no bfloat16 rounding of x
-    torch.testing.assert_close(layer(x), ref, rtol=1e-5, atol=1e-5)  # the layer's batch-1 path is the kernel
+    assert out.shape == (m, n) and out.dtype == torch.float32
+    torch.testing.assert_close(out, x @ weight.T, rtol=1e-5, atol=1e-5)  # float32 sums: no bfloat16 rounding
 
 
-def test_more_rows_take_pytorchs_kernel_within_bfloat16_rounding():
-    layer, weight = _layer(256, 576)
-    x = torch.randn(4, 576, generator=torch.Generator().manual_seed(2))
-    out = layer(x)
-    assert not torch.allclose(out, x @ weight.T, rtol=1e-5, atol=1e-5)  # bfloat16 activations: not the kernel
-    torch.testing.assert_close(out, x @ weight.T, rtol=2e-2, atol=2e-2)
+def test_a_rows_result_does_not_depend_on_the_rows_decoded_beside_it():
+    layer, _ = _layer(*HEAD)
+    x = _rows(8, HEAD[1])
+    batch = layer(x)
+    for i in range(8):
+        assert torch.equal(layer(x[i:i + 1]), batch[i:i + 1]), i  # bit for bit
 
 
-@pytest.mark.parametrize("bad", ["rows", "dtype", "k"])
+def test_the_head_takes_the_kernel_and_a_small_layer_pytorchs():
+    head, head_weight = _layer(*HEAD)
+    assert head.qweight.numel() >= DECODE_KERNEL_MIN_BYTES
+    x = _rows(2, HEAD[1])
+    torch.testing.assert_close(head(x), x @ head_weight.T, rtol=1e-5, atol=1e-5)
+    small, small_weight = _layer(256, 576)
+    x = _rows(1, 576)
+    out = small(x)
+    assert not torch.allclose(out, x @ small_weight.T, rtol=1e-5, atol=1e-5)  # bfloat16 activations
+    torch.testing.assert_close(out, x @ small_weight.T, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("bad", ["dtype", "k", "scale"])
 def test_bad_input_is_a_runtime_error_naming_the_argument(bad):
     layer, _ = _layer(64, 32)
-    x = {"rows": torch.randn(2, 32), "dtype": torch.randn(1, 32, dtype=torch.float64), "k": torch.randn(1, 31)}[bad]
+    x = {"dtype": torch.randn(1, 32, dtype=torch.float64), "k": torch.randn(1, 31)}.get(bad, torch.randn(1, 32))
+    scale = layer.scales.float() if bad == "scale" else layer.scales
     with pytest.raises(RuntimeError, match="int8_linear: "):
-        kernel(x, layer.qweight, layer.scales)
+        kernel(x, layer.qweight, scale)
