@@ -3,8 +3,8 @@
 ``python -m benchmarks.int8_linear [THREADS] [--decode]`` (default 1 thread):
 
 * per matrix: SmolLM2-135M's shapes (LM head ``[49152, 576]``, ``gate_up``, ``down``, ``qkv``) at 1 to 8
-  rows, both kernels interleaved, median ms of 30 calls, the ratio and each one's largest difference from
-  the float32 product of the dequantized weight;
+  rows, both kernels timed one after the other per case, median ms of 30 calls, the ratio and each
+  one's largest difference from the float32 product of the dequantized weight;
 * ``--decode``: greedy decode of the default model (``int8`` and ``int4``, whose LM head is int8) at
   batch 1 and 8, 64 tokens a sequence after a short chat prompt, three interleaved rounds with Loom's
   kernel on and off; median tokens/s and the ratio.

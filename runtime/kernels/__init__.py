@@ -9,14 +9,16 @@ context 1,024 / 4,096 tokens; PyTorch FlexAttention compiled for the CPU
 bandwidth at 4,096), the gather path moves every byte three times.
 
 How it is built: ``torch.utils.cpp_extension.load`` compiles
-``paged_attention_cpu.cpp`` and ``int8_linear_cpu.cpp`` into one library once per machine (about 7 s on 2 cores: it includes
+``paged_attention_cpu.cpp`` and ``int8_linear_cpu.cpp`` into one library once per
+machine (about 7 s on 2 cores: it includes
 ATen and the op registry only, g++ with ``-O3 -march=native -fopenmp``;
 threads come from ``at::parallel_for``, i.e. ``torch.set_num_threads``) into
 ``$LOOM_CACHE/torch_extensions/<name>`` (built in a temporary folder, renamed
 into place; later processes load the library directly), the name hashing the
 sources, the compiler flags, torch's version and the CPU's flags so a cache
 copied to another machine is never reused.  The library registers the
-PyTorch operators ``torch.ops.loom.paged_attention`` and ``torch.ops.loom.int8_linear`` (``TORCH_LIBRARY``, as
+PyTorch operators ``torch.ops.loom.paged_attention`` and ``torch.ops.loom.int8_linear``
+(``TORCH_LIBRARY``, as
 vLLM registers its kernels), so it goes through the dispatcher like any aten
 op (about 2 us a call more than a pybind11 function).  Without a C++ compiler (or with
 ``LOOM_CPU_ATTENTION_KERNEL=0``) :func:`cpu_paged_attention` returns ``None``
@@ -76,7 +78,7 @@ def _cpu_flags() -> str:
 
 @functools.cache
 def _build_name() -> str:
-    """The build's name; hashes a file and ``/proc/cpuinfo``, so computed once per process."""
+    """The build's name; hashes the sources and ``/proc/cpuinfo``, so computed once per process."""
     key = hashlib.sha256()
     for part in (*(f.read_bytes() for f in _SOURCES), " ".join(_CFLAGS + _LDFLAGS).encode(),
                  _cpu_flags().encode(), platform.machine().encode(), torch.__version__.encode()):
