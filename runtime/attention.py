@@ -189,6 +189,11 @@ class PagedAttention(torch.nn.Module):
         if self.k_cache.numel():
             self.k_cache.index_copy_(0, meta.slot_mapping, k)
             self.v_cache.index_copy_(0, meta.slot_mapping, v)
+        return self.attend(q, k, v, meta)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """Attend, with this step's ``k``/``v`` already in the cache (:meth:`forward`'s second half; the fused
+        CPU path writes them in its rotary kernel).  Shapes as :meth:`forward`."""
         if meta.use_flash:
             return self._flash(q, meta)
         if meta.kernel_rows and meta.kernel is not None:

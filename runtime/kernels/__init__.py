@@ -1,5 +1,6 @@
-"""Loom's compiled CPU kernels: paged attention that reads the KV cache in place, and the
-int8 weight-only product of decode steps on a large weight, the LM head (:func:`cpu_int8_linear`).
+"""Loom's compiled CPU kernels: paged attention that reads the KV cache in place, the
+int8 weight-only product of decode steps on a large weight, the LM head (:func:`cpu_int8_linear`), and the
+fused norm / rotary + KV write / SiLU steps of a quantized layer (:func:`cpu_fused_layer_ops`).
 
 Why a kernel of our own: the PyTorch reference path (``loom.runtime.attention``
 gathers every block into a workspace, then SDPA) takes 3.0 / 24.0 ms at
@@ -9,7 +10,7 @@ context 1,024 / 4,096 tokens; PyTorch FlexAttention compiled for the CPU
 bandwidth at 4,096), the gather path moves every byte three times.
 
 How it is built: ``torch.utils.cpp_extension.load`` compiles
-``paged_attention_cpu.cpp`` and ``int8_linear_cpu.cpp`` into one library once per
+``paged_attention_cpu.cpp``, ``int8_linear_cpu.cpp`` and ``fused_layer_cpu.cpp`` into one library once per
 machine (about 7 s on 2 cores: it includes
 ATen and the op registry only, g++ with ``-O3 -march=native -fopenmp``;
 threads come from ``at::parallel_for``, i.e. ``torch.set_num_threads``) into
@@ -17,8 +18,8 @@ threads come from ``at::parallel_for``, i.e. ``torch.set_num_threads``) into
 into place; later processes load the library directly), the name hashing the
 sources, the compiler flags, torch's version and the CPU's flags so a cache
 copied to another machine is never reused.  The library registers the
-PyTorch operators ``torch.ops.loom.paged_attention`` and ``torch.ops.loom.int8_linear``
-(``TORCH_LIBRARY``, as
+PyTorch operators ``torch.ops.loom.paged_attention``, ``int8_linear``, ``add_rms_norm``,
+``rope_kv_write`` and ``silu_mul`` (``TORCH_LIBRARY``, as
 vLLM registers its kernels), so it goes through the dispatcher like any aten
 op (about 2 us a call more than a pybind11 function).  Without a C++ compiler (or with
 ``LOOM_CPU_ATTENTION_KERNEL=0``) :func:`cpu_paged_attention` returns ``None``
@@ -59,7 +60,8 @@ logger = logging.getLogger(__name__)
 KERNEL_MAX_QUERY_LEN = 16
 """Longest query chunk (tokens) a request may have this step to go through the kernel."""
 
-_SOURCES = tuple(Path(__file__).with_name(f) for f in ("paged_attention_cpu.cpp", "int8_linear_cpu.cpp"))
+_SOURCES = tuple(Path(__file__).with_name(f)
+                 for f in ("paged_attention_cpu.cpp", "int8_linear_cpu.cpp", "fused_layer_cpu.cpp"))
 _CFLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-mprefer-vector-width=512")
 _LDFLAGS = ("-lmvec",)
 _lock = threading.Lock()
@@ -141,6 +143,13 @@ def cpu_int8_linear() -> Callable[..., torch.Tensor] | None:
     return kernel
 
 
+def cpu_fused_layer_ops() -> bool:
+    """Whether ``torch.ops.loom.add_rms_norm``, ``rope_kv_write`` and ``silu_mul`` are available (built on first
+    use; ``False`` without a build or with ``LOOM_FUSED_LAYERS=0``).  What they compute, and the shapes and dtypes
+    they take: ``fused_layer_cpu.cpp``; where they run: :mod:`loom.runtime.models.fused_forward`."""
+    return os.environ.get("LOOM_FUSED_LAYERS", "1") != "0" and _library()
+
+
 def _build(name: str) -> bool:
     """Load the kernel from the cache, compiling it there first when missing.
 
@@ -166,7 +175,8 @@ def _build(name: str) -> bool:
         if not hasattr(torch.ops.loom, "paged_attention"):  # a build in this process loaded it already
             torch.ops.load_library(str(folder / library))
     except Exception as exc:  # noqa: BLE001 - no compiler, no headers: fall back, say why
-        logger.warning("CPU kernel unavailable (%s); using the gather + SDPA attention path and PyTorch's "
-                       "int8 kernel", str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
+        logger.warning("CPU kernel unavailable (%s); using the gather + SDPA attention path, PyTorch's int8 "
+                       "kernel and eager quantized layers",
+                       str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
         return False
     return True

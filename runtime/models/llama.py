@@ -8,7 +8,8 @@ transformers' own ``ROPE_INIT_FUNCTIONS``).  Numerics follow transformers'
 implementation op for op (RMSNorm in float32, rotate-half RoPE) so float32
 greedy output equals ``model.generate``.
 
-Inputs are flattened over the batch (``[T]`` token ids and positions), as in
+A quantized model on CPU runs the same layers through :mod:`.fused_forward`
+(fused kernels between the matmuls).  Inputs are flattened over the batch (``[T]`` token ids and positions), as in
 vLLM and nano-vllm; q/k/v and gate/up projections are fused into one matmul
 each (``qkv_proj``, ``gate_up_proj``); ``packed_modules_mapping`` tells the
 loader how HF's separate tensors fill them.
@@ -23,6 +24,7 @@ from torch import nn
 
 from loom.json_types import JSONObject
 from loom.runtime.attention import AttentionMetadata, PagedAttention
+from loom.runtime.models.fused_forward import fused_forward, fused_forward_supported
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -179,6 +181,9 @@ class LlamaModel(nn.Module):
                                          _weight=torch.empty(config.vocab_size, config.hidden_size))
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, i, rope) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.fused: bool | None = None
+        """Whether forward takes the fused CPU path for quantized models (:mod:`.fused_forward`); decided at
+        the first forward (``None`` until then), settable to ``False`` to keep the eager path."""
 
     @property
     def decoder_layers(self) -> list[LlamaDecoderLayer]:
@@ -187,6 +192,10 @@ class LlamaModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         h = self.embed_tokens(input_ids)
+        if self.fused is None:
+            self.fused = fused_forward_supported(self)
+        if self.fused:
+            return fused_forward(self, h, positions, meta)
         rope = self.rope.lookup(positions, h.dtype)
         for layer in self.layers:
             h = layer(rope, h, meta)

@@ -149,12 +149,15 @@ class Int4Linear(nn.Module):
         return cls.from_codes(q, scales, zeros, group_size, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gemm_min_rows is not None and x.shape[0] >= self.gemm_min_rows:
-            y = torch.nn.functional.linear(x.to(ACT_DTYPE), self.dequantize(ACT_DTYPE)).to(x.dtype)
-        else:
-            y = torch.ops.aten._weight_int4pack_mm_for_cpu(
-                x.to(ACT_DTYPE), self.packed, self.group_size, self.scales_and_zeros).to(x.dtype)
+        y = self.matmul(x.to(ACT_DTYPE)).to(x.dtype)
         return y if self.bias is None else y + self.bias.to(x.dtype)
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [T, K]`` bfloat16 -> ``x W^T`` ``[T, N]`` bfloat16, without the bias: PyTorch's int4 kernel, or
+        from ``gemm_min_rows`` rows on the bfloat16 GEMM of the unpacked weight."""
+        if self.gemm_min_rows is not None and x.shape[0] >= self.gemm_min_rows:
+            return torch.nn.functional.linear(x, self.dequantize(ACT_DTYPE))
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group_size, self.scales_and_zeros)
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The weight ``[N, K]`` this layer multiplies by, in ``dtype``: ``(q - 8) * scale + zero`` per group,

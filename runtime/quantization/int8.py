@@ -80,14 +80,17 @@ class Int8Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         decode = _decode_kernel() if (x.shape[0] < GEMM_MIN_ROWS and x.dtype == torch.float32
                                       and self.qweight.numel() >= DECODE_KERNEL_MIN_BYTES) else None
-        if decode is not None:
-            y = decode(x.contiguous(), self.qweight, self.scales)
-        elif x.shape[0] >= GEMM_MIN_ROWS:
-            weight = self.qweight.to(ACT_DTYPE) * self.scales[:, None]  # exact codes, bfloat16 products
-            y = torch.nn.functional.linear(x.to(ACT_DTYPE), weight).to(x.dtype)
-        else:
-            y = torch.ops.aten._weight_int8pack_mm(x.to(ACT_DTYPE), self.qweight, self.scales).to(x.dtype)
+        y = decode(x.contiguous(), self.qweight, self.scales) if decode is not None \
+            else self.matmul(x.to(ACT_DTYPE)).to(x.dtype)
         return y if self.bias is None else y + self.bias.to(x.dtype)
+
+    def matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [T, K]`` bfloat16 -> ``x (q * scales)^T`` ``[T, N]`` bfloat16, without the bias: PyTorch's int8
+        kernel, or from :data:`GEMM_MIN_ROWS` rows on the bfloat16 GEMM of the dequantized weight."""
+        if x.shape[0] >= GEMM_MIN_ROWS:
+            weight = self.qweight.to(ACT_DTYPE) * self.scales[:, None]  # exact codes, bfloat16 products
+            return torch.nn.functional.linear(x, weight)
+        return torch.ops.aten._weight_int8pack_mm(x, self.qweight, self.scales)
 
     def dequantize(self) -> torch.Tensor:
         """The float32 weight ``[N, K]`` this layer multiplies by."""

@@ -1,0 +1,53 @@
+"""The fused CPU layer path of quantized models against the eager one, in the engine.
+
+``python -m benchmarks.fused_layers [THREADS]`` (default 1 thread): greedy decode of the default model
+(``int4`` and ``int8``) at batch 1 and 8, 64 tokens a sequence after a short chat prompt, three interleaved
+rounds with the fused path (``loom.runtime.models.fused_forward``) on and off; median tokens/s and the ratio,
+and the machine's load average before the run.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+
+def decode(rounds: int = 3, tokens: int = 64, batches: tuple[int, ...] = (1, 8)) -> None:
+    from loom.runtime import LLM, SamplingParams
+
+    params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
+    for method in ("int4", "int8"):
+        llm = LLM("smollm2-135m-instruct", quantization=method, max_model_len=1024)
+        model = llm.engine.runner.model.model  # type: ignore[union-attr]
+        text = llm.tokenizer.apply_chat_template([{"role": "user", "content": "Tell me about Python."}],
+                                                 tokenize=False, add_generation_prompt=True)
+        prompt = llm.tokenizer(text, add_special_tokens=False)["input_ids"]
+        for batch in batches:
+            rates: dict[str, list[float]] = {"eager": [], "fused": []}
+            for _ in range(rounds):
+                for which in ("eager", "fused"):
+                    model.fused = None if which == "fused" else False
+                    llm.generate(prompt_token_ids=[prompt], sampling_params=params, use_tqdm=False)  # warm
+                    t0 = time.perf_counter()
+                    llm.generate(prompt_token_ids=[prompt] * batch, sampling_params=params, use_tqdm=False)
+                    rates[which].append(batch * tokens / (time.perf_counter() - t0))
+            assert model.fused, "the fused path did not run (no kernel build?)"
+            e, f = statistics.median(rates["eager"]), statistics.median(rates["fused"])
+            print(f"{method} batch {batch}: eager {e:.1f} tok/s, fused {f:.1f} ({f / e:.2f}x; medians of {rounds} "
+                  f"interleaved rounds of {tokens} tokens a sequence)")
+        llm.shutdown()
+
+
+def main() -> None:
+    torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
+    print(f"threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f}")
+    with torch.inference_mode():
+        decode()
+
+
+if __name__ == "__main__":
+    main()
