@@ -130,12 +130,13 @@ def cpu_int8_linear() -> Callable[..., torch.Tensor] | None:
 
     Why a kernel of Loom's own: at batch-1 decode the int8 LM head of the int8 and int4 formats
     (SmolLM2's ``[49152, 576]``, 27 MiB) took 4.1-6.1 ms a token in ``aten::_weight_int8pack_mm`` with
-    its bfloat16 activations, about a quarter of the int4 model's step; this loop, which the compiler
-    vectorizes (``-O3 -march=native``), reads the weight once at 2.0 ms, 1 thread, with an error against
-    the float32 product of the dequantized weight of ~2e-6 instead of ~2e-2
-    (``python -m benchmarks.int8_linear``).  At 4 and 8 rows it is 0.93x PyTorch's there, and on
-    matrices that fit the caches (the decoder layers') PyTorch's is as fast at one row and 2x faster
-    from two: ``Int8Linear`` uses this one from ``DECODE_KERNEL_MIN_BYTES`` of weights on.
+    its bfloat16 activations, about a quarter of the int4 model's step.  This one (AVX-512 with four
+    independent accumulators per row where the CPU has it, else a loop the compiler vectorizes) reads the
+    weight once: one row 2.0 ms at 1 thread (PyTorch's 4.9), 1.27 ms at 2 threads (2.11); 1.3-1.5x
+    PyTorch's speed at 4 and 8 rows; an error against the float32 product of the dequantized weight of
+    ~2e-6 instead of ~2e-2 (``python -m benchmarks.int8_linear [THREADS]``).  On matrices that fit the
+    caches (the decoder layers') it wins at one row and loses 1.3x from four: ``Int8Linear`` uses it from
+    ``DECODE_KERNEL_MIN_BYTES`` of weights on.
     """
     if not _library():
         return None

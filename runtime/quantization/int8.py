@@ -25,8 +25,8 @@ ACT_DTYPE = torch.bfloat16
 GEMM_MIN_ROWS = 64
 DECODE_KERNEL_MIN_BYTES = 8 << 20
 """int8 weights from this size (bytes) on take Loom's decode kernel: past the caches, where reading the
-weight once is the cost (SmolLM2's head, 27 MiB: 2.0x at one row, 0.93x at 4 and 8); smaller matrices
-stay with PyTorch's, as fast at one row and 2x faster from two rows on (``python -m benchmarks.int8_linear``)."""
+weight once is the cost (SmolLM2's head, 27 MiB, 1 thread: 2.5x at one row, 1.3x at 4 and 8); smaller matrices
+stay with PyTorch's, 1.3x faster from four rows on (``python -m benchmarks.int8_linear``)."""
 
 
 @functools.cache
