@@ -5,6 +5,13 @@ convention): ``{"name": <tool name>, "arguments": {...}}``.  The schema is an
 ``anyOf`` over the tools, each branch fixing ``name`` with ``const`` and taking
 the tool's ``parameters`` schema for ``arguments``, so the grammar engine lets
 the model pick a tool and then only write arguments valid for that tool.
+
+A tool's parameters may refer to their own definitions (``$defs`` /
+``definitions`` and ``$ref``, as Pydantic and ``openai.pydantic_function_tool``
+write them); those pointers start at the parameters' root, which is no longer
+the schema's root, so such parameters move into the root's ``$defs`` (named
+``tool<i>``, their definitions ``tool<i>_<name>``) with every local ``$ref``
+rewritten to match.
 """
 
 from __future__ import annotations
@@ -24,16 +31,53 @@ def _function(tool: JSONObject) -> JSONObject:
     return fn
 
 
-def _branch(fn: JSONObject, arguments_key: str = "arguments") -> JSONObject:
+_DEFINITIONS = ("$defs", "definitions")
+
+
+def _branch(fn: JSONObject, index: int, defs: JSONObject, arguments_key: str = "arguments") -> JSONObject:
     params = copy.deepcopy(fn.get("parameters") or {"type": "object", "properties": {}})
     if not isinstance(params, dict):
         raise ValueError(f"tools: parameters of {fn['name']!r} must be a JSON schema object")
+    if _has_refs(params):  # its "#..." pointers would now start at the wrapper: move it under the root's $defs
+        prefix = f"tool{index}"
+        for key in _DEFINITIONS:
+            for def_name, definition in (params.pop(key, None) or {}).items():
+                defs[f"{prefix}_{def_name}"] = _rebase(definition, prefix)
+        defs[prefix] = _rebase(params, prefix)
+        params = {"$ref": f"#/$defs/{prefix}"}
     return {
         "type": "object",
         "properties": {"name": {"const": fn["name"]}, arguments_key: params},
         "required": ["name", arguments_key],
         "additionalProperties": False,
     }
+
+
+def _has_refs(schema: object) -> bool:
+    if isinstance(schema, dict):
+        return any(k == "$ref" or k in _DEFINITIONS or _has_refs(v) for k, v in schema.items())
+    return isinstance(schema, list) and any(_has_refs(v) for v in schema)
+
+
+def _rebase(schema: object, prefix: str) -> object:
+    """``schema`` with every local ``$ref`` rewritten for its new place: ``#/$defs/X`` (or ``#/definitions/X``)
+    -> ``#/$defs/<prefix>_X``, any other ``#...`` (the parameters' own root) -> ``#/$defs/<prefix>...``."""
+    if isinstance(schema, list):
+        return [_rebase(v, prefix) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _rebase(v, prefix) for k, v in schema.items() if k != "$ref"}
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        for key in _DEFINITIONS:
+            if ref.startswith(f"#/{key}/"):
+                ref = f"#/$defs/{prefix}_{ref[len(key) + 3:]}"
+                break
+        else:
+            ref = f"#/$defs/{prefix}{ref[1:]}"
+    if ref is not None:
+        out["$ref"] = ref
+    return out
 
 
 def tool_call_schema(tools: list[JSONObject], name: str | None = None,
@@ -60,5 +104,9 @@ def tool_call_schema(tools: list[JSONObject], name: str | None = None,
         fns = [f for f in fns if f["name"] == name]
         if not fns:
             raise ValueError(f"tool_choice: no tool named {name!r}")
-    branches = [_branch(f, arguments_key) for f in fns]
-    return branches[0] if len(branches) == 1 else {"anyOf": branches}
+    defs: JSONObject = {}
+    branches = [_branch(f, i, defs, arguments_key) for i, f in enumerate(fns)]
+    schema: JSONObject = branches[0] if len(branches) == 1 else {"anyOf": branches}
+    if defs:
+        schema["$defs"] = defs
+    return schema

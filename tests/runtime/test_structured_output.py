@@ -260,3 +260,47 @@ def test_tool_call_schema_restricts_to_named_tool() -> None:
         tool_call_schema(TOOLS, name="nope")
     with pytest.raises(ValueError, match="tools"):
         tool_call_schema([])
+
+
+def _pydantic_tools() -> list[dict]:
+    """Tools whose parameters Pydantic wrote: ``$defs`` with ``$ref``s, one of them recursive."""
+    from pydantic import BaseModel, ConfigDict, Field
+
+    class Strict(BaseModel):  # no extra keys, short fields: random logits finish a call in a few hundred tokens
+        model_config = ConfigDict(extra="forbid")
+
+    class Address(Strict):
+        city: str = Field(max_length=6)
+        zip: str = Field(pattern="^[0-9]{5}$")
+
+    class Customer(Strict):
+        name: str = Field(max_length=6)
+        home: Address
+        others: list[Address] = Field(max_length=2)
+
+    class Node(Strict):
+        label: str = Field(max_length=6)
+        children: list[Node] = Field(max_length=1)
+
+    Node.model_rebuild()
+    return [{"type": "function", "function": {"name": m.__name__.lower(), "parameters": m.model_json_schema()}}
+            for m in (Customer, Node)]
+
+
+@pytest.mark.parametrize("name", [None, "customer", "node"])
+def test_a_forced_tool_call_accepts_parameters_with_defs_and_refs_and_writes_valid_arguments(backend, tokenizer,
+                                                                                             name) -> None:
+    tools = _pydantic_tools()
+    schema = tool_call_schema(tools, name=name)
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+    gen = torch.Generator().manual_seed(1)
+    finished = 0
+    for _ in range(20):
+        ids, done = _generate(backend, StructuredOutputParams(json=schema), gen, max_tokens=400)
+        if not done:
+            continue
+        finished += 1
+        call = json.loads(_text(tokenizer, ids))
+        assert name is None or call["name"] == name
+        jsonschema.validate(call["arguments"], params[call["name"]])  # the user's own schema, $refs and all
+    assert finished >= 5
