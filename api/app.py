@@ -6,7 +6,8 @@ outermost first: CORS when ``allowed_origins`` is set (FastAPI's
 ``CORSMiddleware`` with vLLM's option names; outermost, so a browser's
 preflight ``OPTIONS`` is answered without a key and a 401 carries the CORS
 headers); in-flight and status accounting; the API-key check from the
-headers alone (``loom.api.auth.AuthGate``: no body is read before it); the lone
+headers alone (``loom.api.auth.AuthGate``: no body is read before it); the body
+size cap (``loom.api.body_limit``: a 413 before an oversized body is read); the lone
 surrogate guard (``loom.api.text_guard``).  The accounting one counts in-flight
 requests (for the drain) and records ``loom_http_requests{method,route,status}``
 with the route *template* (``/v1/sessions/{session_id}``) so ids do not explode
@@ -29,6 +30,7 @@ from loom.api.errors import install_error_handlers
 from loom.api.openapi import install_openapi
 from loom.version import loom_version
 from loom.api.services import Services
+from loom.api.body_limit import BodyLimit
 from loom.api.text_guard import TextGuard
 from loom.api.settings import Settings
 
@@ -104,6 +106,7 @@ def create_app(settings: Settings) -> FastAPI:
     for module in (chat, completions, embeddings, tokenize, sessions, forks, resources, system):
         app.include_router(module.router)
     app.add_middleware(TextGuard)  # lone surrogates: a 400 before any route (loom.api.text_guard)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_body_bytes)  # 413 before a big body is read
     app.add_middleware(AuthGate, services=services)  # 401 from the headers, before any body is read
     app.add_middleware(_Accounting, services=services)
     if settings.allowed_origins:

@@ -29,8 +29,9 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.background import BackgroundTask
 
 from loom.api import turns as T
-from loom.api.engine_io import settle, until_disconnect
+from loom.api.engine_io import engine_max_model_len, settle, until_disconnect
 from loom.api.errors import SessionBusyError, error_body, loom_error_body
+from loom.api.prompt_limits import check_text_chars
 from loom.api.schemas.sessions import ApprovalCreate, MessageCreate, SessionCreate, TurnOut
 from loom.api.services import Services
 from loom.api.store import ChatSession, Turn
@@ -38,7 +39,7 @@ from loom.api.turn_lease import TurnLeaseKeeper
 from loom.orchestrator.approval import check_decisions, pending_approval
 from loom.orchestrator.events import AgentEvent, DoneEvent, RunResult
 from loom.orchestrator.items import JSON
-from loom.runtime.errors import LoomError, NotFoundError
+from loom.runtime.errors import ContextLengthError, LoomError, NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ async def post_message_turn(services: Services, owner: str, session_id: str, bod
     """
     row = own_session(services, session_id, owner)
     cfg = SessionCreate.model_validate(row.config)
+    await check_message_fits(services, body.content, cfg.sampling.max_tokens)
     run = _TurnRun(services, session_id, await claim_lease(services, session_id, owner))
     try:
         agent = T.build_agent(services, owner, cfg)
@@ -91,6 +93,27 @@ async def post_message_turn(services: Services, owner: str, session_id: str, bod
     finally:
         if not run.handed_off:
             await run.close()
+
+
+async def check_message_fits(services: Services, content: str, max_tokens: int) -> None:
+    """Refuse a message that cannot fit the window with the reply's ``max_tokens``, before anything is stored.
+
+    Tokenized off the event loop; text over the character bound of :mod:`loom.api.prompt_limits` is refused
+    without tokenizing it.
+
+    Raises:
+        ContextLengthError: naming ``content`` (a 400; the session and its history are untouched).
+    """
+    engine = services.require_engine()
+    window = engine_max_model_len(engine)
+    if window is None:
+        return
+    check_text_chars(engine.tokenizer, window, len(content), "content")
+    tokens = len(await anyio.to_thread.run_sync(lambda: engine.tokenizer.encode(content, add_special_tokens=False)))
+    if tokens + max_tokens >= window:
+        raise ContextLengthError(f"This model's maximum context length is {window} tokens, but the message has "
+                                 f"{tokens} tokens and the session's replies take up to {max_tokens}.",
+                                 param="content")
 
 
 async def post_approvals_turn(services: Services, owner: str, session_id: str, body: ApprovalCreate,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -57,6 +57,10 @@ class Settings(BaseSettings):
         default=None, gt=0, description="Waiting-queue cap; beyond it requests get 429."
     )
     enable_prefix_caching: bool = True
+    prefix_cache_scope: Literal["owner", "global"] = Field(
+        default="owner", description="owner: prefix-cache blocks are shared within one API key's requests only "
+        "(another key cannot probe your prompts through cached token counts); global: across keys too."
+    )
     gpu_memory_utilization: float = Field(
         default=0.9, gt=0, le=1, description="Fraction of GPU memory the engine may use (CUDA only)."
     )
@@ -106,6 +110,9 @@ class Settings(BaseSettings):
     allow_credentials: bool = Field(default=False, description="CORS: allow credentials (cookies, auth).")
     default_max_tokens: int = Field(
         default=512, gt=0, description="max_tokens of a chat completion that sets none."
+    )
+    max_request_body_bytes: int = Field(
+        default=8 << 20, gt=0, description="Largest request body (bytes); a larger one is a 413 before it is read."
     )
     max_steps: int = Field(default=6, gt=0, description="Agent steps per session turn.")
     tool_timeout_s: float = Field(default=10.0, gt=0)

@@ -7,7 +7,8 @@ exception on the same request, and a reset keep-alive connection).  This
 middleware buffers a JSON request body, parses it once with the standard
 library, and answers ``400 invalid_request_error`` naming the first field
 whose text holds a lone surrogate (``messages.0.content``, the same dotted
-form as validation errors).  Valid surrogate *pairs* (an emoji written as
+form as validation errors; a surrogate in a key is written escaped there,
+``\\ud800``).  Valid surrogate *pairs* (an emoji written as
 ``"\\ud83d\\ude00"``) decode to one code point and pass.  Bodies that are not
 JSON, or not parseable, go on unchanged: FastAPI's own validation reports them.
 """
@@ -61,21 +62,22 @@ class TextGuard:
         while more:
             message = await receive()
             if message["type"] != "http.request":  # disconnect before the body arrived
-                await self.app(scope, _replay([message]), send)
+                await self.app(scope, replay([message]), send)
                 return
             chunks.append(message.get("body", b""))
             more = message.get("more_body", False)
         body = b"".join(chunks)
         path = _check(body)
         if path is not None:
-            field = ".".join(path) or None
+            # a key may hold the surrogate itself: written escaped (``\\ud800``), the message stays encodable
+            field = ".".join(part.encode("utf-8", "backslashreplace").decode("utf-8") for part in path) or None
             where = f"{field!r}" if field else "the request body"
             response = JSONResponse(error_body(
                 f"Invalid value for {where}: text contains a lone UTF-16 surrogate, which is not valid "
                 "Unicode", "invalid_request_error", field, "invalid_value"), status_code=400)
-            await response(scope, _replay([]), send)
+            await response(scope, replay([]), send)
             return
-        await self.app(scope, _replay([{"type": "http.request", "body": body, "more_body": False}], receive),
+        await self.app(scope, replay([{"type": "http.request", "body": body, "more_body": False}], receive),
                        send)
 
 
@@ -94,7 +96,7 @@ def _check(body: bytes) -> tuple[str, ...] | None:
     return lone_surrogate_path(data)
 
 
-def _replay(messages: list[Message], then: Receive | None = None) -> Receive:
+def replay(messages: list[Message], then: Receive | None = None) -> Receive:
     """A ``receive`` that yields ``messages`` first, then defers to ``then`` (disconnect detection)."""
     pending = list(messages)
 

@@ -17,6 +17,7 @@ import logging
 from collections.abc import AsyncGenerator, Iterable
 from typing import TYPE_CHECKING, Any
 
+from loom.api.cache_scope import cache_salt
 from loom.api.engine_io import engine_max_model_len
 from loom.api.schemas.chat import NamedToolChoice
 from loom.api.schemas.sessions import SessionCreate, TurnOut
@@ -133,6 +134,7 @@ def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Agent:
         condense_question=cfg.condense_question,
         tool_call_parser=services.tool_format,
         approval=cfg.approval,
+        cache_salt=cache_salt(services.settings.prefix_cache_scope, owner),
     )
 
 

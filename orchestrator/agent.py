@@ -120,6 +120,8 @@ class Agent:
             (besides tools made with ``@tool(requires_approval=True)``): the turn ends with
             ``final_state="awaiting_approval"`` and :meth:`resume` continues it
             (``loom.orchestrator.approval``; LangGraph's ``interrupt``, Letta's ``requires_approval``).
+        cache_salt: ``SamplingParams.cache_salt`` of every model call of the agent, so the prefix cache
+            shares its blocks only with calls of the same salt (the REST server salts by API key).
 
     Raises:
         ValueError: bad arguments, naming the field.
@@ -135,10 +137,10 @@ class Agent:
                  tool_timeout_s: float = 30.0, memory_write_back: bool = True,
                  tool_call_parser: Any = None, condense_question: bool = True,
                  condense_tokens: int = DEFAULT_CONDENSE_TOKENS, parallel_tool_calls: bool | None = None,
-                 approval: Iterable[str] = ()) -> None:
+                 approval: Iterable[str] = (), cache_salt: str | None = None) -> None:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
-        engine = EngineClient(llm)
+        engine = EngineClient(llm, cache_salt)
         registry = _registry(tools, retriever, auto_retrieve, tool_timeout_s)
         budget = (budget or ContextBudget()).with_window(engine.max_model_len)
         if budget.window > engine.max_model_len:
@@ -240,7 +242,8 @@ class Agent:
             result.final_state = "interrupted"
             raise
         except LoomError as exc:
-            if result.steps == 0:
+            if result.steps == 0:  # refused before any model call: the turn leaves no trace in the session
+                runner.forget_stored()
                 raise
             logger.warning("agent turn ended with an error: %s", exc)
             result.final_state, result.error = "error", exc.message

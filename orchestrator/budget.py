@@ -41,9 +41,12 @@ class ContextBudget:
             ``max_tokens`` of each call, with ``reserved_reasoning``).
         reserved_reasoning: extra tokens reserved for ``<think>`` reasoning.
         max_history_tokens: cap of the history; ``None`` = all that is left.
-        max_retrieval_tokens: cap of one turn's retrieval message.
-        max_memory_tokens: cap of the memory snapshot and of one turn's new hits.
-        max_tool_result_tokens: a tool result longer than this is truncated.
+        max_retrieval_tokens: cap of one turn's retrieval message; a small window lowers it
+            (:attr:`retrieval_cap`).
+        max_memory_tokens: cap of the memory snapshot and of one turn's new hits
+            (:attr:`memory_cap`).
+        max_tool_result_tokens: a tool result longer than this is truncated, with a visible
+            marker (:attr:`tool_result_cap`).
         low_water: after compaction the history is at most this fraction of its cap
             (0.7: with the compaction prefilled after the turn, a fuller view caches
             more per turn; 30-turn stdlib session in 4k: 86% vs 84% at 0.5, for
@@ -134,6 +137,30 @@ class ContextBudget:
         """Most prompt tokens: window - reserved output - reserved reasoning."""
         return self.window - self.max_tokens
 
+    @property
+    def retrieval_cap(self) -> int:
+        """Tokens one turn's retrieval message may take: ``max_retrieval_tokens``, at most half the prompt
+        limit (so with a 1,024-token window retrieval still leaves room for the question and history)."""
+        if self.max_model_len is None:
+            return self.max_retrieval_tokens
+        return max(1, min(self.max_retrieval_tokens, self.prompt_limit // 2))
+
+    @property
+    def tool_result_cap(self) -> int:
+        """Tokens a tool result keeps before it is cut: ``max_tool_result_tokens``, at most half the prompt
+        limit (a 10 kB result in a small window is cut, not a failed turn)."""
+        if self.max_model_len is None:
+            return self.max_tool_result_tokens
+        return max(1, min(self.max_tool_result_tokens, self.prompt_limit // 2))
+
+    @property
+    def memory_cap(self) -> int:
+        """Tokens of the memory snapshot and of one turn's new memories: ``max_memory_tokens``, at most a
+        quarter of the prompt limit."""
+        if self.max_model_len is None:
+            return self.max_memory_tokens
+        return max(1, min(self.max_memory_tokens, self.prompt_limit // 4))
+
     def next_turn_margin(self, retrieval: bool = True, memory: bool = True) -> int:
         """Tokens the after-turn forecast reserves for the next turn's inputs (see ``next_turn_tokens``).
 
@@ -141,7 +168,7 @@ class ContextBudget:
         """
         if self.next_turn_tokens is not None:
             return self.next_turn_tokens
-        return self.max_retrieval_tokens * retrieval + self.max_memory_tokens * memory + TYPICAL_MESSAGE_TOKENS
+        return self.retrieval_cap * retrieval + self.memory_cap * memory + TYPICAL_MESSAGE_TOKENS
 
     def history_cap(self, fixed_tokens: int) -> int:
         """History cap given the tokens of everything else in the prompt."""

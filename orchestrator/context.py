@@ -96,7 +96,7 @@ class Context:
 
 @dataclass
 class RetrievalFit:
-    """This turn's retrieval hits fitted to ``max_retrieval_tokens`` (see :meth:`ContextBuilder.fit_retrieval`).
+    """This turn's retrieval hits fitted to ``retrieval_cap`` (see :meth:`ContextBuilder.fit_retrieval`).
 
     Attributes:
         shown: hits shown to the model, in rank order (a truncated hit is a copy
@@ -169,12 +169,12 @@ class ContextBuilder:
         return new
 
     def snapshot_item(self, items: Sequence[Item], memories: Sequence[str | MemoryHit]) -> Item | None:
-        """The session's memory snapshot (turn 0), capped to ``max_memory_tokens``.
+        """The session's memory snapshot (turn 0), capped to ``memory_cap``.
 
         ``memories``: strings or hits with ``.text`` (and ``.id``, stored as ``memory_ids``).
         """
         chosen = self.fit(list(memories), lambda ms: format_memory(ms, snapshot=True),
-                          self.budget.max_memory_tokens)
+                          self.budget.memory_cap)
         if not chosen:
             return None
         item = message_item("memory_snapshot", 0, "user", format_memory(chosen, snapshot=True), [],
@@ -196,7 +196,7 @@ class ContextBuilder:
             new.append(message_item("retrieval", turn, "user", format_retrieval(fit.shown), [],
                                     sources=[source_label(h) for h in fit.shown], cut=fit.record()))
         memories = self.fit(list(memories), lambda ms: format_memory(ms, snapshot=False),
-                            self.budget.max_memory_tokens)
+                            self.budget.memory_cap)
         if memories:
             new.append(message_item("memory", turn, "user", format_memory(memories, snapshot=False), [],
                                     memory_ids=_ids(memories)))
@@ -262,7 +262,7 @@ class ContextBuilder:
         return chosen
 
     def fit_retrieval(self, hits: Sequence[SearchHit]) -> RetrievalFit:
-        """Hits that fit ``max_retrieval_tokens``, never none while there are hits.
+        """Hits that fit the budget's ``retrieval_cap``, never none while there are hits.
 
         In rank order, a hit that fits whole is shown; the first hit that does
         not fit, when nothing is shown yet, is cut at the last sentence
@@ -271,7 +271,7 @@ class ContextBuilder:
         not fit are dropped and smaller ones after them still taken.
         """
         fit = RetrievalFit()
-        cap = self.budget.max_retrieval_tokens
+        cap = self.budget.retrieval_cap
         for hit in hits:
             if self.count_message_tokens(format_retrieval(fit.shown + [hit])) <= cap:
                 fit.shown.append(hit)
@@ -309,9 +309,9 @@ class ContextBuilder:
         return None
 
     def truncate(self, text: str) -> str:
-        """``text`` cut to ``max_tool_result_tokens`` tokens, with a note when cut."""
+        """``text`` cut to the budget's ``tool_result_cap`` tokens, with a note when cut."""
         ids = self.renderer.encode(text)
-        cap = self.budget.max_tool_result_tokens
+        cap = self.budget.tool_result_cap
         if len(ids) <= cap:
             return text
         kept = self.renderer.decode(ids[:cap])

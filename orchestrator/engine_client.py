@@ -10,6 +10,7 @@ orchestrator talks only to :meth:`EngineClient.stream` with prompt token ids.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import uuid
 from collections.abc import AsyncIterator
@@ -38,15 +39,19 @@ class EngineClient:
     Args:
         llm: ``runtime.AsyncLLM`` / ``runtime.LLM`` (or anything with their
             ``generate`` and ``tokenizer``).
+        cache_salt: set on every request's ``SamplingParams`` (``cache_salt``), so the
+            prefix cache shares this client's blocks only with requests of the same salt
+            (a server salts by API key); ``None`` leaves each request's own.
 
     Raises:
         TypeError: ``llm`` has no ``generate`` or no ``tokenizer``.
     """
 
-    def __init__(self, llm: Engine) -> None:
+    def __init__(self, llm: Engine, cache_salt: str | None = None) -> None:
         if not hasattr(llm, "generate") or getattr(llm, "tokenizer", None) is None:
             raise TypeError("llm: expected a runtime.AsyncLLM or runtime.LLM (with .generate and .tokenizer)")
         self.llm = llm
+        self.cache_salt = cache_salt
         self.tokenizer = llm.tokenizer
         self._async: AsyncEngine | None = None
         self._sync: SyncEngine | None = None
@@ -79,6 +84,8 @@ class EngineClient:
             naming ``structured_output`` when its constraint dead-ended.
         """
         request_id = request_id or f"agent-{uuid.uuid4().hex[:12]}"
+        if self.cache_salt is not None:
+            sampling_params = dataclasses.replace(sampling_params, cache_salt=self.cache_salt)
         if self._async is not None:
             async for out in self._async.generate(prompt_token_ids=prompt_token_ids,
                                                   sampling_params=sampling_params, request_id=request_id):

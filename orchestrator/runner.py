@@ -52,6 +52,7 @@ class TurnRunner:
     def __init__(self, parts: AgentParts, session: Session, message: str, choice: ToolChoice) -> None:
         self.parts, self.session, self.message, self.choice = parts, session, message, choice
         self.items: list[Item] = session.get_items()
+        self._start_len = len(self.items)  # the history before this turn
         self.turn = 1 + max((it.get("turn", 0) for it in self.items), default=0)
         self.result = RunResult(timings={"model": 0.0, "tools": 0.0, "retrieval": 0.0, "memory": 0.0})
         self.ledgers: list[Ledger] = []
@@ -61,6 +62,14 @@ class TurnRunner:
     def _store(self, new: list[Item]) -> None:
         self.session.add_items(new)
         self.items.extend(new)
+
+    def forget_stored(self) -> None:
+        """Take back every item this turn stored: its first model call was refused (a message too long for
+        the window, say), and a refused turn must not stay in the history every later turn reloads."""
+        for _ in range(len(self.items) - self._start_len):
+            self.session.pop_item()
+        del self.items[self._start_len:]
+        self._pending = []
 
     async def _timed(self, key: str, fn: Callable[..., T], *args: Any) -> T:
         t0 = time.perf_counter()

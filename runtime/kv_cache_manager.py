@@ -19,6 +19,13 @@ token attends.  Registrations stay *uncommitted* until that step's forward pass
 has returned (``commit``): if it raises, ``discard_uncommitted`` drops their
 hashes, so no later request is ever served KV that was never written.
 
+A request with ``SamplingParams.cache_salt`` starts its chain from that salt
+(vLLM's ``cache_salt``): its first block's hash, and the keys its partial
+blocks are found by, differ from every other salt's and from unsalted
+requests', so it shares cached blocks only with requests of the same salt
+(one tenant of a shared server cannot probe another's prompts through cached
+token counts or TTFT).
+
 A request's *partial* last block is kept too, at token granularity (as
 SGLang's radix cache keeps every token; vLLM drops it): when the request
 frees its blocks, the computed tokens of its last, not-full block are
@@ -81,9 +88,9 @@ class KVBlock:
         block_hash: chained hash when the block is full and registered.
         token_ids: the block's tokens when hashed (guards against collisions).
         parent_hash: for a registered full block, the hash of the full prefix
-            before it (``_NO_PARENT`` for a first block); its ``children`` key.
+            before it (``_NO_PARENT``, or a salted root, for a first block); its ``children`` key.
         tail_parent: for a registered partial block, the hash of the full
-            prefix before it (``_NO_PARENT`` for a first block); else ``None``.
+            prefix before it (``_NO_PARENT``, or a salted root, for a first block); else ``None``.
         tail_tokens: the computed tokens of a registered partial block.
     """
 
@@ -126,9 +133,16 @@ def _unindex(index: dict[tuple[object, int], set[int]], key: tuple[object, int],
             del index[key]
 
 
-def hash_block(parent_hash: int | None, token_ids: Sequence[int]) -> int:
-    """Chained block hash: equal values mean equal whole prefixes (vLLM APC)."""
+def hash_block(parent_hash: object, token_ids: Sequence[int]) -> int:
+    """Chained block hash: equal values mean equal whole prefixes (vLLM APC).  A first block's parent is
+    ``None``, or ``("salt", cache_salt)`` for a salted request, so salted chains never meet other chains."""
     return hash((parent_hash, tuple(token_ids)))
+
+
+def _root(request: Request) -> object:
+    """The parent key of ``request``'s first block: :data:`_NO_PARENT`, or its ``cache_salt``'s own root."""
+    salt = request.sampling_params.cache_salt
+    return _NO_PARENT if salt is None else ("salt", salt)
 
 
 class KVCacheManager:
@@ -187,7 +201,7 @@ class KVCacheManager:
                 break
             hits.append(block_id)
         num_hit = len(hits) * bs
-        parent = request.block_hashes[len(hits) - 1] if hits else _NO_PARENT
+        parent = request.block_hashes[len(hits) - 1] if hits else _root(request)
         start = num_hit
         want = request.all_token_ids[start:min(start + bs, request.num_tokens - 1)]
         if not want:
@@ -402,7 +416,7 @@ class KVCacheManager:
         if num_full > len(request.block_hashes):
             return
         self._drop_tail(block)
-        block.tail_parent = request.block_hashes[num_full - 1] if num_full else _NO_PARENT
+        block.tail_parent = request.block_hashes[num_full - 1] if num_full else _root(request)
         block.tail_tokens = tuple(request.all_token_ids[num_full * bs:num_full * bs + k])
         self.tails.setdefault((block.tail_parent, block.tail_tokens[0]), set()).add(block.block_id)
 
@@ -438,8 +452,9 @@ class KVCacheManager:
         bs = self.block_size
         hashes = request.block_hashes
         tokens = request.all_token_ids
+        first_parent = None if request.sampling_params.cache_salt is None else _root(request)
         for i in range(len(hashes), len(tokens) // bs):
-            hashes.append(hash_block(hashes[-1] if hashes else None, tokens[i * bs:(i + 1) * bs]))
+            hashes.append(hash_block(hashes[-1] if hashes else first_parent, tokens[i * bs:(i + 1) * bs]))
 
     def _register_full_blocks(self, request: Request, num_tokens: int) -> None:
         num_full = min(num_tokens, request.num_tokens) // self.block_size
@@ -454,7 +469,7 @@ class KVCacheManager:
             if block.block_hash is None and block_hash not in self.cached:
                 block.block_hash = block_hash
                 block.token_ids = tuple(request.all_token_ids[i * bs:(i + 1) * bs])
-                block.parent_hash = request.block_hashes[i - 1] if i else _NO_PARENT
+                block.parent_hash = request.block_hashes[i - 1] if i else _root(request)
                 self.cached[block_hash] = block.block_id
                 self.children.setdefault((block.parent_hash, block.token_ids[0]), set()).add(block.block_id)
                 self._uncommitted.append(block.block_id)

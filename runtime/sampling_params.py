@@ -62,6 +62,13 @@ class SamplingParams:
             ``"delta"`` (``token_ids`` / ``text`` / ``token_times`` /
             ``logprobs`` hold only what is new) or ``"final_only"`` (no output
             until the request finishes; ``LLM.generate`` uses it).
+        cache_salt: mixed into the hash of the request's first KV block, so its
+            prefix-cache hits come only from requests with the same salt (vLLM's
+            ``cache_salt``): two tenants of one engine cannot tell from cached
+            token counts or TTFT whether the other sent a prompt.  ``None``
+            shares with every unsalted request.  Carried here because these
+            parameters travel with a request through every layer (REST,
+            orchestrator, replicas) to the engine.
 
     Raises:
         InvalidRequestError: (a ``ValueError``) naming the field at fault.
@@ -87,6 +94,7 @@ class SamplingParams:
     skip_special_tokens: bool = True
     structured_output: StructuredOutputParams | None = None
     output_kind: str = "cumulative"
+    cache_salt: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -108,6 +116,8 @@ class SamplingParams:
         if self.prompt_logprobs is not None:
             _integer("prompt_logprobs", self.prompt_logprobs, low=0)
         _integer("min_tokens", self.min_tokens, low=0)
+        if self.cache_salt is not None and (not isinstance(self.cache_salt, str) or not self.cache_salt):
+            raise InvalidRequestError("cache_salt: must be a non-empty string", param="cache_salt")
         if self.min_tokens > self.max_tokens:
             raise InvalidRequestError(
                 f"min_tokens: must be <= max_tokens ({self.max_tokens}), got {self.min_tokens}",

@@ -11,10 +11,12 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 from fastapi import APIRouter, Depends, Request
 from sse_starlette.sse import EventSourceResponse
 
 from loom.api.auth import require_owner
+from loom.api.cache_scope import cache_salt
 from loom.api.serving_chat.run import CompletionRun, stream_chunks
 from loom.api.serving_chat.prompt import prepare
 from loom.api.engine_io import (
@@ -115,9 +117,11 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     check_model(services, body.model)
     engine = services.require_engine()
     reuse = _IdReuse(services.generated_ids, owner)
-    prepared = prepare(body, engine.tokenizer, services.settings.default_max_tokens,
-                       engine_max_model_len(engine), services.tool_format, encode=reuse.encode,
-                       defaults=services.default_sampling)
+    salt = cache_salt(services.settings.prefix_cache_scope, owner, body.cache_salt)
+    # rendering, tokenizing and compiling grammars off the event loop: a long prompt must not stall the others
+    prepared = await anyio.to_thread.run_sync(lambda: prepare(
+        body, engine.tokenizer, services.settings.default_max_tokens, engine_max_model_len(engine),
+        services.tool_format, encode=reuse.encode, defaults=services.default_sampling, cache_salt=salt))
     run = CompletionRun(prepared, services.settings.model_name, engine.tokenizer)
     try:
         gens = await open_generations(engine, prepared.prompt_token_ids, prepared.sampling_params,

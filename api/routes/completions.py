@@ -16,6 +16,7 @@ from fastapi import APIRouter, Depends, Request
 from sse_starlette.sse import EventSourceResponse
 
 from loom.api.auth import require_owner
+from loom.api.cache_scope import cache_salt
 from loom.api.serving_completion.prompts import PreparedCompletion, prepare
 from loom.api.serving_completion.run import CompletionRun
 from loom.api.engine_io import (
@@ -54,8 +55,11 @@ async def create_completion(body: CompletionRequest, request: Request,
     check_unknown_fields(body, strict_setting(services.settings))
     check_model(services, body.model)
     engine = services.require_engine()
-    prepared = prepare(body, engine.tokenizer, services.settings.default_max_tokens,
-                       engine_max_model_len(engine), services.default_sampling)
+    salt = cache_salt(services.settings.prefix_cache_scope, owner, body.cache_salt)
+    # tokenizing and compiling grammars off the event loop: a long prompt must not stall the others
+    prepared = await anyio.to_thread.run_sync(lambda: prepare(
+        body, engine.tokenizer, services.settings.default_max_tokens, engine_max_model_len(engine),
+        services.default_sampling, salt))
     run = CompletionRun(prepared, services.settings.model_name, engine.tokenizer)
     try:
         gens = await _open(engine, prepared, run.request_id)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 from fastapi import APIRouter, Depends, Request
 
 from loom.api.auth import require_owner
@@ -40,11 +41,13 @@ async def tokenize(body: TokenizeRequest, request: Request,
     if (body.prompt is None) == (body.messages is None):
         raise InvalidRequestError("send exactly one of prompt and messages",
                                   param="messages" if body.messages is not None else "prompt")
-    if body.prompt is not None:
+    if body.prompt is not None:  # off the event loop: a long text would stall every other request
         add = True if body.add_special_tokens is None else body.add_special_tokens
-        ids = list(tokenizer.encode(body.prompt, add_special_tokens=add))
+        prompt = body.prompt
+        ids = await anyio.to_thread.run_sync(lambda: list(tokenizer.encode(prompt, add_special_tokens=add)))
     else:
-        ids = _chat_ids(body, tokenizer, services.tool_format, services.generated_ids, owner)
+        ids = await anyio.to_thread.run_sync(
+            lambda: _chat_ids(body, tokenizer, services.tool_format, services.generated_ids, owner))
     return TokenizeResponse(count=len(ids), max_model_len=engine_max_model_len(services.require_engine()) or 0,
                             tokens=ids, token_strs=list(tokenizer.convert_ids_to_tokens(ids))
                             if body.return_token_strs else None)

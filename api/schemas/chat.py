@@ -187,6 +187,9 @@ class ChatCompletionRequest(_Strict):
     max_completion_tokens: int | None = Field(default=None, ge=1)
     stop: Annotated[str, Field(min_length=1)] | list[Annotated[str, Field(min_length=1)]] | None = None
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1, description="int64.")
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=256, description=(
+        "vLLM's cache_salt: only requests with the same salt (and, by default, the same API key) share "
+        "cached prompt prefixes."))
     n: int | None = Field(default=None, ge=1, le=MAX_N, description="Choices (engine requests sharing "
                           f"the prompt's KV blocks); at most {MAX_N}.")
     logprobs: bool | None = None

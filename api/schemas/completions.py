@@ -52,6 +52,9 @@ class CompletionRequest(RequestModel):
     n: int | None = Field(default=None, ge=1, le=MAX_N, description=f"Samples per prompt; at most {MAX_N}.")
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1, description="int64.")
+    cache_salt: str | None = Field(default=None, min_length=1, max_length=256, description=(
+        "vLLM's cache_salt: only requests with the same salt (and, by default, the same API key) share "
+        "cached prompt prefixes."))
     stop: Annotated[str, Field(min_length=1)] | list[Annotated[str, Field(min_length=1)]] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from loom.api.prompt_limits import check_text_chars
 from loom.api.schemas.chat import AssistantMessage, ChatCompletionRequest, Content, NamedToolChoice, ToolMessage
 from loom.json_types import JSONObject
 from loom.orchestrator.formats import ToolCallFormat, detect_format
@@ -288,12 +289,13 @@ def sampling_fields(req: Any, defaults: Mapping[str, float | int]) -> JSONObject
 def prepare(req: ChatCompletionRequest, tokenizer: Tokenizer, default_max_tokens: int,
             max_model_len: int | None, fmt: ToolCallFormat | None = None,
             encode: Callable[[str], list[int]] | None = None,
-            defaults: Mapping[str, float | int] | None = None) -> PreparedChat:
+            defaults: Mapping[str, float | int] | None = None, cache_salt: str | None = None) -> PreparedChat:
     """Prompt ids and ``SamplingParams`` for a request.
 
     ``defaults``: the model's sampling defaults for fields the request leaves unset
     (``loom.runtime.checkpoint.generation_config``; its ``max_tokens`` replaces
     ``default_max_tokens``); otherwise OpenAI's (temperature 1, top_p 1).
+    ``cache_salt``: the engine's salt for the request (:mod:`loom.api.cache_scope`).
 
     ``fmt`` is the model's tool-call format (detected from ``tokenizer`` when ``None``).
     ``encode`` tokenizes the rendered prompt instead of the tokenizer (the
@@ -316,6 +318,7 @@ def prepare(req: ChatCompletionRequest, tokenizer: Tokenizer, default_max_tokens
     fmt = fmt if fmt is not None else detect_format(tokenizer)
     kwargs = template_kwargs(req, tokenizer)
     messages = template_messages(req)
+    check_text_chars(tokenizer, max_model_len, sum(len(_text(m.content)) for m in req.messages), "messages")
     ids = prompt_ids(tokenizer, fmt, messages, tools, template_kwargs=kwargs or None, encode=encode)
     if max_model_len is not None and len(ids) >= max_model_len:
         raise ContextLengthError(
@@ -342,6 +345,7 @@ def prepare(req: ChatCompletionRequest, tokenizer: Tokenizer, default_max_tokens
         "structured_output": structured,
         "logprobs": top_logprobs,
         "logit_bias": token_bias(req, len(tokenizer)),
+        "cache_salt": cache_salt,
     }
     params = SamplingParams(**sampling)
     if forced:  # the user's schemas exactly as given (bound=False): an API must not narrow them

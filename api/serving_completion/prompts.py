@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
+from loom.api.prompt_limits import check_text_chars
 from loom.api.serving_chat.prompt import output_constraint, sampling_fields, token_bias
 from loom.api.schemas.completions import MAX_CHOICES, CompletionRequest
 from loom.json_types import JSONObject
@@ -78,12 +79,15 @@ def _items(prompt: Any) -> list[Any]:
     return list(prompt)
 
 
-def read_prompts(body: CompletionRequest, tokenizer: Tokenizer) -> list[CompletionPrompt]:
+def read_prompts(body: CompletionRequest, tokenizer: Tokenizer, max_model_len: int | None = None
+                 ) -> list[CompletionPrompt]:
     """Token ids and text of each prompt.
 
     Raises:
         InvalidRequestError: an empty prompt, or a token id outside the tokenizer's
             ``[0, len(tokenizer))`` (``param`` ``prompt`` / ``prompt.<i>``).
+        ContextLengthError: a text prompt too long to fit ``max_model_len`` tokens whatever it says
+            (:func:`loom.api.prompt_limits.check_text_chars`; refused before it is tokenized).
     """
     items = _items(body.prompt)
     vocab = len(tokenizer)
@@ -91,6 +95,7 @@ def read_prompts(body: CompletionRequest, tokenizer: Tokenizer) -> list[Completi
     for i, item in enumerate(items):
         param = "prompt" if len(items) == 1 else f"prompt.{i}"
         if isinstance(item, str):
+            check_text_chars(tokenizer, max_model_len, len(item), param)
             ids = list(tokenizer.encode(item, add_special_tokens=body.add_special_tokens))
             text = item
         else:
@@ -148,18 +153,20 @@ def _check_fields(body: CompletionRequest, n_prompts: int) -> int:
 
 
 def prepare(body: CompletionRequest, tokenizer: Tokenizer, default_max_tokens: int,
-            max_model_len: int | None, defaults: Mapping[str, float | int] | None = None) -> PreparedCompletion:
+            max_model_len: int | None, defaults: Mapping[str, float | int] | None = None,
+            cache_salt: str | None = None) -> PreparedCompletion:
     """Prompts with their ``SamplingParams`` for ``body``.
 
     ``defaults``: the model's sampling defaults for fields the request leaves unset
     (``loom.runtime.checkpoint.generation_config``; its ``max_tokens`` replaces
     ``default_max_tokens``); otherwise OpenAI's (temperature 1, top_p 1).
+    ``cache_salt``: the engine's salt for the request (:mod:`loom.api.cache_scope`).
 
     Raises:
         InvalidRequestError: an invalid field or combination (``param`` names it).
         ContextLengthError: a prompt fills the window, or ``max_tokens`` does not fit.
     """
-    prompts = read_prompts(body, tokenizer)
+    prompts = read_prompts(body, tokenizer, max_model_len)
     n = _check_fields(body, len(prompts))
     view = SimpleNamespace(response_format=body.response_format, structured_outputs=body.structured_outputs,
                            guided_json=body.guided_json, guided_regex=body.guided_regex,
@@ -178,6 +185,7 @@ def prepare(body: CompletionRequest, tokenizer: Tokenizer, default_max_tokens: i
         "logprobs": body.logprobs,
         "prompt_logprobs": body.logprobs if body.echo else None,
         "logit_bias": token_bias(body, len(tokenizer)),  # type: ignore[arg-type]
+        "cache_salt": cache_salt,
     }
     echo_only = body.max_tokens == 0
     if echo_only:

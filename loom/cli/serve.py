@@ -92,7 +92,12 @@ def serve(
     enable_prefix_caching: Optional[bool] = typer.Option(None, "--enable-prefix-caching/--no-enable-prefix-"
                                                          "caching", help="Reuse KV blocks of shared prefixes "
                                                          "(default on).", show_default=False),
+    prefix_cache_scope: Optional[str] = typer.Option(None, "--prefix-cache-scope", help="owner (default): cached "
+                                                     "prefixes are shared within one API key only; global: "
+                                                     "across keys too."),
     max_waiting: Optional[int] = typer.Option(None, "--max-waiting", help="Waiting queue cap (then 429)."),
+    max_request_body_bytes: Optional[int] = typer.Option(None, "--max-request-body-bytes", help="Largest request "
+                                                         "body; larger ones get 413 unread (default 8 MiB)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default 0)."),
     speculative_config: Optional[str] = typer.Option(None, "--speculative-config", help='JSON as vLLM\'s: '
                                                      '\'{"method": "ngram", "num_speculative_tokens": 4}\' or '
@@ -135,7 +140,9 @@ def serve(
         device=device, block_size=block_size, num_kv_blocks=num_kv_blocks,
         gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, enable_prefix_caching=enable_prefix_caching,
-        max_waiting=max_waiting, seed=seed, tensor_parallel_size=tensor_parallel_size, replicas=replicas,
+        prefix_cache_scope=prefix_cache_scope, max_waiting=max_waiting,
+        max_request_body_bytes=max_request_body_bytes, seed=seed,
+        tensor_parallel_size=tensor_parallel_size, replicas=replicas,
         routing_policy=routing_policy, ray_address=ray_address,
         speculative_config=_json("--speculative-config", speculative_config, dict),
         speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,

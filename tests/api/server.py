@@ -7,6 +7,7 @@ stop it, SIGKILL it mid-turn and start a new process on the same database.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -138,3 +139,28 @@ def hang_up_midway(server: Server, key: str, path: str, body: dict, stream: bool
             else:
                 raise AssertionError(f"{path} answered within 0.5 s: nothing was left to abort")
     return before, server.wait_idle()["engine"]
+
+
+def raw_request(server: Server, path: str, headers: dict[str, str], sent: bytes, declared: int) -> bytes:
+    """Send headers and only ``sent`` of a ``declared``-byte body, then read the answer (2 s at most)."""
+    host, port = "127.0.0.1", server.port
+    lines = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/json",
+             f"Content-Length: {declared}", *(f"{k}: {v}" for k, v in headers.items()), "", ""]
+    with socket.create_connection((host, port), timeout=2) as sock:
+        sock.sendall("\r\n".join(lines).encode() + sent)
+        answer = b""
+        try:
+            while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+        except TimeoutError:
+            pass
+    return answer
+
+
+def status_and_body(answer: bytes) -> tuple[int, dict]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head, "no answer before the body was complete: the server waited for it"
+    return int(head.split()[1]), json.loads(body[body.index(b"{"):])

@@ -7,40 +7,12 @@ an immediate 401.
 
 from __future__ import annotations
 
-import json
-import socket
-
 import httpx
 import pytest
 
-from tests.api.server import Server
+from tests.api.server import raw_request, status_and_body
 
 BIG = 50 * 1024 * 1024
-
-
-def _raw_request(server: Server, path: str, headers: dict[str, str], sent: bytes, declared: int) -> bytes:
-    """Send headers and only ``sent`` of a ``declared``-byte body, then read the answer (2 s at most)."""
-    host, port = "127.0.0.1", server.port
-    lines = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", "Content-Type: application/json",
-             f"Content-Length: {declared}", *(f"{k}: {v}" for k, v in headers.items()), "", ""]
-    with socket.create_connection((host, port), timeout=2) as sock:
-        sock.sendall("\r\n".join(lines).encode() + sent)
-        answer = b""
-        try:
-            while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                answer += chunk
-        except TimeoutError:
-            pass
-    return answer
-
-
-def _status_and_body(answer: bytes) -> tuple[int, dict]:
-    head, _, body = answer.partition(b"\r\n\r\n")
-    assert head, "no answer before the body was complete: the server waited for it"
-    return int(head.split()[1]), json.loads(body[body.index(b"{"):])
 
 
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/tokenize"])
@@ -48,8 +20,8 @@ def _status_and_body(answer: bytes) -> tuple[int, dict]:
                          ids=["no key", "wrong key"])
 def test_a_keyless_request_gets_401_while_its_body_is_still_arriving(server, headers, path):
     # 1 MB of a declared 50 MB body: a server that reads the body first never answers in time
-    answer = _raw_request(server, path, headers, b"{" + b" " * (1 << 20), BIG)
-    status, body = _status_and_body(answer)
+    answer = raw_request(server, path, headers, b"{" + b" " * (1 << 20), BIG)
+    status, body = status_and_body(answer)
     assert status == 401
     assert body["error"]["type"] == "authentication_error" and body["error"]["code"] == "invalid_api_key"
 

@@ -96,3 +96,28 @@ def test_a_self_referencing_tool_schema_in_a_forced_call_is_a_400_naming_tools(a
         "model": model_name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 64,
         "tools": tools, "tool_choice": "required"})
     assert r.status_code == 400 and r.json()["error"]["param"].startswith("tools"), r.text
+
+
+def test_a_forced_call_of_a_pydantic_tool_with_defs_writes_arguments_its_model_accepts(openai_client, model_name):
+    """``openai.pydantic_function_tool`` writes ``$defs`` and ``$ref``s; a forced call of it compiles (no 400
+    about grammar pointers) and the arguments validate with the Pydantic model itself."""
+    import openai
+    from pydantic import BaseModel, Field
+
+    class Address(BaseModel):
+        city: str = Field(max_length=8)
+        zip: str = Field(pattern="^[0-9]{5}$")
+
+    class Customer(BaseModel):
+        name: str = Field(max_length=8)
+        home: Address
+        others: list[Address] = Field(max_length=2)
+
+    tool = openai.pydantic_function_tool(Customer)
+    assert "$defs" in tool["function"]["parameters"]
+    r = openai_client.chat.completions.create(
+        model=model_name, messages=[{"role": "user", "content": "Add a customer."}], tools=[tool],
+        tool_choice={"type": "function", "function": {"name": "Customer"}}, max_tokens=400, temperature=0)
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "Customer"
+    Customer.model_validate_json(call.function.arguments)

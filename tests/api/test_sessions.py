@@ -117,16 +117,22 @@ def test_tool_choice_required_session_runs_the_calculator(alice):
     assert turn["ledger"]["output"]["tool_call"]["tokens"] > 0
 
 
-def test_oversize_message_is_400_and_the_message_is_kept(alice):
+def test_a_message_too_long_for_the_window_is_400_and_stored_nowhere(alice):
+    """Refused before anything is stored: no turn row, no history item (a later turn does not reload it)."""
     sid = _create(alice)["id"]
-    huge = "word " * 3000
-    for stream in (False, True):
-        err = _error(alice.post(f"/v1/sessions/{sid}/messages", json={"content": huge, "stream": stream}), 400)
-        assert err["code"] == "context_length_exceeded"
+    first = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "Hello."}).json()
+    assert first["state"] == "done"
+    huge = "word " * 3000  # tokenized and counted: over the 1,024-token window
+    enormous = "x" * 3_000_000  # over the character bound: refused without tokenizing
+    for content in (huge, enormous):
+        for stream in (False, True):
+            err = _error(alice.post(f"/v1/sessions/{sid}/messages", json={"content": content, "stream": stream}),
+                         400)
+            assert err["code"] == "context_length_exceeded" and err["param"] == "content"
     turns = alice.get(f"/v1/sessions/{sid}/messages").json()["data"]
-    assert [(t["state"], t["user_message"] == huge) for t in turns] == [("error", True), ("error", True)]
+    assert [t["user_message"] for t in turns] == ["Hello."]
     ok = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "Short one."}).json()
-    assert ok["state"] == "done"
+    assert ok["state"] == "done" and ok["usage"]["prompt_tokens"] < 300  # the history holds no refused text
 
 
 def test_client_gone_during_a_non_streamed_turn_interrupts_it(server, alice):

@@ -29,3 +29,13 @@ def test_lone_surrogate_is_refused_on_sessions_and_documents_too(alice):
     err = _error(alice.post("/v1/documents", content='{"id": "d", "text": "a\\ud83d"}',
                             headers={"Content-Type": "application/json"}))
     assert err["param"] == "text"
+
+
+def test_lone_surrogate_in_a_key_is_a_400_naming_it_escaped_and_the_connection_keeps_serving(alice, model_name):
+    body = ('{"model": "%s", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}],'
+            ' "metadata": {"k\\ud800": "v"}}' % model_name)
+    err = _error(alice.post("/v1/chat/completions", content=body, headers={"Content-Type": "application/json"}))
+    assert err["param"] == "metadata.k\\ud800" and "surrogate" in err["message"]
+    ok = alice.post("/v1/chat/completions", json={"model": model_name, "max_tokens": 2,
+                                                 "messages": [{"role": "user", "content": "hi"}]})
+    assert ok.status_code == 200, ok.text

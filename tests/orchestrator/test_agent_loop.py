@@ -273,3 +273,48 @@ async def test_result_says_why_the_last_call_ended(tokenizer) -> None:
     cut = await Agent(ScriptedLLM(tokenizer, ["Paris is the capital and largest city of France."]),
                       budget=ContextBudget(reserved_output=3)).arun("Capital of France?")
     assert cut.final_state == "done" and cut.finish_reason == "length" and cut.usage.completion_tokens == 3
+
+
+async def test_a_turn_refused_before_its_first_model_call_leaves_the_session_as_it_was(tokenizer, tmp_path) -> None:
+    """Scripted model, real tokenizer and SQL session: a message too long for the window is a
+    ContextLengthError, and neither it nor anything else of that turn stays in the history."""
+    from loom.runtime.errors import ContextLengthError
+
+    url = f"sqlite:///{tmp_path}/s.db"
+    llm = ScriptedLLM(tokenizer, ["first answer", "second answer"], max_model_len=512)
+    agent = Agent(llm, system_prompt="sys")
+    await agent.arun("hello", session=SQLSession("u1", url=url))
+    before = SQLSession("u1", url=url).get_items()
+    with pytest.raises(ContextLengthError):
+        await agent.arun("word " * 2000, session=SQLSession("u1", url=url))
+    assert SQLSession("u1", url=url).get_items() == before
+    after = await agent.arun("again", session=SQLSession("u1", url=url))
+    assert after.final_state == "done" and after.answer == "second answer"
+
+
+async def test_a_10kb_tool_result_in_a_1024_token_window_is_cut_with_a_marker_and_the_turn_answers(tokenizer
+                                                                                                  ) -> None:
+    """Scripted model, real tokenizer: the result cap follows the window (half the prompt limit here), so the
+    result fits the next call's prompt, cut with a visible note, instead of failing the turn."""
+    @tool
+    def fetch(url: str) -> str:
+        """Fetch a page.
+
+        Args:
+            url: where.
+        """
+        return "lorem ipsum dolor sit amet " * 400  # about 10 kB
+
+    llm = ScriptedLLM(tokenizer, [call("fetch", '{"url": "x"}'), "It is lorem ipsum."], max_model_len=1024)
+    agent = Agent(llm, tools=[fetch], budget=ContextBudget(reserved_output=128))
+    result = await agent.arun("what does the page say?")
+    assert result.final_state == "done" and result.answer == "It is lorem ipsum."
+    assert agent.parts.budget.tool_result_cap == (1024 - 128) // 2
+    shown = tokenizer.decode(llm.prompts[1])
+    assert "[truncated:" in shown and len(llm.prompts[1]) <= 1024 - 128
+
+
+def test_caps_follow_a_small_window_and_keep_their_settings_in_a_large_one() -> None:
+    small, large = ContextBudget(max_model_len=1024), ContextBudget(max_model_len=32768)
+    assert (small.retrieval_cap, small.tool_result_cap, small.memory_cap) == (384, 384, 192)
+    assert (large.retrieval_cap, large.tool_result_cap, large.memory_cap) == (1024, 1024, 256)

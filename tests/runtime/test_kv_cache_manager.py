@@ -244,3 +244,28 @@ def test_a_block_registered_by_the_step_being_scheduled_is_no_copy_source():
     assert hit == (a.block_ids[:1], 4, None)  # shares block 1 in place (written before attention reads it)
     kv.commit()
     assert kv.get_computed_blocks(b) == (a.block_ids[:1], 6, a.block_ids[1])
+
+
+def _salted(rid: str, tokens: list[int], salt: str | None) -> Request:
+    return Request(rid, list(tokens), SamplingParams(max_tokens=4, cache_salt=salt), arrival_time=0.0, max_tokens=4)
+
+
+@pytest.mark.parametrize("other_salt", ["B", None])
+def test_a_salted_prefix_is_found_by_its_own_salt_only_full_copied_or_partial(other_salt):
+    kv = KVCacheManager(num_blocks=20, block_size=4)
+    a = _salted("a", list(range(10)), "A")  # full blocks [0-3] [4-7], a partial [8, 9]
+    _admit(kv, a)
+    probes = (list(range(10)) + [50], list(range(6)) + [60, 61], list(range(3)) + [70])  # full, copy, tail-ish
+    for i, tokens in enumerate(probes):  # while a holds its blocks: full blocks and copies
+        assert kv.get_computed_blocks(_salted(f"x{i}", tokens, other_salt)) == ([], 0, None)
+    assert kv.get_computed_blocks(_salted("same", probes[0], "A"))[1] == 8
+    kv.free(a)  # now its partial block is a tail too
+    for i, tokens in enumerate(probes):
+        assert kv.get_computed_blocks(_salted(f"y{i}", tokens, other_salt)) == ([], 0, None)
+    assert kv.get_computed_blocks(_salted("same-again", probes[0], "A"))[1] == 10
+    kv.check_invariants([])
+
+
+def test_an_empty_cache_salt_is_refused_naming_the_field():
+    with pytest.raises(ValueError, match="^cache_salt:"):
+        SamplingParams(cache_salt="")
