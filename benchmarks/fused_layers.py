@@ -1,7 +1,7 @@
 """The fused CPU layer path of quantized models against the eager one, in the engine.
 
-``python -m benchmarks.fused_layers [THREADS]`` (default 1 thread): greedy decode of the default model
-(``int4`` and ``int8``) at batch 1 and 8, 64 tokens a sequence after a short chat prompt, three interleaved
+``python -m benchmarks.fused_layers [THREADS] [MODEL] [METHODS]`` (default 1 thread, the default model,
+``int4,int8``): greedy decode at batch 1 and 8, 64 tokens a sequence after a short chat prompt, three interleaved
 rounds with the fused path (``loom.runtime.models.fused_forward``) on and off; median tokens/s and the ratio,
 and the machine's load average before the run.
 """
@@ -16,12 +16,13 @@ import time
 import torch
 
 
-def decode(rounds: int = 3, tokens: int = 64, batches: tuple[int, ...] = (1, 8)) -> None:
+def decode(model_name: str = "smollm2-135m-instruct", methods: tuple[str, ...] = ("int4", "int8"), rounds: int = 3,
+           tokens: int = 64, batches: tuple[int, ...] = (1, 8)) -> None:
     from loom.runtime import LLM, SamplingParams
 
     params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
-    for method in ("int4", "int8"):
-        llm = LLM("smollm2-135m-instruct", quantization=method, max_model_len=1024)
+    for method in methods:
+        llm = LLM(model_name, quantization=method, max_model_len=1024)
         model = llm.engine.runner.model.model  # type: ignore[union-attr]
         text = llm.tokenizer.apply_chat_template([{"role": "user", "content": "Tell me about Python."}],
                                                  tokenize=False, add_generation_prompt=True)
@@ -37,16 +38,18 @@ def decode(rounds: int = 3, tokens: int = 64, batches: tuple[int, ...] = (1, 8))
                     rates[which].append(batch * tokens / (time.perf_counter() - t0))
             assert model.fused, "the fused path did not run (no kernel build?)"
             e, f = statistics.median(rates["eager"]), statistics.median(rates["fused"])
-            print(f"{method} batch {batch}: eager {e:.1f} tok/s, fused {f:.1f} ({f / e:.2f}x; medians of {rounds} "
+            print(f"{model_name} {method} batch {batch}: eager {e:.1f} tok/s, fused {f:.1f} ({f / e:.2f}x; medians of {rounds} "
                   f"interleaved rounds of {tokens} tokens a sequence)")
         llm.shutdown()
 
 
 def main() -> None:
-    torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
+    args = sys.argv[1:]
+    torch.set_num_threads(int(args[0]) if args else 1)
     print(f"threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f}")
     with torch.inference_mode():
-        decode()
+        decode(args[1] if len(args) > 1 else "smollm2-135m-instruct",
+               tuple(args[2].split(",")) if len(args) > 2 else ("int4", "int8"))
 
 
 if __name__ == "__main__":

@@ -135,8 +135,9 @@ def cpu_int8_linear() -> Callable[..., torch.Tensor] | None:
     weight once: one row 2.0 ms at 1 thread (PyTorch's 4.9), 1.27 ms at 2 threads (2.11); 1.3-1.5x
     PyTorch's speed at 4 and 8 rows; an error against the float32 product of the dequantized weight of
     ~2e-6 instead of ~2e-2 (``python -m benchmarks.int8_linear [THREADS]``).  On matrices that fit the
-    caches (the decoder layers') it wins at one row and loses 1.3x from four: ``Int8Linear`` uses it from
-    ``DECODE_KERNEL_MIN_BYTES`` of weights on.
+    caches (the decoder layers') it wins at one row and loses 1.3x from four rows per matrix, yet whole
+    decode steps are faster on it at batch 1 and 8 (SmolLM2 int8, the numbers in
+    ``loom.runtime.quantization.int8``), so ``Int8Linear`` sends it every decode row.
     """
     if not _library():
         return None

@@ -1,16 +1,18 @@
 """int8 weight-only linear layer and embedding: symmetric, one scale per output channel.
 
-``torch.ops.aten._weight_int8pack_mm(x [M, K], q [N, K] int8, scales [N]) -> [M, N]``
-computes ``x @ (q * scales[:, None]).T``; it runs fastest with bfloat16
-activations on CPU, so :class:`Int8Linear` casts the input to bfloat16 and the
-result back.  It is a decode kernel: from :data:`GEMM_MIN_ROWS` rows on (prefill
-chunks) the layer instead dequantizes its weight to bfloat16 and calls the
-bfloat16 GEMM, which on a 2-core AVX-512 CPU was 2.5x faster than the kernel and
-1.8x faster than float32 at 512 rows (SmolLM2's shapes; 1.4x / 1.2x at 64, and
-slower than the kernel at 16).  Below :data:`GEMM_MIN_ROWS` rows (decode steps), a
-weight of :data:`DECODE_KERNEL_MIN_BYTES` or more (the LM head) takes Loom's own kernel
-instead where it is built (:func:`loom.runtime.kernels.cpu_int8_linear`: float32 sums,
-no casts, 2x faster on SmolLM2's head at one row, a row's result independent of the batch).
+Decode rows (fewer than :data:`GEMM_MIN_ROWS`) go through Loom's own kernel where it is built
+(:func:`loom.runtime.kernels.cpu_int8_linear`): float32 activations and sums, one dot product per row
+and output whatever the batch, so a row's result does not depend on the rows decoded beside it.
+Decode of SmolLM2-135M int8 at 2 threads (``python -m benchmarks.fused_layers 2 smollm2-135m-instruct
+int8``, medians of 3 interleaved rounds), with only the LM head on it -> every layer on it: 67.0 -> 96.0
+tok/s at batch 1, 227.7 -> 249.4 at batch 8; Qwen2.5-Coder-0.5B int8: 36.5 -> 36.6 at batch 1, 87.9 ->
+79.1 at batch 8.  Without a build, PyTorch's
+``torch.ops.aten._weight_int8pack_mm(x [M, K], q [N, K] int8, scales [N]) -> [M, N]`` computes
+``x @ (q * scales[:, None]).T`` on bfloat16 activations (where it is fastest on CPU; ~2e-2 relative
+error against float32 sums, against the kernel's ~2e-6).  From :data:`GEMM_MIN_ROWS` rows on (prefill
+chunks) the layer dequantizes its weight to bfloat16 and calls the bfloat16 GEMM, which on a 2-core
+AVX-512 CPU was 2.5x faster than PyTorch's kernel and 1.8x faster than float32 at 512 rows (SmolLM2's
+shapes; 1.4x / 1.2x at 64, and slower than the kernel at 16).
 """
 
 from __future__ import annotations
@@ -23,11 +25,6 @@ from torch import nn
 
 ACT_DTYPE = torch.bfloat16
 GEMM_MIN_ROWS = 64
-DECODE_KERNEL_MIN_BYTES = 8 << 20
-"""int8 weights from this size (bytes) on take Loom's decode kernel: past the caches, where reading the
-weight once is the cost (SmolLM2's head, 27 MiB, 1 thread: 2.5x at one row, 1.3x at 4 and 8); smaller matrices
-stay with PyTorch's, 1.3x faster from four rows on (``python -m benchmarks.int8_linear``)."""
-
 
 @functools.cache
 def _decode_kernel() -> Callable[..., torch.Tensor] | None:
@@ -78,15 +75,24 @@ class Int8Linear(nn.Module):
         return cls(q, scales, bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        decode = _decode_kernel() if (x.shape[0] < GEMM_MIN_ROWS and x.dtype == torch.float32
-                                      and self.qweight.numel() >= DECODE_KERNEL_MIN_BYTES) else None
-        y = decode(x.contiguous(), self.qweight, self.scales) if decode is not None \
+        decode = self._decode(x.shape[0])
+        y = decode(x.float().contiguous(), self.qweight, self.scales).to(x.dtype) if decode is not None \
             else self.matmul(x.to(ACT_DTYPE)).to(x.dtype)
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
+    @staticmethod
+    def _decode(rows: int) -> Callable[..., torch.Tensor] | None:
+        """Loom's decode kernel when it takes these rows: fewer than :data:`GEMM_MIN_ROWS`, and a build (the
+        same choice for every decode batch size, so a row's result never depends on its batch)."""
+        return _decode_kernel() if rows < GEMM_MIN_ROWS else None
+
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [T, K]`` bfloat16 -> ``x (q * scales)^T`` ``[T, N]`` bfloat16, without the bias: PyTorch's int8
-        kernel, or from :data:`GEMM_MIN_ROWS` rows on the bfloat16 GEMM of the dequantized weight."""
+        """``x [T, K]`` bfloat16 -> ``x (q * scales)^T`` ``[T, N]`` bfloat16, without the bias: Loom's decode
+        kernel (float32 sums of the bfloat16 input; PyTorch's int8 kernel without a build), or from
+        :data:`GEMM_MIN_ROWS` rows on the bfloat16 GEMM of the dequantized weight."""
+        decode = self._decode(x.shape[0])
+        if decode is not None:
+            return decode(x.float().contiguous(), self.qweight, self.scales).to(ACT_DTYPE)
         if x.shape[0] >= GEMM_MIN_ROWS:
             weight = self.qweight.to(ACT_DTYPE) * self.scales[:, None]  # exact codes, bfloat16 products
             return torch.nn.functional.linear(x, weight)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from loom.runtime.kernels import cpu_int8_linear
-from loom.runtime.quantization.int8 import DECODE_KERNEL_MIN_BYTES, Int8Linear
+from loom.runtime.quantization.int8 import Int8Linear
 
 kernel = cpu_int8_linear() if shutil.which("c++") else None
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler: the CPU kernels cannot be built")
@@ -50,11 +50,14 @@ def test_a_rows_result_does_not_depend_on_the_rows_decoded_beside_it():
         assert torch.equal(layer(x[i:i + 1]), batch[i:i + 1]), i  # bit for bit
 
 
-def test_the_head_takes_the_kernel_and_a_small_layer_pytorchs():
-    head, head_weight = _layer(*HEAD)
-    assert head.qweight.numel() >= DECODE_KERNEL_MIN_BYTES
-    x = _rows(2, HEAD[1])
-    torch.testing.assert_close(head(x), x @ head_weight.T, rtol=1e-5, atol=1e-5)
+def test_decode_rows_of_every_layer_take_the_kernel_and_pytorchs_without_a_build(monkeypatch):
+    from loom.runtime.quantization import int8 as int8_module
+
+    for shape in (HEAD, (256, 576)):
+        layer, weight = _layer(*shape)
+        x = _rows(2, shape[1])
+        torch.testing.assert_close(layer(x), x @ weight.T, rtol=1e-5, atol=1e-5)  # float32 sums
+    monkeypatch.setattr(int8_module, "_decode_kernel", lambda: None)  # as without a compiler
     small, small_weight = _layer(256, 576)
     x = _rows(1, 576)
     out = small(x)
