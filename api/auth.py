@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 
 import anyio
@@ -31,6 +32,9 @@ from loom.api.store import ApiKey, Store
 
 LOCAL_OWNER = "local"
 STATIC_KEY_OWNER = "api-key"
+OWNER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
+"""Owner names: letters, digits and ``. _ @ + -``, at most 128.  Without ``:`` or ``/``, the stored keys
+``owner::namespace`` (memories) and ``owner/id`` (documents) can never be spelled by two owners."""
 KEY_PREFIX = "loom-"
 
 
@@ -43,11 +47,15 @@ def create_key(store: Store, owner: str) -> str:
     """Create a key for ``owner`` and return it in clear (the only time it exists so).
 
     Raises:
-        ValueError: ``owner`` is empty, or the static ``--api-key``'s reserved owner.
+        ValueError: ``owner`` is empty, not an :data:`OWNER_NAME`, or a reserved owner (the static
+            ``--api-key``'s, ``--no-auth``'s).
     """
     owner = owner.strip()
     if not owner:
         raise ValueError("owner must be a non-empty name")
+    if not OWNER_NAME.fullmatch(owner):
+        raise ValueError(f"owner {owner!r}: use letters, digits and . _ @ + - (at most 128, starting with a "
+                         "letter or digit); ':' and '/' would let one owner's names spell another's data")
     if owner in (STATIC_KEY_OWNER, LOCAL_OWNER):
         raise ValueError(f"owner {owner!r} is reserved (the static --api-key's and --no-auth's); pick another name")
     key = KEY_PREFIX + secrets.token_urlsafe(32)

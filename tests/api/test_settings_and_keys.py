@@ -73,12 +73,13 @@ def test_serve_with_a_model_that_cannot_be_had_is_one_line_and_exit_2(tmp_path: 
     assert "Traceback" not in proc.stderr
 
 
-def test_keys_create_refuses_an_empty_or_reserved_owner_in_one_line(tmp_path: Path):
-    """``api-key`` (the static --api-key) and ``local`` (--no-auth) would share their data."""
+def test_keys_create_refuses_an_empty_reserved_or_unsafe_owner_in_one_line(tmp_path: Path):
+    """``api-key`` (the static --api-key) and ``local`` (--no-auth) would share their data; ``alice::x`` and
+    ``alice/x`` could spell alice's memory namespaces and document keys."""
     import subprocess
     import sys
 
-    for owner in ("", "api-key", "local"):
+    for owner in ("", "api-key", "local", "alice::x", "alice/x", "a b"):
         proc = subprocess.run([sys.executable, "-m", "loom.cli", "keys", "create", "--owner", owner,
                                "--db", f"sqlite:///{tmp_path / 'k.db'}"], capture_output=True, text=True)
         assert proc.returncode == 2, owner
