@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 
+import anyio
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -24,6 +25,7 @@ from loom.api.errors import error_body
 from loom.json_types import JSON
 
 _METHODS = frozenset({"POST", "PUT", "PATCH"})
+_ON_LOOP_BYTES = 64 << 10  # bodies from this size on are parsed on a worker thread
 
 
 def lone_surrogate_path(value: JSON, path: tuple[str, ...] = ()) -> tuple[str, ...] | None:
@@ -67,7 +69,8 @@ class TextGuard:
             chunks.append(message.get("body", b""))
             more = message.get("more_body", False)
         body = b"".join(chunks)
-        path = _check(body)
+        # parsing a large body takes milliseconds per megabyte: on a worker thread, not the event loop
+        path = _check(body) if len(body) < _ON_LOOP_BYTES else await anyio.to_thread.run_sync(_check, body)
         if path is not None:
             # a key may hold the surrogate itself: written escaped (``\\ud800``), the message stays encodable
             field = ".".join(part.encode("utf-8", "backslashreplace").decode("utf-8") for part in path) or None
