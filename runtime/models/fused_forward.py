@@ -14,7 +14,9 @@ attention and one cast.  The arithmetic per element is the eager path's
 two agree up to float32 rounding order, and every row is computed on its own,
 so a request's output does not depend on its batch.
 
-It runs when :func:`fused_forward_supported` says so: a CPU model whose four
+Quantization installs :data:`FUSED_CPU_PATH` as the model's ``fused_path``
+(``loom.runtime.quantization.apply.install_head``); it runs when
+:func:`fused_forward_supported` says so: a CPU model whose four
 projections per layer are quantized, without Qwen3's q/k norms or biases
 other than q/k/v's, with the kernels built.  Float32 models keep the eager
 path, op for op transformers' (the reference the equality tests compare with).
@@ -85,3 +87,17 @@ def fused_forward(model: LlamaModel, h: torch.Tensor, positions: torch.Tensor, m
 def _quantized(linear: nn.Module) -> Int4Linear | Int8Linear:
     """``linear`` with its type (:func:`fused_forward_supported` checked it)."""
     return cast("Int4Linear | Int8Linear", linear)
+
+
+class FusedCPUPath:
+    """:func:`fused_forward` as a ``LlamaModel.fused_path``."""
+
+    def supported(self, model: LlamaModel) -> bool:
+        return fused_forward_supported(model)
+
+    def forward(self, model: LlamaModel, h: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
+                ) -> torch.Tensor:
+        return fused_forward(model, h, positions, meta)
+
+
+FUSED_CPU_PATH = FusedCPUPath()

@@ -9,7 +9,8 @@ implementation op for op (RMSNorm in float32, rotate-half RoPE) so float32
 greedy output equals ``model.generate``.
 
 A quantized model on CPU runs the same layers through :mod:`.fused_forward`
-(fused kernels between the matmuls).  Inputs are flattened over the batch (``[T]`` token ids and positions), as in
+(fused kernels between the matmuls), which quantization installs as the model's
+``fused_path``.  Inputs are flattened over the batch (``[T]`` token ids and positions), as in
 vLLM and nano-vllm; q/k/v and gate/up projections are fused into one matmul
 each (``qkv_proj``, ``gate_up_proj``); ``packed_modules_mapping`` tells the
 loader how HF's separate tensors fill them.
@@ -17,14 +18,13 @@ loader how HF's separate tensors fill them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, cast
+from typing import TYPE_CHECKING, ClassVar, Protocol, cast
 
 import torch
 from torch import nn
 
 from loom.json_types import JSONObject
 from loom.runtime.attention import AttentionMetadata, PagedAttention
-from loom.runtime.models.fused_forward import fused_forward, fused_forward_supported
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -169,6 +169,19 @@ class LlamaDecoderLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
+class FusedPath(Protocol):
+    """A forward of the decoder stack other than the eager layers' (:mod:`.fused_forward`)."""
+
+    def supported(self, model: LlamaModel) -> bool:
+        """Whether it can run ``model`` (checked once, at the first forward)."""
+        ...
+
+    def forward(self, model: LlamaModel, h: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata
+                ) -> torch.Tensor:
+        """``h [T, hidden]`` token embeddings -> ``[T, hidden]`` after the final norm."""
+        ...
+
+
 class LlamaModel(nn.Module):
     def __init__(self, config: PretrainedConfig, max_positions: int) -> None:
         super().__init__()
@@ -181,9 +194,12 @@ class LlamaModel(nn.Module):
                                          _weight=torch.empty(config.vocab_size, config.hidden_size))
         self.layers = nn.ModuleList(LlamaDecoderLayer(config, i, rope) for i in range(config.num_hidden_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.fused_path: FusedPath | None = None
+        """Another forward for these layers, installed by whatever swapped them (quantization installs
+        :mod:`.fused_forward`'s); ``None``: the eager layers only."""
         self.fused: bool | None = None
-        """Whether forward takes the fused CPU path for quantized models (:mod:`.fused_forward`); decided at
-        the first forward (``None`` until then), settable to ``False`` to keep the eager path."""
+        """Whether forward takes ``fused_path``: decided at the first forward (``None`` until then) by
+        ``fused_path.supported``; settable to ``False`` to keep the eager path."""
 
     @property
     def decoder_layers(self) -> list[LlamaDecoderLayer]:
@@ -192,10 +208,11 @@ class LlamaModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
         h = self.embed_tokens(input_ids)
-        if self.fused is None:
-            self.fused = fused_forward_supported(self)
-        if self.fused:
-            return fused_forward(self, h, positions, meta)
+        if self.fused_path is not None:
+            if self.fused is None:
+                self.fused = self.fused_path.supported(self)
+            if self.fused:
+                return self.fused_path.forward(self, h, positions, meta)
         rope = self.rope.lookup(positions, h.dtype)
         for layer in self.layers:
             h = layer(rope, h, meta)

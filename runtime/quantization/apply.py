@@ -69,10 +69,14 @@ def projections(model: LlamaForCausalLM) -> Iterator[tuple[nn.Module, str]]:
 
 
 def install_head(model: LlamaForCausalLM, embedding: nn.Module, head: nn.Module) -> None:
-    """Put the quantized ``embedding`` and ``head`` in place of the float ones."""
+    """Put the quantized ``embedding`` and ``head`` in place of the float ones, and the fused CPU forward
+    (:mod:`loom.runtime.models.fused_forward`, taken when it supports the model) as its ``fused_path``."""
     # setattr: the float model declares these as nn.Embedding / nn.Linear
     setattr(model.model, "embed_tokens", embedding)  # noqa: B010
     setattr(model, "lm_head", head)  # noqa: B010
+    from loom.runtime.models.fused_forward import FUSED_CPU_PATH  # it imports this package's layers
+
+    model.model.fused_path = FUSED_CPU_PATH
 
 
 def _quantize_linear(linear: nn.Module, method: str, group_size: int) -> nn.Module:
