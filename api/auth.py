@@ -149,7 +149,17 @@ class AuthGate:
         self.services = services
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not _authenticated(route_path(scope)) or self.services.settings.no_auth:
+        settings = self.services.settings
+        path = route_path(scope) if scope["type"] == "http" else ""
+        private = settings.private_metrics and not settings.no_auth
+        if private and path == "/health":  # public, but a valid key sees the engine's counters and config
+            owner = await anyio.to_thread.run_sync(_owner_or_none, self.services, scope)
+            if owner is not None:
+                scope.setdefault("state", {})["owner"] = owner
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http" or not (_authenticated(path) or (private and path == "/metrics")) \
+                or settings.no_auth:
             await self.app(scope, receive, send)
             return
         header = Headers(scope=scope).get("authorization", "")
@@ -164,6 +174,14 @@ class AuthGate:
             return
         scope.setdefault("state", {})["owner"] = owner
         await self.app(scope, receive, send)
+
+
+def _owner_or_none(services: Services, scope: Scope) -> str | None:
+    """The owner of the request's key, or ``None`` without a valid one (never raises)."""
+    try:
+        return check_key(services.store, Headers(scope=scope).get("authorization", ""), _static_key(services))
+    except AuthenticationError:
+        return None
 
 
 _bearer = HTTPBearer(auto_error=False, description="An API key: `loom keys create --owner NAME`.")

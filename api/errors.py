@@ -9,12 +9,15 @@ is logged.  FastAPI's request validation errors (422) become 400
 ``invalid_request_error`` naming the field (``messages.0.content``); a plain
 ``ValueError`` escaping a handler is a client error too (invalid parameter,
 named in its message); HTTP errors raised by routing (404 unknown route, 405)
-keep their status.  Anything else is a 500 ``internal_error`` and is logged
-with its traceback.
+keep their status.  Storage that cannot take a write (SQLAlchemy's
+``OperationalError``: a full disk, a read-only or locked database; an ``OSError``
+of a full or read-only disk) is a 503 ``storage_unavailable`` with ``Retry-After``.
+Anything else is a 500 ``internal_error`` and is logged with its traceback.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import re
 from typing import Any
@@ -161,6 +164,28 @@ async def _on_http(request: Request, exc: StarletteHTTPException) -> JSONRespons
     )
 
 
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EIO})
+
+
+def storage_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says the storage cannot take a write now (a full disk, a read-only or locked
+    database): SQLAlchemy's ``OperationalError``, or an ``OSError`` of a full / read-only / failing disk."""
+    from sqlalchemy.exc import OperationalError
+
+    if isinstance(exc, OperationalError):
+        return True
+    return isinstance(exc, OSError) and exc.errno in _STORAGE_ERRNOS
+
+
+async def _on_storage(request: Request, exc: Exception) -> JSONResponse:
+    if not storage_error(exc):
+        return await _on_unexpected(request, exc)
+    log.error("storage unavailable on %s %s: %s", request.method, request.url.path, str(exc).splitlines()[0][:300])
+    return JSONResponse(error_body("The server's storage cannot take this write now (a full disk or a read-only "
+                                   "database); nothing was saved. Retry later.", "server_error", None,
+                                   "storage_unavailable"), status_code=503, headers={"Retry-After": "5"})
+
+
 async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path)
     return JSONResponse(
@@ -174,4 +199,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(LoomError, _on_loom)  # type: ignore[arg-type]
     app.add_exception_handler(ValueError, _on_value)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _on_http)  # type: ignore[arg-type]
+    from sqlalchemy.exc import OperationalError
+
+    app.add_exception_handler(OperationalError, _on_storage)
+    app.add_exception_handler(OSError, _on_storage)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -114,6 +114,10 @@ class Settings(BaseSettings):
     max_request_body_bytes: int = Field(
         default=8 << 20, gt=0, description="Largest request body (bytes); a larger one is a 413 before it is read."
     )
+    private_metrics: bool = Field(
+        default=False, description="/metrics needs an API key, and /health shows the engine's counters and "
+        "config only with one (its status stays public, for probes)."
+    )
     max_steps: int = Field(default=6, gt=0, description="Agent steps per session turn.")
     tool_timeout_s: float = Field(default=10.0, gt=0)
     mcp_config: Path | None = Field(

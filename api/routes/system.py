@@ -44,8 +44,13 @@ _CONFIG_FIELDS = ("dtype", "device", "block_size", "num_kv_blocks", "gpu_memory_
 
 @router.get("/health", response_model=Health, summary="Health and engine stats")
 async def health(request: Request) -> Health:
-    """``status: ok`` while the engine runs; ``engine`` is ``AsyncLLM.stats()``."""
+    """``status: ok`` while the engine runs; ``engine`` is ``AsyncLLM.stats()`` (with ``--private-metrics``,
+    ``engine`` and ``config`` are empty unless the request carries a valid API key)."""
     services = request.app.state.services
+    settings = services.settings
+    if settings.private_metrics and not settings.no_auth and getattr(request.state, "owner", None) is None:
+        return Health(status="ok", model=settings.model_name, in_flight=services.in_flight - 1, auth=True,
+                      engine={}, config={})
     stats = dict(services.require_engine().stats())
     cfg = services.require_engine().config
     config = {name: getattr(cfg, name) for name in _CONFIG_FIELDS}

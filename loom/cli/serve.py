@@ -69,6 +69,8 @@ def serve(
     allowed_headers: Optional[str] = typer.Option(None, "--allowed-headers", help='CORS headers, JSON list '
                                                   '(default ["*"]).'),
     allow_credentials: bool = typer.Option(False, "--allow-credentials", help="CORS: allow credentials."),
+    private_metrics: bool = typer.Option(False, "--private-metrics", help="/metrics needs an API key; /health "
+                                         "shows engine counters and config only with one."),
     strict: bool = typer.Option(False, "--strict", help="Reject unknown request fields with 400 (OpenAI) "
                                 "instead of logging each name once (vLLM)."),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML settings file."),
@@ -135,7 +137,8 @@ def serve(
         allowed_origins=_json("--allowed-origins", allowed_origins, list),
         allowed_methods=_json("--allowed-methods", allowed_methods, list),
         allowed_headers=_json("--allowed-headers", allowed_headers, list),
-        allow_credentials=allow_credentials or None, served_model_name=served_model_name, dtype=dtype,
+        allow_credentials=allow_credentials or None, private_metrics=private_metrics or None,
+        served_model_name=served_model_name, dtype=dtype,
         quantization=quantization, generation_config=generation_config,
         device=device, block_size=block_size, num_kv_blocks=num_kv_blocks,
         gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
