@@ -26,7 +26,8 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from loom.api.errors import AuthenticationError, loom_error_body
+from loom.api.auth_backoff import FailedAuthLimiter
+from loom.api.errors import AuthenticationError, error_body, loom_error_body
 from loom.api.services import Services
 from loom.api.store import ApiKey, Store
 
@@ -141,12 +142,14 @@ class AuthGate:
     Runs before anything reads the body, so a request without a valid key is
     answered 401 at once whatever it sends (a 50 MB body is never read or
     parsed).  The owner goes to ``scope["state"]["owner"]`` for
-    :func:`require_owner`.
+    :func:`require_owner`.  A client that sends too many wrong keys is locked
+    out for a while (:mod:`loom.api.auth_backoff`, ``--auth-max-failures``).
     """
 
     def __init__(self, app: ASGIApp, services: Services) -> None:
         self.app = app
         self.services = services
+        self.backoff = FailedAuthLimiter(services.settings.auth_max_failures)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         settings = self.services.settings
@@ -163,10 +166,21 @@ class AuthGate:
             await self.app(scope, receive, send)
             return
         header = Headers(scope=scope).get("authorization", "")
+        client = (scope.get("client") or ("unknown", 0))[0]
+        wait = self.backoff.retry_after(client)
+        if wait is not None:
+            response = JSONResponse(error_body(
+                "Too many requests with a wrong API key from this client; try again later.", "rate_limit_error",
+                None, "too_many_failed_auth"), status_code=429,
+                headers={"Retry-After": str(max(1, round(wait))), "Connection": "close"})
+            await response(scope, receive, send)
+            return
         try:
             owner = await anyio.to_thread.run_sync(check_key, self.services.store, header,
                                                    _static_key(self.services))
         except AuthenticationError as exc:
+            if header.strip():  # a key was presented and is wrong: counts toward the backoff
+                self.backoff.failed(client)
             # Connection: close, so the server stops receiving a body it will never read
             response = JSONResponse(loom_error_body(exc), status_code=401,
                                     headers={"WWW-Authenticate": "Bearer", "Connection": "close"})

@@ -114,6 +114,10 @@ class Settings(BaseSettings):
     max_request_body_bytes: int = Field(
         default=8 << 20, gt=0, description="Largest request body (bytes); a larger one is a 413 before it is read."
     )
+    auth_max_failures: int = Field(
+        default=20, gt=0, description="Wrong API keys one client may send within a minute; then its "
+        "authenticated requests get 429 with Retry-After for a minute."
+    )
     private_metrics: bool = Field(
         default=False, description="/metrics needs an API key, and /health shows the engine's counters and "
         "config only with one (its status stays public, for probes)."

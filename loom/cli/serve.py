@@ -69,6 +69,8 @@ def serve(
     allowed_headers: Optional[str] = typer.Option(None, "--allowed-headers", help='CORS headers, JSON list '
                                                   '(default ["*"]).'),
     allow_credentials: bool = typer.Option(False, "--allow-credentials", help="CORS: allow credentials."),
+    auth_max_failures: Optional[int] = typer.Option(None, "--auth-max-failures", help="Wrong keys a client may "
+                                                    "send within a minute before a minute's lockout (default 20)."),
     private_metrics: bool = typer.Option(False, "--private-metrics", help="/metrics needs an API key; /health "
                                          "shows engine counters and config only with one."),
     strict: bool = typer.Option(False, "--strict", help="Reject unknown request fields with 400 (OpenAI) "
@@ -138,6 +140,7 @@ def serve(
         allowed_methods=_json("--allowed-methods", allowed_methods, list),
         allowed_headers=_json("--allowed-headers", allowed_headers, list),
         allow_credentials=allow_credentials or None, private_metrics=private_metrics or None,
+        auth_max_failures=auth_max_failures,
         served_model_name=served_model_name, dtype=dtype,
         quantization=quantization, generation_config=generation_config,
         device=device, block_size=block_size, num_kv_blocks=num_kv_blocks,

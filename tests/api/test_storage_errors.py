@@ -1,6 +1,7 @@
 """Storage that cannot take a write is a 503 ``storage_unavailable`` with ``Retry-After``, not a bare 500,
 and reads go on: a real ``loom serve`` on a database opened read-only (SQLite's ``mode=ro``).  The same server
-runs with ``--private-metrics``: ``/metrics`` needs a key, and ``/health`` shows its counters only with one."""
+runs with ``--private-metrics``: ``/metrics`` needs a key, and ``/health`` shows its counters only with one;
+and with ``--auth-max-failures 3``: a client past three wrong keys is locked out."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ def test_a_read_only_database_answers_writes_with_503_and_keeps_serving_reads(ch
     db = tmp_path / "ro.db"
     key = cli("keys", "create", "--owner", "ro", "--db", f"sqlite:///{db}").strip().splitlines()[-1]  # the tables
     server = Server(checkpoint, f"sqlite:///file:{db}?mode=ro&uri=true", tmp_path, *ENGINE_FLAGS,
-                    "--private-metrics").start()
+                    "--private-metrics", "--auth-max-failures", "3").start()
     try:
         with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
             for _ in range(2):  # the same answer again: nothing half-written in between
@@ -31,5 +32,13 @@ def test_a_read_only_database_answers_writes_with_503_and_keeps_serving_reads(ch
         assert httpx.get(server.url + "/metrics").status_code == 401
         public = httpx.get(server.url + "/health").json()
         assert public["status"] == "ok" and public["engine"] == {} and public["config"] == {}
+        # failed-key backoff: three wrong keys, then this client is locked out, its right key included
+        wrong = {"Authorization": "Bearer loom-not-a-key"}
+        assert [httpx.get(server.url + "/v1/models", headers=wrong).status_code for _ in range(3)] == [401] * 3
+        for headers in (wrong, {"Authorization": f"Bearer {key}"}):
+            locked = httpx.get(server.url + "/v1/models", headers=headers)
+            assert locked.status_code == 429 and int(locked.headers["Retry-After"]) > 0
+            assert locked.json()["error"]["code"] == "too_many_failed_auth"
+        assert httpx.get(server.url + "/health").status_code == 200  # probes are not locked out
     finally:
         server.stop()
