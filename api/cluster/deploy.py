@@ -63,7 +63,7 @@ def build_app(settings: Settings) -> Any:
     handles = [replica.options(name=f"loom-replica-{i}").bind(fields, i) for i in range(settings.replicas)]
     ingress = serve.deployment(name=INGRESS_NAME, num_replicas=1, max_ongoing_requests=100_000,
                                ray_actor_options={"num_cpus": 0})(ServeIngress)
-    return ingress.bind(handles, settings.routing_policy)
+    return ingress.bind(handles, settings.routing_policy, settings.max_request_body_bytes)
 
 
 def app_builder(args: dict[str, str]) -> Any:
@@ -76,13 +76,13 @@ def app_builder(args: dict[str, str]) -> Any:
 class ServeIngress:
     """The ingress deployment's body: Serve hands it each HTTP request (``__call__``)."""
 
-    def __init__(self, handles: list[Any], policy: str) -> None:
+    def __init__(self, handles: list[Any], policy: str, max_body_bytes: int | None = None) -> None:
         self.handles = handles
 
         async def call(replica: int, method: str) -> Any:
             return await getattr(self.handles[replica], method).remote()
 
-        self.ingress = Ingress(len(handles), call, policy)
+        self.ingress = Ingress(len(handles), call, policy, max_body_bytes=max_body_bytes)
 
     async def __call__(self, request: Any) -> Any:
         return await self.ingress.handle(request)

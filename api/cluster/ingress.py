@@ -38,6 +38,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from loom.api.cluster.metrics import merge_replica_metrics
 from loom.api.cluster.router import CacheAwareRouter, NoReplicaError, Route
+from loom.api.errors import error_body
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +111,8 @@ class Ingress:
     """
 
     def __init__(self, num_replicas: int, call: ReplicaCall, policy: str = "cache_aware",
-                 load_interval_s: float = 1.0) -> None:
+                 load_interval_s: float = 1.0, max_body_bytes: int | None = None) -> None:
+        self.max_body_bytes = max_body_bytes  # the replicas' --max-request-body-bytes, enforced here first
         self.router = CacheAwareRouter(num_replicas, policy)
         self.call = call
         self.urls: list[str | None] = [None] * num_replicas
@@ -166,6 +168,23 @@ class Ingress:
 
     # -- requests --------------------------------------------------------------
 
+    async def _body(self, request: Request) -> bytes | None:
+        """The request body, or ``None`` when it is over ``max_body_bytes`` (from its length, else as it
+        arrives: the rest is never read), as the replicas' ``loom.api.body_limit`` decides."""
+        cap = self.max_body_bytes
+        if cap is None:
+            return await request.body()
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > cap:
+            return None
+        chunks, total = [], 0
+        async for chunk in request.stream():
+            total += len(chunk)
+            if total > cap:
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     async def handle(self, request: Request) -> Response:
         """Answer one HTTP request (see the module docstring); never a bare 500."""
         try:
@@ -180,7 +199,12 @@ class Ingress:
         path = request.url.path
         if request.method == "GET" and path == "/metrics":
             return await self._metrics(request)
-        body = await request.body()
+        body = await self._body(request)
+        if body is None:
+            return JSONResponse(error_body(
+                f"The request body is larger than this server's limit of {self.max_body_bytes} bytes "
+                "(max_request_body_bytes).", "invalid_request_error", None, "request_too_large"),
+                status_code=413, headers={"Connection": "close"})
         inputs = routing_inputs(request.method, path, body)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
         for _ in range(len(self.urls) + 1):

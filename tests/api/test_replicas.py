@@ -66,6 +66,13 @@ def test_fork_lands_on_its_parents_replica_and_is_served_from_its_cache(cluster)
             assert c.get(f"/v1/sessions/{session}").status_code == 404
 
 
+def test_the_ingress_refuses_a_body_over_the_limit_with_413(cluster):
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * (9 << 20) + b'"}]}'
+    r = httpx.post(cluster.url + "/v1/chat/completions", content=body,
+                   headers={"content-type": "application/json"}, timeout=120)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+
+
 def test_metrics_show_each_replica_and_their_sum(cluster):
     text = httpx.get(cluster.url + "/metrics", timeout=60).text
     for replica in ("0", "1", "all"):
