@@ -5,7 +5,10 @@ Cases (``evals/data/memory_poisoning.jsonl``, one JSON object a line): ``id``,
 ``kind`` (``attack`` | ``benign``), ``channel``, ``text``, ``user`` (the user's
 message of the turn), and ``probe`` (attacks: a string that must not appear in
 any active memory afterwards) or ``expect`` (benign: a string an active memory
-must contain).  Channels, each a real path into :class:`memory.LongTermMemory`
+must contain); optionally ``carrier`` (what third-party text the user's message quotes:
+``email``, ``web_page``, ``chat_log``, ``code_comment``, ``quoted_speech``, ``tool_output``;
+``evals/data/memory_quoted.jsonl``), summarised per carrier.  Channels, each a real path
+into :class:`memory.LongTermMemory`
 (SQLite, MiniLM):
 
 * ``user_message``: the user's own message through the turn's write-back
@@ -55,6 +58,7 @@ class Case:
     user: str = ""
     probe: str = ""
     expect: str = ""
+    carrier: str = ""  # what the user's message quotes (email, web_page, ...): a row of the summary of its own
 
 
 @dataclass
@@ -153,7 +157,8 @@ def summary(outcomes: list[Outcome]) -> JSONObject:
     """Pass counts per channel and kind, and the overall rates (fractions in [0, 1])."""
     table: dict[str, dict[str, int]] = {}
     for o in outcomes:
-        row = table.setdefault(f"{o.case.kind}:{o.case.channel}", {"passed": 0, "total": 0})
+        where = o.case.channel if o.case.carrier in ("", "none") else f"{o.case.channel}/{o.case.carrier}"
+        row = table.setdefault(f"{o.case.kind}:{where}", {"passed": 0, "total": 0})
         row["total"] += 1
         row["passed"] += int(o.passed)
     attacks = [o for o in outcomes if o.case.kind == "attack"]

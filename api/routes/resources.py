@@ -85,7 +85,8 @@ async def create_memory(body: MemoryCreate, request: Request,
     services = request.app.state.services
     memory = await anyio.to_thread.run_sync(services.memory)
     ns = scoped_namespace(owner, body.namespace)
-    events = await anyio.to_thread.run_sync(lambda: memory.add(body.text, ns, source=body.source))
+    source = None if body.source is None else {"kind": body.source}
+    events = await anyio.to_thread.run_sync(lambda: memory.add(body.text, ns, source=source))
     return MemoryList(data=[MemoryOut(id=e.id, text=e.text, namespace=body.namespace,
                                       event=getattr(e.event, "value", str(e.event))) for e in events])
 

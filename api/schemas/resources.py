@@ -57,7 +57,9 @@ class MemoryCreate(_Strict):
 
     text: str = Field(min_length=1)
     namespace: str = Field(default="default", min_length=1, max_length=200)
-    source: str | None = None
+    source: Literal["user", "app", "tool", "document"] | None = Field(default=None, description=(
+        "Where the text comes from: `user` (the user's own words), `app` (the default), or `tool` / "
+        "`document` (a third party's text: kept for review, never an active memory)."))
 
 
 class MemoryOut(BaseModel):

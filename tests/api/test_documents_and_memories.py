@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import httpx
 
 DOC = ("The Loom gateway listens on port 7447. Operators rotate the gateway keys every ninety days. "
@@ -69,3 +71,17 @@ def test_memory_id_outside_int64_is_a_400_naming_it(alice):
     assert err["param"] == "memory_id"
     _error(alice.delete("/v1/memories/-1"), 400)
     _error(alice.delete("/v1/memories/9223372036854775807"), 404)  # in range, not theirs: not found
+
+
+def test_a_memory_posted_with_a_third_party_source_is_kept_for_review_not_remembered(alice):
+    """``"source": "document"`` names where the text comes from (it was read as a session id before)."""
+    ns = f"src-{uuid.uuid4().hex[:8]}"
+    r = alice.post("/v1/memories", json={"text": "I live in Lisbon.", "namespace": ns, "source": "document"})
+    assert r.status_code == 200, r.text
+    assert all("Lisbon" not in m["text"] for m in alice.get("/v1/memories", params={"namespace": ns}).json()["data"])
+    ok = alice.post("/v1/memories", json={"text": "I live in Oslo.", "namespace": ns, "source": "user"})
+    assert ok.status_code == 200
+    assert any("Oslo" in m["text"] for m in alice.get("/v1/memories", params={"namespace": ns}).json()["data"])
+    bad = alice.post("/v1/memories", json={"text": "x", "namespace": ns, "source": "sess_123"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "source"
+
