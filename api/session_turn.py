@@ -10,7 +10,9 @@ A turn (a posted message, or decisions that resume a paused turn) goes through:
    server-sent events; the first :class:`~loom.orchestrator.events.DoneEvent` records the
    outcome (answer, ledger, metrics), after-turn work (a compaction's prefill) is added;
 4. **close** (on every way out, once): a turn with no outcome is ``interrupted``, the agent's
-   stream is closed (which aborts its engine request) and the lease released.
+   stream is closed (which aborts its engine request) and the lease released.  A streamed turn
+   stores the answer text it has sent every second meanwhile, so an interrupted turn keeps what
+   its client saw, even when the process was killed.
 
 The routes in :mod:`loom.api.routes.sessions` only parse requests and call
 :func:`post_message_turn` / :func:`post_approvals_turn`.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 
 import anyio
@@ -37,7 +40,7 @@ from loom.api.services import Services
 from loom.api.store import ChatSession, Turn
 from loom.api.turn_lease import TurnLeaseKeeper
 from loom.orchestrator.approval import check_decisions, pending_approval
-from loom.orchestrator.events import AgentEvent, DoneEvent, RunResult
+from loom.orchestrator.events import AgentEvent, ContentDelta, DoneEvent, RunResult
 from loom.orchestrator.items import JSON
 from loom.runtime.errors import ContextLengthError, LoomError, NotFoundError
 
@@ -212,6 +215,13 @@ class _TurnRun:
                 return turn_out(self.services, t)
         raise NotFoundError(f"Session {self.session_id!r} was deleted during the turn.", param="session_id")
 
+    async def save_streamed(self, answer: str) -> None:
+        """Store the answer text streamed so far on the running turn (off the event loop)."""
+        if self.settled or self.turn_id is None:
+            return
+        turn_id, store = self.turn_id, self.services.require_store()
+        await anyio.to_thread.run_sync(lambda: store.amend_turn(turn_id, answer=answer))
+
     async def close(self) -> None:
         """Idempotent last step of every turn: mark it interrupted if nothing was recorded, close the
         agent's stream (which aborts its engine request), release the lease."""
@@ -274,15 +284,27 @@ async def _chain(first: AgentEvent | None, rest: AsyncIterator[AgentEvent]) -> A
             yield ev
 
 
+SAVE_STREAMED_EVERY_S = 1.0
+"""A streamed turn stores the answer text it has sent so far at its first text and then this often (s), so a
+process killed mid-turn leaves the text the client already saw on the ``interrupted`` turn."""
+
+
 async def _stream_turn(run: _TurnRun, first: AgentEvent | None) -> AsyncIterator[dict[str, str]]:
     assert run.events is not None  # set before the turn responds
     try:
         result = None
+        streamed: list[str] = []
+        saved_at: float | None = None  # the first text is stored at once, then every SAVE_STREAMED_EVERY_S
         async for ev in _chain(first, run.events):
             if isinstance(ev, DoneEvent):
                 result = ev.result
                 run.done(result)
             yield {"data": json.dumps(T.event_json(ev))}
+            if isinstance(ev, ContentDelta):
+                streamed.append(ev.text)
+                if saved_at is None or time.monotonic() - saved_at >= SAVE_STREAMED_EVERY_S:
+                    saved_at = time.monotonic()
+                    await run.save_streamed("".join(streamed))
         run.after_turn(result)  # the agent's stream ends after its after-turn work
         if run.settled:
             yield {"data": json.dumps({"type": "turn", "turn": run.stored().model_dump(mode="json")})}

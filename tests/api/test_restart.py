@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -45,6 +46,7 @@ def test_sessions_survive_restart_and_kill(checkpoint: Path, tmp_path: Path):
     # graceful: uvicorn drains, the lifespan stops the engine, then re-raises SIGTERM
     assert code in (0, -15) and "Application shutdown complete" in first.log()
 
+    streamed = ""
     second = Server(checkpoint, db, tmp_path, *ENGINE_FLAGS).start()
     try:
         with _client(second, key) as c:
@@ -58,10 +60,20 @@ def test_sessions_survive_restart_and_kill(checkpoint: Path, tmp_path: Path):
             # ... and its prefix cache warms again: turn 3 reuses turn 2's prompt
             t2 = c.post(f"/v1/sessions/{sid}/messages", json={"content": "Thanks."}).json()
             assert t2["usage"]["prompt_tokens_details"]["cached_tokens"] >= t1["usage"]["prompt_tokens"] // 16 * 16 > 0
-            # a turn in flight when the process dies: the user's message is committed first
-            with c.stream("POST", f"/v1/sessions/{sid}/messages",
+            # a long streamed turn in flight when the process dies, 0.2 s into its text: the user's message
+            # was committed first, and text already sent stays on the turn (stored at the first text, then
+            # every second)
+            long_sid = c.post("/v1/sessions", json={"sampling": {"temperature": 0.0, "max_tokens": 900}}).json()["id"]
+            with c.stream("POST", f"/v1/sessions/{long_sid}/messages",
                           json={"content": "This turn dies.", "stream": True}) as r:
                 assert r.status_code == 200
+                started = None
+                for line in r.iter_lines():
+                    if line.startswith("data:") and '"content_delta"' in line:
+                        streamed += json.loads(line[5:])["text"]
+                        started = started or time.monotonic()
+                    if started is not None and time.monotonic() - started > 0.2:
+                        break
                 second.kill()
     finally:
         second.kill()
@@ -70,12 +82,14 @@ def test_sessions_survive_restart_and_kill(checkpoint: Path, tmp_path: Path):
     try:
         with _client(third, key) as c:
             turns = c.get(f"/v1/sessions/{sid}/messages").json()["data"]
-            assert [t["user_message"] for t in turns] == ["My name is Carol.", "What is my name?", "Thanks.",
-                                                          "This turn dies."]
-            assert [t["answer"] for t in turns[:3]] == [t0["answer"], t1["answer"], t2["answer"]]
-            assert [t["state"] for t in turns] == ["done", "done", "done", "interrupted"]
+            assert [t["user_message"] for t in turns] == ["My name is Carol.", "What is my name?", "Thanks."]
+            assert [t["answer"] for t in turns] == [t0["answer"], t1["answer"], t2["answer"]]
+            assert [t["state"] for t in turns] == ["done", "done", "done"]
+            (killed,) = c.get(f"/v1/sessions/{long_sid}/messages").json()["data"]
+            assert (killed["user_message"], killed["state"]) == ("This turn dies.", "interrupted")
+            assert killed["answer"] and streamed.startswith(killed["answer"])
             # and the conversation goes on
             t4 = c.post(f"/v1/sessions/{sid}/messages", json={"content": "Back again."}).json()
-            assert t4["state"] == "done" and t4["index"] == 4
+            assert t4["state"] == "done" and t4["index"] == 3
     finally:
         third.stop()
