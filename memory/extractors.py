@@ -1,6 +1,7 @@
 """Fact extraction from a finished turn: a pluggable :class:`Extractor`.
 
-* :class:`RuleBasedExtractor` reads the user's explicit statements ("remember
+* :class:`RuleBasedExtractor` reads the user's explicit statements, in their own words only
+  (what they quote, forward or paste is left out: :mod:`loom.memory.quoted`) ("remember
   that ...", "my name is ...", "I live in ...", "my favourite X is Y", "I prefer
   ...") with regular expressions; it works with any model, including none, and
   rewrites them in the third person ("User's name is Bob") so memories read
@@ -27,6 +28,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from .quoted import own_words
 from .trust import instruction_rule
 from .types import ForgetRequest, HeldFact
 
@@ -156,7 +158,7 @@ class RuleBasedExtractor:
             role, text = message_role_and_text(message)
             if role not in self.roles:
                 continue
-            for sentence in _SENTENCE.split(text):
+            for sentence in _SENTENCE.split(own_words(text)):
                 sentence = sentence.strip().rstrip(" .!")
                 if sentence.endswith("?"):
                     # "My favourite colour is blue, what's yours?": keep the statement before the question.
