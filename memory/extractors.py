@@ -292,10 +292,12 @@ class LLMExtractor:
         self.schema = facts_schema(max_facts)
 
     def prompt(self, messages: Sequence[Message]) -> str:
-        """The extraction prompt for ``messages`` (system and tool turns skipped)."""
+        """The extraction prompt for ``messages`` (system and tool turns skipped; of the user's messages, their
+        own words only: :func:`~loom.memory.quoted.own_words`)."""
         lines = []
         for message in messages:
             role, text = message_role_and_text(message)
+            text = own_words(text) if role == "user" else text
             if role in ("user", "assistant") and text.strip():
                 lines.append(f"{role}: {text.strip()}")
         return FACTS_PROMPT.format(conversation="\n".join(lines))
