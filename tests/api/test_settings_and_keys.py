@@ -79,7 +79,14 @@ def test_keys_create_refuses_an_empty_reserved_or_unsafe_owner_in_one_line(tmp_p
     import subprocess
     import sys
 
-    for owner in ("", "api-key", "local", "alice::x", "alice/x", "a b"):
+    from loom.api.auth import create_key
+    from loom.api.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'k.db'}")
+    for owner in ("", "api-key", "local", "alice::x", "alice/x", "a b"):  # in process: each a ValueError
+        with pytest.raises(ValueError, match="^owner"):
+            create_key(store, owner)
+    for owner in ("api-key", "alice::x"):  # and through the command line: one line, exit code 2
         proc = subprocess.run([sys.executable, "-m", "loom.cli", "keys", "create", "--owner", owner,
                                "--db", f"sqlite:///{tmp_path / 'k.db'}"], capture_output=True, text=True)
         assert proc.returncode == 2, owner
