@@ -54,11 +54,14 @@ class BodyLimit:
                                       receive), send)
 
     async def _refuse(self, scope: Scope, send: Send) -> None:
-        response = JSONResponse(error_body(
-            f"The request body is larger than this server's limit of {self.max_bytes} bytes "
-            "(max_request_body_bytes).", "invalid_request_error", None, "request_too_large"),
-            status_code=413, headers={"Connection": "close"})
-        await response(scope, replay([]), send)
+        await too_large(self.max_bytes)(scope, replay([]), send)
+
+
+def too_large(max_bytes: int) -> JSONResponse:
+    """The 413 ``request_too_large`` answer (also the replicas' ingress's), closing the connection."""
+    return JSONResponse(error_body(f"The request body is larger than this server's limit of {max_bytes} bytes "
+                                   "(max_request_body_bytes).", "invalid_request_error", None, "request_too_large"),
+                        status_code=413, headers={"Connection": "close"})
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -12,22 +12,16 @@ Text under the bound is tokenized and checked exactly, as before.
 
 from __future__ import annotations
 
-import threading
+import functools
 from typing import Any
 
 from loom.runtime.errors import ContextLengthError
 
-_longest: dict[int, int] = {}
-_lock = threading.Lock()
 
-
+@functools.lru_cache(maxsize=8)
 def longest_token_chars(tokenizer: Any) -> int:
     """Characters of the longest vocabulary entry of ``tokenizer`` (computed once per tokenizer)."""
-    key = id(tokenizer)
-    with _lock:
-        if key not in _longest:
-            _longest[key] = max((len(t) for t in tokenizer.get_vocab()), default=1)
-        return _longest[key]
+    return max((len(t) for t in tokenizer.get_vocab()), default=1)
 
 
 def check_text_chars(tokenizer: Any, max_model_len: int | None, chars: int, param: str) -> None:

@@ -112,6 +112,9 @@ async def check_message_fits(services: Services, content: str, max_tokens: int) 
     if window is None:
         return
     check_text_chars(engine.tokenizer, window, len(content), "content")
+    if len(content.encode()) + 1 + max_tokens < window:
+        return  # a token spells at least a byte (+1: a tokenizer's leading-space marker): it fits; the agent
+        # tokenizes it anyway
     tokens = len(await anyio.to_thread.run_sync(lambda: engine.tokenizer.encode(content, add_special_tokens=False)))
     if tokens + max_tokens >= window:
         raise ContextLengthError(f"This model's maximum context length is {window} tokens, but the message has "

@@ -91,7 +91,8 @@ def main() -> None:
         figures = {"big requests sent": counts}
         for probe in ("health", "chat"):
             figures[probe] = {
-                "idle p50/p99 ms": [round(1e3 * statistics.median(idle[probe]), 1), round(1e3 * _p(idle[probe], .99), 1)],
+                "idle p50/p99 ms": [round(1e3 * statistics.median(idle[probe]), 1),
+                                    round(1e3 * _p(idle[probe], .99), 1)],
                 "storm p50/p99 ms": [round(1e3 * statistics.median(busy[probe]), 1),
                                      round(1e3 * _p(busy[probe], .99), 1)],
                 "p99 ratio": round(_p(busy[probe], .99) / _p(idle[probe], .99), 2)}

@@ -9,37 +9,31 @@ and the machine's load average before the run.
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-import time
+from typing import Any
 
 import torch
 
 
 def decode(model_name: str = "smollm2-135m-instruct", methods: tuple[str, ...] = ("int4", "int8"), rounds: int = 3,
            tokens: int = 64, batches: tuple[int, ...] = (1, 8)) -> None:
-    from loom.runtime import LLM, SamplingParams
+    from benchmarks.decode_ab import chat_prompt, interleaved_decode
+    from loom.runtime import LLM
 
-    params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     for method in methods:
         llm = LLM(model_name, quantization=method, max_model_len=1024)
         model = llm.engine.runner.model.model  # type: ignore[union-attr]
-        text = llm.tokenizer.apply_chat_template([{"role": "user", "content": "Tell me about Python."}],
-                                                 tokenize=False, add_generation_prompt=True)
-        prompt = llm.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+        def switch(side: str, model: Any = model) -> None:
+            model.fused = None if side == "fused" else False
+
+        prompt = chat_prompt(llm)
         for batch in batches:
-            rates: dict[str, list[float]] = {"eager": [], "fused": []}
-            for _ in range(rounds):
-                for which in ("eager", "fused"):
-                    model.fused = None if which == "fused" else False
-                    llm.generate(prompt_token_ids=[prompt], sampling_params=params, use_tqdm=False)  # warm
-                    t0 = time.perf_counter()
-                    llm.generate(prompt_token_ids=[prompt] * batch, sampling_params=params, use_tqdm=False)
-                    rates[which].append(batch * tokens / (time.perf_counter() - t0))
+            rate = interleaved_decode(llm, prompt, switch, ("eager", "fused"), batch, rounds, tokens)
             assert model.fused, "the fused path did not run (no kernel build?)"
-            e, f = statistics.median(rates["eager"]), statistics.median(rates["fused"])
-            print(f"{model_name} {method} batch {batch}: eager {e:.1f} tok/s, fused {f:.1f} ({f / e:.2f}x; medians of {rounds} "
-                  f"interleaved rounds of {tokens} tokens a sequence)")
+            e, f = rate["eager"], rate["fused"]
+            print(f"{model_name} {method} batch {batch}: eager {e:.1f} tok/s, fused {f:.1f} ({f / e:.2f}x; medians of "
+                  f"{rounds} interleaved rounds of {tokens} tokens a sequence)")
         llm.shutdown()
 
 

@@ -57,26 +57,21 @@ def per_matrix() -> None:
 
 
 def decode(rounds: int = 3, tokens: int = 64, batches: tuple[int, ...] = (1, 8)) -> None:
-    from loom.runtime import LLM, SamplingParams
+    from benchmarks.decode_ab import chat_prompt, interleaved_decode
+    from loom.runtime import LLM
 
-    params = SamplingParams(max_tokens=tokens, temperature=0.0, ignore_eos=True)
     kernel = int8_module._decode_kernel
+
+    def switch(side: str) -> None:
+        int8_module._decode_kernel = kernel if side == "loom" else (lambda: None)  # type: ignore[assignment]
+
     for method in ("int8", "int4"):
         llm = LLM("smollm2-135m-instruct", quantization=method, max_model_len=1024)
-        text = llm.tokenizer.apply_chat_template([{"role": "user", "content": "Tell me about Python."}],
-                                                 tokenize=False, add_generation_prompt=True)
-        prompt = llm.tokenizer(text, add_special_tokens=False)["input_ids"]
+        prompt = chat_prompt(llm)
         for batch in batches:
-            rates: dict[str, list[float]] = {"pytorch": [], "loom": []}
-            for _ in range(rounds):
-                for which in ("pytorch", "loom"):
-                    int8_module._decode_kernel = kernel if which == "loom" else (lambda: None)  # type: ignore[assignment]
-                    llm.generate(prompt_token_ids=[prompt], sampling_params=params, use_tqdm=False)  # warm
-                    t0 = time.perf_counter()
-                    llm.generate(prompt_token_ids=[prompt] * batch, sampling_params=params, use_tqdm=False)
-                    rates[which].append(batch * tokens / (time.perf_counter() - t0))
+            rate = interleaved_decode(llm, prompt, switch, ("pytorch", "loom"), batch, rounds, tokens)
             int8_module._decode_kernel = kernel
-            p, lo = statistics.median(rates["pytorch"]), statistics.median(rates["loom"])
+            p, lo = rate["pytorch"], rate["loom"]
             print(f"{method} batch {batch}: {p:.1f} tok/s with PyTorch's int8 kernel, {lo:.1f} with Loom's "
                   f"({lo / p:.2f}x; medians of {rounds} interleaved rounds of {tokens} tokens a sequence)")
         llm.shutdown()

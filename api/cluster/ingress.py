@@ -36,9 +36,9 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
+from loom.api.body_limit import too_large
 from loom.api.cluster.metrics import merge_replica_metrics
 from loom.api.cluster.router import CacheAwareRouter, NoReplicaError, Route
-from loom.api.errors import error_body
 
 log = logging.getLogger(__name__)
 
@@ -201,10 +201,8 @@ class Ingress:
             return await self._metrics(request)
         body = await self._body(request)
         if body is None:
-            return JSONResponse(error_body(
-                f"The request body is larger than this server's limit of {self.max_body_bytes} bytes "
-                "(max_request_body_bytes).", "invalid_request_error", None, "request_too_large"),
-                status_code=413, headers={"Connection": "close"})
+            assert self.max_body_bytes is not None  # only a cap refuses
+            return too_large(self.max_body_bytes)
         inputs = routing_inputs(request.method, path, body)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
         for _ in range(len(self.urls) + 1):

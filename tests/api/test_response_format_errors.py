@@ -102,16 +102,8 @@ def test_a_forced_call_of_a_pydantic_tool_with_defs_writes_arguments_its_model_a
     """``openai.pydantic_function_tool`` writes ``$defs`` and ``$ref``s; a forced call of it compiles (no 400
     about grammar pointers) and the arguments validate with the Pydantic model itself."""
     import openai
-    from pydantic import BaseModel, Field
 
-    class Address(BaseModel):
-        city: str = Field(max_length=8)
-        zip: str = Field(pattern="^[0-9]{5}$")
-
-    class Customer(BaseModel):
-        name: str = Field(max_length=8)
-        home: Address
-        others: list[Address] = Field(max_length=2)
+    from tests.pydantic_models import Customer
 
     tool = openai.pydantic_function_tool(Customer)
     assert "$defs" in tool["function"]["parameters"]

@@ -264,25 +264,8 @@ def test_tool_call_schema_restricts_to_named_tool() -> None:
 
 def _pydantic_tools() -> list[dict]:
     """Tools whose parameters Pydantic wrote: ``$defs`` with ``$ref``s, one of them recursive."""
-    from pydantic import BaseModel, ConfigDict, Field
+    from tests.pydantic_models import Customer, Node
 
-    class Strict(BaseModel):  # no extra keys, short fields: random logits finish a call in a few hundred tokens
-        model_config = ConfigDict(extra="forbid")
-
-    class Address(Strict):
-        city: str = Field(max_length=6)
-        zip: str = Field(pattern="^[0-9]{5}$")
-
-    class Customer(Strict):
-        name: str = Field(max_length=6)
-        home: Address
-        others: list[Address] = Field(max_length=2)
-
-    class Node(Strict):
-        label: str = Field(max_length=6)
-        children: list[Node] = Field(max_length=1)
-
-    Node.model_rebuild()
     return [{"type": "function", "function": {"name": m.__name__.lower(), "parameters": m.model_json_schema()}}
             for m in (Customer, Node)]
 
