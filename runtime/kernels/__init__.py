@@ -124,25 +124,37 @@ def cpu_int8_linear() -> Callable[..., torch.Tensor] | None:
     """The int8 weight-only product of a few activation rows, built on first use; ``None`` without a build.
 
     ``fn(x, q, scale) -> y`` computes ``y = x @ (q * scale[:, None]).T`` with ``x`` ``[M, K]`` float32,
-    ``q`` ``[N, K]`` int8, ``scale`` ``[N]`` bfloat16 (all contiguous) and ``y`` ``[M, N]`` float32,
-    accumulating in float32, one dot product per row and output whatever ``M`` is (a row's result does
-    not depend on its batch); a bad shape or dtype raises ``RuntimeError``.
+    ``q`` ``[N, K]`` int8, ``scale`` ``[N]`` bfloat16 (all contiguous) and ``y`` ``[M, N]`` float32, one
+    dot product per row and output whatever ``M`` is (a row's result does not depend on its batch); a bad
+    shape or dtype raises ``RuntimeError``.  Where :func:`int8_linear_quantizes_activations` says so (AVX-512
+    VNNI, ``K`` a multiple of 64) ``x`` is first rounded to int8 in blocks of 32 with a float32 scale each
+    (llama.cpp's Q8_0, the activation format of its own Q8_0 and Q4 products) and the products are integer
+    (``vpdpbusd``): about 0.5% relative error against the float32 product for Gaussian rows, and on SmolLM2
+    int8 a perplexity of 14.947 against 14.934 with float32 activations (float32's own: 14.863), every
+    position decoded through it.  Otherwise the weights are widened to float32 and summed in float32
+    (an error of ~2e-6).
 
     Why a kernel of Loom's own: at batch-1 decode the int8 LM head of the int8 and int4 formats
     (SmolLM2's ``[49152, 576]``, 27 MiB) took 4.1-6.1 ms a token in ``aten::_weight_int8pack_mm`` with
-    its bfloat16 activations, about a quarter of the int4 model's step.  This one (AVX-512 with four
-    independent accumulators per row where the CPU has it, else a loop the compiler vectorizes) reads the
-    weight once: one row 2.0 ms at 1 thread (PyTorch's 4.9), 1.27 ms at 2 threads (2.11); 1.3-1.5x
-    PyTorch's speed at 4 and 8 rows; an error against the float32 product of the dequantized weight of
-    ~2e-6 instead of ~2e-2 (``python -m benchmarks.int8_linear [THREADS]``).  On matrices that fit the
-    caches (the decoder layers') it wins at one row and loses 1.3x from four rows per matrix, yet whole
-    decode steps are faster on it at batch 1 and 8 (SmolLM2 int8, the numbers in
-    ``loom.runtime.quantization.int8``), so ``Int8Linear`` sends it every decode row.
+    its bfloat16 activations, about a quarter of the int4 model's step.  The float32 loop read the weight at
+    19-22 GB/s at 2 threads on a Zen 4, under the 30-36 GB/s the cores read; integer products take it to
+    the memory's rate: decode at 2 threads, medians of 5 interleaved rounds (float32 loop -> int8
+    activations), SmolLM2 int8 84.7 -> 98.0 tok/s at batch 1 and 235.0 -> 365.6 at batch 8,
+    Qwen2.5-Coder-0.5B int8 37.8 -> 46.0 and 77.8 -> 149.1, and the int4 formats, whose head is int8,
+    1.03-1.06x at batch 1 and 1.13-1.27x at batch 8.  ``python -m benchmarks.int8_linear [THREADS]`` times
+    it per matrix against PyTorch's.
     """
     if not _library():
         return None
     kernel: Callable[..., torch.Tensor] = torch.ops.loom.int8_linear.default
     return kernel
+
+
+def int8_linear_quantizes_activations(k: int) -> bool:
+    """Whether :func:`cpu_int8_linear` rounds ``x`` to int8 blocks for an input size of ``k`` (the kernel is
+    built with ``-march=native``: AVX-512 VNNI and BW on this CPU, and ``k`` a multiple of 64)."""
+    flags = _cpu_flags().split()
+    return "avx512_vnni" in flags and "avx512bw" in flags and k % 64 == 0
 
 
 def cpu_fused_layer_ops() -> bool:

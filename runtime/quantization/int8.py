@@ -1,16 +1,15 @@
 """int8 weight-only linear layer and embedding: symmetric, one scale per output channel.
 
 Decode rows (fewer than :data:`GEMM_MIN_ROWS`) go through Loom's own kernel where it is built
-(:func:`loom.runtime.kernels.cpu_int8_linear`): float32 activations and sums, one dot product per row
-and output whatever the batch, so a row's result does not depend on the rows decoded beside it.
-Decode of SmolLM2-135M int8 at 2 threads (``python -m benchmarks.fused_layers 2 smollm2-135m-instruct
-int8``, medians of 3 interleaved rounds), with only the LM head on it -> every layer on it: 67.0 -> 96.0
-tok/s at batch 1, 227.7 -> 249.4 at batch 8; Qwen2.5-Coder-0.5B int8: 36.5 -> 36.6 at batch 1, 87.9 ->
-79.1 at batch 8.  Without a build, PyTorch's
-``torch.ops.aten._weight_int8pack_mm(x [M, K], q [N, K] int8, scales [N]) -> [M, N]`` computes
-``x @ (q * scales[:, None]).T`` on bfloat16 activations (where it is fastest on CPU; ~2e-2 relative
-error against float32 sums, against the kernel's ~2e-6).  From :data:`GEMM_MIN_ROWS` rows on (prefill
-chunks) the layer dequantizes its weight to bfloat16 and calls the bfloat16 GEMM, which on a 2-core
+(:func:`loom.runtime.kernels.cpu_int8_linear`: activations rounded to int8 blocks of 32, llama.cpp's
+Q8_0, and integer products where the CPU has AVX-512 VNNI, else float32 activations and sums), one dot
+product per row and output whatever the batch, so a row's result does not depend on the rows decoded
+beside it.  Decode at 2 threads with it on every int8 layer: SmolLM2-135M int8 98.0 tok/s at batch 1
+and 365.6 at batch 8, Qwen2.5-Coder-0.5B int8 46.0 and 149.1 (the kernel's docstring has the A/B).
+Without a build, PyTorch's ``torch.ops.aten._weight_int8pack_mm(x [M, K], q [N, K] int8, scales [N]) ->
+[M, N]`` computes ``x @ (q * scales[:, None]).T`` on bfloat16 activations (where it is fastest on CPU;
+~2e-2 relative error against float32 sums, against the kernel's ~5e-3 with int8 blocks and ~2e-6
+without).  From :data:`GEMM_MIN_ROWS` rows on (prefill chunks) the layer dequantizes its weight to bfloat16 and calls the bfloat16 GEMM, which on a 2-core
 AVX-512 CPU was 2.5x faster than PyTorch's kernel and 1.8x faster than float32 at 512 rows (SmolLM2's
 shapes; 1.4x / 1.2x at 64, and slower than the kernel at 16).
 """
@@ -88,7 +87,7 @@ class Int8Linear(nn.Module):
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """``x [T, K]`` bfloat16 -> ``x (q * scales)^T`` ``[T, N]`` bfloat16, without the bias: Loom's decode
-        kernel (float32 sums of the bfloat16 input; PyTorch's int8 kernel without a build), or from
+        kernel (see the module docstring; PyTorch's int8 kernel without a build), or from
         :data:`GEMM_MIN_ROWS` rows on the bfloat16 GEMM of the dequantized weight."""
         decode = self._decode(x.shape[0])
         if decode is not None:

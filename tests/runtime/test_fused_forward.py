@@ -111,16 +111,18 @@ def test_quantized_engine_decodes_the_same_tokens_fused_and_eager(arch, method, 
     """llama: the plain layer; qwen2: q/k/v biases through the rotary kernel; mistral: a sliding window.
     Prompts of 70+ tokens take the prefill GEMM, short ones the decode kernels.
 
-    The two paths differ only in float32 rounding order (about 1e-7), but the matmuls' inputs are rounded to
-    bfloat16, so a 1e-7 difference now and then moves an activation by one bfloat16 step (2^-8 relative), and
-    that carries through the layers: the logprobs differed by at most 0.016 here (the bound is 0.05), not 1e-6.
-    The real model's
+    The two paths differ only in float32 rounding order (about 1e-7), but the matmuls' inputs are rounded
+    (to bfloat16 for PyTorch's int4 kernel, to int8 blocks for Loom's int8 one), so a 1e-7 difference now and
+    then moves an activation by one rounding step, and that carries through the layers: the logprobs differ
+    by up to about 0.04 on these random-weight models, not 1e-6.  Their next-token distributions are nearly
+    flat (the top two often 0.02 apart), so greedy decoding may take the other of two near-tied tokens:
+    the sequences must agree up to such a tie, with every logprob until then within 0.05.  The real model's
     bounds against float32 (perplexity, top-1 agreement, greedy tokens) run through this path in
     tests/evals/test_quantization_quality.py."""
     monkeypatch.setenv("LOOM_CACHE", str(tmp_path))
     path = arch_checkpoint(arch)
     prompts = random_prompts(200, [5, 70, 12, 90], seed=3)
-    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, logprobs=1)
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True, logprobs=2)
     results = {}
     for fused in (True, False):
         engine = make_engine(path, quantization=method)
@@ -128,10 +130,16 @@ def test_quantized_engine_decodes_the_same_tokens_fused_and_eager(arch, method, 
             _model(engine).fused = False
         outs = _run(engine, prompts, params)
         assert _model(engine).fused is fused
-        results[fused] = [(o.token_ids, [lp[t] for lp, t in zip(o.logprobs, o.token_ids, strict=True)]) for o in outs]
+        results[fused] = [(o.token_ids, o.logprobs) for o in outs]
+    compared = 0
     for (tokens, logprobs), (eager_tokens, eager_logprobs) in zip(results[True], results[False], strict=True):
-        assert tokens == eager_tokens
-        torch.testing.assert_close(torch.tensor(logprobs), torch.tensor(eager_logprobs), rtol=0, atol=0.05)
+        for token, top, eager_token, eager_top in zip(tokens, logprobs, eager_tokens, eager_logprobs, strict=True):
+            if token != eager_token:  # only a near tie may go the other way, and the sequences part there
+                assert token in eager_top and eager_top[eager_token] - eager_top[token] < 0.05, (token, eager_top)
+                break
+            assert abs(top[token] - eager_top[token]) < 0.05, (top, eager_top)
+            compared += 1
+    assert compared >= 16  # a third of the 48 positions at least: not a comparison of a couple of tokens
 
 
 def test_the_fused_path_runs_only_quantized_models_without_qk_norms(arch_checkpoint, monkeypatch, tmp_path):

@@ -1,7 +1,8 @@
-"""Loom's int8 decode kernel (``torch.ops.loom.int8_linear``) against the float32 product of the dequantized
-weight, on the LM head's shape and odd sizes; a row's result is the same alone or in a batch; ``Int8Linear``
-sends decode rows of a large weight to it and keeps PyTorch's kernel for small ones; bad input is a
-``RuntimeError``, not a crash."""
+"""Loom's int8 decode kernel (``torch.ops.loom.int8_linear``) against the product of the dequantized weight
+and the activations it reads (float32, or rounded to Q8_0 blocks where the CPU has VNNI), on the LM head's
+shape and odd sizes, and within 1% of the float32 product; a row's result is the same alone or in a batch;
+``Int8Linear`` sends decode rows of every layer to it and keeps PyTorch's kernel without a build; bad input
+is a ``RuntimeError``, not a crash."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import shutil
 import pytest
 import torch
 
-from loom.runtime.kernels import cpu_int8_linear
+from loom.runtime.kernels import cpu_int8_linear, int8_linear_quantizes_activations
 from loom.runtime.quantization.int8 import Int8Linear
 
 kernel = cpu_int8_linear() if shutil.which("c++") else None
@@ -28,18 +29,42 @@ def _rows(m: int, k: int, seed: int = 1) -> torch.Tensor:
     return torch.randn(m, k, generator=torch.Generator().manual_seed(seed))
 
 
+def _q8_0(x: torch.Tensor) -> torch.Tensor:
+    """``x [M, K]`` rounded as the kernel reads it: symmetric int8 blocks of 32, one scale each (Q8_0)."""
+    if not int8_linear_quantizes_activations(x.shape[1]):
+        return x
+    blocks = x.double().reshape(x.shape[0], -1, 32)
+    scale = blocks.abs().amax(-1, keepdim=True) / 127
+    return (torch.round(blocks / torch.where(scale > 0, scale, 1)) * scale).reshape(x.shape).float()
+
+
+def _expected(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    return (_q8_0(x).double() @ weight.double().T).float()
+
+
 def test_the_kernel_builds_where_a_compiler_exists():
     assert kernel is not None, "cpu_int8_linear() returned None: the build failed (see the log)"
 
 
 @pytest.mark.parametrize(("n", "k"), [HEAD, (1536, 576), (576, 1536), (7, 13), (300, 1)])
 @pytest.mark.parametrize("m", [1, 3])
-def test_rows_equal_the_float32_product_of_the_dequantized_weight(n, k, m):
+def test_rows_equal_the_product_of_the_dequantized_weight_and_the_activations_it_reads(n, k, m):
     layer, weight = _layer(n, k)
     x = _rows(m, k)
     out = kernel(x, layer.qweight, layer.scales)
     assert out.shape == (m, n) and out.dtype == torch.float32
-    torch.testing.assert_close(out, x @ weight.T, rtol=1e-5, atol=1e-5)  # float32 sums: no bfloat16 rounding
+    torch.testing.assert_close(out, _expected(x, weight), rtol=1e-5, atol=1e-4)  # exact products, float32 sums
+    exact = x @ weight.T
+    assert ((out - exact).norm() / exact.norm()).item() < 0.01  # Q8_0 activations: ~0.5% on Gaussian rows
+
+
+@pytest.mark.parametrize("k", [576, 96])
+def test_int8_linear_quantizes_activations_says_which_numerics_the_kernel_has(k):
+    layer, weight = _layer(256, k)
+    x = _rows(2, k)
+    out = kernel(x, layer.qweight, layer.scales)
+    float32_sums = torch.allclose(out, x @ weight.T, rtol=1e-5, atol=1e-5)
+    assert float32_sums is not int8_linear_quantizes_activations(k)  # 96: not a multiple of 64, the float32 loop
 
 
 def test_a_rows_result_does_not_depend_on_the_rows_decoded_beside_it():
@@ -56,7 +81,7 @@ def test_decode_rows_of_every_layer_take_the_kernel_and_pytorchs_without_a_build
     for shape in (HEAD, (256, 576)):
         layer, weight = _layer(*shape)
         x = _rows(2, shape[1])
-        torch.testing.assert_close(layer(x), x @ weight.T, rtol=1e-5, atol=1e-5)  # float32 sums
+        torch.testing.assert_close(layer(x), _expected(x, weight), rtol=1e-5, atol=1e-4)  # the kernel's numerics
     monkeypatch.setattr(int8_module, "_decode_kernel", lambda: None)  # as without a compiler
     small, small_weight = _layer(256, 576)
     x = _rows(1, 576)

@@ -156,9 +156,10 @@ def test_near_miss_names_suggest_the_registered_one_in_one_line():
     assert isinstance(err.value, ModelLoadError) and isinstance(err.value, NotFoundError)
     with pytest.raises(NotFoundError) as err:
         resolve_model_path("qwen2.5-coder-0.5b")
-    assert str(err.value) == ("model: unknown model 'qwen2.5-coder-0.5b'; did you mean qwen2.5-coder-0.5b-instruct? "
-                              "(loom model list)")
-    with pytest.raises(UnknownModelError, match="registered: qwen2.5-coder-0.5b-instruct, smollm2-135m-instruct"):
+    assert str(err.value) == ("model: unknown model 'qwen2.5-coder-0.5b'; did you mean qwen2.5-coder-0.5b-instruct or "
+                              "qwen2.5-coder-1.5b-instruct? (loom model list)")
+    with pytest.raises(UnknownModelError, match="registered: qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct, "
+                                                "smollm2-135m-instruct"):
         remove_model("no-such-model")
 
 
