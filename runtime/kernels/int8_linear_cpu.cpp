@@ -1,7 +1,7 @@
 // int8 weight-only product for a few rows of activations (decode steps).
 // Loom's own kernel: see runtime/kernels/__init__.py (cpu_int8_linear) for why and what it measured.
 //
-// y[m, n] = scale[n] * sum_k x[m, k] * q[n, k], x float32 [M, K], q int8 [N, K] (row-major), scale bfloat16
+// y[m, n] = scale[n] * sum_k x[m, k] * q[n, k], x float32 or bfloat16 [M, K] (y [M, N] in x's dtype), q int8 [N, K] (row-major), scale bfloat16
 // [N] (Int8Linear's own buffer, as aten::_weight_int8pack_mm takes it).  Every row of x is one dot product
 // per output, the same loop whatever M is, so a row's result does not depend on the rows beside it
 // (a request's output does not change with the batch it is decoded in).  Rows of q are split over
@@ -26,6 +26,8 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
+
+#include "q8_0.h"
 
 #include <algorithm>
 #include <cmath>
@@ -63,25 +65,20 @@ static inline float dot_i8(const float* __restrict x, const int8_t* __restrict q
 #endif
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
-constexpr int64_t kXBlock = 32;
-constexpr int64_t kPrefetchBytes = 4096;  // activation block of the int8 path (llama.cpp's Q8_0 block)
+constexpr int64_t kPrefetchBytes = 4096;  // how far ahead of the row being read its bytes are prefetched
 
-// x [K] float32 -> xq [K] int8 and lane_scale [K / 4]: the scale of the block each group of four belongs to
-// (the int32 lane vpdpbusd sums them into); returns 128 * sum_k xq[k] * scale(k), the weight offset's share.
-static float quantize_row(const float* __restrict x, int64_t K, int8_t* __restrict xq, float* __restrict lane_scale) {
+// x [K] float32 -> xq [K] int8 (Q8_0, q8_0.h) and lane_scale [K / 4]: the scale of the block each group of four
+// belongs to (the int32 lane vpdpbusd sums them into); returns 128 * sum_k xq[k] * scale(k), the weight
+// offset's share.
+template <typename T>
+static float quantize_row(const T* __restrict x, int64_t K, int8_t* __restrict xq, float* __restrict lane_scale) {
+  std::vector<float> scale(static_cast<size_t>(K / loom::kQ8Block));
+  std::vector<int32_t> code_sum(scale.size());
+  loom::quantize_q8_0(x, K, xq, scale.data(), code_sum.data());
   float offset = 0.f;
-  for (int64_t b = 0; b < K; b += kXBlock) {
-    float amax = 0.f;
-    for (int64_t k = b; k < b + kXBlock; ++k) amax = std::max(amax, std::fabs(x[k]));
-    const float d = amax / 127.f, inv = amax > 0.f ? 127.f / amax : 0.f;
-    int32_t sum = 0;
-    for (int64_t k = b; k < b + kXBlock; ++k) {
-      const int32_t v = static_cast<int32_t>(std::nearbyint(x[k] * inv));
-      xq[k] = static_cast<int8_t>(v);
-      sum += v;
-    }
-    for (int64_t g = b / 4; g < (b + kXBlock) / 4; ++g) lane_scale[g] = d;
-    offset += 128.f * d * static_cast<float>(sum);
+  for (size_t b = 0; b < scale.size(); ++b) {
+    for (int64_t g = 0; g < loom::kQ8Block / 4; ++g) lane_scale[b * loom::kQ8Block / 4 + g] = scale[b];
+    offset += 128.f * scale[b] * static_cast<float>(code_sum[b]);
   }
   return offset;
 }
@@ -112,16 +109,17 @@ static inline float dot_vnni(const int8_t* __restrict xq, const float* __restric
 #endif
 
 static at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale) {
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == at::kFloat && x.is_contiguous(),
-              "int8_linear: x must be a contiguous float32 [M, K] tensor");
+  TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) &&
+                  x.is_contiguous(),
+              "int8_linear: x must be a contiguous float32 or bfloat16 [M, K] tensor");
   TORCH_CHECK(q.dim() == 2 && q.size(1) == x.size(1) && q.scalar_type() == at::kChar && q.is_contiguous(),
               "int8_linear: q must be a contiguous int8 [N, K] tensor");
   TORCH_CHECK(scale.dim() == 1 && scale.size(0) == q.size(0) && scale.scalar_type() == at::kBFloat16 &&
                   scale.is_contiguous(),
               "int8_linear: scale must be a contiguous bfloat16 [N] tensor");
   const int64_t M = x.size(0), K = x.size(1), N = q.size(0);
-  at::Tensor y = at::empty({M, N}, x.options());
-  const float* xp = x.data_ptr<float>();
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  at::Tensor y = at::empty({M, N}, x.options().dtype(at::kFloat));  // y in x's dtype on return
   const int8_t* qp = q.data_ptr<int8_t>();
   const c10::BFloat16* sp = scale.data_ptr<c10::BFloat16>();
   float* yp = y.data_ptr<float>();
@@ -129,7 +127,9 @@ static at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at
   if (K % 64 == 0) {
     std::vector<int8_t> xq(static_cast<size_t>(M * K));
     std::vector<float> lane_scale(static_cast<size_t>(M * K / 4)), offset(static_cast<size_t>(M));
-    for (int64_t m = 0; m < M; ++m) offset[m] = quantize_row(xp + m * K, K, &xq[m * K], &lane_scale[m * K / 4]);
+    for (int64_t m = 0; m < M; ++m)
+      offset[m] = bf16 ? quantize_row(x.data_ptr<c10::BFloat16>() + m * K, K, &xq[m * K], &lane_scale[m * K / 4])
+                       : quantize_row(x.data_ptr<float>() + m * K, K, &xq[m * K], &lane_scale[m * K / 4]);
     at::parallel_for(0, N, 256, [&](int64_t n0, int64_t n1) {
       for (int64_t n = n0; n < n1; ++n) {  // one weight row, from L1 for every row of x
         const float s = static_cast<float>(sp[n]);
@@ -137,16 +137,18 @@ static at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at
           yp[m * N + n] = (dot_vnni(&xq[m * K], &lane_scale[m * K / 4], qp + n * K, K) - offset[m]) * s;
       }
     });
-    return y;
+    return bf16 ? y.to(at::kBFloat16) : y;
   }
 #endif
+  const at::Tensor xf = x.to(at::kFloat);
+  const float* xp = xf.data_ptr<float>();
   at::parallel_for(0, N, 256, [&](int64_t n0, int64_t n1) {
     for (int64_t n = n0; n < n1; ++n) {  // one weight row, from L1 for every row of x
       const float s = static_cast<float>(sp[n]);
       for (int64_t m = 0; m < M; ++m) yp[m * N + n] = dot_i8(xp + m * K, qp + n * K, K) * s;
     }
   });
-  return y;
+  return bf16 ? y.to(at::kBFloat16) : y;
 }
 
 // torch.ops.loom.int8_linear (the namespace is defined with paged_attention)

@@ -161,6 +161,10 @@ def load_model(
 
         model = load_quantized(path, hf_config, build_float, method=quantization, group_size=group_size,
                                dtype=dtype, max_positions=max_positions)
+    if quantization is not None:
+        from loom.runtime.quantization import use_cpu_kernel_layouts
+
+        use_cpu_kernel_layouts(model)
     model.model.decoder_layers[0].self_attn.rope.move_to(device)  # tables stay float32
     model.eval()
     return model

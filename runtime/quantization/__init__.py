@@ -8,7 +8,9 @@ dtype.  The matmuls are PyTorch's own weight-only kernels (the ones torchao
 and gpt-fast call): ``torch.ops.aten._weight_int8pack_mm`` and
 ``_weight_int4pack_mm_for_cpu`` (tinygemm's layout, packed by
 ``_convert_weight_to_int4pack_for_cpu``), fed bfloat16 activations, which is
-where they are fastest on CPU.
+where they are fastest on CPU.  Where Loom's own kernels are built, decode rows take them
+instead (:func:`loom.runtime.kernels.cpu_int8_linear`, :func:`~loom.runtime.kernels.cpu_int4_linear`:
+activations rounded to Q8_0 blocks and integer dot products, as llama.cpp computes).
 
 - ``int8``: symmetric, one float scale per output channel
   (``w = q * scale``, ``q`` in [-127, 127]).
@@ -24,10 +26,16 @@ where they are fastest on CPU.
   kept.
 
 :func:`quantize_model` swaps the modules in place; :mod:`.cache` stores the
-quantized tensors under ``$LOOM_CACHE`` so a second start skips the work.
+quantized tensors under ``$LOOM_CACHE`` so a second start skips the work, and
+:func:`use_cpu_kernel_layouts` then moves int4 layers to Loom's kernel layout.
 """
 
-from loom.runtime.quantization.apply import QUANTIZATION_METHODS, quantize_model, quantized_bytes
+from loom.runtime.quantization.apply import (
+    QUANTIZATION_METHODS,
+    quantize_model,
+    quantized_bytes,
+    use_cpu_kernel_layouts,
+)
 from loom.runtime.quantization.int4 import Int4Linear, quantize_int4
 from loom.runtime.quantization.int8 import Int8Linear, QuantizedEmbedding, quantize_int8
 
@@ -40,4 +48,5 @@ __all__ = [
     "quantize_int8",
     "quantize_model",
     "quantized_bytes",
+    "use_cpu_kernel_layouts",
 ]

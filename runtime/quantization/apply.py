@@ -61,6 +61,13 @@ def quantize_model(model: LlamaForCausalLM, method: str, group_size: int = 32) -
     return model
 
 
+def use_cpu_kernel_layouts(model: nn.Module) -> int:
+    """Move every int4 layer of a loaded ``model`` to Loom's int4 kernel and its tile layout where it is built
+    (:meth:`Int4Linear.use_tiles`); returns how many moved.  The loader calls it after the quantized
+    cache, which keeps PyTorch's layout, is read or written."""
+    return sum(m.use_tiles() for m in model.modules() if isinstance(m, Int4Linear))
+
+
 def projections(model: LlamaForCausalLM) -> Iterator[tuple[nn.Module, str]]:
     """``(parent, attribute)`` of every projection quantization replaces (:data:`PROJECTIONS` of each layer)."""
     for layer in model.model.decoder_layers:

@@ -14,9 +14,18 @@ block of 64 output rows, per input channel, 32 bytes whose low nibbles are rows
 0-31 and high nibbles rows 32-63.  :func:`packed_layout_is_known` checks that
 layout once per process on a probe, so a build that packs differently keeps
 the kernel path for every row count instead of computing with wrong weights.
+
+Where Loom's own int4 kernel is built (:func:`loom.runtime.kernels.cpu_int4_linear`: AVX-512
+VNNI), :meth:`Int4Linear.use_tiles` moves a layer to that kernel's tile layout
+(``int4_linear_cpu.cpp``) once it is loaded: the same codes, scales and zero points, so
+the same grid, in 16-row tiles whose bytes the kernel reads with integer dot products
+of Q8_0-rounded activations.  The quantized cache keeps PyTorch's layout (it is what a
+build without the kernel reads); the loader converts (:func:`loom.runtime.quantization.use_cpu_kernel_layouts`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -28,6 +37,7 @@ GROUP_SIZES = (32, 64, 128)
 CLIP_RATIOS = (1.0, 0.97, 0.94, 0.91, 0.88, 0.85, 0.82, 0.79)
 _ROWS_PER_CHUNK = 4096
 _PACK_ROWS = 64  # output rows per packed block (PyTorch's AVX-512 int4 CPU layout)
+_TILE_ROWS = 16  # output rows per tile of Loom's int4 kernel
 _layout_known: bool | None = None
 
 
@@ -38,6 +48,37 @@ def unpack_codes(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
     blocks = packed.view(n // _PACK_ROWS, k, _PACK_ROWS // 2)
     codes = torch.cat([blocks & 15, blocks >> 4], dim=2)  # [N / 64, K, 64]
     return codes.transpose(1, 2).reshape(n, k)
+
+
+def to_tiles(codes: torch.Tensor, scales_and_zeros: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Loom's int4 kernel layout of ``codes [N, K]`` (uint8 in [0, 15]) and ``scales_and_zeros [K / G, N, 2]``:
+    :func:`tile_codes` and :func:`tile_scales_zeros`."""
+    return tile_codes(codes), tile_scales_zeros(scales_and_zeros)
+
+
+def tile_codes(codes: torch.Tensor) -> torch.Tensor:
+    """``codes [N, K]`` uint8 in [0, 15] -> ``tiles [N / 16, K / 8, 64]`` uint8: byte ``4r + i`` of step ``j``
+    holds row ``r``'s codes at inputs ``8j + i`` (low nibble) and ``8j + 4 + i`` (high nibble).  ``N`` a
+    multiple of 16, ``K`` of 8."""
+    n, k = codes.shape
+    c = codes.view(n // _TILE_ROWS, _TILE_ROWS, k // 8, 2, 4).permute(0, 2, 1, 4, 3)  # [T, K / 8, r, i, half]
+    return (c[..., 0] | (c[..., 1] << 4)).reshape(n // _TILE_ROWS, k // 8, 64).contiguous()
+
+
+def tile_scales_zeros(scales_and_zeros: torch.Tensor) -> torch.Tensor:
+    """``[K / G, N, 2]`` bfloat16 -> ``[N / 16, K / G, 2, 16]``: a tile's 16 scales, then its 16 zero points,
+    per group."""
+    groups, n, _ = scales_and_zeros.shape
+    return scales_and_zeros.view(groups, n // _TILE_ROWS, _TILE_ROWS, 2).permute(1, 0, 3, 2).contiguous()
+
+
+def from_tiles(tiles: torch.Tensor, tile_scales_zeros: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The inverse of :func:`to_tiles`: ``codes [N, K]`` uint8 and ``scales_and_zeros [K / G, N, 2]``."""
+    t, steps, _ = tiles.shape
+    halves = torch.stack([tiles & 15, tiles >> 4], dim=-1).view(t, steps, _TILE_ROWS, 4, 2)  # [T, K / 8, r, i, half]
+    codes = halves.permute(0, 2, 1, 4, 3).reshape(t * _TILE_ROWS, steps * 8)
+    groups = tile_scales_zeros.shape[1]
+    return codes, tile_scales_zeros.permute(1, 0, 3, 2).reshape(groups, t * _TILE_ROWS, 2)
 
 
 def packed_layout_is_known() -> bool:
@@ -116,11 +157,15 @@ class Int4Linear(nn.Module):
     Shapes: ``x [T, K]`` in any float dtype -> ``[T, N]`` in ``x``'s dtype;
     ``packed`` is the kernel's opaque uint8 layout of ``[N, K]`` codes;
     ``scales_and_zeros [K / group_size, N, 2]`` bfloat16; ``bias [N]`` float32
-    or ``None``.
+    or ``None``.  After :meth:`use_tiles` the codes, scales and zeros are held as
+    ``tiles`` / ``tile_scales_zeros`` (:func:`to_tiles`) instead, and ``packed`` /
+    ``scales_and_zeros`` are empty.
     """
 
     packed: torch.Tensor
     scales_and_zeros: torch.Tensor
+    tiles: torch.Tensor | None
+    tile_scales_zeros: torch.Tensor | None
     bias: torch.Tensor | None
 
     def __init__(self, packed: torch.Tensor, scales_and_zeros: torch.Tensor, group_size: int, in_features: int,
@@ -131,6 +176,9 @@ class Int4Linear(nn.Module):
         self.register_buffer("packed", packed)
         self.register_buffer("scales_and_zeros", scales_and_zeros)
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+        self.register_buffer("tiles", None)
+        self.register_buffer("tile_scales_zeros", None)
+        self._tile_kernel: Callable[..., torch.Tensor] | None = None  # set by use_tiles
         self.gemm_min_rows = GEMM_MIN_ROWS if self.out_features % _PACK_ROWS == 0 and packed_layout_is_known() \
             else None  # rows from which forward() unpacks to bfloat16 and calls the GEMM; None: never
 
@@ -152,12 +200,43 @@ class Int4Linear(nn.Module):
         y = self.matmul(x.to(ACT_DTYPE)).to(x.dtype)
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
+    def use_tiles(self) -> bool:
+        """Move this layer to Loom's int4 kernel and its tile layout, where that kernel is built and the
+        shapes fit (``N`` a multiple of 64, ``K`` and the group of 32); the same grid in the other layout, so
+        the same weight.  Returns whether the layer uses it (again ``True`` on a second call)."""
+        from loom.runtime.kernels import cpu_int4_linear
+
+        if self.tiles is not None:
+            return True
+        n, k, g = self.out_features, self.in_features, self.group_size
+        if (cpu_int4_linear() is None or n % _PACK_ROWS or k % 32 or g % 32 or not packed_layout_is_known()
+                or self.packed.device.type != "cpu"):
+            return False
+        tiles = torch.empty(n // _TILE_ROWS, k // 8, 64, dtype=torch.uint8)
+        for row in range(0, n, _PACK_ROWS):  # a block of rows at a time: no [N, K] temporaries at load
+            block = unpack_codes(self.packed[row:row + _PACK_ROWS], _PACK_ROWS, k)
+            tiles[row // _TILE_ROWS:(row + _PACK_ROWS) // _TILE_ROWS] = tile_codes(block)
+        self.tiles, self.tile_scales_zeros = tiles, tile_scales_zeros(self.scales_and_zeros)
+        self._tile_kernel = cpu_int4_linear()
+        self.packed = torch.empty(0, dtype=torch.uint8)
+        self.scales_and_zeros = torch.empty(0, dtype=ACT_DTYPE)
+        return True
+
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [T, K]`` bfloat16 -> ``x W^T`` ``[T, N]`` bfloat16, without the bias: PyTorch's int4 kernel, or
-        from ``gemm_min_rows`` rows on the bfloat16 GEMM of the unpacked weight."""
+        """``x [T, K]`` bfloat16 -> ``x W^T`` ``[T, N]`` bfloat16, without the bias: Loom's int4 kernel after
+        :meth:`use_tiles`, else PyTorch's, or from ``gemm_min_rows`` rows on the bfloat16 GEMM of the unpacked
+        weight."""
         if self.gemm_min_rows is not None and x.shape[0] >= self.gemm_min_rows:
             return torch.nn.functional.linear(x, self.dequantize(ACT_DTYPE))
+        if self.tiles is not None:
+            return self.tile_matmul(x.contiguous())
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group_size, self.scales_and_zeros)
+
+    def tile_matmul(self, x: torch.Tensor) -> torch.Tensor:
+        """``x [T, K]`` float32 or bfloat16, contiguous -> ``Q8_0(x) W^T`` ``[T, N]`` in ``x``'s dtype through
+        Loom's int4 kernel (after :meth:`use_tiles`; see :func:`loom.runtime.kernels.cpu_int4_linear`)."""
+        assert self._tile_kernel is not None and self.tiles is not None and self.tile_scales_zeros is not None
+        return self._tile_kernel(x, self.tiles, self.tile_scales_zeros, self.group_size)
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The weight ``[N, K]`` this layer multiplies by, in ``dtype``: ``(q - 8) * scale + zero`` per group,
@@ -167,11 +246,15 @@ class Int4Linear(nn.Module):
         Raises:
             RuntimeError: the packed layout is not the one :func:`unpack_codes` reads.
         """
-        if self.out_features % _PACK_ROWS or not packed_layout_is_known():
-            raise RuntimeError("int4: this PyTorch build's packed layout cannot be unpacked")
         n, k, g = self.out_features, self.in_features, self.group_size
-        codes = unpack_codes(self.packed, n, k).view(n, k // g, g).to(dtype) - 8
-        sz = self.scales_and_zeros.transpose(0, 1).to(dtype)  # [N, K / g, 2]
+        if self.tiles is not None and self.tile_scales_zeros is not None:
+            raw, scales_and_zeros = from_tiles(self.tiles, self.tile_scales_zeros)
+        elif self.out_features % _PACK_ROWS or not packed_layout_is_known():
+            raise RuntimeError("int4: this PyTorch build's packed layout cannot be unpacked")
+        else:
+            raw, scales_and_zeros = unpack_codes(self.packed, n, k), self.scales_and_zeros
+        codes = raw.view(n, k // g, g).to(dtype) - 8
+        sz = scales_and_zeros.transpose(0, 1).to(dtype)  # [N, K / g, 2]
         weight = torch.addcmul(sz[..., 1:], codes, sz[..., :1])  # zero + (q - 8) * scale
         return weight.reshape(n, k)
 

@@ -91,7 +91,7 @@ class Int8Linear(nn.Module):
         :data:`GEMM_MIN_ROWS` rows on the bfloat16 GEMM of the dequantized weight."""
         decode = self._decode(x.shape[0])
         if decode is not None:
-            return decode(x.float().contiguous(), self.qweight, self.scales).to(ACT_DTYPE)
+            return decode(x.contiguous(), self.qweight, self.scales)  # bfloat16 in and out
         if x.shape[0] >= GEMM_MIN_ROWS:
             weight = self.qweight.to(ACT_DTYPE) * self.scales[:, None]  # exact codes, bfloat16 products
             return torch.nn.functional.linear(x, weight)

@@ -107,3 +107,11 @@ def assert_pool_idle(engine: LLMEngine) -> None:
     assert stats["kv_blocks_free"] == stats["kv_blocks_total"]
     assert all(b.ref_cnt == 0 for b in engine.kv.blocks)
     engine.kv.check_invariants([])
+
+
+def q8_0_rows(x: torch.Tensor) -> torch.Tensor:
+    """``x [M, K]`` as Loom's integer decode kernels read it: rounded to llama.cpp's Q8_0 blocks (32 values,
+    symmetric, one scale ``max|x| / 127`` each, ties to even), back in float32."""
+    blocks = x.double().reshape(x.shape[0], -1, 32)
+    scale = blocks.abs().amax(-1, keepdim=True) / 127
+    return (torch.round(blocks / torch.where(scale > 0, scale, 1)) * scale).reshape(x.shape).float()

@@ -13,6 +13,7 @@ import torch
 
 from loom.runtime.kernels import cpu_int8_linear, int8_linear_quantizes_activations
 from loom.runtime.quantization.int8 import Int8Linear
+from tests.runtime.helpers import q8_0_rows
 
 kernel = cpu_int8_linear() if shutil.which("c++") else None
 pytestmark = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler: the CPU kernels cannot be built")
@@ -29,17 +30,10 @@ def _rows(m: int, k: int, seed: int = 1) -> torch.Tensor:
     return torch.randn(m, k, generator=torch.Generator().manual_seed(seed))
 
 
-def _q8_0(x: torch.Tensor) -> torch.Tensor:
-    """``x [M, K]`` rounded as the kernel reads it: symmetric int8 blocks of 32, one scale each (Q8_0)."""
-    if not int8_linear_quantizes_activations(x.shape[1]):
-        return x
-    blocks = x.double().reshape(x.shape[0], -1, 32)
-    scale = blocks.abs().amax(-1, keepdim=True) / 127
-    return (torch.round(blocks / torch.where(scale > 0, scale, 1)) * scale).reshape(x.shape).float()
-
-
 def _expected(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    return (_q8_0(x).double() @ weight.double().T).float()
+    """The product as the kernel computes it: on Q8_0-rounded activations where it rounds them."""
+    read = q8_0_rows(x) if int8_linear_quantizes_activations(x.shape[1]) else x
+    return (read.double() @ weight.double().T).float()
 
 
 def test_the_kernel_builds_where_a_compiler_exists():
