@@ -16,7 +16,8 @@
 // The activations are rounded to Q8_0 blocks of 32 first (q8_0.h, as llama.cpp's Q4 products read them); per
 // block b, with d_b its scale, c its codes and the group g it falls in:
 //   sum_{k in b} x_k W[n, k] = d_b * (scale[n, g] * sum q c + (zero[n, g] - 8 scale[n, g]) * sum c)
-// Every row of x is computed on its own whatever M is (a row's result does not depend on its batch).
+// Every row of x is computed on its own whatever M is (a row's result does not depend on its batch); up to
+// four rows share each pass over a tile, so a tile's bytes are loaded and unpacked once for them.
 // Tiles are split over at::parallel_for (torch.set_num_threads).
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -27,43 +28,55 @@
 
 #include "q8_0.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #include <immintrin.h>
 
+constexpr int64_t kRows = 4;  // activation rows sharing one pass over a tile
+
 static inline __m512 bf16x16_to_ps(const c10::BFloat16* p) {
   const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
 }
 
-// Sixteen outputs of one tile for one activation row: codes xq [K], block scales d [K / 32], code sums cs.
-static inline __m512 tile_dot(const uint8_t* __restrict tile, const c10::BFloat16* __restrict sz,
-                              const int8_t* __restrict xq, const float* __restrict d, const int32_t* __restrict cs,
-                              int64_t K, int64_t G) {
+// Sixteen outputs of one tile for R activation rows at once (the tile's bytes loaded and unpacked once for all
+// of them): row i's codes xq[i] [K], block scales d[i] [K / 32] and code sums cs[i]; out[i] gets its 16 sums.
+// Each row's operations are the same whatever R is, so its result does not depend on the rows beside it.
+template <int R>
+static inline void tile_dot(const uint8_t* __restrict tile, const c10::BFloat16* __restrict sz,
+                            const int8_t* const* xq, const float* const* d, const int32_t* const* cs, int64_t K,
+                            int64_t G, __m512* out) {
   const __m512i low = _mm512_set1_epi8(0x0F);
-  __m512 acc = _mm512_setzero_ps();
+  __m512 acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
   for (int64_t b = 0; b < K / loom::kQ8Block; ++b) {
-    __m512i lo_acc = _mm512_setzero_si512(), hi_acc = _mm512_setzero_si512();
+    __m512i lo_acc[R], hi_acc[R];
+    for (int i = 0; i < R; ++i) lo_acc[i] = hi_acc[i] = _mm512_setzero_si512();
     for (int64_t s = 0; s < loom::kQ8Block / 8; ++s) {  // four steps of 8 inputs
       const int64_t j = b * (loom::kQ8Block / 8) + s;
       const __m512i v = _mm512_loadu_si512(tile + j * 64);
-      int32_t x_lo, x_hi;  // the four activation codes each half multiplies, as one 32-bit word
-      __builtin_memcpy(&x_lo, xq + 8 * j, 4);
-      __builtin_memcpy(&x_hi, xq + 8 * j + 4, 4);
-      lo_acc = _mm512_dpbusd_epi32(lo_acc, _mm512_and_si512(v, low), _mm512_set1_epi32(x_lo));
-      hi_acc = _mm512_dpbusd_epi32(hi_acc, _mm512_and_si512(_mm512_srli_epi16(v, 4), low), _mm512_set1_epi32(x_hi));
+      const __m512i lo = _mm512_and_si512(v, low), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      for (int i = 0; i < R; ++i) {
+        int32_t x_lo, x_hi;  // the four activation codes each half multiplies, as one 32-bit word
+        __builtin_memcpy(&x_lo, xq[i] + 8 * j, 4);
+        __builtin_memcpy(&x_hi, xq[i] + 8 * j + 4, 4);
+        lo_acc[i] = _mm512_dpbusd_epi32(lo_acc[i], lo, _mm512_set1_epi32(x_lo));
+        hi_acc[i] = _mm512_dpbusd_epi32(hi_acc[i], hi, _mm512_set1_epi32(x_hi));
+      }
     }
     const int64_t g = b * loom::kQ8Block / G;
     const __m512 scale = bf16x16_to_ps(sz + g * 32), zero = bf16x16_to_ps(sz + g * 32 + 16);
-    const __m512 db = _mm512_set1_ps(d[b]);
-    const __m512 sums = _mm512_cvtepi32_ps(_mm512_add_epi32(lo_acc, hi_acc));
     const __m512 offset = _mm512_fnmadd_ps(_mm512_set1_ps(8.f), scale, zero);  // zero - 8 scale
-    acc = _mm512_fmadd_ps(_mm512_mul_ps(scale, db), sums, acc);
-    acc = _mm512_fmadd_ps(offset, _mm512_set1_ps(d[b] * static_cast<float>(cs[b])), acc);
+    for (int i = 0; i < R; ++i) {
+      const __m512 sums = _mm512_cvtepi32_ps(_mm512_add_epi32(lo_acc[i], hi_acc[i]));
+      acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(scale, _mm512_set1_ps(d[i][b])), sums, acc[i]);
+      acc[i] = _mm512_fmadd_ps(offset, _mm512_set1_ps(d[i][b] * static_cast<float>(cs[i][b])), acc[i]);
+    }
   }
-  return acc;
+  for (int i = 0; i < R; ++i) out[i] = acc[i];
 }
 #endif
 
@@ -102,15 +115,33 @@ static at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& tiles, cons
     for (int64_t t = t0; t < t1; ++t) {  // one tile's bytes, from L1 for every row of x
       const uint8_t* tile = tp + t * (K / 8) * 64;
       const c10::BFloat16* sz = sp + t * (K / group_size) * 32;
-      for (int64_t m = 0; m < M; ++m) {
-        const __m512 out = tile_dot(tile, sz, &xq[m * K], &d[m * blocks], &cs[m * blocks], K, group_size);
-        if (bf16) {  // round to nearest even, as a float32 -> bfloat16 cast does
-          alignas(64) float f[16];
-          _mm512_store_ps(f, out);
-          c10::BFloat16* yb = y.data_ptr<c10::BFloat16>() + m * N + t * 16;
-          for (int i = 0; i < 16; ++i) yb[i] = c10::BFloat16(f[i]);
-        } else {
-          _mm512_storeu_ps(y.data_ptr<float>() + m * N + t * 16, out);
+      for (int64_t m0 = 0; m0 < M; m0 += kRows) {  // kRows rows of x per pass over the tile
+        const int rows = static_cast<int>(std::min<int64_t>(kRows, M - m0));
+        const int8_t* xr[kRows];
+        const float* dr[kRows];
+        const int32_t* cr[kRows];
+        for (int i = 0; i < rows; ++i) {
+          xr[i] = &xq[(m0 + i) * K];
+          dr[i] = &d[(m0 + i) * blocks];
+          cr[i] = &cs[(m0 + i) * blocks];
+        }
+        __m512 out[kRows];
+        switch (rows) {
+          case 1: tile_dot<1>(tile, sz, xr, dr, cr, K, group_size, out); break;
+          case 2: tile_dot<2>(tile, sz, xr, dr, cr, K, group_size, out); break;
+          case 3: tile_dot<3>(tile, sz, xr, dr, cr, K, group_size, out); break;
+          default: tile_dot<4>(tile, sz, xr, dr, cr, K, group_size, out); break;
+        }
+        for (int i = 0; i < rows; ++i) {
+          const int64_t m = m0 + i;
+          if (bf16) {  // round to nearest even, as a float32 -> bfloat16 cast does
+            alignas(64) float f[16];
+            _mm512_store_ps(f, out[i]);
+            c10::BFloat16* yb = y.data_ptr<c10::BFloat16>() + m * N + t * 16;
+            for (int e = 0; e < 16; ++e) yb[e] = c10::BFloat16(f[e]);
+          } else {
+            _mm512_storeu_ps(y.data_ptr<float>() + m * N + t * 16, out[i]);
+          }
         }
       }
     }
