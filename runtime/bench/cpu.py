@@ -26,6 +26,8 @@ its GGUFs are the model's own 4-bit file and a Q8_0 written by llama.cpp's
 
 from __future__ import annotations
 
+import re
+
 import json
 import random
 import statistics
@@ -42,6 +44,14 @@ from loom.runtime.bench.throughput import in_process
 
 LOOM_SIDES = ("none", "int8", "int4")
 
+
+def gguf_type(file_name: str) -> str:
+    """The quantization type a GGUF's file name ends in, as llama.cpp spells it: ``Q4_1`` for
+    ``SmolLM2-135M-Instruct.Q4_1.gguf``, ``Q4_K_M`` for ``qwen2.5-coder-0.5b-instruct-q4_k_m.gguf``;
+    the name without ``.gguf`` when it ends in none."""
+    stem = file_name.removesuffix(".gguf")
+    match = re.search(r"[._-]((?:[qQ]\d|[iI][qQ]\d|[fF]16|[bB][fF]16|[fF]32)[A-Za-z0-9_]*)$", stem)
+    return match.group(1).upper() if match else stem
 
 def _ids(vocab: int, n: int, seed: int) -> list[int]:
     rng = random.Random(seed)
@@ -235,7 +245,7 @@ def cpu(
                     console.print(f"[dim]{name}: its GGUF is not kept (pulled by an older Loom): "
                                   f"loom model rm {name} && loom model pull {name}[/dim]")
                 elif spec is not None:
-                    plan.append((f"llama.cpp {spec.gguf_name.rsplit('.', 2)[-2]}", None,
+                    plan.append((f"llama.cpp {gguf_type(spec.gguf_name)}", None,
                                  (llama_cpp_python, str(gguf_path(spec)), *common)))
                 if llama_cpp_src:
                     q8 = q8_gguf(folder, Path(llama_cpp_src), llama_cpp_python, loom_cache_root() / "bench-gguf")

@@ -157,4 +157,6 @@ TORCH_LIBRARY_FRAGMENT(loom, m) {
   m.def("int4_linear(Tensor x, Tensor tiles, Tensor scales_zeros, int group_size) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(loom, CPU, m) { m.impl("int4_linear", &int4_linear); }
+TORCH_LIBRARY_IMPL(loom, CPU, m) {
+  m.impl("int4_linear", &int4_linear);
+}

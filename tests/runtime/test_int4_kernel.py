@@ -77,7 +77,7 @@ def test_the_engine_moves_every_int4_layer_to_the_kernel_and_agrees_with_pytorch
                                                                                   tmp_path):
     monkeypatch.setenv("LOOM_CACHE", str(tmp_path))
     path = arch_checkpoint("qwen2")
-    prompts = random_prompts(200, [5, 12, 70], seed=3)  # 5 and 12 tokens: decode rows; 70: the prefill GEMM
+    prompts = random_prompts(200, [5, 12, 70], seed=3)  # 70 tokens: over 64 rows, PyTorch's side takes the GEMM
     params = SamplingParams(temperature=0.0, max_tokens=1, logprobs=3)
     engine = make_engine(path, quantization="int4")
     layers = [m for m in engine.runner.model.modules() if isinstance(m, Int4Linear)]
