@@ -189,6 +189,8 @@ REGISTRY: dict[str, RegisteredModel] = {
             gguf_sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
             gguf_bytes=1_117_320_768,
             note="opt-in: Qwen2 family, 1.5B, native Hermes <tool_call> tokens (1.1 GB download)",
+            # measured (python -m loom.evals.quantization): int8 perplexity +0.34%, top-1 agreement 97.5%, 8 of 16
+            # greedy 32-token replies equal to float32's, ~19 tok/s; int4 +1.43%, 94.7%, 3 of 16, ~28 tok/s
             quantization="int8",
             sampling={"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.1},
         ),
