@@ -49,6 +49,9 @@ def test_every_source_module_is_in_the_wheel_under_its_loom_name(wheel: zipfile.
     expected |= {str(p.relative_to(ROOT)) for p in (ROOT / "loom").rglob("*.py")}
     assert expected - names == set()
     assert "loom/runtime/checkpoint/chat_template.jinja" in names  # package data travels too
+    kernels = {f"loom/{p.relative_to(ROOT)}" for p in (ROOT / "runtime" / "kernels").iterdir()
+               if p.suffix in (".cpp", ".h")}
+    assert kernels and kernels - names == set()  # the CPU kernels' sources, compiled on first use
 
 
 def test_console_script_is_the_loom_cli(wheel: zipfile.ZipFile) -> None:

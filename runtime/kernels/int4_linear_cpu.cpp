@@ -1,8 +1,9 @@
-// int4 weight-only product for a few rows of activations (decode steps), in Loom's own tile layout.
+// int4 weight-only product of activation rows (decode steps and prefill chunks), in Loom's own tile layout.
 // See runtime/kernels/__init__.py (cpu_int4_linear) for why and what it measured.
 //
-// y[m, n] = sum_k x[m, k] * W[n, k] (x float32 or bfloat16 [M, K], y [M, N] in x's dtype), W[n, k] = (q[n, k] - 8) * scale[n, g] + zero[n, g], g = k / G: the grid of
-// Int4Linear (tinygemm's), the same codes, scales and zero points PyTorch's int4 kernel reads.
+// y[m, n] = sum_k x[m, k] * W[n, k], x float32 or bfloat16 [M, K], y [M, N] in x's dtype, with
+// W[n, k] = (q[n, k] - 8) * scale[n, g] + zero[n, g], g = k / G: the grid of Int4Linear (tinygemm's), the same
+// codes, scales and zero points PyTorch's int4 kernel reads.
 //
 // Layout (Int4Linear.tiles), for N a multiple of 16 and K of 32:
 //   tiles [N / 16, K / 8, 64] uint8: tile t, step j holds rows 16t..16t+15 at inputs 8j..8j+7; byte 4r + i

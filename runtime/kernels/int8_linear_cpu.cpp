@@ -1,12 +1,12 @@
 // int8 weight-only product for a few rows of activations (decode steps).
 // Loom's own kernel: see runtime/kernels/__init__.py (cpu_int8_linear) for why and what it measured.
 //
-// y[m, n] = scale[n] * sum_k x[m, k] * q[n, k], x float32 or bfloat16 [M, K] (y [M, N] in x's dtype), q int8 [N, K] (row-major), scale bfloat16
-// [N] (Int8Linear's own buffer, as aten::_weight_int8pack_mm takes it).  Every row of x is one dot product
-// per output, the same loop whatever M is, so a row's result does not depend on the rows beside it
-// (a request's output does not change with the batch it is decoded in).  Rows of q are split over
-// at::parallel_for (torch.set_num_threads).  Each weight row is read once as int8 (a quarter of float32's
-// bytes).  Two ways to the dot product:
+// y[m, n] = scale[n] * sum_k x[m, k] * q[n, k], x float32 or bfloat16 [M, K], y [M, N] in x's dtype, q int8
+// [N, K] (row-major), scale bfloat16 [N] (Int8Linear's own buffer, as aten::_weight_int8pack_mm takes it).
+// Every row of x is one dot product per output, the same loop whatever M is, so a row's result does not
+// depend on the rows beside it (a request's output does not change with the batch it is decoded in).  Rows
+// of q are split over at::parallel_for (torch.set_num_threads).  Each weight row is read once as int8 (a
+// quarter of float32's bytes).  Two ways to the dot product:
 //
 // * With AVX-512 VNNI and K a multiple of 64 (every shape of the registered models), x is first quantized
 //   per row to int8 in blocks of 32 with one float32 scale a block (symmetric, round to nearest: llama.cpp's

@@ -12,6 +12,14 @@ write them); those pointers start at the parameters' root, which is no longer
 the schema's root, so such parameters move into the root's ``$defs`` (named
 ``tool<i>``, their definitions ``tool<i>_<name>``) with every local ``$ref``
 rewritten to match.
+
+Arguments carry only the properties a tool declares: an object schema that
+says nothing of ``additionalProperties`` gets ``false`` in the grammar (as
+vLLM's default grammar backend, XGrammar, treats it, and as OpenAI's strict
+function calling requires), so a small model cannot pad a call with invented
+keys (SmolLM2 wrote ``{"city": "Oslo", "properties": {...}, "required": [...]}``
+for a one-argument tool).  A schema that allows extra properties keeps them.
+What the grammar admits is always valid against the tool's own schema.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ def _branch(fn: JSONObject, index: int, defs: JSONObject, arguments_key: str = "
     params = copy.deepcopy(fn.get("parameters") or {"type": "object", "properties": {}})
     if not isinstance(params, dict):
         raise ValueError(f"tools: parameters of {fn['name']!r} must be a JSON schema object")
+    _close_objects(params)
     if _has_refs(params):  # its "#..." pointers would now start at the wrapper: move it under the root's $defs
         prefix = f"tool{index}"
         for key in _DEFINITIONS:
@@ -51,6 +60,30 @@ def _branch(fn: JSONObject, index: int, defs: JSONObject, arguments_key: str = "
         "required": ["name", arguments_key],
         "additionalProperties": False,
     }
+
+
+_SUBSCHEMA_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMAS = ("items", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames")
+
+
+def _close_objects(schema: object) -> None:
+    """In place: every object schema in ``schema`` (walked by keyword, never into a ``properties`` mapping's
+    names) that declares ``properties`` and says nothing of extra ones gets ``additionalProperties: false``."""
+    if not isinstance(schema, dict):
+        return
+    if "properties" in schema and "additionalProperties" not in schema and "patternProperties" not in schema:
+        schema["additionalProperties"] = False
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(schema.get(key), dict):
+            for sub in schema[key].values():
+                _close_objects(sub)
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(schema.get(key), list):
+            for sub in schema[key]:
+                _close_objects(sub)
+    for key in _SUBSCHEMAS:
+        _close_objects(schema.get(key))
 
 
 def _has_refs(schema: object) -> bool:

@@ -287,3 +287,20 @@ def test_a_forced_tool_call_accepts_parameters_with_defs_and_refs_and_writes_val
         assert name is None or call["name"] == name
         jsonschema.validate(call["arguments"], params[call["name"]])  # the user's own schema, $refs and all
     assert finished >= 5
+
+
+def test_a_forced_call_carries_only_the_properties_its_tool_declares() -> None:
+    declared = {"type": "object", "properties": {"city": {"type": "string"},
+                                                 "where": {"type": "object", "properties": {"lat": {"type": "number"}}},
+                                                 "properties": {"type": "string"}},  # a parameter so named
+                "required": ["city"]}
+    open_ended = {"type": "object", "properties": {"city": {"type": "string"}}, "additionalProperties": True}
+    tools = [{"type": "function", "function": {"name": "weather", "parameters": declared}},
+             {"type": "function", "function": {"name": "anything", "parameters": open_ended}}]
+    args = tool_call_schema(tools, name="weather")["properties"]["arguments"]
+    assert args["additionalProperties"] is False and args["properties"]["where"]["additionalProperties"] is False
+    assert "additionalProperties" not in args["properties"]["properties"]  # a property's name is not a schema
+    assert tool_call_schema(tools, name="anything")["properties"]["arguments"]["additionalProperties"] is True
+    assert "additionalProperties" not in declared  # the caller's schema is not changed
+    with pytest.raises(jsonschema.ValidationError):  # what SmolLM2 wrote before: the grammar no longer admits it
+        jsonschema.validate({"city": "Oslo", "properties": "x", "required": ["city"]}, args)
