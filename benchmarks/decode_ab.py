@@ -1,4 +1,5 @@
-"""Two settings of one engine, decoded in interleaved rounds: the A/B loop the decode benchmarks share."""
+"""Two settings of one engine, decoded in interleaved rounds: the A/B loop the decode benchmarks share, and
+the median timer of their per-matrix tables."""
 
 from __future__ import annotations
 
@@ -6,6 +7,17 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+
+
+def median_ms(fn: Callable[[], object], n: int = 30) -> float:
+    """Median wall time of ``n`` calls of ``fn`` after one warm-up call, in ms."""
+    fn()
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000
 
 
 def chat_prompt(llm: Any, content: str = "Tell me about Python.") -> list[int]:

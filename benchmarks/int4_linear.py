@@ -13,29 +13,17 @@
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-import time
-from collections.abc import Callable
 
 import torch
 
+from benchmarks.decode_ab import median_ms
 from loom.runtime.kernels import cpu_int4_linear
 from loom.runtime.quantization.int4 import Int4Linear, to_tiles, unpack_codes
 
 SHAPES = {"smollm2 gate_up": (3072, 576), "smollm2 down": (576, 1536), "qwen-0.5b qkv": (1152, 896),
           "qwen-0.5b gate_up": (9728, 896), "qwen-0.5b down": (896, 4864), "qwen-1.5b gate_up": (17920, 1536),
           "qwen-1.5b down": (1536, 8960)}
-
-
-def _median_ms(fn: Callable[[], object], n: int = 30) -> float:
-    fn()
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1000
 
 
 def per_matrix() -> None:
@@ -45,7 +33,7 @@ def per_matrix() -> None:
         ours = Int4Linear.from_float(torch.randn(n, k) * 0.05, None, 32)
         assert ours.use_tiles()
         x = torch.randn(1, k).bfloat16()
-        t_theirs, t_ours = _median_ms(lambda: theirs.matmul(x)), _median_ms(lambda: ours.matmul(x))
+        t_theirs, t_ours = median_ms(lambda: theirs.matmul(x)), median_ms(lambda: ours.matmul(x))
         gb = n * k * (0.5 + 4 / 32) / 1e9
         print(f"{name:<18} {t_theirs:>10.3f} {t_ours:>8.3f} {t_theirs / t_ours:>6.2f} {gb / t_theirs * 1e3:>12.1f} "
               f"{gb / t_ours * 1e3:>9.1f}")

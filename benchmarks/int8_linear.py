@@ -12,27 +12,15 @@
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
-from collections.abc import Callable
 
 import torch
 
+from benchmarks.decode_ab import median_ms
 from loom.runtime.quantization import int8 as int8_module
 from loom.runtime.quantization.int8 import ACT_DTYPE, Int8Linear
 
 SHAPES = {"lm_head": (49152, 576), "gate_up": (3072, 576), "down": (576, 1536), "qkv": (960, 576)}
-
-
-def _median_ms(fn: Callable[[], object], n: int = 30) -> float:
-    fn()
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1000
 
 
 def per_matrix() -> None:
@@ -50,7 +38,7 @@ def per_matrix() -> None:
             def aten() -> torch.Tensor:
                 return torch.ops.aten._weight_int8pack_mm(x.to(ACT_DTYPE), layer.qweight, layer.scales).float()
 
-            t_aten, t_loom = _median_ms(aten), _median_ms(lambda: kernel(x, layer.qweight, layer.scales))
+            t_aten, t_loom = median_ms(aten), median_ms(lambda: kernel(x, layer.qweight, layer.scales))
             err = (kernel(x, layer.qweight, layer.scales) - ref).abs().max().item()
             print(f"{name:<8} {rows:>4} {t_aten:>10.3f} {t_loom:>8.3f} {t_aten / t_loom:>6.2f} "
                   f"{(aten() - ref).abs().max().item():>11.2e} {err:>9.2e}")

@@ -26,10 +26,9 @@ its GGUFs are the model's own 4-bit file and a Q8_0 written by llama.cpp's
 
 from __future__ import annotations
 
-import re
-
 import json
 import random
+import re
 import statistics
 import subprocess
 import sys

@@ -1,7 +1,7 @@
 """Loading the real default model quantized from Loom's cache holds no float copy: the peak
 resident memory the load adds stays within 1.5x the quantized weights (a fresh process whose
-``VmHWM`` is its own; imports, the library code a model build pages in and Loom's kernel library
-are counted before the load starts), int4 layers moved to Loom's kernel layout included.  The test session's ``$LOOM_CACHE`` is used as it is: a first load fills it
+``VmHWM`` is its own; imports, and the library code a model build pages in, are counted
+before the load starts).  The test session's ``$LOOM_CACHE`` is used as it is: a first load fills it
 (the quantized figures of a cold cache are the float model's plus the quantization's)."""
 
 from __future__ import annotations
@@ -23,8 +23,6 @@ path = Path(sys.argv[1]); cfg = load_hf_config(path)
 from loom.runtime.models.llama import LlamaForCausalLM
 with torch.device("meta"):  # a model build pages in ~30 MiB of library code and allocator arenas: count them first
     LlamaForCausalLM(cfg, None)
-from loom.runtime.kernels import cpu_int4_linear
-cpu_int4_linear()  # and so does loading Loom's kernel library (int4 layers move to its layout at load)
 from loom.runtime.bench.throughput import peak_rss_mib
 peak = lambda: peak_rss_mib() * 2**20
 before = peak()
