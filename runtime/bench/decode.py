@@ -98,9 +98,10 @@ def decode(
     from loom.runtime.checkpoint import ensure_checkpoint
     from loom.runtime.threads import default_num_threads
 
+    from loom.runtime.checkpoint.gguf import ensure_float_weights
     from loom.runtime.models.loader import resolve_model_path
 
-    path = str(resolve_model_path(model)) if model else str(ensure_checkpoint(arch, preset))
+    path = str(ensure_float_weights(resolve_model_path(model))) if model else str(ensure_checkpoint(arch, preset))
     threads = threads or default_num_threads()
     table = Table(title=f"loom bench decode — {path}, batch {batch}, {threads} threads, ms per decode step")
     for col in ("context", "Loom ms", "Loom growth", "HF ms", "HF growth", "Loom / HF", "Loom RSS MiB",

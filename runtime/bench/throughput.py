@@ -201,9 +201,10 @@ def throughput(
     from loom.runtime.checkpoint import ensure_checkpoint
     from loom.runtime.threads import default_num_threads
 
+    from loom.runtime.checkpoint.gguf import ensure_float_weights
     from loom.runtime.models.loader import resolve_model_path
 
-    path = str(resolve_model_path(model)) if model else str(ensure_checkpoint(arch, preset))
+    path = str(ensure_float_weights(resolve_model_path(model))) if model else str(ensure_checkpoint(arch, preset))
     vocab = AutoConfig.from_pretrained(path).vocab_size
     threads = threads or default_num_threads()
     engine_args = {"max_num_batched_tokens": max_num_batched_tokens}

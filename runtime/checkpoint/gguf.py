@@ -1,16 +1,26 @@
-"""GGUF files as checkpoints: dequantized once into a cached Hugging Face folder.
+"""GGUF files as checkpoints: a cached Hugging Face folder of config and tokenizer that names its GGUF.
 
-A GGUF file (llama.cpp's format) carries the weights, often quantized
+A GGUF file (llama.cpp's format) carries the weights, usually quantized
 (Q4_0, Q4_1, Q4_K_M, ...), plus the config, the tokenizer and the chat
-template as metadata. Loom does not run quantized kernels: it lets
-transformers read the file (``from_pretrained(..., gguf_file=...)``, which
-needs the ``gguf`` package and dequantizes every tensor to float) and saves
-the result as an ordinary HF folder (float32 safetensors, ``tokenizer.json``,
-chat template, generation config). The engine then loads that folder like any
-other, and transformers loading the *same folder* is the reference the engine
-is compared with. The tokenizer rebuilt from GGUF metadata may split some text
-(digits) differently from the upstream ``tokenizer.json``; the converted
-folder is self-consistent, which is what equality needs.
+template as metadata.  :func:`convert_gguf` writes the metadata as an ordinary
+HF folder (``config.json``, ``generation_config.json``, ``tokenizer.json`` with
+the GGUF's chat template) and ``loom_source.json``, which names the GGUF; it
+writes no weights.  The weights stay in the GGUF:
+
+- a quantized load (``--quantization int8|int4``) dequantizes one tensor (or
+  block of rows) at a time and quantizes it at once
+  (:mod:`loom.runtime.checkpoint.tensors`, :mod:`loom.runtime.quantization.stream`),
+  so no float copy exists on disk or in memory;
+- a float load dequantizes the same way into the model's parameters;
+- :func:`ensure_float_weights` writes float32 safetensors into the folder for
+  what needs an ordinary HF folder (transformers as the reference model,
+  llama.cpp's ``convert_hf_to_gguf.py`` in the benchmarks); float loads then
+  read those, which is faster and gives the same values.
+
+transformers loading the folder (or the GGUF itself) is the reference the
+engine is compared with. The tokenizer rebuilt from GGUF metadata may split
+some text (digits) differently from the upstream ``tokenizer.json``; the
+converted folder is self-consistent, which is what equality needs.
 
 Converted folders live under ``$LOOM_CACHE/gguf/<stem>-<key>`` where the key
 hashes the file's absolute path, size and mtime, so a second start takes
@@ -25,6 +35,8 @@ import functools
 import hashlib
 import json
 import logging
+import os
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -84,7 +96,7 @@ _PATCH_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def _gguf_reads_once() -> Iterator[None]:
+def gguf_reads_once() -> Iterator[None]:
     """Within the block, ``gguf.GGUFReader(path)`` parses each file once and ``gguf.get_tensor_name_map`` is
     memoized.  transformers' GGUF loading parses the file three times (config, tokenizer, weights; about 4 s
     each for SmolLM2's 49k-token vocabulary) and builds the name map once per submodule (397 times, 4 s);
@@ -111,31 +123,76 @@ def _gguf_reads_once() -> Iterator[None]:
 
 
 def convert_gguf(gguf: Path, out: Path) -> Path:
-    """Dequantize ``gguf`` into a float32 HF checkpoint folder ``out``.
+    """Write the HF folder of ``gguf`` into ``out``: its config, generation config and tokenizer, no weights.
 
-    Writes ``config.json``, ``model.safetensors``, ``generation_config.json``,
-    the tokenizer files with the GGUF's chat template, and ``loom_source.json``
-    (the source file's name and size).
+    Writes ``config.json``, ``generation_config.json``, the tokenizer files with
+    the GGUF's chat template, and ``loom_source.json`` (the GGUF's path relative
+    to ``out``, its name and size).
 
     Raises:
         GGUFConversionError: the ``gguf`` package is missing, or transformers
-            cannot read the file (unsupported architecture or tensor type).
+            cannot read the file (unsupported architecture).
+    """
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    _require_gguf_package()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with gguf_reads_once():
+            config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        architecture = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type]
+    except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a bad file
+        raise GGUFConversionError(f"{gguf.name}: transformers could not read it ({type(exc).__name__}: "
+                                  f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
+    config.architectures = [architecture]
+    config.dtype = "float32"
+    config.name_or_path = gguf.stem
+    config.save_pretrained(out)
+    GenerationConfig.from_model_config(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    source = {"path": os.path.relpath(gguf.resolve(), out.resolve()), "gguf": gguf.name, "bytes": gguf.stat().st_size}
+    (out / SOURCE_FILE).write_text(json.dumps(source) + "\n")
+    logger.info("converted %s to %s", gguf, out)
+    return out
+
+
+def gguf_source(folder: Path) -> Path | None:
+    """The GGUF file the converted ``folder`` reads its weights from, or None (an ordinary HF folder, or one
+    converted before folders named their GGUF, which holds float32 safetensors)."""
+    try:
+        relative = json.loads((folder / SOURCE_FILE).read_text()).get("path")
+    except (OSError, ValueError):
+        return None
+    return (folder / relative).resolve() if isinstance(relative, str) else None
+
+
+def ensure_float_weights(folder: Path) -> Path:
+    """``folder``, with float32 ``model.safetensors`` written from its GGUF first if it has none.
+
+    For what needs an ordinary HF folder: transformers' ``from_pretrained`` (the
+    reference model) and llama.cpp's converter.  The file appears whole or not
+    at all (written beside it, then renamed).
+
+    Raises:
+        GGUFConversionError: the GGUF is missing or transformers cannot read it.
     """
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    try:
-        import gguf as _gguf  # noqa: F401 - transformers needs it, say so plainly
-    except ImportError as exc:
-        raise GGUFConversionError("reading GGUF needs the 'gguf' package: pip install gguf") from exc
-    out.mkdir(parents=True, exist_ok=True)
+    gguf = gguf_source(folder)
+    if gguf is None or any(folder.glob("*.safetensors")):
+        return folder
+    if not gguf.is_file():
+        raise GGUFConversionError(f"{folder.name}: its GGUF {gguf} is gone (pull or convert it again)")
+    _require_gguf_package()
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        with _gguf_reads_once():
+        with gguf_reads_once():
             model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
-            tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a bad file
         raise GGUFConversionError(f"{gguf.name}: transformers could not read it ({type(exc).__name__}: "
                                   f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
@@ -145,14 +202,19 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     # save_pretrained refuses a quantizer-loaded model; the weights are plain floats now.
     # set by from_pretrained, undeclared: the checker sees nn.Module.__getattr__'s Tensor | Module
     model.hf_quantizer = None  # type: ignore[assignment]
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.config.name_or_path = gguf.stem
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    (out / SOURCE_FILE).write_text(json.dumps({"gguf": gguf.name, "bytes": gguf.stat().st_size}) + "\n")
-    logger.info("converted %s to %s", gguf, out)
-    return out
+    with tempfile.TemporaryDirectory(prefix=".float-", dir=folder) as tmp:
+        model.save_pretrained(tmp)
+        for file in sorted(Path(tmp).glob("*.safetensors*")):  # shards and their index, if any
+            os.replace(file, folder / file.name)
+    logger.info("wrote float32 weights of %s into %s", gguf, folder)
+    return folder
+
+
+def _require_gguf_package() -> None:
+    try:
+        import gguf as _gguf  # noqa: F401 - transformers needs it, say so plainly
+    except ImportError as exc:
+        raise GGUFConversionError("reading GGUF needs the 'gguf' package: pip install gguf") from exc
 
 
 def ensure_converted(gguf: Path, cache_root: Path | None = None) -> Path:

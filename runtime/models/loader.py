@@ -2,9 +2,11 @@
 
 ``resolve_model_path`` accepts a local folder or a Hugging Face hub id (fetched
 with ``huggingface_hub.snapshot_download``, which honours ``HF_HUB_OFFLINE`` and
-the local cache).  ``load_model`` reads ``*.safetensors`` with the HF tensor
-names, mapping q/k/v and gate/up onto the fused projections
-(``packed_modules_mapping``, as vLLM's weight loaders do), or, with
+the local cache).  ``load_model`` reads the checkpoint's tensors with their HF
+names (``loom.runtime.checkpoint.tensors``: ``*.safetensors``, or the GGUF a
+converted folder names, dequantized block by block), mapping q/k/v and gate/up
+onto the fused projections (``packed_modules_mapping``, as vLLM's weight
+loaders do), or, with
 ``load_format="dummy"``, draws random weights from the config alone
 (vLLM's dummy format) — normal(0, ``initializer_range``) matrices, zero biases,
 unit norm weights.
@@ -23,6 +25,8 @@ from loom.runtime.models.llama import LlamaForCausalLM
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
+
+    from loom.runtime.checkpoint.tensors import TensorRows
 
 logger = logging.getLogger(__name__)
 
@@ -131,8 +135,9 @@ def load_model(
     """Build the model and fill its weights, in ``dtype`` on ``device``.
 
     With ``quantization`` (``"int8"`` or ``"int4"``) the linear layers, head and
-    embedding are quantized (``loom.runtime.quantization.quantize_model``); the
-    result is cached (``loom.runtime.quantization.cache``), so a later load reads
+    embedding are quantized as the checkpoint is read, with no float copy
+    (``loom.runtime.quantization.stream``); the result is cached
+    (``loom.runtime.quantization.cache``), so a later load reads
     the quantized tensors without building the float model.
 
     Raises:
@@ -147,7 +152,7 @@ def load_model(
         if load_format == "dummy":
             _init_dummy(model, hf_config, seed)
         else:
-            _load_safetensors(model, path)
+            _load_tensors(model, hf_config, path)
         return model.to(device=device, dtype=dtype)
 
     if quantization is None:
@@ -159,8 +164,8 @@ def load_model(
     else:
         from loom.runtime.quantization.cache import load_quantized
 
-        model = load_quantized(path, hf_config, build_float, method=quantization, group_size=group_size,
-                               dtype=dtype, max_positions=max_positions)
+        model = load_quantized(path, hf_config, method=quantization, group_size=group_size, dtype=dtype,
+                               max_positions=max_positions)
     if quantization is not None:
         from loom.runtime.quantization import use_cpu_kernel_layouts
 
@@ -170,40 +175,34 @@ def load_model(
     return model
 
 
-def _load_safetensors(model: LlamaForCausalLM, path: Path) -> None:
-    from safetensors import safe_open
+def _load_tensors(model: LlamaForCausalLM, hf_config: PretrainedConfig, path: Path) -> None:
+    """Fill ``model``'s parameters from the checkpoint at ``path`` (``checkpoint_tensors``: its safetensors,
+    or the GGUF it names, dequantized block by block)."""
+    from loom.runtime.checkpoint.tensors import checkpoint_tensors
 
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"model: no *.safetensors in {path}")
     params = dict(model.named_parameters())
+    tied = getattr(hf_config, "tie_word_embeddings", False)
     loaded: set[str] = set()
-    for file in files:
-        with safe_open(str(file), framework="pt") as f:
-            for name in f.keys():
-                if "rotary_emb" in name:
-                    continue
-                loaded.add(_load_tensor(model, params, name, f.get_tensor(name)))
-    tied = getattr(model.config, "tie_word_embeddings", False)
-    missing = set(params) - loaded - ({"lm_head.weight"} if tied else set())
+    for block in checkpoint_tensors(path, hf_config):
+        if tied and block.name == "lm_head.weight":  # the head is the embedding (transformers ties after loading)
+            continue
+        loaded.add(_load_rows(model, params, block))
+    missing = set(params) - loaded
     if missing:
         raise ValueError(f"model: checkpoint lacks tensors {sorted(missing)[:5]}")
-    logger.info("loaded %d tensors from %d file(s) in %s", len(loaded), len(files), path)
+    logger.info("loaded %d tensors from %s", len(loaded), path)
 
 
-def _load_tensor(model: LlamaForCausalLM, params: dict[str, torch.nn.Parameter], name: str, tensor: torch.Tensor) -> str:
-    for hf_name, (packed, shard) in model.packed_modules_mapping.items():
-        if f".{hf_name}." in name:
-            target = name.replace(f".{hf_name}.", f".{packed}.")
-            with torch.no_grad():
-                params[target].data[model.shard_slice(packed, shard)].copy_(tensor)
-            return target
+def _load_rows(model: LlamaForCausalLM, params: dict[str, torch.nn.Parameter], block: TensorRows) -> str:
+    name, shard = model.hf_target(block.name)
     if name not in params:
-        raise ValueError(f"model: unexpected tensor {name!r} in checkpoint")
-    if params[name].shape != tensor.shape:
-        raise ValueError(f"model: tensor {name!r} has shape {tuple(tensor.shape)}, expected {tuple(params[name].shape)}")
+        raise ValueError(f"model: unexpected tensor {block.name!r} in checkpoint")
+    target = params[name].data if shard is None else params[name].data[shard]
+    if target.shape[0] != block.total or target.shape[1:] != block.data.shape[1:]:
+        raise ValueError(f"model: tensor {block.name!r} has {block.total} rows of {tuple(block.data.shape[1:])}, "
+                         f"expected {tuple(target.shape)}")
     with torch.no_grad():
-        params[name].data.copy_(tensor)
+        target[block.start:block.start + block.data.shape[0]].copy_(block.data)
     return name
 
 

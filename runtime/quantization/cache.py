@@ -1,13 +1,16 @@
 """Quantized weights cached on disk, so a later start neither re-quantizes nor holds a float copy.
 
-The first load of a checkpoint with a given method quantizes the float model
-(:func:`~loom.runtime.quantization.apply.quantize_model`) and writes its whole
+The first load of a checkpoint with a given method quantizes it while reading
+it (:func:`~loom.runtime.quantization.stream.quantize_checkpoint`: no float
+copy of the model, from safetensors or straight from a GGUF) and writes its whole
 state (codes, scales, norms, biases) to
 ``$LOOM_CACHE/quantized/<folder>-<method>-<key>/weights.safetensors``,
 atomically (``loom.runtime.checkpoint.cache.build_atomically``).  The key hashes
-the checkpoint folder's path, its safetensors files' sizes and modification
-times, the method, the group size, the dtype and the torch version (the int4
-packing is PyTorch's own layout).  Later loads build the model on the meta
+the checkpoint folder's path, its weights' identity
+(:func:`~loom.runtime.checkpoint.tensors.weights_stamp`: the GGUF it names, or
+its safetensors files' sizes and modification times), the method, the
+group size, the dtype and the torch version (the int4 packing is PyTorch's
+own layout).  Later loads build the model on the meta
 device (no float weights are allocated), swap in quantized modules of the
 right shapes and assign the cached tensors, so peak memory is about the
 quantized weights.
@@ -16,16 +19,14 @@ quantized weights.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
 from loom.runtime.checkpoint.cache import build_atomically, loom_cache_root
-from loom.runtime.quantization.apply import install_head, projections, quantize_model
-from loom.runtime.quantization.int4 import Int4Linear
-from loom.runtime.quantization.int8 import ACT_DTYPE, Int8Linear, QuantizedEmbedding
+from loom.runtime.checkpoint.tensors import weights_stamp
+from loom.runtime.quantization.stream import quantize_checkpoint, quantized_skeleton
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -39,32 +40,32 @@ _EMBED = "model.embed_tokens.qweight"
 
 def cache_dir(path: Path, method: str, group_size: int, dtype: torch.dtype, root: Path | None = None) -> Path:
     """Where the quantized state of the checkpoint at ``path`` is cached (it may not exist yet)."""
-    stamp = "|".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in sorted(path.glob("*.safetensors")))
-    key = hashlib.sha256(f"{path.resolve()}|{stamp}|{method}|{group_size}|{dtype}|{torch.__version__}".encode())
+    key = hashlib.sha256(
+        f"{path.resolve()}|{weights_stamp(path)}|{method}|{group_size}|{dtype}|{torch.__version__}".encode())
     return (root or loom_cache_root() / "quantized") / f"{path.name}-{method}-{key.hexdigest()[:12]}"
 
 
-def load_quantized(path: Path, hf_config: PretrainedConfig, build_float: Callable[[], LlamaForCausalLM], *,
-                   method: str, group_size: int, dtype: torch.dtype, max_positions: int | None,
-                   root: Path | None = None) -> LlamaForCausalLM:
-    """The model at ``path`` quantized with ``method``: from the cache, or built, quantized and cached.
+def load_quantized(path: Path, hf_config: PretrainedConfig, *, method: str, group_size: int, dtype: torch.dtype,
+                   max_positions: int | None, root: Path | None = None) -> LlamaForCausalLM:
+    """The model at ``path`` quantized with ``method``: from the cache, or quantized while read and cached.
 
     Args:
-        path: the float checkpoint folder.
+        path: the checkpoint folder (safetensors, or a converted GGUF folder naming its GGUF).
         hf_config: its config.
-        build_float: loads the float model on CPU (called on a cache miss only).
         method / group_size: as ``quantize_model``.
         dtype: the engine's activation dtype (norms and biases are kept in it).
         max_positions: rotary table length.
         root: cache folder (default ``$LOOM_CACHE/quantized``).
 
     Raises:
-        ValueError: as ``quantize_model``; OSError: the cache cannot be written.
+        ValueError: as ``quantize_checkpoint``; OSError: the cache cannot be written.
+        FileNotFoundError / GGUFConversionError: as ``quantize_checkpoint``.
     """
     folder = cache_dir(path, method, group_size, dtype, root)
     if (folder / WEIGHTS).is_file():
         return _from_cache(folder / WEIGHTS, hf_config, method, group_size, dtype, max_positions)
-    model = quantize_model(build_float(), method, group_size)
+    model = quantize_checkpoint(path, hf_config, method=method, group_size=group_size, dtype=dtype,
+                                max_positions=max_positions)
     build_atomically(folder, lambda tmp: _save(model, tmp / WEIGHTS), marker=WEIGHTS)
     return model
 
@@ -81,11 +82,7 @@ def _save(model: LlamaForCausalLM, file: Path) -> None:
 
 def _from_cache(file: Path, hf_config: PretrainedConfig, method: str, group_size: int, dtype: torch.dtype,
                 max_positions: int | None) -> LlamaForCausalLM:
-    from loom.runtime.models.llama import LlamaForCausalLM
-
-    with torch.device("meta"):
-        model = LlamaForCausalLM(hf_config, max_positions).to(dtype)
-    _meta_skeleton(model, method, group_size, dtype)
+    model = quantized_skeleton(hf_config, method, group_size, dtype, max_positions)
     state, metadata = _read_safetensors(file)
     tied = metadata.get("tied_head") == "True"
     if tied:
@@ -128,24 +125,3 @@ def _read_safetensors(file: Path) -> tuple[dict[str, torch.Tensor], dict[str, st
                 raise ValueError(f"{file}: truncated at tensor {name!r}")
             state[name] = tensor
     return state, metadata
-
-
-def _meta_skeleton(model: LlamaForCausalLM, method: str, group_size: int, dtype: torch.dtype) -> None:
-    """Swap ``model``'s float layers for quantized ones whose tensors are meta placeholders of the cached shapes."""
-    meta = torch.device("meta")
-
-    def linear(layer: torch.nn.Module, bits: str) -> torch.nn.Module:
-        assert isinstance(layer, torch.nn.Linear)
-        n, k = layer.weight.shape
-        bias = None if layer.bias is None else torch.empty(n, device=meta)
-        if bits == "int8":
-            return Int8Linear(torch.empty(n, k, dtype=torch.int8, device=meta), torch.empty(n, device=meta), bias)
-        return Int4Linear(torch.empty(n, k // 2, dtype=torch.uint8, device=meta),
-                          torch.empty(k // group_size, n, 2, dtype=ACT_DTYPE, device=meta), group_size, k, bias)
-
-    for parent, name in projections(model):
-        setattr(parent, name, linear(getattr(parent, name), method))
-    vocab, hidden = model.model.embed_tokens.weight.shape
-    install_head(model, QuantizedEmbedding(torch.empty(vocab, hidden, dtype=torch.int8, device=meta),
-                                           torch.empty(vocab, device=meta), dtype),
-                 linear(model.lm_head, "int8"))

@@ -115,3 +115,18 @@ def q8_0_rows(x: torch.Tensor) -> torch.Tensor:
     blocks = x.double().reshape(x.shape[0], -1, 32)
     scale = blocks.abs().amax(-1, keepdim=True) / 127
     return (torch.round(blocks / torch.where(scale > 0, scale, 1)) * scale).reshape(x.shape).float()
+
+
+def gguf_only_folder(real_model: Path, dest: Path) -> Path:
+    """The default model's converted folder as a pull leaves it: config and tokenizer, weights in the GGUF."""
+    import json
+    import shutil
+
+    from loom.runtime.checkpoint.gguf import SOURCE_FILE, gguf_source
+    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_gguf
+
+    shutil.copytree(real_model, dest, ignore=shutil.ignore_patterns("*.safetensors*"))
+    gguf = ensure_gguf(DEFAULT_MODEL)
+    (dest / SOURCE_FILE).write_text(json.dumps({"path": str(gguf), "gguf": gguf.name}))
+    assert gguf_source(dest) == gguf
+    return dest
