@@ -1,4 +1,4 @@
-"""The ``qa`` suite's question set and its scoring: does the answer contain the facts?
+"""The ``qa`` suite's question set and its scoring: does the answer state the facts, as whole tokens?
 
 ``evals/data/qa_stdlib.json`` holds concrete Python questions written from the
 docstrings that Loom's ``stdlib:`` corpus contains (``loom.retrieval.stdlib``), one
@@ -9,9 +9,12 @@ object per line::
 
 ``facts`` is a list of required facts, each a list of acceptable alternatives.
 An answer is correct when, for every fact, at least one alternative occurs in
-it, compared case-insensitively with runs of whitespace collapsed (SQuAD-style
+it as whole tokens: compared case-insensitively with runs of whitespace
+collapsed and thousands separators dropped between digits (SQuAD-style
 normalisation without the punctuation stripping, which would erase answers
-such as ``(',', ':')``).  ``module`` and ``section`` name where the fact is
+such as ``(',', ':')``), and neither preceded nor followed by a letter, digit,
+underscore or hyphen, so ``0`` does not match inside ``10``, ``empty`` inside
+``non-empty`` nor ``indent`` inside ``indentation``.  ``module`` and ``section`` name where the fact is
 written: the section of ``stdlib:module/<module>`` headed ``section``; the test
 suite checks every fact against that text and that no alternative already
 occurs in its question (which would make the question score itself).
@@ -76,21 +79,29 @@ class Score:
         return sum(m is not None for m in self.matched) / len(self.matched) if self.matched else 0.0
 
 
+_THOUSANDS = re.compile(r"(?<=\d)[,_](?=\d{3}(?!\d))")  # 8,760 and 8_760 read as 8760
+_WORD = r"[\w-]"  # what may not touch a matched fact on either side
+
+
 def normalize(text: str) -> str:
-    """Lower-case ``text`` and collapse whitespace runs to one space."""
-    return re.sub(r"\s+", " ", text.lower()).strip()
+    """Lower-case ``text``, collapse whitespace runs to one space and drop thousands separators between digits."""
+    return _THOUSANDS.sub("", re.sub(r"\s+", " ", text.lower()).strip())
+
+
+def contains_fact(text: str, alternative: str) -> bool:
+    """Whether the normalized ``alternative`` occurs in ``text`` as whole tokens (see the module docstring)."""
+    return re.search(f"(?<!{_WORD}){re.escape(normalize(alternative))}(?!{_WORD})", normalize(text)) is not None
 
 
 def score_answer(answer: str, facts: tuple[tuple[str, ...], ...] | list[list[str]]) -> Score:
-    """Score ``answer`` by containment of every fact (any of its alternatives).
+    """Score ``answer`` by whole-token occurrence of every fact (any of its alternatives).
 
     Raises:
         ValueError: no facts, or a fact without alternatives.
     """
     if not facts or any(not alts for alts in facts):
         raise ValueError("facts: need at least one fact, each with at least one alternative")
-    text = normalize(answer)
-    matched = tuple(next((a for a in alts if normalize(a) in text), None) for alts in facts)
+    matched = tuple(next((a for a in alts if contains_fact(answer, a)), None) for alts in facts)
     return Score(all(m is not None for m in matched), matched)
 
 

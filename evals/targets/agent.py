@@ -127,7 +127,10 @@ class QATarget(ScoredAgentTarget):
             hits = list(getattr(result, "retrieved", None) or [])
             fields["retrieved_sections"] = [h.section for h in hits]
             fields["section_retrieved"] = any(h.section == q.section for h in hits)
-            fields["facts_in_context"] = bool(hits) and score_answer("\n".join(h.text for h in hits), q.facts).correct
+            context = "\n".join(h.text for h in hits)
+            fields["facts_in_context"] = bool(hits) and score_answer(context, q.facts).correct
+            copy = copy_baseline(context, self.tokenizer, conv.turns[0].max_tokens)
+            fields["copy_correct"] = bool(hits) and score_answer(copy, q.facts).correct
         return fields
 
     def quality(self, records: list[JSONObject]) -> JSONObject:
@@ -138,6 +141,7 @@ class QATarget(ScoredAgentTarget):
         if self.retriever is not None and records:
             block["section_retrieved_rate"] = sum(bool(r.get("section_retrieved")) for r in records) / len(records)
             block["facts_in_context_rate"] = sum(bool(r.get("facts_in_context")) for r in records) / len(records)
+            block["copy_baseline_accuracy"] = sum(bool(r.get("copy_correct")) for r in records) / len(records)
         return block
 
     def summary_extra(self, records: list[JSONObject]) -> JSONObject:
@@ -210,3 +214,10 @@ async def make_agent_target(workload: Workload, model: str, engine: JSONObject, 
         llm = await asyncio.to_thread(AsyncLLM.from_config, EngineConfig(model=model, **engine))
         return ToolsTarget(llm, budget)
     raise ValueError(f"suite: {workload.suite!r} has no agent target")
+
+
+def copy_baseline(context: str, tokenizer: Any, max_tokens: int) -> str:
+    """What a "model" that copies the retrieved text would answer: its first ``max_tokens`` tokens (the
+    answer's own cap) under the served model's tokenizer.  A score above this baseline's is the model's."""
+    ids = tokenizer.encode(context, add_special_tokens=False)[:max_tokens]
+    return str(tokenizer.decode(ids))

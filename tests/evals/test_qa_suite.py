@@ -12,11 +12,21 @@ from loom.evals.records import OUTPUT_CLASSES, PROMPT_CLASSES
 QUESTIONS = ["json-sort-keys", "os-path-join-absolute"]
 
 
-def test_containment_is_case_insensitive_and_ignores_whitespace_runs():
+def test_matching_is_case_insensitive_and_ignores_whitespace_runs():
     s = score_answer("Pass `SORT_KEYS=True`.", [["sort_keys"]])
     assert s.correct and s.matched == ("sort_keys",) and s.fraction == 1.0
     assert score_answer("earlier parts are\n   thrown   away", [["discard", "thrown away"]]).matched == ("thrown away",)
     assert not score_answer("use the key argument", [["sort_keys"]]).correct
+
+
+def test_facts_match_as_whole_tokens_never_inside_longer_words():
+    assert not score_answer("It returns 10.", [["0"]]).correct
+    assert not score_answer("The directory must be non-empty.", [["empty"]]).correct
+    assert not score_answer("Set the indentation.", [["indent"]]).correct
+    assert score_answer("The directory must be empty.", [["empty"]]).correct
+    assert score_answer("Pass indent=4.", [["indent"]]).correct  # punctuation bounds a token
+    assert score_answer("A year has 8,760 hours.", [["8760"]]).correct  # thousands separators are dropped
+    assert not score_answer("8,7601", [["8760"]]).correct
 
 
 def test_every_fact_is_required_and_any_alternative_counts():
@@ -82,9 +92,12 @@ def test_qa_runs_every_question_with_and_without_retrieval(qa_run):
     assert on["classes"]["retrieval"]["tokens"] > 0 and off["classes"]["retrieval"]["tokens"] == 0
     assert on["quality"]["retrieval"] is True and off["quality"]["retrieval"] is False
     assert on["quality"]["facts_in_context_rate"] == 1.0  # both answers are in the retrieved chunks
+    records = next(res.records for res in qa_run.results if res.name == "retrieval=on")
+    assert on["quality"]["copy_baseline_accuracy"] == sum(r["copy_correct"] for r in records) / len(records)
+    assert "copy_baseline_accuracy" not in off["quality"]  # nothing retrieved, nothing to copy
 
 
-def test_qa_records_are_scored_by_containment_of_their_facts(qa_run):
+def test_qa_records_are_scored_by_their_facts_as_whole_tokens(qa_run):
     questions = question_by_id()
     for res in qa_run.results:
         assert sorted(r["question_id"] for r in res.records) == sorted(QUESTIONS)
