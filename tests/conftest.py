@@ -56,6 +56,29 @@ def real_model():
     return ensure_float_weights(ensure_model(DEFAULT_MODEL))
 
 
+def pytest_sessionstart(session):
+    """In the controlling process, before xdist starts its workers: write the pulled default model's float32
+    weights and its registered format's quantized cache once, rather than in every worker at once (each
+    worker would otherwise dequantize and quantize the same model in its first seconds, racing the other)."""
+    if hasattr(session.config, "workerinput"):  # a worker: the controller did it
+        return
+    import torch
+
+    from loom.runtime.checkpoint.cache import is_complete
+    from loom.runtime.checkpoint.gguf import ensure_float_weights
+    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, cached_path, require
+    from loom.runtime.models.loader import load_hf_config, load_model
+
+    spec = require(DEFAULT_MODEL)
+    folder = cached_path(spec)
+    if not is_complete(folder):  # not pulled: the real_model fixture pulls it when a test needs it
+        return
+    ensure_float_weights(folder)
+    if spec.quantization is not None:
+        load_model(folder, load_hf_config(folder), dtype=torch.float32, device=torch.device("cpu"),
+                   quantization=spec.quantization)
+
+
 @pytest.fixture(scope="session")
 def real_quantization() -> str | None:
     """The weight format a user of the default model gets on a CPU (its registered
