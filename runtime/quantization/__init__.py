@@ -25,7 +25,9 @@ activations rounded to Q8_0 blocks and integer dot products, as llama.cpp comput
   (:class:`QuantizedEmbedding`), so no float copy of the vocabulary matrix is
   kept.
 
-:func:`quantize_model` swaps the modules in place; :mod:`.cache` stores the
+:func:`quantize_model` swaps the modules of a loaded float model in place;
+:mod:`.stream` quantizes a checkpoint (safetensors or GGUF) as it reads it,
+with no float copy of the model, to the same tensors; :mod:`.cache` stores the
 quantized tensors under ``$LOOM_CACHE`` so a second start skips the work, and
 :func:`use_cpu_kernel_layouts` then moves int4 layers to Loom's kernel layout.
 """
