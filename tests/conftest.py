@@ -73,10 +73,15 @@ def pytest_sessionstart(session):
     folder = cached_path(spec)
     if not is_complete(folder):  # not pulled: the real_model fixture pulls it when a test needs it
         return
-    ensure_float_weights(folder)
-    if spec.quantization is not None:
-        load_model(folder, load_hf_config(folder), dtype=torch.float32, device=torch.device("cpu"),
-                   quantization=spec.quantization)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)  # the workers have not started: every core is free
+    try:
+        ensure_float_weights(folder)
+        if spec.quantization is not None:
+            load_model(folder, load_hf_config(folder), dtype=torch.float32, device=torch.device("cpu"),
+                       quantization=spec.quantization)
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")
