@@ -144,8 +144,7 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
             tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         architecture = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type]
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a bad file
-        raise GGUFConversionError(f"{gguf.name}: transformers could not read it ({type(exc).__name__}: "
-                                  f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
+        raise _unreadable(gguf, exc) from exc
     config.architectures = [architecture]
     config.dtype = "float32"
     config.name_or_path = gguf.stem
@@ -194,8 +193,7 @@ def ensure_float_weights(folder: Path) -> Path:
         with gguf_reads_once():
             model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     except Exception as exc:  # noqa: BLE001 - transformers raises many kinds for a bad file
-        raise GGUFConversionError(f"{gguf.name}: transformers could not read it ({type(exc).__name__}: "
-                                  f"{str(exc).splitlines()[0] if str(exc) else ''})") from exc
+        raise _unreadable(gguf, exc) from exc
     finally:
         if was_enabled:
             hf_logging.enable_progress_bar()
@@ -208,6 +206,12 @@ def ensure_float_weights(folder: Path) -> Path:
             os.replace(file, folder / file.name)
     logger.info("wrote float32 weights of %s into %s", gguf, folder)
     return folder
+
+
+def _unreadable(gguf: Path, exc: Exception) -> GGUFConversionError:
+    """One line naming the file and transformers' first line about it."""
+    return GGUFConversionError(f"{gguf.name}: transformers could not read it ({type(exc).__name__}: "
+                               f"{str(exc).splitlines()[0] if str(exc) else ''})")
 
 
 def _require_gguf_package() -> None:

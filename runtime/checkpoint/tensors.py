@@ -58,6 +58,17 @@ class TensorRows:
     def whole(self) -> bool:
         return self.start == 0 and self.data.shape[0] == self.total
 
+    def rows_of(self, target: torch.Tensor) -> torch.Tensor:
+        """The rows of ``target`` (the whole tensor this block belongs to) that the block fills.
+
+        Raises:
+            ValueError: ``target``'s shape is not the checkpoint tensor's (names the tensor).
+        """
+        if target.shape[0] != self.total or target.shape[1:] != self.data.shape[1:]:
+            raise ValueError(f"model: tensor {self.name!r} has {self.total} rows of {tuple(self.data.shape[1:])}, "
+                             f"expected {tuple(target.shape)}")
+        return target[self.start:self.start + self.data.shape[0]]
+
 
 def checkpoint_tensors(path: Path, hf_config: PretrainedConfig) -> Iterator[TensorRows]:
     """Every tensor of the checkpoint folder ``path``: its safetensors, else the GGUF it was converted from.

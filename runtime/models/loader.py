@@ -198,11 +198,8 @@ def _load_rows(model: LlamaForCausalLM, params: dict[str, torch.nn.Parameter], b
     if name not in params:
         raise ValueError(f"model: unexpected tensor {block.name!r} in checkpoint")
     target = params[name].data if shard is None else params[name].data[shard]
-    if target.shape[0] != block.total or target.shape[1:] != block.data.shape[1:]:
-        raise ValueError(f"model: tensor {block.name!r} has {block.total} rows of {tuple(block.data.shape[1:])}, "
-                         f"expected {tuple(target.shape)}")
     with torch.no_grad():
-        target[block.start:block.start + block.data.shape[0]].copy_(block.data)
+        block.rows_of(target).copy_(block.data)
     return name
 
 

@@ -87,11 +87,7 @@ class _Projection:
         target = self.weight if leaf == "weight" else self.bias
         if target is None:
             raise ValueError(f"model: unexpected tensor {block.name!r} in checkpoint")
-        part = target if shard is None else target[shard]
-        if part.shape[0] != block.total or part.shape[1:] != block.data.shape[1:]:
-            raise ValueError(f"model: tensor {block.name!r} has {block.total} rows of "
-                             f"{tuple(block.data.shape[1:])}, expected {tuple(part.shape)}")
-        part[block.start:block.start + block.data.shape[0]] = block.data
+        block.rows_of(target if shard is None else target[shard]).copy_(block.data)
         self.rows_left[leaf] -= block.data.shape[0]
         return not any(self.rows_left.values())
 
@@ -105,11 +101,9 @@ class _Rows:
     rows_left: int
 
     def add(self, block: TensorRows, dtype: torch.dtype) -> None:
-        if tuple(self.qweight.shape[1:]) != tuple(block.data.shape[1:]) or block.total != self.qweight.shape[0]:
-            raise ValueError(f"model: tensor {block.name!r} has {block.total} rows of "
-                             f"{tuple(block.data.shape[1:])}, expected {tuple(self.qweight.shape)}")
-        rows = slice(block.start, block.start + block.data.shape[0])
-        self.qweight[rows], self.scales[rows] = quantize_int8(block.data.to(dtype))
+        q, scales = quantize_int8(block.data.to(dtype))
+        block.rows_of(self.qweight).copy_(q)
+        self.scales[block.start:block.start + q.shape[0]] = scales
         self.rows_left -= block.data.shape[0]
 
 
