@@ -14,7 +14,7 @@ export TOKENIZERS_PARALLELISM := false
 # uv installs without compiling bytecode; Python writes it on first import, once, for the modules used.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup model demo test bench bench-env bench-cpu clean
+.PHONY: setup model demo test bench bench-env bench-cpu bfcl-env clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -70,6 +70,25 @@ bench-env: $(BENCH_VENV)/.installed
 bench-cpu: model bench-env
 	$(BIN)/loom bench cpu --llama-cpp-python $(BENCH_VENV)/bin/python \
 		--llama-cpp-src $(BENCH_VENV)/sdist/llama_cpp_python-$(LLAMA_CPP_VERSION)/vendor/llama.cpp
+
+# BFCL v4 (bfcl-eval: the Berkeley Function Calling Leaderboard's data and checkers) for
+# `python -m loom.evals.bfcl`, kept out of Loom's environment: bfcl-eval pins numpy==1.26.4,
+# faiss-cpu==1.11.0, networkx==3.3 and filelock==3.20.0, below the versions .venv holds.
+# Loom is installed beside it (editable), torch first as in .venv; soundfile: qwen-agent imports it
+# without declaring it (bfcl_eval's model table imports qwen-agent). The folder ignores itself.
+BFCL_VENV := .venv-bfcl
+BFCL_EVAL_VERSION ?= 2026.3.23
+BFCL_UV = $(BFCL_VENV)/bin/uv pip install -q --python $(BFCL_VENV)/bin/python
+$(BFCL_VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(BFCL_VENV)
+	echo '*' > $(BFCL_VENV)/.gitignore
+	$(BFCL_VENV)/bin/pip install -q --upgrade pip uv
+	$(BFCL_UV) --no-deps --no-index $(foreach d,$(PIP_FIND_LINKS),--find-links $(d)) torch==2.13.0 \
+		|| $(BFCL_VENV)/bin/pip install -q torch==2.13.0
+	$(BFCL_UV) -e . bfcl-eval==$(BFCL_EVAL_VERSION) soundfile pytest || $(BFCL_VENV)/bin/pip install -q -e . bfcl-eval==$(BFCL_EVAL_VERSION) soundfile pytest
+	touch $@
+
+bfcl-env: $(BFCL_VENV)/.installed
 
 clean:
 	rm -rf $(VENV) .loom
