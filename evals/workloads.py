@@ -20,9 +20,10 @@ Suites (default sizes run in seconds with the ``tiny`` checkpoint on 2 cores):
   ingested stdlib docs with retrieval, memory and tool calls.
 * ``spec``: repetitive prompts (prompt lookup has something to match), run
   with speculative decoding off and on.
-* ``qa``: the stdlib question set of :mod:`loom.evals.qa`, one agent turn per
-  question, with retrieval on and off, scored by fact containment (default
-  sizes take a few minutes with the real default model on 2 cores).
+* ``qa``: the question sets of :mod:`loom.evals.qa` (stdlib, click, jinja;
+  the ``sets`` option picks some), one agent turn per question, with
+  retrieval on and off, scored by fact containment, citations and "not found"
+  (default sizes take a quarter of an hour with the real default model on 2 cores).
 * ``tools``: the prompts of :mod:`loom.evals.toolcalls`, tools offered and never
   forced; scored on the tool picked and its arguments.
 
@@ -46,8 +47,8 @@ SUITES = ("throughput", "prefix", "sessions", "rag", "spec", "qa", "tools")
 _DATA = Path(__file__).parent / "data"
 
 
-def _count(name: str) -> int:
-    return len(json.loads((_DATA / name).read_text()))
+def _count(*names: str) -> int:
+    return sum(len(json.loads((_DATA / name).read_text())) for name in names)
 
 
 DEFAULTS: dict[str, JSONObject] = {
@@ -61,10 +62,12 @@ DEFAULTS: dict[str, JSONObject] = {
                 corpus="stdlib:module/json,stdlib:module/collections,stdlib:module/functools,stdlib:module/pathlib",
                 index_dir=""),
     "spec": dict(num_requests=8, prompt_tokens=96, output_tokens=64, concurrency=2, num_speculative_tokens=4),
-    # corpus "": every module the question set touches (one index, the same distractors for any subset)
-    # k=3 puts every fact in context (k=2: 110/111); 16 in flight: ~4 min for both variants on 2 cores
-    "qa": dict(num_requests=_count("qa_stdlib.json"), output_tokens=64, concurrency=16, retrieval_k=3,
-               max_retrieval_tokens=640, corpus="", index_dir="", questions=""),
+    # one index per question set (the same distractors for any subset); corpus "": the stdlib set's index
+    # covers every module its questions touch; sets "": all of them
+    # k=3 puts every stdlib fact in context (k=2: 110/111); 16 in flight: ~4 min per 111 questions, both variants
+    "qa": dict(num_requests=_count("qa_stdlib.json", "qa_click.json", "qa_jinja.json"), output_tokens=64,
+               concurrency=16, retrieval_k=3, max_retrieval_tokens=640, corpus="", index_dir="", questions="",
+               sets=""),
     "tools": dict(num_requests=_count("tool_prompts.json"), output_tokens=96, concurrency=16, cases=""),
 }
 
@@ -264,13 +267,13 @@ def _pick(items: tuple[Any, ...], p: JSONObject, rng: random.Random, key: str) -
 
 
 def _qa(rng: random.Random, p: JSONObject, tag: str) -> list[Conversation]:
-    from loom.evals.qa import QA_SYSTEM_PROMPT, load_questions
+    from loom.evals.qa import QA_SETS, QA_SYSTEM_PROMPT, load_questions
 
     if tag == "w":
         return [Conversation(f"w{i}", QA_SYSTEM_PROMPT, [Turn(QA_WARMUP_QUESTION, p["output_tokens"])])
                 for i in range(p["num_requests"])]
-    return [Conversation(q.id, QA_SYSTEM_PROMPT, [Turn(q.question, p["output_tokens"])])
-            for q in _pick(load_questions(), p, rng, "questions")]
+    return [Conversation(q.id, QA_SETS[q.qa_set].system_prompt, [Turn(q.question, p["output_tokens"])])
+            for q in _pick(load_questions(p["sets"] or None), p, rng, "questions")]
 
 
 def _tools(rng: random.Random, p: JSONObject, tag: str) -> list[Conversation]:

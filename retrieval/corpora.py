@@ -12,6 +12,15 @@ A corpus is the documentation folder that ships inside one pinned sdist:
   release whose sdist carries the docs (0.110.3 and later ship none; Pydantic's
   sdist ships none either); the release notes (a third of the text) are left
   out too.
+* ``click`` — Click 8.5.1's ``docs`` (Markdown/MyST: narrative guides; the
+  API page is MyST ``{eval-rst}`` autodoc blocks), without the release notes;
+  its ``src/`` goes to ``src/``.
+* ``jinja`` — Jinja 3.1.6's ``docs`` (Sphinx reST: template designer guide,
+  ``autoclass`` API pages), without the release notes; its ``src/`` goes to
+  ``src/`` for the autodoc entries.
+
+The ``qa`` eval's click and jinja question sets (:mod:`loom.evals.qa`) are
+written against these pinned releases.
 
 ``stdlib`` is not here: it is the ``stdlib:`` pseudo-path of
 :mod:`loom.retrieval.stdlib`, read from the running interpreter.
@@ -91,6 +100,14 @@ CORPORA: dict[str, CorpusSpec] = {
         "fastapi", "fastapi", "0.110.2", "docs/en/docs", "markdown",
         "b53d673652da3b65e8cd787ad214ec0fe303cad00d2b529b86ce7db13f17518d",
         skip=("release-notes.md",)),
+    "click": CorpusSpec(
+        "click", "click", "8.5.1", "docs", "markdown",
+        "9bbfada76703fd1d784b83eea012e3e8c6a001a876543ef104fa56aaaeb072b4", skip=("changes.md",),
+        source="src"),
+    "jinja": CorpusSpec(
+        "jinja", "jinja2", "3.1.6", "docs", "sphinx",
+        "0137fb05990d35f1275a587e9aee6d56da821fc83491a0fb838183be43f66d6d", skip=("changes.rst",),
+        source="src"),
 }
 
 

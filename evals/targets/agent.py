@@ -8,10 +8,13 @@ score of the turn (:mod:`loom.evals.qa`, :mod:`loom.evals.toolcalls`), and the
 variant's summary gets a ``quality`` block from the scored records.
 
 * ``qa``: no tools, one model call (``max_steps=1``); with ``retrieval=on``
-  the agent retrieves ``retrieval_k`` chunks for the question from the stdlib
-  index before the call (the index covers every module the question set
-  touches, so a subset faces the same distractors); ``retrieval=off`` runs the
-  same agent without a retriever.
+  the agent retrieves ``retrieval_k`` chunks for the question from its set's
+  index (:func:`open_qa_indexes`: one index per question set, covering the
+  set's whole corpus, so a subset faces the same distractors); ``retrieval=off``
+  runs the same agent without a retriever.  Beside the facts, a record holds
+  whether the answer says "not found", the sections it rests on
+  (``orchestrator.citations.check_answer``: cited, else attributed by word
+  overlap) and how many of them are gold, and the copy baseline's scores.
 * ``tools``: the tools of :func:`loom.evals.toolcalls.eval_tools`, ``tool_choice="auto"``
   (never forced), one model call: the first call of the reply is scored.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from loom.evals.records import Outcome, make_record
@@ -46,19 +50,23 @@ class ScoredAgentTarget(InprocTarget):
     def __init__(self, llm: Any, budget: JSONObject | None = None) -> None:
         super().__init__(llm)
         self.budget = dict(budget or {})
-        self._agents: dict[tuple[str, int], Any] = {}
+        self._agents: dict[tuple[str, str, int], Any] = {}
 
-    def agent_kwargs(self) -> dict[str, Any]:
-        """``orchestrator.Agent`` arguments of the suite (tools, retriever ...)."""
+    def agent_kwargs(self, scope: str = "") -> dict[str, Any]:
+        """``orchestrator.Agent`` arguments of the suite (tools, retriever ...) for conversations of ``scope``."""
         return {}
 
-    def _agent(self, system: str, max_tokens: int) -> Any:
+    def scope(self, conv: Conversation) -> str:
+        """Which agent arguments ``conv`` needs (``qa``: its question set); ``""``: the suite's only ones."""
+        return ""
+
+    def _agent(self, system: str, max_tokens: int, scope: str = "") -> Any:
         from loom.orchestrator import Agent, ContextBudget
         from loom.runtime import SamplingParams
 
-        key = (system, max_tokens)
+        key = (scope, system, max_tokens)
         if key not in self._agents:
-            kwargs = self.agent_kwargs()
+            kwargs = self.agent_kwargs(scope)
             budget = ContextBudget(**{"reserved_output": max_tokens, **kwargs.pop("budget", {}), **self.budget})
             self._agents[key] = Agent(self.llm, system_prompt=system, budget=budget, max_steps=1,
                                       sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens), **kwargs)
@@ -80,7 +88,7 @@ class ScoredAgentTarget(InprocTarget):
         from loom.orchestrator import InMemorySession
 
         turn = conv.turns[0]
-        agent = self._agent(conv.system, turn.max_tokens)
+        agent = self._agent(conv.system, turn.max_tokens, self.scope(conv))
         out, result = await agent_turn(agent, InMemorySession(), turn.user, turn.tool_choice)
         scored = self.score(conv, out, result)
         ctx.emit(make_record(out, [], ctx.prices, ctx.t0, ledger=result.usage if result is not None else None,
@@ -92,57 +100,83 @@ class ScoredAgentTarget(InprocTarget):
 class QATarget(ScoredAgentTarget):
     """Questions of :mod:`loom.evals.qa`, answered with or without retrieval.
 
+    Each question set retrieves from its own index (``retrievers``), so a set's scores do
+    not depend on which other sets run beside it.
+
     Args:
-        retriever: ``retrieval.Retriever`` over the stdlib modules, or ``None`` (no retrieval).
+        retrievers: per set name, ``(retrieval.Retriever, docs root)`` (root ``None``: the
+            ``stdlib:`` corpus); ``None`` or empty: no retrieval.
         retrieval_k: chunks retrieved per question.
         max_retrieval_tokens: cap of the retrieval message (tokens).
     """
 
     name = "qa"
 
-    def __init__(self, llm: Any, retriever: Any = None, retrieval_k: int = 3, max_retrieval_tokens: int = 640,
-                 budget: JSONObject | None = None) -> None:
+    def __init__(self, llm: Any, retrievers: dict[str, tuple[Any, Any]] | None = None, retrieval_k: int = 3,
+                 max_retrieval_tokens: int = 640, budget: JSONObject | None = None) -> None:
         from loom.evals.qa import question_by_id
 
         super().__init__(llm, budget)
-        self.retriever, self.retrieval_k, self.max_retrieval_tokens = retriever, retrieval_k, max_retrieval_tokens
+        self.retrievers = dict(retrievers or {})
+        self.retrieval_k, self.max_retrieval_tokens = retrieval_k, max_retrieval_tokens
         self.questions = question_by_id()
         self.index_info: JSONObject | None = None
 
-    def agent_kwargs(self) -> dict[str, Any]:
-        return {"retriever": self.retriever, "retrieval_k": self.retrieval_k,
+    @property
+    def retrieval(self) -> bool:
+        return bool(self.retrievers)
+
+    def scope(self, conv: Conversation) -> str:
+        q = self.questions.get(conv.id)
+        return q.qa_set if q is not None else next(iter(self.retrievers), "")
+
+    def agent_kwargs(self, scope: str = "") -> dict[str, Any]:
+        retriever = self.retrievers[scope][0] if scope in self.retrievers else None
+        return {"retriever": retriever, "retrieval_k": self.retrieval_k,
                 "budget": {"max_retrieval_tokens": self.max_retrieval_tokens}}
 
     def score(self, conv: Conversation, out: Outcome, result: Any) -> JSONObject | None:
-        from loom.evals.qa import score_answer
+        from loom.evals.qa import says_not_found, score_answer
 
         q = self.questions.get(conv.id)
         if q is None:
             return None
-        s = score_answer(out.text, q.facts)
-        fields: JSONObject = {"question_id": q.id, "module": q.module, "section": q.section,
-                                  "correct": s.correct, "fact_fraction": s.fraction, "matched": list(s.matched)}
-        if self.retriever is not None:
+        fields: JSONObject = {"question_id": q.id, "qa_set": q.qa_set, "module": q.module, "document": q.document,
+                              "section": q.section, "answerable": q.answerable,
+                              "not_found": says_not_found(out.text)}
+        if q.answerable:
+            s = score_answer(out.text, q.facts)
+            fields.update(correct=s.correct, fact_fraction=s.fraction, matched=list(s.matched))
+        else:
+            fields["correct"] = fields["not_found"]
+        if self.retrieval:
+            fields.update(self._grounding(q, out, result, conv.turns[0].max_tokens))
+        return fields
+
+    def _grounding(self, q: Any, out: Outcome, result: Any, max_tokens: int) -> JSONObject:
+        """Where the answer came from: the retrieved sections, the cited ones (gold or not), the copy baseline."""
+        from loom.evals.qa import hit_gold_key, says_not_found, score_answer
+        from loom.orchestrator.citations import check_answer
+
+        root = self.retrievers[q.qa_set][1] if q.qa_set in self.retrievers else None
+        hits = list(getattr(result, "retrieved", None) or [])
+        keys = [list(hit_gold_key(h, root)) for h in hits]
+        sources = [list(hit_gold_key(s.hit, root)) for s in check_answer(out.text, hits).sources] if hits else []
+        context = "\n".join(h.text for h in hits)
+        copy = copy_baseline(context, self.tokenizer, max_tokens)
+        fields: JSONObject = {"retrieved_sections": keys, "sources": sources, "copy_not_found": says_not_found(copy)}
+        if q.answerable:
+            gold = list(q.gold)
             # Was the answer in what the model was shown? (Separates retrieval misses from model misses.)
-            hits = list(getattr(result, "retrieved", None) or [])
-            fields["retrieved_sections"] = [h.section for h in hits]
-            fields["section_retrieved"] = any(h.section == q.section for h in hits)
-            context = "\n".join(h.text for h in hits)
-            fields["facts_in_context"] = bool(hits) and score_answer(context, q.facts).correct
-            copy = copy_baseline(context, self.tokenizer, conv.turns[0].max_tokens)
-            fields["copy_correct"] = bool(hits) and score_answer(copy, q.facts).correct
+            fields.update(section_retrieved=gold in keys, sources_gold=sum(s == gold for s in sources),
+                          facts_in_context=bool(hits) and score_answer(context, q.facts).correct,
+                          copy_correct=bool(hits) and score_answer(copy, q.facts).correct)
         return fields
 
     def quality(self, records: list[JSONObject]) -> JSONObject:
         from loom.evals.qa import qa_quality
 
-        block = qa_quality(records)
-        block["retrieval"] = self.retriever is not None
-        if self.retriever is not None and records:
-            block["section_retrieved_rate"] = sum(bool(r.get("section_retrieved")) for r in records) / len(records)
-            block["facts_in_context_rate"] = sum(bool(r.get("facts_in_context")) for r in records) / len(records)
-            block["copy_baseline_accuracy"] = sum(bool(r.get("copy_correct")) for r in records) / len(records)
-        return block
+        return {**qa_quality(records), "retrieval": self.retrieval}
 
     def summary_extra(self, records: list[JSONObject]) -> JSONObject:
         return {**super().summary_extra(records), "index": self.index_info}
@@ -162,7 +196,7 @@ class ToolsTarget(ScoredAgentTarget):
         # the parameter schemas the model is shown, by tool name
         self.schemas = {t.name: t.openai_schema()["function"]["parameters"] for t in self.tools}
 
-    def agent_kwargs(self) -> dict[str, Any]:
+    def agent_kwargs(self, scope: str = "") -> dict[str, Any]:
         return {"tools": self.tools}
 
     def score(self, conv: Conversation, out: Outcome, result: Any) -> JSONObject | None:
@@ -198,22 +232,43 @@ async def make_agent_target(workload: Workload, model: str, engine: JSONObject, 
         mode = str(settings.get("retrieval", "on")).lower()
         if mode not in ("on", "off", "true", "false"):
             raise ValueError(f"retrieval: must be 'on' or 'off', got {settings.get('retrieval')!r}")
-        retriever, info = None, None
+        retrievers: dict[str, tuple[Any, Any]] = {}
+        info: JSONObject | None = None
         if mode in ("on", "true"):
-            from loom.evals.qa import corpus_for, load_questions
-
-            corpus = p["corpus"] or corpus_for(load_questions())
-            retriever, info = await asyncio.to_thread(open_corpus_index, corpus, p["index_dir"] or None)
-            logger.info("qa index: %d chunks of %d documents, %s in %.1f s", info["chunks"], corpus.count(",") + 1,
-                        "ingested" if info["ingested"] else "reused", info["seconds"])
+            retrievers, info = await asyncio.to_thread(open_qa_indexes, workload)
         llm = await asyncio.to_thread(AsyncLLM.from_config, EngineConfig(model=model, **engine))
-        qa = QATarget(llm, retriever, p["retrieval_k"], p["max_retrieval_tokens"], budget)
+        qa = QATarget(llm, retrievers, p["retrieval_k"], p["max_retrieval_tokens"], budget)
         qa.index_info = info
         return qa
     if workload.suite == "tools":
         llm = await asyncio.to_thread(AsyncLLM.from_config, EngineConfig(model=model, **engine))
         return ToolsTarget(llm, budget)
     raise ValueError(f"suite: {workload.suite!r} has no agent target")
+
+
+def open_qa_indexes(workload: Workload) -> tuple[dict[str, tuple[Any, Any]], JSONObject]:
+    """One index per question set the workload's questions come from, fetching a set's docs on first use.
+
+    Options: ``corpus`` replaces the ``stdlib`` set's ingest paths (default: every module its questions
+    touch); ``index_dir`` is the parent of the sets' index folders (``<index_dir>/<set>``).
+
+    Returns:
+        per set, ``(retriever, docs root)``, and per set what :func:`open_corpus_index` reports.
+    """
+    from loom.evals.qa import QA_SETS, corpus_for, docs_root, load_set, question_by_id
+
+    p, questions = workload.params, question_by_id()
+    used = {questions[c.id].qa_set for c in workload.conversations if c.id in questions}
+    retrievers: dict[str, tuple[Any, Any]] = {}
+    info: JSONObject = {}
+    for name in (n for n in QA_SETS if n in used):
+        corpus = (p["corpus"] if name == "stdlib" else "") or corpus_for(load_set(name), name)
+        index_dir = Path(p["index_dir"]) / name if p["index_dir"] else None
+        retriever, info[name] = open_corpus_index(corpus, index_dir)
+        retrievers[name] = (retriever, docs_root(name))
+        logger.info("qa index %s: %d chunks, %s in %.1f s", name, info[name]["chunks"],
+                    "ingested" if info[name]["ingested"] else "reused", info[name]["seconds"])
+    return retrievers, info
 
 
 def copy_baseline(context: str, tokenizer: Any, max_tokens: int) -> str:

@@ -9,6 +9,7 @@ Example::
     loom eval run --suite sessions --compare enable_prefix_caching=false --out evals-out/sessions
     loom eval run --suite throughput --target http://127.0.0.1:8000 --rate 4 --num-requests 64
     loom eval run --suite qa --num-requests 20      # answer accuracy with and without retrieval
+    loom eval run --suite qa --qa-sets click,jinja  # only these documentation sets
     loom eval run --suite tools                     # right tool, valid arguments, unforced
 """
 
@@ -61,6 +62,8 @@ def run_cmd(
     prices: Optional[Path] = typer.Option(None, "--prices", help="Price table (TOML)."),
     warmup: int = typer.Option(2, "--warmup", help="Warm-up conversations per variant (not recorded)."),
     option: Optional[list[str]] = typer.Option(None, "--option", help="Suite size KEY=VALUE (e.g. turns=8)."),
+    qa_sets: Optional[str] = typer.Option(None, "--qa-sets", help="qa: question sets to run, comma-separated "
+                                          "(stdlib, click, jinja; default all)."),
     engine: Optional[list[str]] = typer.Option(None, "--engine", help="Base engine setting KEY=VALUE."),
     slo: Optional[list[str]] = typer.Option(None, "--slo", help="Goodput SLO in ms, e.g. ttft=500 tpot=30."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="LOOM_API_KEY", help="Bearer key (HTTP)."),
@@ -76,11 +79,14 @@ def run_cmd(
 
     quiet_logs()
     console = Console(stderr=True)
+    options = _pairs(option, "option")
+    if qa_sets:
+        options["sets"] = qa_sets
     try:
         with bar() as update:
             res = run(suite, model=model, target=target, out=out, compare=compare or [], baseline=baseline,
                       concurrency=concurrency, rate=rate, num_requests=num_requests, seed=seed, prices=prices,
-                      warmup=warmup, options=_pairs(option, "option"), engine=_pairs(engine, "engine"),
+                      warmup=warmup, options=options, engine=_pairs(engine, "engine"),
                       slos_ms=_pairs(slo, "slo") or None, progress=update, api_key=api_key)
     except TargetUnreachableError as exc:
         typer.secho(f"error: {exc.message}", fg="red", err=True)
@@ -193,8 +199,22 @@ def quality_rows(variants: dict[str, Any]) -> list[Any]:
                                        f"({s['quality']['accuracy']:.1%})"),
                 ("fact recall", pct("fact_recall")),
                 ("answer in retrieved chunks", pct("facts_in_context_rate")),
+                ("copy baseline accuracy", pct("copy_baseline_accuracy")),
+                ("citation precision", pct("citation_precision")),
+                ("not found (unanswerable)", pct("not_found_rate")),
                 ("mean answer tokens", lambda s: f"{s['quality']['mean_answer_tokens']:.1f}")]
+        for name in first.get("by_set") or {}:
+            rows.append((f"{name}: accuracy / cited gold / not found", _set_cell(name)))
         return rows
     return [("tool pick rate", pct("pick_rate")), ("valid args rate", pct("valid_args_rate")),
             ("schema-valid rate", pct("schema_valid_rate")), ("no call rate", pct("no_call_rate")),
             ("wrong tool rate", pct("wrong_tool_rate")), ("no-tool prompts: no call", pct("no_tool_abstain_rate"))]
+
+
+def _set_cell(name: str):
+    """``accuracy / citation precision / not-found rate`` of one question set, ``-`` where undefined."""
+    def cell(s: dict) -> str:
+        block = (s.get("quality", {}).get("by_set") or {}).get(name) or {}
+        keys = ("accuracy", "citation_precision", "not_found_rate")
+        return " / ".join("-" if block.get(k) is None else f"{block[k]:.1%}" for k in keys)
+    return cell

@@ -1,44 +1,48 @@
-"""The data of the answer-quality suites: every qa fact is written in the corpus section it names,
-and every tool prompt's checks refer to real tools and arguments."""
+"""The data of the answer-quality suites: every qa fact is written in the gold section it names (as
+Loom ingests that section, for the stdlib and the pinned click and jinja sdists, fetched with pip on
+first use), no fact is in its question, the unanswerable questions are kept apart, and every tool
+prompt's checks refer to real tools and arguments."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import pytest
 
-from loom.evals.qa import contains_fact, load_questions
+from loom.evals.qa import QA_SETS, contains_fact, gold_sections, load_questions, load_set, says_not_found
 from loom.evals.toolcalls import CHECKS, eval_tools, load_cases
-from loom.retrieval.stdlib import load_stdlib
 
 
 @pytest.fixture(scope="module")
-def sections() -> dict[str, dict[str, str]]:
-    """Section texts of every module the question set touches, as Loom ingests them."""
-    out: dict[str, dict[str, str]] = defaultdict(dict)
-    for module in sorted({q.module for q in load_questions()}):
-        for doc in load_stdlib(f"module/{module}"):
-            out[module].update({s.heading: s.text for s in doc.sections})
-    return out
+def sections() -> dict[str, dict[tuple[str, str], str]]:
+    """Per set, the text of every section of its gold documents, keyed as questions name them."""
+    from loom.retrieval.corpora import CorpusError
+
+    try:
+        return {name: gold_sections(name) for name in QA_SETS}
+    except CorpusError as exc:  # no package index to fetch an sdist from
+        pytest.skip(f"qa corpus unavailable: {exc}")
 
 
-def test_question_set_has_at_least_60_questions_over_many_modules():
+def test_question_sets_have_300_answerable_and_50_unanswerable_questions_over_three_doc_sets():
     qs = load_questions()
-    assert len(qs) >= 60
+    answerable = [q for q in qs if q.answerable]
+    assert len(answerable) >= 300 and len(qs) - len(answerable) >= 50
     assert len({q.id for q in qs}) == len(qs)
-    assert len({q.module for q in qs}) >= 20
-    assert all(q.question.endswith("?") and q.facts for q in qs)
+    assert {q.qa_set for q in answerable} == set(QA_SETS) == {"stdlib", "click", "jinja"}
+    assert all(sum(q.answerable for q in load_set(name)) >= 100 for name in QA_SETS)
+    assert len({q.module for q in load_set("stdlib") if q.answerable}) >= 20
+    assert all(q.question.endswith("?") for q in qs)
+    assert all(not q.document and not q.section for q in qs if not q.answerable)
 
 
 def test_every_fact_is_written_in_the_section_the_question_names(sections):
     missing = []
     for q in load_questions():
-        text = sections[q.module].get(q.section)
-        assert text is not None, f"{q.id}: no section {q.section!r} in stdlib:module/{q.module}"
-        for alts in q.facts:
-            if not any(contains_fact(text, a) for a in alts):  # as whole tokens, as answers are scored
-                missing.append((q.id, alts))
-    assert missing == []
+        if not q.answerable:
+            continue
+        text = sections[q.qa_set].get(q.gold)
+        assert text is not None, f"{q.id}: no section {q.section!r} in {q.qa_set} document {q.document!r}"
+        missing += [(q.id, alts) for alts in q.facts if not any(contains_fact(text, a) for a in alts)]
+    assert missing == []  # as whole tokens, as answers are scored
 
 
 def test_no_fact_is_already_in_its_question():
@@ -46,6 +50,11 @@ def test_no_fact_is_already_in_its_question():
     leaks = [(q.id, a) for q in load_questions() for alts in q.facts for a in alts
              if contains_fact(q.question, a)]
     assert leaks == []
+
+
+def test_no_question_reads_as_a_not_found_answer():
+    # a model that repeats the question must not count as saying "not found"
+    assert [q.id for q in load_questions() if says_not_found(q.question)] == []
 
 
 def test_tool_prompts_cover_every_tool_with_checks_on_real_arguments():

@@ -1,15 +1,16 @@
-"""The qa suite: containment scoring on hand-made answers, and a small real run with and
-without retrieval on the default model (SmolLM2-135M-Instruct)."""
+"""The qa suite: containment scoring, "not found" detection and gold-section keys on hand-made
+answers, and a small real run with and without retrieval on the default model (SmolLM2-135M-Instruct)."""
 
 from __future__ import annotations
 
 import pytest
 
 from loom import evals
-from loom.evals.qa import qa_quality, question_by_id, score_answer
+from loom.evals.qa import hit_gold_key, qa_quality, question_by_id, says_not_found, score_answer
 from loom.evals.records import OUTPUT_CLASSES, PROMPT_CLASSES
+from loom.retrieval.types import Hit
 
-QUESTIONS = ["json-sort-keys", "os-path-join-absolute"]
+QUESTIONS = ["json-sort-keys", "os-path-join-absolute", "stdlib-none-json-depth"]
 
 
 def test_matching_is_case_insensitive_and_ignores_whitespace_runs():
@@ -52,11 +53,54 @@ def test_quality_block_counts_accuracy_per_module_and_cost_per_correct_answer():
     assert q["mean_answer_tokens"] == pytest.approx(10.0)
     assert q["token_cost_per_correct_usd"] == pytest.approx(0.6)
     assert q["by_module"] == {"json": {"correct": 1, "questions": 2}, "re": {"correct": 0, "questions": 1}}
+    assert q["unanswerable"] == 0 and q["not_found_rate"] is None and q["citation_precision"] is None
     assert qa_quality([])["accuracy"] == 0.0
 
 
+def test_quality_block_scores_sets_citations_and_not_found_apart():
+    gold, other = ["options.md", "Options > Counting"], ["options.md", "Options > Boolean"]
+    base = {"ok": True, "output_tokens": 8, "cost": 0.1, "qa_set": "click"}
+    recs = [{**base, "answerable": True, "correct": True, "fact_fraction": 1.0, "sources": [gold, other],
+             "sources_gold": 1, "not_found": False, "copy_correct": True},
+            {**base, "answerable": True, "correct": False, "fact_fraction": 0.0, "sources": [], "sources_gold": 0,
+             "not_found": True, "copy_correct": False},
+            {**base, "answerable": False, "correct": True, "not_found": True, "copy_not_found": False},
+            {**base, "qa_set": "stdlib", "answerable": False, "correct": False, "not_found": False,
+             "copy_not_found": False}]
+    q = qa_quality(recs)
+    assert (q["questions"], q["correct"], q["accuracy"]) == (2, 1, 0.5)
+    assert q["citation_precision"] == 0.5 and q["cited_sources"] == 2 and q["answers_with_source"] == 0.5
+    assert (q["unanswerable"], q["not_found"], q["not_found_rate"]) == (2, 1, 0.5)
+    assert q["false_not_found_rate"] == 0.5
+    assert q["copy_baseline_accuracy"] == 0.5 and q["copy_baseline_not_found_rate"] == 0.0
+    assert q["token_cost_per_correct_usd"] == pytest.approx(0.2)  # 2 right outcomes for 0.4
+    assert list(q["by_set"]) == ["stdlib", "click"] and q["by_module"] == {}
+    assert q["by_set"]["click"]["not_found_rate"] == 1.0 and q["by_set"]["stdlib"]["not_found_rate"] == 0.0
+    assert q["by_set"]["stdlib"]["questions"] == 0 and q["by_set"]["stdlib"]["citation_precision"] is None
+
+
+def test_not_found_is_a_fixed_phrase_about_the_documents_not_any_negation():
+    for said in ["Not found.", "The documentation does not mention a max_depth argument.",
+                 "This is not documented in the provided context.", "I don\u2019t know.",
+                 "I could not find that in the docs.", "There is no information about it in the text."]:
+        assert says_not_found(said), said
+    for said in ["It raises KeyError when the key is not found.", "json.dumps has no such argument.",
+                 "The list does not contain duplicates.", "Use sort_keys=True."]:
+        assert not says_not_found(said), said
+
+
+def test_gold_keys_of_hits_are_paths_under_the_docs_root_and_object_names(tmp_path):
+    page = Hit("c1", "text", 1.0, str(tmp_path / "docs" / "api.rst"), "API > Loaders", "API",
+               {"object": "jinja2.FileSystemLoader"})
+    guide = Hit("c2", "text", 1.0, str(tmp_path / "docs" / "sub" / "options.md"), "Options > Counting")
+    mod = Hit("c3", "text", 1.0, "stdlib:module/json", "json.dumps", "json", {"object": "json.dumps"})
+    assert hit_gold_key(page, tmp_path / "docs") == ("api.rst", "jinja2.FileSystemLoader")
+    assert hit_gold_key(guide, tmp_path / "docs") == ("sub/options.md", "Options > Counting")
+    assert hit_gold_key(mod, None) == ("module/json", "json.dumps") == question_by_id()["json-sort-keys"].gold
+
+
 def test_workload_is_every_question_by_default_or_a_seeded_sample_or_named_ids():
-    from loom.evals.qa import load_questions
+    from loom.evals.qa import QA_SETS, load_questions
     from loom.evals.workloads import build
 
     ids = [q.id for q in load_questions()]
@@ -71,6 +115,11 @@ def test_workload_is_every_question_by_default_or_a_seeded_sample_or_named_ids()
     assert [c.id for c in named.conversations] == ["re-subn", "json-sort-keys"]
     with pytest.raises(ValueError, match="unknown ids"):
         build("qa", None, options={"questions": "no-such-question"})
+    click = build("qa", None, options={"sets": "click"}).conversations
+    assert [c.id for c in click] == [q.id for q in load_questions("click")]
+    assert {c.system for c in click} == {QA_SETS["click"].system_prompt} != {QA_SETS["stdlib"].system_prompt}
+    with pytest.raises(ValueError, match="unknown"):
+        build("qa", None, options={"sets": "stdlib,nope"})
 
 
 @pytest.fixture(scope="module")
@@ -87,14 +136,21 @@ def test_qa_runs_every_question_with_and_without_retrieval(qa_run):
     assert "smollm2-135m-instruct" in qa_run.summary["model"]
     assert set(qa_run.summary["quality"]) == {"retrieval=on", "retrieval=off"}
     on, off = (qa_run.variants[n] for n in ("retrieval=on", "retrieval=off"))
-    assert on["index"]["chunks"] > 0 and on["index"]["corpus"].startswith("stdlib:module/json")
+    assert list(on["index"]) == ["stdlib"]  # one index per question set the run touches
+    assert on["index"]["stdlib"]["chunks"] > 0 and on["index"]["stdlib"]["corpus"].startswith("stdlib:module/json")
     assert off["index"] is None
     assert on["classes"]["retrieval"]["tokens"] > 0 and off["classes"]["retrieval"]["tokens"] == 0
     assert on["quality"]["retrieval"] is True and off["quality"]["retrieval"] is False
     assert on["quality"]["facts_in_context_rate"] == 1.0  # both answers are in the retrieved chunks
     records = next(res.records for res in qa_run.results if res.name == "retrieval=on")
-    assert on["quality"]["copy_baseline_accuracy"] == sum(r["copy_correct"] for r in records) / len(records)
+    answerable = [r for r in records if r["answerable"]]
+    assert on["quality"]["copy_baseline_accuracy"] == sum(r["copy_correct"] for r in answerable) / 2
     assert "copy_baseline_accuracy" not in off["quality"]  # nothing retrieved, nothing to copy
+    assert (on["quality"]["questions"], on["quality"]["unanswerable"]) == (2, 1)
+    sources = [s for r in answerable for s in r["sources"]]
+    gold = sum(r["sources_gold"] for r in answerable)
+    assert on["quality"]["citation_precision"] == (gold / len(sources) if sources else None)
+    assert off["quality"]["citation_precision"] is None and off["quality"]["not_found_rate"] is not None
 
 
 def test_qa_records_are_scored_by_their_facts_as_whole_tokens(qa_run):
@@ -103,10 +159,12 @@ def test_qa_records_are_scored_by_their_facts_as_whole_tokens(qa_run):
         assert sorted(r["question_id"] for r in res.records) == sorted(QUESTIONS)
         for r in res.records:
             assert r["ok"] and r["answer"].strip() and r["finish_reason"] in ("done", "max_steps")
-            assert r["correct"] == score_answer(r["answer"], questions[r["question_id"]].facts).correct
+            q = questions[r["question_id"]]
+            assert r["not_found"] == says_not_found(r["answer"]) and r["answerable"] == q.answerable
+            assert r["correct"] == (score_answer(r["answer"], q.facts).correct if q.answerable else r["not_found"])
             assert sum(r["classes"][c]["tokens"] for c in PROMPT_CLASSES) == r["prompt_tokens"]
             assert 0 < sum(r["classes"][c]["tokens"] for c in OUTPUT_CLASSES) == r["output_tokens"] <= 32
         quality = qa_run.variants[res.name]["quality"]
-        assert quality["questions"] == len(QUESTIONS)
-        assert quality["correct"] == sum(r["correct"] for r in res.records)
+        assert quality["questions"] + quality["unanswerable"] == len(QUESTIONS)
+        assert quality["correct"] == sum(r["correct"] for r in res.records if r["answerable"])
         assert qa_run.variants[res.name]["cost"]["token_cost_usd"] > 0
