@@ -63,11 +63,11 @@ DEFAULTS: dict[str, JSONObject] = {
                 index_dir=""),
     "spec": dict(num_requests=8, prompt_tokens=96, output_tokens=64, concurrency=2, num_speculative_tokens=4),
     # one index per question set (the same distractors for any subset); corpus "": the stdlib set's index
-    # covers every module its questions touch; sets "": all of them
+    # covers every module its questions touch; sets "": all of them; retrieval: the variants run
     # k=3 puts every stdlib fact in context (k=2: 110/111); 16 in flight: ~4 min per 111 questions, both variants
     "qa": dict(num_requests=_count("qa_stdlib.json", "qa_click.json", "qa_jinja.json"), output_tokens=64,
                concurrency=16, retrieval_k=3, max_retrieval_tokens=640, corpus="", index_dir="", questions="",
-               sets=""),
+               sets="", retrieval="on,off"),
     "tools": dict(num_requests=_count("tool_prompts.json"), output_tokens=96, concurrency=16, cases=""),
 }
 
@@ -201,7 +201,7 @@ def build(suite: str, tokenizer: Tokenizer, seed: int = 0, num_requests: int | N
         wl.variants = [{"speculative": "off"},
                        {"speculative": "ngram", "num_speculative_tokens": params["num_speculative_tokens"]}]
     if suite == "qa":
-        wl.variants = [{"retrieval": "on"}, {"retrieval": "off"}]
+        wl.variants = [{"retrieval": m.strip()} for m in str(params["retrieval"]).split(",") if m.strip()]
     if suite in ("rag", "qa", "tools"):
         wl.ignore_eos = False
     return wl

@@ -120,6 +120,7 @@ def test_workload_is_every_question_by_default_or_a_seeded_sample_or_named_ids()
     assert {c.system for c in click} == {QA_SETS["click"].system_prompt} != {QA_SETS["stdlib"].system_prompt}
     with pytest.raises(ValueError, match="unknown"):
         build("qa", None, options={"sets": "stdlib,nope"})
+    assert build("qa", None, options={"retrieval": "on"}).variants == [{"retrieval": "on"}]
 
 
 @pytest.fixture(scope="module")
