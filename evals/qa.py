@@ -36,6 +36,13 @@ its heading path (``Options > Setting a Default``).  The tests check every
 fact against that section's text and that no alternative already occurs in
 its question (which would make the question score itself).
 
+``"first_sentence": true`` marks a question whose facts all stand in the gold
+section's first sentence (:func:`first_sentence`; for an API entry that includes
+its signature line, defaults and all): copying the retrieved text gets those,
+so the quality block also reports accuracy and the copy baseline on the others
+(``later_accuracy``, ``later_copy_baseline_accuracy``).  The tests keep the
+flag true to the text.
+
 An ``unanswerable`` question has no facts and no section: its answer is in
 none of the indexed documents (a parameter or feature that does not exist, a
 fact the docs never state), so the right answer says so.  :func:`says_not_found`
@@ -104,6 +111,8 @@ class Question:
         qa_set: name of its :class:`QASet`.
         document: gold document (stdlib ``module/json``; else the path under the docs folder), ``""`` if none.
         section: gold section key (:func:`section_key`), ``""`` if none.
+        first_sentence: the facts are all in the gold section's :func:`first_sentence` (which
+            copying the retrieved text also gets); ``False``: a later part holds one of them.
     """
 
     id: str
@@ -112,6 +121,7 @@ class Question:
     qa_set: str = "stdlib"
     document: str = ""
     section: str = ""
+    first_sentence: bool = False
 
     @property
     def answerable(self) -> bool:
@@ -194,13 +204,25 @@ def says_not_found(answer: str) -> bool:
     return _NOT_FOUND.search(normalize(answer.replace("\u2019", "'"))) is not None
 
 
+_SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
+
+
+def first_sentence(text: str) -> str:
+    """``text`` up to its first full stop, question or exclamation mark followed by white space
+    (an API entry's signature line included: it holds the defaults)."""
+    text = text.strip()
+    m = _SENTENCE_END.search(text)
+    return text[:m.end()].strip() if m else text
+
+
 def _parse(item: Any, qa_set: str) -> Question:
     facts = tuple(tuple(a) for a in item.get("facts", ()))
     if qa_set == "stdlib" and "module" in item:
         document = f"module/{item['module']}"
     else:
         document = item.get("document", "")
-    q = Question(item["id"], item["question"], facts, qa_set, document, item.get("section", ""))
+    q = Question(item["id"], item["question"], facts, qa_set, document, item.get("section", ""),
+                 bool(item.get("first_sentence")))
     if any(not alts for alts in q.facts):
         raise TypeError("a fact without alternatives")
     if bool(item.get("unanswerable")) == q.answerable:
@@ -347,6 +369,12 @@ def _block(records: list[JSONObject]) -> JSONObject:
         out["copy_baseline_not_found_rate"] = _rate(sum(bool(r.get("copy_not_found")) for r in una), len(una))
         out["section_retrieved_rate"] = _rate(sum(bool(r.get("section_retrieved")) for r in ans), len(ans))
         out["facts_in_context_rate"] = _rate(sum(bool(r.get("facts_in_context")) for r in ans), len(ans))
+    later = [r for r in ans if "first_sentence" in r and not r["first_sentence"]]
+    if later:  # the questions whose answer needs more than a section's first sentence
+        out["later_questions"] = len(later)
+        out["later_accuracy"] = _rate(sum(bool(r.get("correct")) for r in later), len(later))
+        if any("copy_correct" in r for r in later):
+            out["later_copy_baseline_accuracy"] = _rate(sum(bool(r.get("copy_correct")) for r in later), len(later))
     return out
 
 

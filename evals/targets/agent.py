@@ -142,7 +142,7 @@ class QATarget(ScoredAgentTarget):
         if q is None:
             return None
         fields: JSONObject = {"question_id": q.id, "qa_set": q.qa_set, "module": q.module, "document": q.document,
-                              "section": q.section, "answerable": q.answerable,
+                              "section": q.section, "answerable": q.answerable, "first_sentence": q.first_sentence,
                               "not_found": says_not_found(out.text)}
         if q.answerable:
             s = score_answer(out.text, q.facts)

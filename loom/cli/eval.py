@@ -200,6 +200,8 @@ def quality_rows(variants: dict[str, Any]) -> list[Any]:
                 ("fact recall", pct("fact_recall")),
                 ("answer in retrieved chunks", pct("facts_in_context_rate")),
                 ("copy baseline accuracy", pct("copy_baseline_accuracy")),
+                ("past the first sentence: accuracy", pct("later_accuracy")),
+                ("past the first sentence: copy baseline", pct("later_copy_baseline_accuracy")),
                 ("citation precision", pct("citation_precision")),
                 ("not found (unanswerable)", pct("not_found_rate")),
                 ("mean answer tokens", lambda s: f"{s['quality']['mean_answer_tokens']:.1f}")]

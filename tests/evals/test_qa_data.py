@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from loom.evals.qa import QA_SETS, contains_fact, gold_sections, load_questions, load_set, says_not_found
+from loom.evals.qa import (QA_SETS, contains_fact, first_sentence, gold_sections, load_questions, load_set,
+                           says_not_found, score_answer)
 from loom.evals.toolcalls import CHECKS, eval_tools, load_cases
 
 
@@ -43,6 +44,14 @@ def test_every_fact_is_written_in_the_section_the_question_names(sections):
         assert text is not None, f"{q.id}: no section {q.section!r} in {q.qa_set} document {q.document!r}"
         missing += [(q.id, alts) for alts in q.facts if not any(contains_fact(text, a) for a in alts)]
     assert missing == []  # as whole tokens, as answers are scored
+
+
+def test_first_sentence_marks_exactly_the_questions_answered_by_the_gold_sections_first_sentence(sections):
+    wrong = [q.id for q in load_questions() if q.answerable and q.first_sentence
+             != score_answer(first_sentence(sections[q.qa_set][q.gold]), q.facts).correct]
+    assert wrong == []
+    later = [q for q in load_questions() if q.answerable and not q.first_sentence]
+    assert len(later) >= 250 and sum(q.qa_set != "stdlib" for q in later) >= 200
 
 
 def test_no_fact_is_already_in_its_question():

@@ -61,9 +61,9 @@ def test_quality_block_scores_sets_citations_and_not_found_apart():
     gold, other = ["options.md", "Options > Counting"], ["options.md", "Options > Boolean"]
     base = {"ok": True, "output_tokens": 8, "cost": 0.1, "qa_set": "click"}
     recs = [{**base, "answerable": True, "correct": True, "fact_fraction": 1.0, "sources": [gold, other],
-             "sources_gold": 1, "not_found": False, "copy_correct": True},
+             "sources_gold": 1, "not_found": False, "copy_correct": True, "first_sentence": True},
             {**base, "answerable": True, "correct": False, "fact_fraction": 0.0, "sources": [], "sources_gold": 0,
-             "not_found": True, "copy_correct": False},
+             "not_found": True, "copy_correct": False, "first_sentence": False},
             {**base, "answerable": False, "correct": True, "not_found": True, "copy_not_found": False},
             {**base, "qa_set": "stdlib", "answerable": False, "correct": False, "not_found": False,
              "copy_not_found": False}]
@@ -74,6 +74,7 @@ def test_quality_block_scores_sets_citations_and_not_found_apart():
     assert q["false_not_found_rate"] == 0.5
     assert q["copy_baseline_accuracy"] == 0.5 and q["copy_baseline_not_found_rate"] == 0.0
     assert q["token_cost_per_correct_usd"] == pytest.approx(0.2)  # 2 right outcomes for 0.4
+    assert (q["later_questions"], q["later_accuracy"], q["later_copy_baseline_accuracy"]) == (1, 0.0, 0.0)
     assert list(q["by_set"]) == ["stdlib", "click"] and q["by_module"] == {}
     assert q["by_set"]["click"]["not_found_rate"] == 1.0 and q["by_set"]["stdlib"]["not_found_rate"] == 0.0
     assert q["by_set"]["stdlib"]["questions"] == 0 and q["by_set"]["stdlib"]["citation_precision"] is None
