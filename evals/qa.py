@@ -193,7 +193,7 @@ NOT_FOUND_PATTERNS: tuple[str, ...] = (
     rf"\b{_DOCS} (?:does not|doesn't|do not|don't|did not|didn't) (?:mention|contain|cover|specify|describe|"
     r"say|document|include|provide|state|explain)",
     r"\bno (?:information|mention|details?) (?:about|of|on|regarding)\b",
-    r"\b(?:cannot|can't|could not|couldn't|unable to) (?:find|locate)\b",
+    r"\b(?:i|we) (?:cannot|can't|could not|couldn't|(?:am|are|was|were) unable to) (?:find|locate)\b",
     r"\bi (?:do not|don't) know\b",
 )
 _NOT_FOUND = re.compile("|".join(f"(?:{p})" for p in NOT_FOUND_PATTERNS))

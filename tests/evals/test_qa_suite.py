@@ -86,6 +86,7 @@ def test_not_found_is_a_fixed_phrase_about_the_documents_not_any_negation():
                  "I could not find that in the docs.", "There is no information about it in the text."]:
         assert says_not_found(said), said
     for said in ["It raises KeyError when the key is not found.", "json.dumps has no such argument.",
+                 "RuntimeError is raised when a function is unable to find the package.",
                  "The list does not contain duplicates.", "Use sort_keys=True."]:
         assert not says_not_found(said), said
 
