@@ -62,7 +62,6 @@ from typing import Any
 from loom.json_types import JSONObject
 
 DATA_DIR = Path(__file__).parent / "data"
-DATA_FILE = DATA_DIR / "qa_stdlib.json"
 
 _SYSTEM = ("You answer questions about {subject}. Answer in one or two sentences "
            "and name the exact function, argument or value asked for.")
@@ -322,8 +321,8 @@ def hit_gold_key(hit: Any, root: Path | None) -> tuple[str, str]:
     doc = str(getattr(hit, "document", ""))
     if doc.startswith("stdlib:"):
         doc = doc[len("stdlib:"):]
-    elif root is not None and Path(doc).is_relative_to(root):
-        doc = Path(doc).relative_to(root).as_posix()
+    elif root is not None and Path(doc).is_relative_to(root.resolve()):  # loaders resolve the paths they read
+        doc = Path(doc).relative_to(root.resolve()).as_posix()
     return doc, section_key(str(getattr(hit, "section", "")), getattr(hit, "metadata", None))
 
 
