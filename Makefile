@@ -74,11 +74,13 @@ bench-cpu: model bench-env
 # BFCL v4 (bfcl-eval: the Berkeley Function Calling Leaderboard's data and checkers) for
 # `python -m loom.evals.bfcl`, kept out of Loom's environment: bfcl-eval pins numpy==1.26.4,
 # faiss-cpu==1.11.0, networkx==3.3 and filelock==3.20.0, below the versions .venv holds.
-# Loom is installed beside it (editable), torch first as in .venv; soundfile: qwen-agent imports it
+# Loom is installed beside it (editable), torch first as in .venv, bytecode compiled at install (a
+# run with PYTHONDONTWRITEBYTECODE set would otherwise compile transformers on every start, ~15 s
+# of CPU: tests/evals/test_bfcl.py runs it). soundfile: qwen-agent imports it
 # without declaring it (bfcl_eval's model table imports qwen-agent). The folder ignores itself.
 BFCL_VENV := .venv-bfcl
 BFCL_EVAL_VERSION ?= 2026.3.23
-BFCL_UV = $(BFCL_VENV)/bin/uv pip install -q --python $(BFCL_VENV)/bin/python
+BFCL_UV = $(BFCL_VENV)/bin/uv pip install -q --compile-bytecode --python $(BFCL_VENV)/bin/python
 $(BFCL_VENV)/.installed: pyproject.toml
 	$(PY) -m venv $(BFCL_VENV)
 	echo '*' > $(BFCL_VENV)/.gitignore
