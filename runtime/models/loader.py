@@ -171,6 +171,10 @@ def load_model(
 
         use_cpu_kernel_layouts(model)
     model.model.decoder_layers[0].self_attn.rope.move_to(device)  # tables stay float32
+    if device.type == "cpu":
+        from loom.runtime.host_memory import use_huge_pages
+
+        use_huge_pages(model)  # a decode step streams every weight: 2 MiB pages, not 4 KiB ones
     model.eval()
     return model
 

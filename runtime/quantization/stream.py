@@ -23,8 +23,6 @@ block (64 MiB).
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +30,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from loom.runtime.host_memory import release_free_memory
 from loom.runtime.quantization.apply import install_head, projections
 from loom.runtime.quantization.int4 import Int4Linear
 from loom.runtime.quantization.int8 import ACT_DTYPE, Int8Linear, QuantizedEmbedding, quantize_int8
@@ -179,30 +178,3 @@ def _quantize(prefix: str, building: _Projection, method: str, group_size: int) 
 
 def _prefixed(prefix: str, module: nn.Module) -> dict[str, torch.Tensor]:
     return {f"{prefix}.{key}": value for key, value in module.state_dict().items()}
-
-
-def release_free_memory() -> None:
-    """Give the C heap's free pages back to the OS (glibc ``malloc_trim``; nothing elsewhere).
-
-    Quantizing frees a layer's float temporaries between allocations of its
-    quantized tensors; glibc then serves later allocations of up to the freed
-    size from its heap instead of fresh mappings (its dynamic mmap threshold),
-    and the holes left between kept tensors stay resident: SmolLM2's int8
-    load grew by 3x its weights instead of 1.1x.  Trimming after each layer
-    returns them.
-    """
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):  # not glibc (musl, macOS)
-        return None

@@ -1,0 +1,75 @@
+"""``loom.runtime.host_memory``: a model's weights moved into one huge-page arena keep their values, sharing
+and layout, and the arena is marked for transparent huge pages (the kernel's ``hg`` flag on its mapping)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from loom.runtime.host_memory import ALIGN, HUGE_PAGE, enabled, release_free_memory, use_huge_pages
+
+pytestmark = pytest.mark.skipif(not enabled(), reason="huge pages are Linux-only")
+
+
+class _TiedModel(nn.Module):
+    """An embedding and a head sharing one weight, a biased projection and a small buffer (~9 MiB)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(4096, 256)
+        self.proj = nn.Linear(256, 1024)
+        self.head = nn.Linear(256, 4096, bias=False)
+        self.head.weight = self.embed.weight
+        self.register_buffer("codes", torch.randint(0, 255, (3000,), dtype=torch.uint8))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        h = self.embed(ids)
+        return self.head(h) + self.proj(h).sum(-1, keepdim=True) + self.codes[:1].float()
+
+
+def _vm_flags(address: int) -> str:
+    """The ``VmFlags`` line of the mapping of this process that holds ``address``."""
+    current = None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                current = lo <= address < hi
+            elif current and line.startswith("VmFlags:"):
+                return line
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+def test_moved_weights_compute_the_same_stay_tied_and_sit_aligned_in_one_marked_arena():
+    torch.manual_seed(0)
+    model = _TiedModel().eval()
+    ids = torch.randint(0, 4096, (2, 7))
+    with torch.no_grad():
+        before = model(ids)
+    old = model.embed.weight.data_ptr()
+    assert use_huge_pages(model) >= HUGE_PAGE
+    with torch.no_grad():
+        assert torch.equal(model(ids), before)  # same values, bit for bit
+    assert model.head.weight is model.embed.weight and model.embed.weight.data_ptr() != old
+    tensors = [model.embed.weight, model.proj.weight, model.proj.bias, model.codes]
+    assert all(t.data_ptr() % ALIGN == 0 for t in tensors)
+    assert len({t.untyped_storage().data_ptr() for t in tensors}) == 1  # one arena
+    assert isinstance(model.proj.weight, nn.Parameter) and not model.proj.weight.requires_grad
+    assert " hg" in _vm_flags(model.embed.weight.data_ptr())  # madvise(MADV_HUGEPAGE) reached the mapping
+
+
+def test_loom_huge_pages_0_leaves_every_tensor_where_it_was(monkeypatch):
+    monkeypatch.setenv("LOOM_HUGE_PAGES", "0")
+    model = _TiedModel()
+    ptrs = [p.data_ptr() for p in model.parameters()]
+    assert use_huge_pages(model) == 0
+    assert [p.data_ptr() for p in model.parameters()] == ptrs
+
+
+def test_a_model_under_one_huge_page_is_not_moved():
+    model = nn.Linear(16, 16)
+    ptr = model.weight.data_ptr()
+    assert use_huge_pages(model) == 0 and model.weight.data_ptr() == ptr
+    release_free_memory()  # callable anywhere (a no-op off glibc)
