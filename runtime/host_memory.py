@@ -36,6 +36,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -64,19 +65,19 @@ def use_huge_pages(model: nn.Module) -> int:
     """
     if not enabled():
         return 0
-    holders: dict[tuple, list[tuple[dict, str]]] = {}  # each tensor, and the module tables holding it
+    holders: dict[tuple, list[tuple[dict[str, Any], str]]] = {}  # each tensor, and the module tables holding it
     unique: dict[tuple, torch.Tensor] = {}
     for module in model.modules():
         for table in (module._parameters, module._buffers):
-            for name, tensor in table.items():
-                if tensor is not None and tensor.device.type == "cpu" and tensor.is_contiguous():
-                    key = _key(tensor)
-                    unique.setdefault(key, tensor)
+            for name, held in table.items():
+                if held is not None and held.device.type == "cpu" and held.is_contiguous():
+                    key = _key(held)
+                    unique.setdefault(key, held)
                     holders.setdefault(key, []).append((table, name))
     offsets, total = {}, 0
-    for key, tensor in unique.items():
+    for key, held in unique.items():
         offsets[key] = total
-        total += -(-tensor.numel() * tensor.element_size() // ALIGN) * ALIGN
+        total += -(-held.numel() * held.element_size() // ALIGN) * ALIGN
     if total < HUGE_PAGE:
         return 0
     arena = torch.empty(total + HUGE_PAGE, dtype=torch.uint8)  # untouched: no page is mapped yet
@@ -90,8 +91,8 @@ def use_huge_pages(model: nn.Module) -> int:
         new = arena[start:start + tensor.numel() * tensor.element_size()].view(tensor.dtype).view(tensor.shape)
         new.copy_(tensor.detach())
         param = nn.Parameter(new, requires_grad=False)  # one object where one was shared (a tied head)
-        for table, name in holders[key]:  # every module holding it now holds the copy, and the old one is freed
-            table[name] = param if isinstance(table[name], nn.Parameter) else new
+        for holder, name in holders[key]:  # every module holding it now holds the copy, and the old one is freed
+            holder[name] = param if isinstance(holder[name], nn.Parameter) else new
         del tensor
         release_free_memory()  # the old copy's heap pages too, before the next copy touches more of the arena
     return total + HUGE_PAGE
