@@ -71,7 +71,7 @@ def use_huge_pages(model: nn.Module) -> int:
         for table in (module._parameters, module._buffers):
             for name, held in table.items():
                 if held is not None and held.device.type == "cpu" and held.is_contiguous():
-                    key = _key(held)
+                    key = tensor_key(held)
                     unique.setdefault(key, held)
                     holders.setdefault(key, []).append((table, name))
     offsets, total = {}, 0
@@ -98,7 +98,8 @@ def use_huge_pages(model: nn.Module) -> int:
     return total + HUGE_PAGE
 
 
-def _key(t: torch.Tensor) -> tuple:
+def tensor_key(t: torch.Tensor) -> tuple[int, torch.dtype, tuple[int, ...]]:
+    """What makes two tensor objects the same tensor here: address, dtype and shape (a tied head's view)."""
     return t.data_ptr(), t.dtype, tuple(t.shape)
 @functools.cache
 def _libc() -> ctypes.CDLL:

@@ -98,10 +98,12 @@ def _quantize_linear(linear: nn.Module, method: str, group_size: int) -> nn.Modu
 def quantized_bytes(model: nn.Module) -> int:
     """Bytes of all parameters and buffers of ``model``, a tensor shared between modules counted once (the
     tensors' own bytes: several may share one storage, the huge-page arena of :mod:`loom.runtime.host_memory`)."""
+    from loom.runtime.host_memory import tensor_key
+
     seen: set[tuple[int, torch.dtype, tuple[int, ...]]] = set()
     total = 0
     for t in list(model.parameters()) + list(model.buffers()):
-        key = (t.data_ptr(), t.dtype, tuple(t.shape))
+        key = tensor_key(t)
         if key not in seen:
             seen.add(key)
             total += t.numel() * t.element_size()
