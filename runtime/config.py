@@ -64,7 +64,8 @@ class EngineConfig:
             ``quantization_group_size`` input channels per group): weight-only
             quantization of every linear layer, the LM head and the embedding
             (``loom.runtime.quantization``); activations and the KV cache stay
-            in ``dtype``.  vLLM's ``--quantization``.  CPU only, one rank.
+            in ``dtype``.  vLLM's ``--quantization``.  One rank; on CUDA int4 needs
+            sm80 or newer (PyTorch's tinygemm) and int8 Triton.
             ``"auto"`` takes the registered model's format (``loom model list``)
             when ``model`` is a registered name, the device is the CPU, dtype
             float32 and one rank; anything else (a folder, a hub id) loads as
@@ -148,8 +149,6 @@ class EngineConfig:
                                  f"got {self.quantization_group_size!r}")
             if self.tensor_parallel_size > 1:
                 raise ValueError("quantization: not supported with tensor_parallel_size > 1")
-            if self.device.startswith("cuda"):
-                raise ValueError("quantization: int8/int4 kernels run on CPU only (device='cpu')")
         if self.speculative_config is not None:
             from loom.runtime.spec_decode.config import SpeculativeConfig
 

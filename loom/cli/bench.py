@@ -12,6 +12,7 @@ import typer
 
 from loom.evals.bench_sessions import sessions
 from loom.runtime.bench.cpu import cpu
+from loom.runtime.bench.cuda import cuda
 from loom.runtime.bench.decode import decode
 from loom.runtime.bench.overhead import overhead
 from loom.runtime.bench.spec import spec
@@ -24,5 +25,5 @@ bench_app = typer.Typer(
 )
 
 for _name, _fn in (("sessions", sessions), ("throughput", throughput), ("spec", spec), ("overhead", overhead),
-                   ("decode", decode), ("cpu", cpu)):
+                   ("decode", decode), ("cpu", cpu), ("cuda", cuda)):
     bench_app.command(_name)(_fn)

@@ -135,16 +135,18 @@ def load_model(
     """Build the model and fill its weights, in ``dtype`` on ``device``.
 
     With ``quantization`` (``"int8"`` or ``"int4"``) the linear layers, head and
-    embedding are quantized as the checkpoint is read, with no float copy
+    embedding are quantized on CPU as the checkpoint is read, with no float copy
     (``loom.runtime.quantization.stream``); the result is cached
     (``loom.runtime.quantization.cache``), so a later load reads
-    the quantized tensors without building the float model.
+    the quantized tensors without building the float model.  On CUDA the
+    quantized layers then move to the GPU kernels' layouts
+    (``loom.runtime.quantization.cuda``).
 
     Raises:
         FileNotFoundError: no ``*.safetensors`` in ``path`` (and not dummy).
         ValueError: a tensor whose name or shape the model does not expect.
     """
-    def build_float() -> LlamaForCausalLM:
+    def build_float(on: torch.device) -> LlamaForCausalLM:
         with torch.device("meta"):  # no random init of weights the checkpoint (or the dummy init) fills
             model = LlamaForCausalLM(hf_config, max_positions)
         model = model.to_empty(device="cpu")
@@ -153,23 +155,28 @@ def load_model(
             _init_dummy(model, hf_config, seed)
         else:
             _load_tensors(model, hf_config, path)
-        return model.to(device=device, dtype=dtype)
+        return model.to(device=on, dtype=dtype)
 
     if quantization is None:
-        model = build_float()
-    elif load_format == "dummy":
-        from loom.runtime.quantization import quantize_model
+        model = build_float(device)
+    else:  # quantized on CPU (the grid the quality figures were measured on), then in the device's layouts
+        if load_format == "dummy":
+            from loom.runtime.quantization import quantize_model
 
-        model = quantize_model(build_float(), quantization, group_size)
-    else:
-        from loom.runtime.quantization.cache import load_quantized
+            model = quantize_model(build_float(torch.device("cpu")), quantization, group_size)
+        else:
+            from loom.runtime.quantization.cache import load_quantized
 
-        model = load_quantized(path, hf_config, method=quantization, group_size=group_size, dtype=dtype,
-                               max_positions=max_positions)
-    if quantization is not None:
-        from loom.runtime.quantization import use_cpu_kernel_layouts
+            model = load_quantized(path, hf_config, method=quantization, group_size=group_size, dtype=dtype,
+                                   max_positions=max_positions)
+        if device.type == "cuda":
+            from loom.runtime.quantization.cuda import use_cuda_layouts
 
-        use_cpu_kernel_layouts(model)
+            use_cuda_layouts(model, device)
+        else:
+            from loom.runtime.quantization import use_cpu_kernel_layouts
+
+            use_cpu_kernel_layouts(model)
     model.model.decoder_layers[0].self_attn.rope.move_to(device)  # tables stay float32
     if device.type == "cpu":
         from loom.runtime.host_memory import use_huge_pages

@@ -43,13 +43,14 @@ def quantize_model(model: LlamaForCausalLM, method: str, group_size: int = 32) -
 
     Raises:
         ValueError: an unknown ``method`` or ``group_size``, a layer whose input
-            size is not divisible by ``group_size``, or a model not on CPU (the
-            kernels used here are PyTorch's CPU ones).
+            size is not divisible by ``group_size``, or a model not on CPU (the grid
+            is computed and packed on CPU; :func:`loom.runtime.quantization.cuda.use_cuda_layouts`
+            then moves it to a GPU).
     """
     if method not in QUANTIZATION_METHODS:
         raise ValueError(f"quantization: must be one of {QUANTIZATION_METHODS}, got {method!r}")
     if model.lm_head.weight.device.type != "cpu":
-        raise ValueError("quantization: int8/int4 weight-only kernels run on CPU only in this build")
+        raise ValueError("quantization: quantize the model on CPU, then move it (use_cuda_layouts)")
     with torch.no_grad():
         for parent, name in projections(model):
             setattr(parent, name, _quantize_linear(getattr(parent, name), method, group_size))

@@ -21,6 +21,9 @@ VNNI), :meth:`Int4Linear.use_tiles` moves a layer to that kernel's tile layout
 the same grid, in 16-row tiles whose bytes the kernel reads with integer dot products
 of Q8_0-rounded activations, for decode rows and prefill chunks alike.  The quantized cache keeps PyTorch's layout (it is what a
 build without the kernel reads); the loader converts (:func:`loom.runtime.quantization.use_cpu_kernel_layouts`).
+
+On a CUDA device :meth:`Int4Linear.use_tinygemm` moves a layer to PyTorch's CUDA tinygemm kernel and its
+packed layout (:mod:`loom.runtime.quantization.cuda`), again the same grid.
 """
 
 from __future__ import annotations
@@ -159,7 +162,8 @@ class Int4Linear(nn.Module):
     ``scales_and_zeros [K / group_size, N, 2]`` bfloat16; ``bias [N]`` float32
     or ``None``.  After :meth:`use_tiles` the codes, scales and zeros are held as
     ``tiles`` / ``tile_scales_zeros`` (:func:`to_tiles`) instead, and ``packed`` /
-    ``scales_and_zeros`` are empty.
+    ``scales_and_zeros`` are empty; after :meth:`use_tinygemm` ``packed`` is tinygemm's CUDA layout and
+    ``scales_and_zeros`` sits on the same device.
     """
 
     packed: torch.Tensor
@@ -179,6 +183,7 @@ class Int4Linear(nn.Module):
         self.register_buffer("tiles", None)
         self.register_buffer("tile_scales_zeros", None)
         self._tile_kernel: Callable[..., torch.Tensor] | None = None  # set by use_tiles
+        self.tinygemm = False  # set by use_tinygemm: packed is tinygemm's CUDA layout
         self.gemm_min_rows = GEMM_MIN_ROWS if self.out_features % _PACK_ROWS == 0 and packed_layout_is_known() \
             else None  # rows from which forward() unpacks to bfloat16 and calls the GEMM; None: never
 
@@ -226,10 +231,39 @@ class Int4Linear(nn.Module):
         self.scales_and_zeros = torch.empty(0, dtype=ACT_DTYPE)
         return True
 
+    def use_tinygemm(self, device: torch.device) -> None:
+        """Move this layer to CUDA ``device`` in tinygemm's layout (:mod:`loom.runtime.quantization.cuda`): the same
+        codes, scales and zero points.  Every row count then takes tinygemm.
+
+        Raises:
+            ValueError / RuntimeError: as :func:`~loom.runtime.quantization.cuda.tinygemm_pack`.
+        """
+        from loom.runtime.quantization.cuda import tinygemm_pack
+
+        if self.tinygemm:
+            return
+        n, k = self.out_features, self.in_features
+        if self.tiles is not None and self.tile_scales_zeros is not None:
+            codes, scales_and_zeros = from_tiles(self.tiles, self.tile_scales_zeros)
+        elif n % _PACK_ROWS == 0 and packed_layout_is_known():
+            codes, scales_and_zeros = unpack_codes(self.packed, n, k), self.scales_and_zeros
+        else:
+            raise RuntimeError("int4: this PyTorch build's packed CPU layout cannot be unpacked")
+        self.packed = tinygemm_pack(codes, device)
+        self.scales_and_zeros = scales_and_zeros.contiguous().to(device)
+        self.tiles = self.tile_scales_zeros = None
+        self._tile_kernel, self.gemm_min_rows, self.tinygemm = None, None, True
+        if self.bias is not None:
+            self.bias = self.bias.to(device)
+
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """``x [T, K]`` bfloat16 -> ``x W^T`` ``[T, N]`` bfloat16, without the bias: Loom's int4 kernel for every
         row count after :meth:`use_tiles`; else PyTorch's, and from ``gemm_min_rows`` rows the bfloat16 GEMM of
         the unpacked weight."""
+        if self.tinygemm:
+            from loom.runtime.quantization.cuda import tinygemm_matmul
+
+            return tinygemm_matmul(x, self.packed, self.group_size, self.scales_and_zeros)
         if self.gemm_min_rows is not None and x.shape[0] >= self.gemm_min_rows:
             return torch.nn.functional.linear(x, self.dequantize(ACT_DTYPE))
         if self.tiles is not None:
@@ -246,11 +280,16 @@ class Int4Linear(nn.Module):
         """The weight ``[N, K]`` this layer multiplies by, in ``dtype``: ``(q - 8) * scale + zero`` per group,
         computed in ``dtype``: in float32 it is exactly the grid the kernel computes on; the prefill GEMM asks for
         bfloat16 (one more rounding, 1.4x faster to unpack: SmolLM2's 1,000-token prefill 1.43 s against 1.56 s).
+        In tinygemm's layout, the bfloat16 weight tinygemm computes with.
 
         Raises:
             RuntimeError: the packed layout is not the one :func:`unpack_codes` reads.
         """
         n, k, g = self.out_features, self.in_features, self.group_size
+        if self.tinygemm:
+            from loom.runtime.quantization.cuda import tinygemm_dequantize
+
+            return tinygemm_dequantize(self.packed, k, g, self.scales_and_zeros).to(dtype)
         if self.tiles is not None and self.tile_scales_zeros is not None:
             raw, scales_and_zeros = from_tiles(self.tiles, self.tile_scales_zeros)
         elif self.out_features % _PACK_ROWS or not packed_layout_is_known():

@@ -12,6 +12,9 @@ Without a build, PyTorch's ``torch.ops.aten._weight_int8pack_mm(x [M, K], q [N, 
 without).  From :data:`GEMM_MIN_ROWS` rows on (prefill chunks) the layer dequantizes its weight to bfloat16 and calls the bfloat16 GEMM, which on a 2-core
 AVX-512 CPU was 2.5x faster than PyTorch's kernel and 1.8x faster than float32 at 512 rows (SmolLM2's
 shapes; 1.4x / 1.2x at 64, and slower than the kernel at 16).
+
+On a CUDA device every row count takes Loom's Triton kernel instead (:mod:`loom.runtime.kernels.cuda_int8_linear`:
+bfloat16 products on the tensor cores, the weight read once), prefill chunks included.
 """
 
 from __future__ import annotations
@@ -30,6 +33,13 @@ def _decode_kernel() -> Callable[..., torch.Tensor] | None:
     from loom.runtime.kernels import cpu_int8_linear
 
     return cpu_int8_linear()
+
+
+@functools.cache
+def _cuda_decode_kernel() -> Callable[..., torch.Tensor] | None:
+    from loom.runtime.kernels.cuda_int8_linear import cuda_int8_linear
+
+    return cuda_int8_linear()
 
 
 def quantize_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,14 +85,18 @@ class Int8Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         decode = self._decode(x.shape[0])
-        y = decode(x.float().contiguous(), self.qweight, self.scales).to(x.dtype) if decode is not None \
-            else self.matmul(x.to(ACT_DTYPE)).to(x.dtype)
+        if decode is None:
+            y = self.matmul(x.to(ACT_DTYPE)).to(x.dtype)
+        else:  # the CPU kernel takes float32 rows, the CUDA one float32 or bfloat16
+            y = decode(x.contiguous() if x.is_cuda else x.float().contiguous(), self.qweight, self.scales).to(x.dtype)
         return y if self.bias is None else y + self.bias.to(x.dtype)
 
-    @staticmethod
-    def _decode(rows: int) -> Callable[..., torch.Tensor] | None:
-        """Loom's decode kernel when it takes these rows: fewer than :data:`GEMM_MIN_ROWS`, and a build (the
-        same choice for every decode batch size, so a row's result never depends on its batch)."""
+    def _decode(self, rows: int) -> Callable[..., torch.Tensor] | None:
+        """Loom's kernel for this layer's device when it takes these rows: on CPU fewer than :data:`GEMM_MIN_ROWS`
+        and a build (the same choice for every decode batch size, so a row's result never depends on its batch);
+        on CUDA every row count, where Triton imports."""
+        if self.qweight.is_cuda:
+            return _cuda_decode_kernel()  # every row count: faster than dequantizing for cuBLAS (its docstring)
         return _decode_kernel() if rows < GEMM_MIN_ROWS else None
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:

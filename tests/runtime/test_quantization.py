@@ -183,7 +183,7 @@ def _recording_init(init, built):
     ("smollm2-135m-instruct", "cpu", torch.float32, "int4"),
     ("qwen2.5-coder-0.5b-instruct", "cpu", torch.float32, "int8"),
     ("/some/checkpoint/folder", "cpu", torch.float32, None),   # a folder loads as is: the float reference
-    ("smollm2-135m-instruct", "cuda", torch.float32, None),    # no CUDA kernels are wired
+    ("smollm2-135m-instruct", "cuda", torch.float32, None),    # a GPU user asks for int8/int4 by name
     ("smollm2-135m-instruct", "cpu", torch.bfloat16, None),
 ])
 def test_auto_quantization_is_the_registered_models_own_format_on_cpu_only(model, device, dtype, expected):
