@@ -7,6 +7,12 @@ here.
 Items are written to the session as soon as they exist (this turn's inputs
 before the first call, each reply together with its tool results), so an
 interrupted turn loses nothing and never leaves a tool call without results.
+
+A call the model already made in this turn with the same arguments (and which
+succeeded) is not run again: it gets the earlier result with a note to answer,
+and the next reply is read as the answer (its call-like markup is text), so a
+model that asks the same thing after seeing the result still ends the turn with
+an answer instead of running out of steps.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any, TypeVar
 
 from loom.runtime.errors import InvalidRequestError
 from loom.runtime.sampling_params import SamplingParams
+from loom.tools.base import canonical_json
 
 from loom.orchestrator import approval, compaction_hooks, memory_view
 from loom.orchestrator import condense as cond
@@ -46,6 +53,16 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+# What a repeated call gets after the earlier result: small models (Qwen2.5-Coder) asked the same call again
+# after its result instead of answering, until the turn ran out of steps with no answer.
+REPEATED_CALL_NOTE = ("(This call was already made in this turn with the same arguments; the result above is "
+                      "its result. Answer the user's question with it now, without calling a tool.)")
+
+
+def _call_key(call: ToolCallRecord) -> str:
+    return f"{call.name}\x00{canonical_json(call.arguments)}"
+
+
 class TurnRunner:
     """Runs one turn; ``result`` and ``ledgers`` fill in as it goes."""
 
@@ -58,6 +75,8 @@ class TurnRunner:
         self.ledgers: list[Ledger] = []
         self.budget_cut: dict[str, int] = {}  # tokens this turn's caps left out, per class (first call's ledger)
         self._pending: list[Item] = []
+        self._results: dict[str, ToolResultRecord] = {}  # this turn's successful calls, by name and arguments
+        self._repeated = False  # the last reply repeated a call it had the result of: the next one answers
 
     def _store(self, new: list[Item]) -> None:
         self.session.add_items(new)
@@ -148,7 +167,15 @@ class TurnRunner:
                                         "(parallel tool calls are off); call it again in your next reply.", True, step)
             if call.error is not None:
                 return ToolResultRecord(call.id, call.name, f"Error: malformed tool call: {call.error}", True, step)
-            return await self._call_tool(call)
+            earlier = self._results.get(_call_key(call))
+            if earlier is not None:  # not run twice (a tool may act): its result again, and a word to answer
+                self._repeated = True
+                return ToolResultRecord(call.id, call.name, f"{earlier.content}\n\n{REPEATED_CALL_NOTE}",
+                                        False, step)
+            result = await self._call_tool(call)
+            if not result.is_error:
+                self._results[_call_key(call)] = result
+            return result
 
         async for ev in self._run_calls(calls, one):
             yield ev
@@ -238,9 +265,11 @@ class TurnRunner:
             await compaction_hooks.before_call(self)
             ctx = a.builder.build(self.items, self.turn)
             forced = step == 1 and (self.choice == "required" or isinstance(self.choice, dict))
-            # no tools, no calls: a reply's call-like markup is its text (as a chat completion without tools)
-            outcome = StepOutcome(parser=StreamingParser(parse_tools=self.choice != "none" and bool(a.registry.names),
-                                                         fmt=a.format, tool_names=frozenset(a.registry.names)))
+            # no tools, no calls: a reply's call-like markup is its text (as a chat completion without tools);
+            # after a repeated call the model has every result it asked for, so its next reply is the answer
+            parse_tools = self.choice != "none" and bool(a.registry.names) and not self._repeated
+            outcome = StepOutcome(parser=StreamingParser(parse_tools=parse_tools, fmt=a.format,
+                                                         tool_names=frozenset(a.registry.names)))
             sp = self._sampling(forced, len(ctx.token_ids))
             t0 = time.perf_counter()
             async for ev in model_call(a.engine, ctx, sp, outcome, self.turn, step, a.prices,

@@ -93,10 +93,15 @@ class Tool(Protocol):
     def openai_schema(self) -> JSONObject: ...
 
 
-def canonicalize(value: JSON) -> JSON:
-    """Return ``value`` with every dict's keys sorted, recursively (lists keep order)."""
+def canonicalize(value: JSON, *, in_order: bool = False) -> JSON:
+    """Return ``value`` with every dict's keys sorted, recursively (lists keep order), except the names of a
+    JSON schema's ``properties``: they keep the order the tool's author wrote (a Python signature's order),
+    which is the order a forced call writes its arguments in and the order models expect them (sorted, a
+    model writes ``capacitance`` before ``inductance`` where the signature and the user say the opposite).
+    The same schema still gives the same bytes every call and every process."""
     if isinstance(value, dict):
-        return {k: canonicalize(value[k]) for k in sorted(value)}
+        keys = list(value) if in_order else sorted(value)
+        return {k: canonicalize(value[k], in_order=not in_order and k == "properties") for k in keys}
     if isinstance(value, (list, tuple)):
         return [canonicalize(v) for v in value]
     return value

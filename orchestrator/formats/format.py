@@ -183,7 +183,9 @@ class ToolCallFormat:
 
     def tools_block(self, tools: list[JSONObject]) -> str:
         """Loom's default description of ``tools`` for the system message (canonical JSON, in order)."""
-        lines = "\n".join(json.dumps(t, ensure_ascii=False, sort_keys=True) for t in tools)
+        from loom.tools.base import canonicalize
+
+        lines = "\n".join(json.dumps(canonicalize(t), ensure_ascii=False) for t in tools)
         return DEFAULT_TOOLS_PREAMBLE.format(tools=lines)
 
 

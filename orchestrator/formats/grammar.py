@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 FORCED_INT_BOUND = 10**9
 FORCED_STRING_MAX = 128
+FORCED_ARRAY_MAX = 16
 # A forced call of the agent gets at least this many output tokens: room for the markers, the name
 # and two string arguments at their bound (FORCED_STRING_MAX characters).
 FORCED_MIN_TOKENS = 320
@@ -46,9 +47,12 @@ COMPACT_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separ
 def bound_schema(schema: Any) -> Any:
     """Copy of a JSON schema whose unbounded scalars are made finite.
 
-    Integers and numbers without bounds get ``[-1e9, 1e9]``; strings without
+    Integers without bounds get ``[-1e9, 1e9]`` (numbers keep none: llguidance's
+    grammar of a bounded number has no exponent, and models write ``8.854e-12``
+    for small constants; bounded, Qwen2.5-Coder wrote ``8.854000000000001``); strings without
     ``maxLength`` / ``enum`` / ``const`` / ``pattern`` / ``format`` get
-    ``maxLength=128`` and, unless they set one, ``minLength=1``; an object with
+    ``maxLength=128`` and, unless they set one, ``minLength=1``; arrays without
+    ``maxItems`` get ``maxItems=16``; an object with
     ``properties`` and no ``additionalProperties`` gets ``additionalProperties:
     false`` (a tool without parameters takes ``{}`` only; a bare ``{"type":
     "object"}``, a free-form mapping, stays open).
@@ -59,7 +63,7 @@ def bound_schema(schema: Any) -> Any:
         return schema
     out = {k: bound_schema(v) for k, v in schema.items()}
     kind = out.get("type")
-    if kind in ("integer", "number"):
+    if kind == "integer":  # numbers stay open: llguidance's range grammar has no exponent (8.854e-12, 1e-09)
         if not any(k in out for k in ("minimum", "exclusiveMinimum", "enum", "const")):
             out["minimum"] = -FORCED_INT_BOUND
         if not any(k in out for k in ("maximum", "exclusiveMaximum", "enum", "const")):
@@ -67,6 +71,8 @@ def bound_schema(schema: Any) -> Any:
     if kind == "string" and not any(k in out for k in ("maxLength", "enum", "const", "pattern", "format")):
         out["maxLength"] = FORCED_STRING_MAX
         out.setdefault("minLength", 1)  # a forced call's empty string argument is never what was meant
+    if kind == "array" and not any(k in out for k in ("maxItems", "prefixItems")):
+        out["maxItems"] = FORCED_ARRAY_MAX  # SmolLM2 appended list items until its budget ended
     if "properties" in out and "additionalProperties" not in out:
         out["additionalProperties"] = False  # an undeclared argument never reaches a tool as meant
     return out

@@ -50,6 +50,41 @@ async def test_an_answer_that_copies_the_result_wrapper_states_the_result_withou
     assert all("</tool_response>" in p.stop for p in llm.params)  # every free step of a tool agent
 
 
+async def test_a_call_repeated_after_its_result_is_not_run_again_and_the_next_reply_is_the_answer(tokenizer) -> None:
+    """Scripted model: it asks the same call again after the result (as Qwen2.5-Coder does), then once more."""
+    runs = []
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        runs.append((a, b))
+        return a + b
+
+    repeat = call("add", '{"a": 2, "b": 40}')
+    llm = ScriptedLLM(tokenizer, [repeat, repeat, repeat])
+    agent = Agent(llm, tools=[add], system_prompt="Use tools.", max_steps=6)
+    result = await agent.arun("what is 2+40?")
+    assert runs == [(2, 40)]  # a tool may act: never twice for the same arguments in one turn
+    assert [r.content.splitlines()[0] for r in result.tool_results] == ["42", "42"]
+    assert "already made" in result.tool_results[1].content and not result.tool_results[1].is_error
+    # the third reply, made after the note, is the answer: its call markup is text, the turn ends
+    assert result.final_state == "done" and result.steps == 3 and result.answer == repeat
+
+
+async def test_the_same_tool_with_other_arguments_still_runs(tokenizer) -> None:
+    runs = []
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        runs.append((a, b))
+        return a + b
+
+    llm = ScriptedLLM(tokenizer, [call("add", '{"a": 2, "b": 40}'), call("add", '{"b": 40, "a": 3}'), "43"])
+    result = await Agent(llm, tools=[add], system_prompt="Use tools.").arun("2+40, then 3+40?")
+    assert runs == [(2, 40), (3, 40)] and result.answer == "43"
+
+
 async def test_parallel_tool_calls_run_concurrently(tokenizer) -> None:
     # Each call waits until all three have started: calls run one after another would
     # leave the first waiting alone until the barrier times out (an error result).
@@ -96,7 +131,9 @@ async def test_tool_errors_timeouts_and_bad_calls_become_results(tokenizer, tool
 
 
 async def test_max_steps_ends_a_runaway_loop(tokenizer, tool_set) -> None:
-    agent = Agent(ScriptedLLM(tokenizer, [call("add", '{"a": 1, "b": 1}')] * 10), tools=tool_set, max_steps=3)
+    # a new call every step (a repeated one would end the turn: see the test above)
+    agent = Agent(ScriptedLLM(tokenizer, [call("add", '{"a": %d, "b": 1}' % i) for i in range(10)]), tools=tool_set,
+                  max_steps=3)
     session = InMemorySession()
     result = await agent.arun("loop", session=session)
     assert result.final_state == "max_steps" and result.steps == 3 and len(result.tool_results) == 3

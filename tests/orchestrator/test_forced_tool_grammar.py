@@ -34,6 +34,14 @@ def test_forced_grammar_accepts_the_template_rendering_of_a_call(tokenizer) -> N
     assert not _accepts(tokenizer, grammar, '<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>')
 
 
+def test_a_forced_number_may_be_written_in_exponent_notation(tokenizer) -> None:
+    tools = [{"type": "function", "function": {"name": "f", "description": "", "parameters": {
+        "type": "object", "properties": {"x": {"type": "number"}}, "required": ["x"]}}}]
+    grammar = forced_call_grammar(detect_format(tokenizer), tools, bound=True)
+    for x in ("8.854e-12", "1e9", "-0.25", "2E+3"):
+        assert _accepts(tokenizer, grammar, '<tool_call>\n{"name": "f", "arguments": {"x": %s}}\n</tool_call>' % x)
+
+
 def test_named_choice_allows_only_that_tool(tokenizer) -> None:
     grammar = forced_call_grammar(detect_format(tokenizer), TOOLS, "echo", bound=True)
     assert _accepts(tokenizer, grammar, '<tool_call>\n{"name": "echo", "arguments": {"text": "hi"}}\n</tool_call>')
@@ -43,9 +51,12 @@ def test_named_choice_allows_only_that_tool(tokenizer) -> None:
 def test_unbounded_scalars_are_bounded_and_explicit_bounds_kept() -> None:
     s = bound_schema({"type": "object", "properties": {
         "n": {"type": "integer"}, "m": {"type": "integer", "maximum": 5}, "t": {"type": "string"},
-        "u": {"type": "string", "enum": ["x"]}}})
+        "u": {"type": "string", "enum": ["x"]}, "x": {"type": "number"}, "a": {"type": "array"},
+        "b": {"type": "array", "maxItems": 40}}})
     p = s["properties"]
     assert (p["n"]["minimum"], p["n"]["maximum"]) == (-10**9, 10**9)
+    assert p["x"] == {"type": "number"}  # a bounded number could not be written 8.854e-12
+    assert p["a"]["maxItems"] == 16 and p["b"]["maxItems"] == 40
     assert p["m"]["maximum"] == 5 and p["m"]["minimum"] == -10**9
     assert p["t"]["maxLength"] == 128 and p["t"]["minLength"] == 1 and "maxLength" not in p["u"]
 

@@ -240,14 +240,16 @@ def test_var_args_are_refused():
         tool(f)
 
 
-def test_openai_schema_has_canonical_key_order():
-    def b_tool(z: int, a: str) -> None:
+def test_openai_schema_sorts_its_keys_but_keeps_the_arguments_in_signature_order():
+    # a forced call writes its arguments in the schema's order, and models expect the signature's
+    def b_tool(z: int, a: str, properties: dict[str, int]) -> None:
         """B."""
 
     schema = tool(b_tool).openai_schema()
     assert json.dumps(schema) == (
         '{"function": {"description": "B.", "name": "b_tool", "parameters": '
-        '{"additionalProperties": false, "properties": {"a": {"type": "string"}, '
-        '"z": {"type": "integer"}}, "required": ["z", "a"], "type": "object"}}, '
+        '{"additionalProperties": false, "properties": {"z": {"type": "integer"}, '
+        '"a": {"type": "string"}, "properties": {"additionalProperties": {"type": "integer"}, "type": "object"}}, '
+        '"required": ["z", "a", "properties"], "type": "object"}}, '
         '"type": "function"}'
     )
