@@ -4,7 +4,10 @@ A turn (a posted message, or decisions that resume a paused turn) goes through:
 
 1. **claim**: the session's turn lease (:class:`~loom.api.turn_lease.TurnLeaseKeeper`),
    so one turn at a time runs per session in any worker (409 ``session_busy``);
-2. **start**: the agent is built from the session's stored configuration
+2. **start**: a message sent with an ``Idempotency-Key`` whose turn already ended gets that turn back
+   (``Idempotent-Replayed: true``), not a second turn (a client's retry, or the ingress resending to
+   another replica after the first died having answered); otherwise
+   the agent is built from the session's stored configuration
    (:func:`loom.api.turns.build_agent`) and the turn row is committed before the model runs;
 3. **respond**: the agent's events are consumed whole (a :class:`TurnOut`) or streamed as
    server-sent events; the first :class:`~loom.orchestrator.events.DoneEvent` records the
@@ -28,6 +31,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 import anyio
 from fastapi import Request
+from fastapi.responses import JSONResponse
 from sse_starlette.sse import EventSourceResponse
 from starlette.background import BackgroundTask
 
@@ -37,12 +41,12 @@ from loom.api.errors import SessionBusyError, error_body, loom_error_body
 from loom.api.prompt_limits import check_text_chars
 from loom.api.schemas.sessions import ApprovalCreate, MessageCreate, SessionCreate, TurnOut
 from loom.api.services import Services
-from loom.api.store import ChatSession, Turn
+from loom.api.store import IDEMPOTENCY_KEY_MAX, ChatSession, Turn
 from loom.api.turn_lease import TurnLeaseKeeper
 from loom.orchestrator.approval import check_decisions, pending_approval
 from loom.orchestrator.events import AgentEvent, ContentDelta, DoneEvent, RunResult
 from loom.orchestrator.items import JSON
-from loom.runtime.errors import ContextLengthError, LoomError, NotFoundError
+from loom.runtime.errors import ContextLengthError, InvalidRequestError, LoomError, NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -69,19 +73,24 @@ async def claim_lease(services: Services, session_id: str, owner: str) -> TurnLe
 
 
 async def post_message_turn(services: Services, owner: str, session_id: str, body: MessageCreate,
-                            request: Request) -> TurnOut | EventSourceResponse:
+                            request: Request) -> TurnOut | JSONResponse | EventSourceResponse:
     """Run one agent turn for a posted message (the message is stored before the model runs).
 
     Raises:
         NotFoundError: no such session of the caller's.
+        InvalidRequestError: a malformed ``Idempotency-Key`` (:func:`idempotency_key`).
         SessionBusyError: another turn runs on the session, or its last turn waits for decisions.
         LoomError: the agent cannot be built or its first step fails (before anything streams).
     """
     row = own_session(services, session_id, owner)
+    key = idempotency_key(request)
     cfg = SessionCreate.model_validate(row.config)
     await check_message_fits(services, body.content, cfg.sampling.max_tokens)
     run = _TurnRun(services, session_id, await claim_lease(services, session_id, owner))
     try:
+        earlier = services.require_store().settled_turn(session_id, key) if key is not None else None
+        if earlier is not None:  # a resend of a message whose turn already ended: that turn, not a second one
+            return _replay(services, earlier, body.stream)
         agent = T.build_agent(services, owner, cfg)
         history = T.agent_session(services, session_id)
         waiting = pending_approval(history.get_items())
@@ -90,12 +99,45 @@ async def post_message_turn(services: Services, owner: str, session_id: str, bod
                                    f"{[c['id'] for c in waiting['calls']]}; POST /v1/sessions/{session_id}/approvals "
                                    "first.", param="session_id")
         choice = T.tool_choice_arg(body.tool_choice) if body.tool_choice is not None else None
-        run.turn_id = services.require_store().start_turn(session_id, body.content).id
+        run.turn_id = services.require_store().start_turn(session_id, body.content, key).id
         run.events = T.agent_events(agent, body.content, history, choice)
         return await _respond(run, request, body.stream)
     finally:
         if not run.handed_off:
             await run.close()
+
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+def idempotency_key(request: Request) -> str | None:
+    """The request's ``Idempotency-Key`` header (Stripe's and the IETF draft's name), or ``None``.
+
+    Raises:
+        InvalidRequestError: a key longer than :data:`~loom.api.store.IDEMPOTENCY_KEY_MAX` characters or empty.
+    """
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is None:
+        return None
+    if not 0 < len(key) <= IDEMPOTENCY_KEY_MAX:
+        raise InvalidRequestError(f"{IDEMPOTENCY_HEADER}: must be 1 to {IDEMPOTENCY_KEY_MAX} characters",
+                                  param=IDEMPOTENCY_HEADER)
+    return key
+
+
+def _replay(services: Services, turn: Turn, stream: bool) -> JSONResponse | EventSourceResponse:
+    """The stored outcome of an earlier turn with the same key, marked ``Idempotent-Replayed: true``: as JSON, or as
+    a stream of only its final ``turn`` event and ``[DONE]`` (its deltas were the first response's)."""
+    out = turn_out(services, turn).model_dump(mode="json")
+    headers = {"Idempotent-Replayed": "true"}
+    if not stream:
+        return JSONResponse(out, headers=headers)
+
+    async def events() -> AsyncIterator[dict[str, str]]:
+        yield {"data": json.dumps({"type": "turn", "turn": out})}
+        yield {"data": "[DONE]"}
+
+    return EventSourceResponse(events(), headers=headers)
 
 
 async def check_message_fits(services: Services, content: str, max_tokens: int) -> None:

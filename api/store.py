@@ -87,6 +87,11 @@ class ChatSession(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(default=_now)
 
 
+IDEMPOTENCY_KEY_MAX = 200  # characters
+# The states of a turn that ended with an outcome to give back (running and interrupted turns have none).
+SETTLED_STATES = ("done", "max_steps", "error", "awaiting_approval")
+
+
 class Turn(Base):
     """One user message and the agent's answer, with its state and token ledger."""
 
@@ -107,6 +112,8 @@ class Turn(Base):
     error: Mapped[str | None] = mapped_column(Text, default=None)
     # why the turn's last model call ended: stop | length (cut at max_tokens) | abort
     finish_reason: Mapped[str | None] = mapped_column(String(16), default=None)
+    # the client's (or the ingress's) Idempotency-Key of the POST that started it: a resend replays the turn
+    idempotency_key: Mapped[str | None] = mapped_column(String(IDEMPOTENCY_KEY_MAX), default=None, index=True)
     created_at: Mapped[dt.datetime] = mapped_column(default=_now)
     finished_at: Mapped[dt.datetime | None] = mapped_column(default=None)
 
@@ -280,7 +287,7 @@ class Store:
                                               TurnLease.holder == holder))
 
     # turns ----------------------------------------------------------------------
-    def start_turn(self, session_id: str, user_message: str) -> Turn:
+    def start_turn(self, session_id: str, user_message: str, idempotency_key: str | None = None) -> Turn:
         """Commit the user's message as a ``running`` turn before the model runs.
 
         Call it holding the session's lease: a turn still ``running`` then belongs
@@ -293,12 +300,19 @@ class Store:
             s.execute(update(Turn).where(Turn.session_id == session_id, Turn.state == "running")
                       .values(state="interrupted", error=_ORPHANED, finished_at=_now()))
             count = len(list(s.scalars(select(Turn.id).where(Turn.session_id == session_id))))
-            turn = Turn(session_id=session_id, index=count, user_message=user_message)
+            turn = Turn(session_id=session_id, index=count, user_message=user_message, idempotency_key=idempotency_key)
             s.add(turn)
             s.execute(
                 update(ChatSession).where(ChatSession.id == session_id).values(updated_at=_now())
             )
         return turn
+
+    def settled_turn(self, session_id: str, idempotency_key: str) -> Turn | None:
+        """The session's latest turn started with ``idempotency_key`` that ended with an outcome
+        (:data:`SETTLED_STATES`), or ``None``: a resend of its POST gets this turn back instead of a new one."""
+        with self.tx() as s:
+            return s.scalars(select(Turn).where(Turn.session_id == session_id, Turn.idempotency_key == idempotency_key,
+                                                Turn.state.in_(SETTLED_STATES)).order_by(Turn.id.desc()).limit(1)).first()
 
     def finish_turn(self, turn_id: int, **fields: object) -> None:
         """Record a turn's outcome (``state``, ``answer``, ``ledger``, ...)."""

@@ -13,7 +13,9 @@ server-sent events through as they come.  Routing inputs come from the request i
 
 Failure: a replica that refuses the connection, or drops it before answering, is marked down and
 the request goes to another (the session's history is in the shared database; only the cache is
-lost).  A stream that breaks after its first bytes cannot be replayed and just ends.  When no
+lost).  A session message goes out with an ``Idempotency-Key`` (the client's, else one the ingress
+makes), so when the first replica died after its turn ended the resend gets that turn back
+(``loom.api.session_turn``) instead of running the message a second time.  A stream that breaks after its first bytes cannot be replayed and just ends.  When no
 replica is left the answer is an OpenAI-style 503.
 
 ``GET /metrics`` is the ingress's own: every replica's series with a ``replica`` label, the same
@@ -28,6 +30,7 @@ import asyncio
 import json
 import logging
 import re
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +46,7 @@ from loom.api.cluster.router import CacheAwareRouter, NoReplicaError, Route
 log = logging.getLogger(__name__)
 
 _SESSION_PATH = re.compile(r"^/v1/sessions/([^/]+)")
+_MESSAGES_PATH = re.compile(r"^/v1/sessions/[^/]+/messages/?$")
 _KEYED_PATHS = ("/v1/chat/completions", "/v1/completions")
 _HOP_HEADERS = {"host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "upgrade",
                 "proxy-connection", "content-encoding"}
@@ -205,6 +209,8 @@ class Ingress:
             return too_large(self.max_body_bytes)
         inputs = routing_inputs(request.method, path, body)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP_HEADERS}
+        if request.method == "POST" and _MESSAGES_PATH.match(path) and "idempotency-key" not in {k.lower() for k in headers}:
+            headers["Idempotency-Key"] = uuid.uuid4().hex  # a resend below must not run the turn twice
         for _ in range(len(self.urls) + 1):
             try:
                 route = self.router.route(inputs.session_id, inputs.key, inputs.new_session)

@@ -7,6 +7,7 @@ unknown id, so ids cannot be probed.
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import JSONResponse
 from sse_starlette.sse import EventSourceResponse
 
 from loom.api import turns as T
@@ -101,11 +102,14 @@ async def delete_session(session_id: str, request: Request, owner: str = Depends
 @router.post("/{session_id}/messages", response_model=TurnOut, responses=_TURN_DOC,
              summary="Send a message (runs one agent turn)")
 async def post_message(session_id: str, body: MessageCreate, request: Request,
-                       owner: str = Depends(require_owner)) -> TurnOut | EventSourceResponse:
+                       owner: str = Depends(require_owner)) -> TurnOut | JSONResponse | EventSourceResponse:
     """Run one agent turn; the user's message is stored before the model runs.
 
     One turn at a time per session: a message sent while another turn on the
     same session runs (in any worker) is refused with 409 ``session_busy``.
+    With an ``Idempotency-Key`` header, a message whose turn with that key
+    already ended gets that turn back (header ``Idempotent-Replayed: true``)
+    instead of running a second one.
     """
     return await post_message_turn(_services(request), owner, session_id, body, request)
 
