@@ -224,6 +224,9 @@ class StreamingParser:
             return  # a copied result wrapper: the tag goes, what it wraps stays content
         elif self.state == "tool_call":  # the format's close marker
             assert self._block is not None
+            if _inside_json_string(self._block.buf):  # written inside an argument's string: it is that text
+                self._stream_block(marker, events)
+                return
             self._finish_block(parse_block(self._block.index, self._block.buf, self.fmt), events)
         elif marker == THINK_OPEN and self.fmt.reasoning:
             self.state = "reasoning"
@@ -314,6 +317,21 @@ class StreamingParser:
             events.append(ParserEvent("tool_call_delta", index=block.index,
                                       arguments_delta=candidate[block.args_sent:]))
             block.args_sent = len(candidate)
+
+
+def _inside_json_string(text: str) -> bool:
+    """Whether ``text``, the start of a JSON document, ends inside a string (an odd number of unescaped quotes).
+    A close marker there is string content: SmolLM2's ``</tool_call>`` is plain text, so a forced call's string
+    argument may contain it, and ending the call there cut the JSON short (BFCL ``parallel_24``)."""
+    inside = escaped = False
+    for ch in text:
+        if escaped:
+            escaped = False
+        elif ch == "\\" and inside:
+            escaped = True
+        elif ch == '"':
+            inside = not inside
+    return inside
 
 
 def _partial_marker_len(text: str, markers: tuple[str, ...]) -> int:

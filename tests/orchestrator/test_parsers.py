@@ -156,3 +156,15 @@ def test_with_tool_parsing_off_a_tool_result_tag_is_plain_content() -> None:
     parser = StreamingParser(parse_tools=False)
     _feed_all(parser, ["<tool_response>\n144"])
     assert parser.content == "<tool_response>\n144"
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1000])
+def test_a_close_marker_inside_a_string_argument_is_that_string_not_the_end_of_the_call(chunk: int) -> None:
+    # SmolLM2's </tool_call> is plain text, so a (forced) string argument can contain it (BFCL parallel_24)
+    reply = ('<tool_call>\n{"name": "slow_echo", "arguments": {"text": "a \\"q\\" }}</tool_call> b"}}\n</tool_call>'
+             'after')
+    parser = StreamingParser()
+    _feed_all(parser, [reply[i:i + chunk] for i in range(0, len(reply), chunk)])
+    assert [(c.name, c.arguments, c.error) for c in parser.calls] == [
+        ("slow_echo", {"text": 'a "q" }}</tool_call> b'}, None)]
+    assert parser.content == "after"
