@@ -62,13 +62,25 @@ def loom_side(model: str, quantization: str, threads: int, prompt_len: int, deco
     """Loom's figures for one quantization (``"none"`` = float32)."""
     import torch
 
-    from loom.runtime import LLM, SamplingParams
+    from loom.runtime import LLM
     from loom.runtime.model_runner import ModelRunner
     from loom.runtime.quantization import quantized_bytes
 
     torch.set_num_threads(threads)
     llm = LLM(model, quantization=quantization, max_model_len=max(2048, prompt_len + decode_tokens + 64),
               max_num_seqs=max(batches + [1]), enable_prefix_caching=False)
+    figures = measure_llm(llm, prompt_len, decode_tokens, batches, seed)
+    runner = llm.engine.runner
+    weights = quantized_bytes(runner.model) if isinstance(runner, ModelRunner) else 0
+    return {**figures, "weight_bytes": weights}
+
+
+def measure_llm(llm: Any, prompt_len: int, decode_tokens: int, batches: list[int], seed: int) -> JSONObject:
+    """One ``LLM``'s figures, after one warm-up request: ``decode`` (tok/s of one greedy request of
+    ``decode_tokens`` after a 32-token prompt), ``ttft_ms`` of a ``prompt_len`` prompt, ``aggregate`` tok/s per
+    batch size (``batches`` requests at once), and ``tokens`` (the batch-1 request's output ids)."""
+    from loom.runtime import SamplingParams
+
     vocab = llm.engine.vocab_size
     params = SamplingParams(max_tokens=decode_tokens, temperature=0.0, ignore_eos=True)
     llm.generate(prompt_token_ids=[_ids(vocab, 32, seed - 1)], sampling_params=params, use_tqdm=False)  # warm-up
@@ -85,9 +97,7 @@ def loom_side(model: str, quantization: str, threads: int, prompt_len: int, deco
         outs = llm.generate(prompt_token_ids=[_ids(vocab, 32, seed + 10 + i) for i in range(b)],
                             sampling_params=params, use_tqdm=False)
         aggregate[str(b)] = sum(len(o.token_ids) for o in outs) / (time.perf_counter() - start)
-    runner = llm.engine.runner
-    weights = quantized_bytes(runner.model) if isinstance(runner, ModelRunner) else 0
-    return {"decode": decode, "ttft_ms": ttft, "aggregate": aggregate, "weight_bytes": weights}
+    return {"decode": decode, "ttft_ms": ttft, "aggregate": aggregate, "tokens": out.token_ids}
 
 
 def hf_side(model: str, threads: int, prompt_len: int, decode_tokens: int, batches: list[int],

@@ -19,7 +19,6 @@ hundred kernel launches, not its weight bytes, bound it, which these figures sho
 
 from __future__ import annotations
 
-import random
 import statistics
 import time
 from typing import Any
@@ -27,13 +26,9 @@ from typing import Any
 import typer
 
 from loom.json_types import JSONObject
+from loom.runtime.bench.cpu import measure_llm
 
 SIDES = ("bf16", "int8", "int4")
-
-
-def _ids(vocab: int, n: int, seed: int) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(100, vocab - 100) for _ in range(n)]
 
 
 def layer_shapes(hf_config: Any) -> list[tuple[str, int, int]]:
@@ -67,7 +62,7 @@ def kernel_rows(hf_config: Any, rows: tuple[int, ...], reps: int) -> list[JSONOb
     import torch
 
     from loom.runtime.quantization import Int4Linear, Int8Linear
-    from loom.runtime.quantization.cuda import use_cuda_layouts
+    from loom.runtime.quantization import use_cuda_layouts
 
     device = torch.device("cuda")
     out: list[JSONObject] = []
@@ -99,28 +94,6 @@ def kernel_rows(hf_config: Any, rows: tuple[int, ...], reps: int) -> list[JSONOb
         del int8, int4, wb
         torch.cuda.empty_cache()
     return out
-
-
-def engine_side(llm: Any, prompt_len: int, decode_tokens: int, batches: list[int], seed: int) -> JSONObject:
-    """One round of one side's figures."""
-    from loom.runtime import SamplingParams
-
-    vocab = llm.engine.vocab_size
-    params = SamplingParams(max_tokens=decode_tokens, temperature=0.0, ignore_eos=True)
-    out = llm.generate(prompt_token_ids=[_ids(vocab, 32, seed)], sampling_params=params, use_tqdm=False)[0]
-    times = out.token_times
-    decode = (len(times) - 1) / (times[-1] - times[0])
-    long = llm.generate(prompt_token_ids=[_ids(vocab, prompt_len, seed + 1)], use_tqdm=False,
-                        sampling_params=SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True))[0]
-    assert long.first_token_time is not None
-    aggregate = {}
-    for b in batches:
-        start = time.perf_counter()
-        outs = llm.generate(prompt_token_ids=[_ids(vocab, 32, seed + 10 + i) for i in range(b)],
-                            sampling_params=params, use_tqdm=False)
-        aggregate[str(b)] = sum(len(o.token_ids) for o in outs) / (time.perf_counter() - start)
-    return {"decode": decode, "ttft_ms": (long.first_token_time - long.arrival_time) * 1000, "aggregate": aggregate,
-            "tokens": out.token_ids}
 
 
 def cuda(
@@ -177,11 +150,10 @@ def cuda(
         runner = llms[side].engine.runner
         weights = quantized_bytes(runner.model) if isinstance(runner, ModelRunner) else 0
         console.print(f"[dim]{side}: loaded in {time.perf_counter() - start:.1f} s, weights {weights / 2**20:.0f} MiB[/dim]")
-        engine_side(llms[side], 64, 8, [], seed - 1)  # warm-up
     runs: dict[str, list[JSONObject]] = {}
     for r in range(rounds):
         for side, llm in llms.items():
-            res = engine_side(llm, prompt_len, decode_tokens, batch_list, seed)
+            res = measure_llm(llm, prompt_len, decode_tokens, batch_list, seed)
             runs.setdefault(side, []).append(res)
             console.print(f"[dim]round {r + 1}: {side}: {res['decode']:.1f} tok/s at batch 1, "
                           f"TTFT {res['ttft_ms']:.1f} ms[/dim]")

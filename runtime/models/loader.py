@@ -170,7 +170,7 @@ def load_model(
             model = load_quantized(path, hf_config, method=quantization, group_size=group_size, dtype=dtype,
                                    max_positions=max_positions)
         if device.type == "cuda":
-            from loom.runtime.quantization.cuda import use_cuda_layouts
+            from loom.runtime.quantization import use_cuda_layouts
 
             use_cuda_layouts(model, device)
         else:

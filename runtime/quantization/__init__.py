@@ -37,6 +37,7 @@ from loom.runtime.quantization.apply import (
     quantize_model,
     quantized_bytes,
     use_cpu_kernel_layouts,
+    use_cuda_layouts,
 )
 from loom.runtime.quantization.int4 import Int4Linear, quantize_int4
 from loom.runtime.quantization.int8 import Int8Linear, QuantizedEmbedding, quantize_int8
@@ -51,4 +52,5 @@ __all__ = [
     "quantize_model",
     "quantized_bytes",
     "use_cpu_kernel_layouts",
+    "use_cuda_layouts",
 ]

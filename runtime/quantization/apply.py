@@ -44,7 +44,7 @@ def quantize_model(model: LlamaForCausalLM, method: str, group_size: int = 32) -
     Raises:
         ValueError: an unknown ``method`` or ``group_size``, a layer whose input
             size is not divisible by ``group_size``, or a model not on CPU (the grid
-            is computed and packed on CPU; :func:`loom.runtime.quantization.cuda.use_cuda_layouts`
+            is computed and packed on CPU; :func:`use_cuda_layouts`
             then moves it to a GPU).
     """
     if method not in QUANTIZATION_METHODS:
@@ -67,6 +67,23 @@ def use_cpu_kernel_layouts(model: nn.Module) -> int:
     (:meth:`Int4Linear.use_tiles`); returns how many moved.  The loader calls it after the quantized
     cache, which keeps PyTorch's layout, is read or written."""
     return sum(m.use_tiles() for m in model.modules() if isinstance(m, Int4Linear))
+
+
+def use_cuda_layouts(model: nn.Module, device: torch.device) -> nn.Module:
+    """Move a quantized ``model`` (CPU layouts, as :func:`~loom.runtime.quantization.quantize_model` or the cache
+    leaves it) to ``device``, every int4 layer into tinygemm's layout; returns ``model``.
+
+    Raises:
+        ValueError: ``device`` is not CUDA, or an int4 layer's shape or group tinygemm cannot take.
+        RuntimeError: this PyTorch build's tinygemm reads neither nibble order
+            (:func:`loom.runtime.quantization.cuda.tinygemm_nibble_order`).
+    """
+    if device.type != "cuda":
+        raise ValueError(f"use_cuda_layouts: {device} is not a CUDA device")
+    for module in model.modules():
+        if isinstance(module, Int4Linear):
+            module.use_tinygemm(device)
+    return model.to(device)
 
 
 def projections(model: LlamaForCausalLM) -> Iterator[tuple[nn.Module, str]]:

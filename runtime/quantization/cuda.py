@@ -2,7 +2,8 @@
 
 A model is quantized (or read from the quantized cache) on CPU exactly as for a CPU engine, so the
 codes, scales and zero points, and therefore the quality figures measured on CPU, are the same; then
-:func:`use_cuda_layouts` moves it to the GPU, each layer in the layout its CUDA kernel reads.
+:func:`~loom.runtime.quantization.apply.use_cuda_layouts` moves it to the GPU, each layer in the
+layout its CUDA kernel reads.
 Activations are bfloat16 inside the products (float32 or bfloat16 outside, the engine's dtype).
 
 - int4 (:class:`~loom.runtime.quantization.int4.Int4Linear`): PyTorch's CUDA tinygemm kernel
@@ -24,29 +25,11 @@ from __future__ import annotations
 import functools
 
 import torch
-from torch import nn
 
-from loom.runtime.quantization.int4 import Int4Linear
 from loom.runtime.quantization.int8 import ACT_DTYPE
 
 INNER_K_TILES = (8, 4, 2)  # tinygemm's choices, largest first: K must be a multiple of 16 * inner_k_tiles
 _PROBE_N, _PROBE_K, _PROBE_GROUP = 64, 256, 32
-
-
-def use_cuda_layouts(model: nn.Module, device: torch.device) -> nn.Module:
-    """Move a quantized ``model`` (CPU layouts, as :func:`~loom.runtime.quantization.quantize_model` or the cache
-    leaves it) to ``device``, every int4 layer into tinygemm's layout; returns ``model``.
-
-    Raises:
-        ValueError: ``device`` is not CUDA, or an int4 layer's shape or group tinygemm cannot take.
-        RuntimeError: this PyTorch build's tinygemm reads neither nibble order (see the module docstring).
-    """
-    if device.type != "cuda":
-        raise ValueError(f"use_cuda_layouts: {device} is not a CUDA device")
-    for module in model.modules():
-        if isinstance(module, Int4Linear):
-            module.use_tinygemm(device)
-    return model.to(device)
 
 
 def inner_k_tiles(k: int) -> int:

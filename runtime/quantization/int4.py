@@ -33,6 +33,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from loom.runtime.quantization.cuda import tinygemm_dequantize, tinygemm_matmul, tinygemm_pack
 from loom.runtime.quantization.int8 import ACT_DTYPE, GEMM_MIN_ROWS
 
 GROUP_SIZES = (32, 64, 128)
@@ -238,8 +239,6 @@ class Int4Linear(nn.Module):
         Raises:
             ValueError / RuntimeError: as :func:`~loom.runtime.quantization.cuda.tinygemm_pack`.
         """
-        from loom.runtime.quantization.cuda import tinygemm_pack
-
         if self.tinygemm:
             return
         n, k = self.out_features, self.in_features
@@ -261,8 +260,6 @@ class Int4Linear(nn.Module):
         row count after :meth:`use_tiles`; else PyTorch's, and from ``gemm_min_rows`` rows the bfloat16 GEMM of
         the unpacked weight."""
         if self.tinygemm:
-            from loom.runtime.quantization.cuda import tinygemm_matmul
-
             return tinygemm_matmul(x, self.packed, self.group_size, self.scales_and_zeros)
         if self.gemm_min_rows is not None and x.shape[0] >= self.gemm_min_rows:
             return torch.nn.functional.linear(x, self.dequantize(ACT_DTYPE))
@@ -287,8 +284,6 @@ class Int4Linear(nn.Module):
         """
         n, k, g = self.out_features, self.in_features, self.group_size
         if self.tinygemm:
-            from loom.runtime.quantization.cuda import tinygemm_dequantize
-
             return tinygemm_dequantize(self.packed, k, g, self.scales_and_zeros).to(dtype)
         if self.tiles is not None and self.tile_scales_zeros is not None:
             raw, scales_and_zeros = from_tiles(self.tiles, self.tile_scales_zeros)

@@ -8,6 +8,11 @@ The Triton kernel's tiling, K splits and masks also run without a GPU, under Tri
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -24,34 +29,51 @@ from tests.runtime.helpers import (
 )
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="Triton is not installed")
-# The interpreter patches triton.language for the whole process, which breaks later real compiles: on a GPU the
-# CUDA tests below run the kernel itself instead.
-interpreted = pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the CUDA tests run the compiled kernel")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+SHAPES = [(1, 100, 200), (7, 192, 576), (33, 64, 130), (63, 130, 1000), (150, 96, 256)]
+# Run in a process of its own: TRITON_INTERPRET is read when Triton is first imported, and the interpreter
+# patches triton.language for the whole process (later real compiles there failed).
+_INTERPRETED = textwrap.dedent("""
+    import json, sys, torch
+    from loom.runtime.kernels.cuda_int8_linear import w8a16_linear
+    from loom.runtime.quantization import quantize_int8
+    out = {}
+    for m, n, k in json.loads(sys.argv[1]):
+        torch.manual_seed(0)
+        q, scales = quantize_int8(torch.randn(n, k))
+        x = torch.randn(m, k)
+        y = w8a16_linear(x, q, scales.to(torch.bfloat16))
+        ref = (x @ q.float().T) * scales.to(torch.bfloat16).float()
+        out[f"{m}-{n}-{k}"] = [list(y.shape), str(y.dtype), ((y - ref).norm() / ref.norm()).item()]
+    try:
+        w8a16_linear(torch.randn(3, 32), *quantize_int8(torch.randn(64, 64)))
+    except ValueError as exc:
+        out["refusal"] = str(exc)
+    print(json.dumps(out))
+""")
 
 
 def _rel(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
-@needs_triton
-@interpreted
-@pytest.mark.parametrize(("m", "n", "k"), [(1, 100, 200), (7, 192, 576), (33, 64, 130), (63, 130, 1000), (150, 96, 256)])
-def test_int8_triton_kernel_tiles_splits_and_masks_compute_x_times_q_times_scales(monkeypatch, m, n, k):
-    # ragged N and K (masks), several K splits (4 "multiprocessors" under the interpreter), 1 to 150 rows
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    from loom.runtime.kernels import cuda_int8_linear as kernel
+@pytest.fixture(scope="module")
+def interpreted() -> dict:
+    """The int8 kernel run under Triton's CPU interpreter on :data:`SHAPES` (one process for all of them)."""
+    proc = subprocess.run([sys.executable, "-P", "-c", _INTERPRETED, json.dumps(SHAPES)], capture_output=True,
+                          text=True, timeout=300, check=False, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
 
-    kernel._kernel.cache_clear()  # jit under the interpreter
-    try:
-        torch.manual_seed(0)
-        q, scales = quantize_int8(torch.randn(n, k))
-        x = torch.randn(m, k)
-        y = kernel.w8a16_linear(x, q, scales.to(torch.bfloat16))
-        assert y.shape == (m, n) and y.dtype == torch.float32
-        assert _rel(y, (x @ q.float().T) * scales.to(torch.bfloat16).float()) < 1e-5
-    finally:
-        kernel._kernel.cache_clear()
+
+@needs_triton
+@pytest.mark.parametrize(("m", "n", "k"), SHAPES)
+def test_int8_triton_kernel_tiles_splits_and_masks_compute_x_times_q_times_scales(interpreted, m, n, k):
+    # ragged N and K (masks), several K splits (4 "multiprocessors" under the interpreter), 1 to 150 rows
+    shape, dtype, rel = interpreted[f"{m}-{n}-{k}"]
+    assert shape == [m, n] and dtype == "torch.float32"
+    assert rel < 1e-5
 
 
 @needs_triton
@@ -64,13 +86,8 @@ def test_int8_triton_kernel_splits_k_only_while_tiles_leave_programs_idle():
 
 
 @needs_triton
-@interpreted
-def test_int8_triton_kernel_refuses_a_weight_of_another_width():
-    from loom.runtime.kernels.cuda_int8_linear import w8a16_linear
-
-    q, scales = quantize_int8(torch.randn(64, 64))
-    with pytest.raises(ValueError, match="against weight"):
-        w8a16_linear(torch.randn(3, 32), q, scales)
+def test_int8_triton_kernel_refuses_a_weight_of_another_width(interpreted):
+    assert "against weight" in interpreted["refusal"]
 
 
 @needs_cuda
@@ -91,7 +108,7 @@ def test_int8_linear_on_cuda_computes_its_cpu_grid(rows):
 @pytest.mark.parametrize("rows", [1, 5, 64, 300])
 @pytest.mark.parametrize(("n", "k", "group"), [(1536, 896, 32), (896, 4864, 128), (192, 576, 64), (256, 2080, 32)])
 def test_int4_linear_in_tinygemm_layout_computes_its_cpu_grid(rows, n, k, group):
-    from loom.runtime.quantization.cuda import use_cuda_layouts
+    from loom.runtime.quantization import use_cuda_layouts
 
     torch.manual_seed(0)
     w, x = torch.randn(n, k) * 0.05, torch.randn(rows, k)
@@ -107,7 +124,7 @@ def test_int4_linear_in_tinygemm_layout_computes_its_cpu_grid(rows, n, k, group)
 
 @needs_cuda
 def test_int4_from_cpu_kernel_tiles_moves_to_tinygemm_with_the_same_grid():
-    from loom.runtime.quantization.cuda import use_cuda_layouts
+    from loom.runtime.quantization import use_cuda_layouts
 
     torch.manual_seed(0)
     layer = Int4Linear.from_float(torch.randn(192, 256) * 0.05, None, 32)
