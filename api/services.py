@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -58,6 +59,9 @@ def engine_args(settings: Settings) -> JSONObject:
         if value is not None:
             args[name] = value
     return args
+
+
+OTLP_ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
 @dataclass
@@ -182,6 +186,10 @@ class Services:
         if self.engine is not None:
             return
         s = self.settings
+        if s.otlp_traces_endpoint or any(os.environ.get(v) for v in OTLP_ENDPOINT_VARIABLES):
+            from loom.orchestrator.tracing import configure_otlp
+
+            configure_otlp(s.otlp_traces_endpoint)  # before the engine loads: a missing exporter fails the start
         for server in self._mcp_servers().values():  # a bad --mcp-config fails the start, before the model loads
             server.connect_in_background()  # listed while the model loads; sessions never wait on a cold start
         self.store = Store(s.db)

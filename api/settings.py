@@ -122,6 +122,11 @@ class Settings(BaseSettings):
         default=False, description="/metrics needs an API key, and /health shows the engine's counters and "
         "config only with one (its status stays public, for probes)."
     )
+    otlp_traces_endpoint: str | None = Field(
+        default=None, description="Export agent-turn traces (OpenTelemetry GenAI spans) over OTLP/HTTP to this "
+        "URL, e.g. http://127.0.0.1:4318/v1/traces (vLLM's flag); the standard OTEL_EXPORTER_OTLP_* variables "
+        "turn it on too. Needs loom-llm[otel]."
+    )
     max_steps: int = Field(default=6, gt=0, description="Agent steps per session turn.")
     tool_timeout_s: float = Field(default=10.0, gt=0)
     mcp_config: Path | None = Field(

@@ -73,6 +73,18 @@ class EngineClient:
                 return obj
         return DEFAULT_WINDOW
 
+    @property
+    def model_name(self) -> str | None:
+        """The engine's model as traces name it (``gen_ai.request.model``): its registered name or folder's
+        name; ``None`` when the engine does not say."""
+        for path in ("engine.config.model", "config.model", "engine_config.model"):
+            obj: Any = self.llm
+            for part in path.split("."):
+                obj = getattr(obj, part, None)
+            if isinstance(obj, str) and obj:
+                return obj.rstrip("/").rsplit("/", 1)[-1]
+        return None
+
     async def stream(self, prompt_token_ids: list[int], sampling_params: SamplingParams,
                      request_id: str | None = None) -> AsyncIterator[RequestOutput]:
         """Yield ``RequestOutput``s of one request; the last has ``finished=True``.

@@ -67,6 +67,9 @@ class ModelClient(Protocol):
     @property
     def max_model_len(self) -> int: ...
 
+    @property
+    def model_name(self) -> str | None: ...
+
     def stream(self, prompt_token_ids: list[int], sampling_params: SamplingParams,
                request_id: str | None = None) -> AsyncIterator[RequestOutput]: ...
 

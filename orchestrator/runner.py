@@ -24,11 +24,13 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from opentelemetry.trace import Span
+
 from loom.runtime.errors import InvalidRequestError
 from loom.runtime.sampling_params import SamplingParams
 from loom.tools.base import canonical_json
 
-from loom.orchestrator import approval, compaction_hooks, memory_view
+from loom.orchestrator import approval, compaction_hooks, memory_view, tracing
 from loom.orchestrator import condense as cond
 from loom.orchestrator.events import (
     AgentEvent,
@@ -77,6 +79,7 @@ class TurnRunner:
         self._pending: list[Item] = []
         self._results: dict[str, ToolResultRecord] = {}  # this turn's successful calls, by name and arguments
         self._repeated = False  # the last reply repeated a call it had the result of: the next one answers
+        self._span: Span | None = None  # the turn's invoke_agent span (loom.orchestrator.tracing)
 
     def _store(self, new: list[Item]) -> None:
         self.session.add_items(new)
@@ -93,7 +96,8 @@ class TurnRunner:
     async def _timed(self, key: str, fn: Callable[..., T], *args: Any) -> T:
         t0 = time.perf_counter()
         try:
-            return await asyncio.to_thread(fn, *args)
+            with tracing.step_span(self._span, key):
+                return await asyncio.to_thread(fn, *args)
         finally:
             self.result.timings[key] += (time.perf_counter() - t0) * 1000.0
 
@@ -182,7 +186,10 @@ class TurnRunner:
 
     async def _call_tool(self, call: ToolCallRecord) -> ToolResultRecord:
         """Run one call through the registry (its errors and timeouts become error results)."""
-        res = await self.parts.registry.call(call.name, call.arguments)
+        with tracing.tool_span(self._span, call.name, call.id) as span:
+            res = await self.parts.registry.call(call.name, call.arguments)
+            if res.is_error:
+                tracing.set_error(span, res.content)
         return ToolResultRecord(call.id, call.name, res.content, res.is_error, call.step, res.elapsed_ms)
 
     async def _run_calls(self, calls: list[ToolCallRecord], run: Callable[[ToolCallRecord], Awaitable[ToolResultRecord]],
@@ -205,9 +212,26 @@ class TurnRunner:
 
     async def run(self) -> AsyncIterator[AgentEvent]:
         """Yield the turn's events; ``result`` holds the outcome afterwards."""
-        await self._prepare()
-        async for ev in self._loop(1):
-            yield ev
+        self._start_span()
+        try:
+            await self._prepare()
+            async for ev in self._loop(1):
+                yield ev
+        finally:
+            self._end_span()
+
+    def _start_span(self) -> None:
+        self._span = tracing.agent_span("loom-agent", getattr(self.session, "session_id", None),
+                                        self.parts.engine.model_name)
+
+    def _end_span(self) -> None:
+        """End the turn's span with its summed usage and final state (an error or interruption included)."""
+        span, self._span = self._span, None
+        if span is None:
+            return
+        span.set_attributes(tracing.usage_attributes(Ledger.sum(self.ledgers)))
+        span.set_attribute("loom.final_state", self.result.final_state)
+        span.end()
 
     async def resume(self, decisions: JSON) -> AsyncIterator[AgentEvent]:
         """Continue the turn paused for approval: run the decided calls, then the loop.
@@ -215,6 +239,14 @@ class TurnRunner:
         Raises:
             InvalidRequestError: nothing pending, or bad decisions (naming ``decisions``).
         """
+        self._start_span()
+        try:
+            async for ev in self._resume(decisions):
+                yield ev
+        finally:
+            self._end_span()
+
+    async def _resume(self, decisions: JSON) -> AsyncIterator[AgentEvent]:
         pending = approval.pending_approval(self.items)
         if pending is None:
             raise InvalidRequestError("decisions: the session has no tool call waiting for approval",
@@ -272,9 +304,13 @@ class TurnRunner:
                                                          tool_names=frozenset(a.registry.names)))
             sp = self._sampling(forced, len(ctx.token_ids))
             t0 = time.perf_counter()
-            async for ev in model_call(a.engine, ctx, sp, outcome, self.turn, step, a.prices,
-                                       f"agent-{uuid.uuid4().hex[:12]}"):
-                yield ev
+            span = tracing.chat_span(self._span, a.engine.model_name, sp.max_tokens, sp.temperature)
+            try:
+                async for ev in model_call(a.engine, ctx, sp, outcome, self.turn, step, a.prices,
+                                           f"agent-{uuid.uuid4().hex[:12]}"):
+                    yield ev
+            finally:
+                tracing.end_chat(span, outcome.ledger, outcome.finish_reason)
             res.timings["model"] += (time.perf_counter() - t0) * 1000.0
             res.steps = step
             if step == 1:

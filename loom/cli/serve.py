@@ -73,6 +73,8 @@ def serve(
                                                     "send within a minute before a minute's lockout (default 20)."),
     private_metrics: bool = typer.Option(False, "--private-metrics", help="/metrics needs an API key; /health "
                                          "shows engine counters and config only with one."),
+    otlp_traces_endpoint: Optional[str] = typer.Option(None, "--otlp-traces-endpoint", help="Export agent-turn "
+                                                       "traces over OTLP/HTTP to this URL (needs loom-llm[otel])."),
     strict: bool = typer.Option(False, "--strict", help="Reject unknown request fields with 400 (OpenAI) "
                                 "instead of logging each name once (vLLM)."),
     config: Optional[Path] = typer.Option(None, "--config", help="TOML settings file."),
@@ -154,6 +156,7 @@ def serve(
         speculative_method=speculative_method, num_speculative_tokens=num_speculative_tokens,
         draft_model=draft_model, drain_timeout_s=drain_timeout_s, log_level=log_level,
         disable_uvicorn_access_log=disable_uvicorn_access_log or None, tool_call_parser=tool_call_parser,
+        otlp_traces_endpoint=otlp_traces_endpoint,
     )
     if settings.no_auth:
         typer.secho("WARNING: --no-auth: the API accepts requests without a key. "
