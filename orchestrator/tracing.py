@@ -12,7 +12,9 @@ their "spans" page):
   (s, the call's TTFT) and its usage;
 * ``execute_tool {tool}``, one per tool call: ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
   ``gen_ai.tool.type="function"``, an error status when the result is an error;
-* ``retrieval`` and ``memory``, the turn's search steps (``loom.step``; no convention names them yet).
+* ``retrieval`` and ``memory``, the turn's search steps (``loom.step``; no convention names them yet);
+* ``chat {model}`` for each ``/v1/chat/completions`` request too (:func:`record_chat`), a server span
+  recorded when the request ends, with ``gen_ai.response.id``.
 
 Usage attributes, set once when a call or turn ends, from its :class:`~loom.orchestrator.ledger.Ledger`
 (nothing runs per token):
@@ -124,20 +126,26 @@ def set_error(span: Span, message: str) -> None:
     span.set_status(Status(StatusCode.ERROR, message[:200]))
 
 
+def token_attributes(prompt: int, cached: int, completion: int, reasoning: int) -> dict[str, int | float]:
+    """Token counts under the GenAI and OpenInference names (``prompt`` includes ``cached``)."""
+    return {
+        "gen_ai.usage.input_tokens": prompt,
+        "gen_ai.usage.cache_read.input_tokens": cached,
+        "gen_ai.usage.output_tokens": completion,
+        "gen_ai.usage.reasoning.output_tokens": reasoning,
+        "llm.token_count.prompt": prompt,
+        "llm.token_count.completion": completion,
+        "llm.token_count.total": prompt + completion,
+        "llm.token_count.prompt_details.cache_read": cached,
+        "llm.token_count.completion_details.reasoning": reasoning,
+    }
+
+
 def usage_attributes(ledger: Ledger) -> dict[str, int | float]:
     """A ledger's usage under the GenAI, OpenInference and Loom attribute names (see the module docstring)."""
-    attrs: dict[str, int | float] = {
-        "gen_ai.usage.input_tokens": ledger.prompt_tokens,
-        "gen_ai.usage.cache_read.input_tokens": ledger.cached_tokens,
-        "gen_ai.usage.output_tokens": ledger.completion_tokens,
-        "gen_ai.usage.reasoning.output_tokens": ledger.reasoning_tokens,
-        "llm.token_count.prompt": ledger.prompt_tokens,
-        "llm.token_count.completion": ledger.completion_tokens,
-        "llm.token_count.total": ledger.total_tokens,
-        "llm.token_count.prompt_details.cache_read": ledger.cached_tokens,
-        "llm.token_count.completion_details.reasoning": ledger.reasoning_tokens,
-        "loom.cost.total": ledger.cost,
-    }
+    attrs = token_attributes(ledger.prompt_tokens, ledger.cached_tokens, ledger.completion_tokens,
+                             ledger.reasoning_tokens)
+    attrs["loom.cost.total"] = ledger.cost
     for name, usage in ledger.prompt.items():
         if usage.tokens:
             attrs[f"loom.tokens.{name}.cached"] = usage.cached_tokens
@@ -148,6 +156,33 @@ def usage_attributes(ledger: Ledger) -> dict[str, int | float]:
             attrs[f"loom.tokens.{name}.computed"] = out.tokens
             attrs[f"loom.cost.{name}"] = out.cost
     return attrs
+
+
+def record_chat(model: str, response_id: str, start_ns: int, request: Mapping[str, Any], tokens: Mapping[str, int],
+                classes: Mapping[str, int], ttft_s: float | None, finish_reasons: list[str]) -> None:
+    """One ``/v1/chat/completions`` request as a finished ``chat`` span (made when the request ends, from its
+    counts: nothing per token).
+
+    Args:
+        model: the served model name. response_id: the completion's id. start_ns: when the request arrived
+            (``time.time_ns()``). request: ``gen_ai.request.*`` attributes (``max_tokens``, ``temperature``).
+        tokens: ``prompt``, ``cached``, ``completion``, ``reasoning`` counts (``prompt`` includes ``cached``).
+        classes: Loom's counts by class (``prompt.cached``, ``prompt.computed``, ``reasoning``, ``tool_call``,
+            ``output``). ttft_s: the first choice's time to first token. finish_reasons: one per choice.
+    """
+    attrs: dict[str, Any] = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
+                             "gen_ai.response.id": response_id, "openinference.span.kind": "LLM",
+                             "gen_ai.response.finish_reasons": finish_reasons,
+                             **{f"gen_ai.request.{k}": v for k, v in request.items() if v is not None},
+                             **token_attributes(tokens["prompt"], tokens["cached"], tokens["completion"],
+                                                tokens["reasoning"])}
+    for name, count in classes.items():
+        if count:
+            attrs[f"loom.tokens.{name}" if name.startswith("prompt.") else f"loom.tokens.{name}.computed"] = count
+    if ttft_s is not None:
+        attrs["gen_ai.response.time_to_first_chunk"] = ttft_s
+    span = _tracer().start_span(f"chat {model}", kind=SpanKind.SERVER, attributes=attrs, start_time=start_ns)
+    span.end()
 
 
 def configure_otlp(endpoint: str | None = None, service_name: str = "loom") -> bool:

@@ -179,6 +179,7 @@ def _record(services: Services, run: CompletionRun, reuse: _IdReuse) -> None:
             services.metrics.observe_output(choice.last)
     services.metrics.count_tokens(run.token_classes())
     reuse.record(services, run)
+    run.trace()
 
 
 async def _sse(services: Services, run: CompletionRun, gens: list[Generation], include_usage: bool,

@@ -240,6 +240,7 @@ class CompletionRun:
     tokenizer: Tokenizer | None = None
     request_id: str = field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex}")
     created: int = field(default_factory=lambda: int(time.time()))
+    started_ns: int = field(default_factory=time.time_ns)  # when the request arrived (its trace span's start)
 
     def __post_init__(self) -> None:
         self.choices = [ChoiceRun(self.prepared, i) for i in range(max(1, self.prepared.n))]
@@ -281,6 +282,21 @@ class CompletionRun:
             completion_tokens_details=CompletionTokensDetails(
                 reasoning_tokens=self.output_classes.count("reasoning")),
         )
+
+    def trace(self) -> None:
+        """Record this request as a ``chat`` span (:func:`loom.orchestrator.tracing.record_chat`; a no-op without
+        a tracer provider)."""
+        from loom.orchestrator.tracing import record_chat
+
+        u = self.usage()
+        first = self.choices[0].last
+        ttft = (first.first_token_time - first.arrival_time) if first is not None and first.first_token_time else None
+        sp = self.prepared.sampling_params
+        record_chat(self.model, self.request_id, self.started_ns,
+                    {"max_tokens": sp.max_tokens, "temperature": sp.temperature},
+                    {"prompt": u.prompt_tokens, "cached": u.prompt_tokens_details.cached_tokens,
+                     "completion": u.completion_tokens, "reasoning": u.completion_tokens_details.reasoning_tokens},
+                    self.token_classes(), ttft, [str(self.finish_reason(c.index)) for c in self.choices])
 
     def token_classes(self) -> dict[str, int]:
         """Token counts by class for ``loom_tokens`` (prompt cached/computed, outputs)."""

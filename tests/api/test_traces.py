@@ -1,6 +1,6 @@
 """``loom serve --otlp-traces-endpoint``: a session turn's OpenTelemetry spans reach an OTLP/HTTP receiver (a real
 ``loom serve`` on loopback, the real OTLP exporter, spans decoded with OpenTelemetry's own protobufs), their usage
-equal to the turn's."""
+equal to the turn's; a chat completion is a span of its own with the response's usage."""
 
 from __future__ import annotations
 
@@ -68,19 +68,30 @@ def test_a_session_turn_exports_its_spans_with_the_turns_usage(checkpoint, tmp_p
             sid = c.post("/v1/sessions", json={"system_prompt": "Be brief.",
                                                "sampling": {"temperature": 0.0, "max_tokens": 8}}).json()["id"]
             turn = c.post(f"/v1/sessions/{sid}/messages", json={"content": "Hello"}).json()
+            model = c.get("/v1/models").json()["data"][0]["id"]
+            completion = c.post("/v1/chat/completions", json={
+                "model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5}).json()
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any(n.startswith("invoke_agent") for n, _ in receiver.spans):
+        while time.monotonic() < deadline and not (any(n.startswith("invoke_agent") for n, _ in receiver.spans)
+                                                   and any(a.get("gen_ai.response.id") for _, a in receiver.spans)):
             time.sleep(0.1)
     finally:
         srv.stop()
     agents = [a for n, a in receiver.spans if n.startswith("invoke_agent")]
     chats = [a for n, a in receiver.spans if n.startswith("chat ")]
     assert len(agents) == 1 and chats, receiver.spans
+    turn_chats = [a for a in chats if "gen_ai.response.id" not in a]
     (agent,) = agents
     assert agent["gen_ai.conversation.id"] == sid and agent["gen_ai.operation.name"] == "invoke_agent"
     usage = turn["usage"]
     assert agent["gen_ai.usage.input_tokens"] == usage["prompt_tokens"] == sum(
-        c["gen_ai.usage.input_tokens"] for c in chats)
+        c["gen_ai.usage.input_tokens"] for c in turn_chats)
     assert agent["gen_ai.usage.output_tokens"] == usage["completion_tokens"]
     assert agent["gen_ai.usage.cache_read.input_tokens"] == usage["prompt_tokens_details"]["cached_tokens"]
-    assert agent["loom.tokens.user.computed"] > 0 and chats[0]["gen_ai.request.max_tokens"] == 8
+    assert agent["loom.tokens.user.computed"] > 0 and turn_chats[0]["gen_ai.request.max_tokens"] == 8
+    # a stateless chat completion is a chat span of its own, with the response's id and usage
+    (api,) = [a for a in chats if a.get("gen_ai.response.id") == completion["id"]]
+    u = completion["usage"]
+    assert (api["gen_ai.usage.input_tokens"], api["gen_ai.usage.output_tokens"]) == (u["prompt_tokens"],
+                                                                                   u["completion_tokens"])
+    assert api["gen_ai.request.max_tokens"] == 5 and api["gen_ai.response.finish_reasons"] == ("length",)
