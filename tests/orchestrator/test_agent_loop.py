@@ -50,8 +50,8 @@ async def test_an_answer_that_copies_the_result_wrapper_states_the_result_withou
     assert all("</tool_response>" in p.stop for p in llm.params)  # every free step of a tool agent
 
 
-async def test_a_call_repeated_after_its_result_is_not_run_again_and_the_next_reply_is_the_answer(tokenizer) -> None:
-    """Scripted model: it asks the same call again after the result (as Qwen2.5-Coder does), then once more."""
+def _recording_add():
+    """An ``add`` tool and the list of the arguments it ran with."""
     runs = []
 
     @tool
@@ -60,6 +60,12 @@ async def test_a_call_repeated_after_its_result_is_not_run_again_and_the_next_re
         runs.append((a, b))
         return a + b
 
+    return add, runs
+
+
+async def test_a_call_repeated_after_its_result_is_not_run_again_and_the_next_reply_is_the_answer(tokenizer) -> None:
+    """Scripted model: it asks the same call again after the result (as Qwen2.5-Coder does), then once more."""
+    add, runs = _recording_add()
     repeat = call("add", '{"a": 2, "b": 40}')
     llm = ScriptedLLM(tokenizer, [repeat, repeat, repeat])
     agent = Agent(llm, tools=[add], system_prompt="Use tools.", max_steps=6)
@@ -72,14 +78,7 @@ async def test_a_call_repeated_after_its_result_is_not_run_again_and_the_next_re
 
 
 async def test_the_same_tool_with_other_arguments_still_runs(tokenizer) -> None:
-    runs = []
-
-    @tool
-    def add(a: int, b: int) -> int:
-        """Add two integers."""
-        runs.append((a, b))
-        return a + b
-
+    add, runs = _recording_add()
     llm = ScriptedLLM(tokenizer, [call("add", '{"a": 2, "b": 40}'), call("add", '{"b": 40, "a": 3}'), "43"])
     result = await Agent(llm, tools=[add], system_prompt="Use tools.").arun("2+40, then 3+40?")
     assert runs == [(2, 40), (3, 40)] and result.answer == "43"
