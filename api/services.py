@@ -171,6 +171,11 @@ class Services:
             raise RuntimeError("Services.start() has not run: no engine")
         return self.engine
 
+    def traces_wanted(self) -> bool:
+        """Whether spans are to be exported: ``otlp_traces_endpoint`` or a standard ``OTEL_EXPORTER_OTLP_*``
+        endpoint variable is set."""
+        return bool(self.settings.otlp_traces_endpoint or any(os.environ.get(v) for v in OTLP_ENDPOINT_VARIABLES))
+
     def start(self) -> None:
         """Open the database, load the engine and the index (blocking, seconds); once.
 
@@ -186,10 +191,10 @@ class Services:
         if self.engine is not None:
             return
         s = self.settings
-        if s.otlp_traces_endpoint or any(os.environ.get(v) for v in OTLP_ENDPOINT_VARIABLES):
+        if self.traces_wanted():
             from loom.orchestrator.tracing import configure_otlp
 
-            configure_otlp(s.otlp_traces_endpoint)  # before the engine loads: a missing exporter fails the start
+            configure_otlp(s.otlp_traces_endpoint)  # before the engine loads (``loom serve`` did it already)
         for server in self._mcp_servers().values():  # a bad --mcp-config fails the start, before the model loads
             server.connect_in_background()  # listed while the model loads; sessions never wait on a cold start
         self.store = Store(s.db)

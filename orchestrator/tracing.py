@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 INSTRUMENTATION = "loom.orchestrator"
 _provider: trace.TracerProvider | None = None  # set_tracer_provider's; None: the global one
+_otlp_configured = False  # configure_otlp ran in this process
 
 
 def set_tracer_provider(provider: trace.TracerProvider | None) -> None:
@@ -194,12 +195,15 @@ def configure_otlp(endpoint: str | None = None, service_name: str = "loom") -> b
         service_name: ``service.name`` of the resource.
 
     Returns:
-        ``True`` once installed.
+        ``True`` once installed (a second call does nothing and returns ``False``).
 
     Raises:
         RuntimeError: the OpenTelemetry SDK or its OTLP exporter is not installed (``pip install
             'loom-llm[otel]'``).
     """
+    global _otlp_configured
+    if _otlp_configured:
+        return False
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
@@ -212,5 +216,6 @@ def configure_otlp(endpoint: str | None = None, service_name: str = "loom") -> b
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint) if endpoint
                                                    else OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
+    _otlp_configured = True
     log.info("exporting traces over OTLP to %s", endpoint or "the OTEL_EXPORTER_OTLP_* endpoint")
     return True

@@ -317,6 +317,13 @@ def _load(settings: Any) -> Any:
     resolve_model(Console(stderr=True), settings.model)  # pulled, converted and checked now
     app = create_app(settings)
     services = app.state.services
+    if services.traces_wanted():
+        from loom.orchestrator.tracing import configure_otlp
+
+        try:
+            configure_otlp(settings.otlp_traces_endpoint)
+        except RuntimeError as exc:  # the SDK or exporter is missing: say which extra, not "database"
+            _fail(f"--otlp-traces-endpoint: {exc}")
     try:
         with spinner(f"Loading {settings.model}…"):
             services.start()

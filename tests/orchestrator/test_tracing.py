@@ -73,3 +73,12 @@ async def test_without_a_provider_an_agent_runs_and_records_nothing(tokenizer, t
     llm = ScriptedLLM(tokenizer, ["plain answer"])
     result = await Agent(llm, tools=tool_set).arun("hi")
     assert result.answer == "plain answer"
+
+
+def test_configuring_otlp_without_the_exporter_names_the_extra_to_install(monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.trace_exporter", None)  # not installed
+    monkeypatch.setattr(tracing, "_otlp_configured", False)
+    with pytest.raises(RuntimeError, match=r"loom-llm\[otel\]"):
+        tracing.configure_otlp("http://127.0.0.1:4318/v1/traces")
