@@ -76,7 +76,6 @@ def test_int8_triton_kernel_tiles_splits_and_masks_compute_x_times_q_times_scale
     assert rel < 1e-5
 
 
-@needs_triton
 def test_int8_triton_kernel_splits_k_only_while_tiles_leave_programs_idle():
     from loom.runtime.kernels.cuda_int8_linear import BLOCK_K, split_k
 
