@@ -79,7 +79,7 @@ def create_app(settings: Settings) -> FastAPI:
     (agent turns with persistent history); ``/v1/documents``, ``/v1/search``;
     ``/v1/memories``; ``/health``; ``/metrics``.
     """
-    from loom.api.routes import chat, completions, embeddings, forks, resources, sessions, system, tokenize
+    from loom.api.routes import chat, completions, embeddings, forks, resources, responses, sessions, system, tokenize
 
     services = Services(settings=settings)
 
@@ -103,7 +103,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.services = services
     install_error_handlers(app)
     install_openapi(app)
-    for module in (chat, completions, embeddings, tokenize, sessions, forks, resources, system):
+    for module in (chat, completions, responses, embeddings, tokenize, sessions, forks, resources, system):
         app.include_router(module.router)
     app.add_middleware(TextGuard)  # lone surrogates: a 400 before any route (loom.api.text_guard)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_body_bytes)  # 413 before a big body is read

@@ -245,9 +245,12 @@ async def collect_outputs(request: Request, engine: AsyncLLM, generations: Seque
 
 async def sse_events(engine: AsyncLLM, generations: Sequence[Generation],
                      outputs: AsyncGenerator[tuple[int, RequestOutput], None],
-                     events: AsyncIterator[str], client_error: Callable[[InvalidRequestError], LoomError],
-                     on_close: Callable[[], None]) -> AsyncIterator[dict[str, str]]:
-    """Server-sent events of a streamed completion: each JSON string of ``events``, then ``[DONE]``.
+                     events: AsyncIterator[str | dict[str, str]],
+                     client_error: Callable[[InvalidRequestError], LoomError],
+                     on_close: Callable[[], None], done: bool = True) -> AsyncIterator[dict[str, str]]:
+    """Server-sent events of a streamed completion: each event of ``events`` (a JSON string is the
+    ``data`` field; a dict gives the fields, ``event`` included), then ``[DONE]`` when ``done``
+    (chat and completions; the Responses API has no such marker).
 
     A ``LoomError`` after the stream began becomes one error event (an
     ``InvalidRequestError`` renamed by ``client_error`` to the request field at
@@ -261,8 +264,9 @@ async def sse_events(engine: AsyncLLM, generations: Sequence[Generation],
 
     try:
         async for data in events:
-            yield {"data": data}
-        yield {"data": "[DONE]"}
+            yield {"data": data} if isinstance(data, str) else data
+        if done:
+            yield {"data": "[DONE]"}
     except LoomError as exc:  # failure after the stream began: an error event, then stop
         if isinstance(exc, InvalidRequestError):
             exc = client_error(exc)

@@ -171,6 +171,16 @@ class Services:
             raise RuntimeError("Services.start() has not run: no engine")
         return self.engine
 
+    def require_generated_ids(self) -> GeneratedIds:
+        """The remembered generated ids (made with the engine).
+
+        Raises:
+            RuntimeError: ``start`` has not run.
+        """
+        if self.generated_ids is None:
+            raise RuntimeError("Services.start() has not run: no generated ids")
+        return self.generated_ids
+
     def traces_wanted(self) -> bool:
         """Whether spans are to be exported: ``otlp_traces_endpoint`` or a standard ``OTEL_EXPORTER_OTLP_*``
         endpoint variable is set."""

@@ -1,4 +1,4 @@
-"""What the server stores: API keys, sessions and their turns (SQLAlchemy 2.0).
+"""What the server stores: API keys, sessions and their turns, stored responses (SQLAlchemy 2.0).
 
 One ``Store`` per process wraps an engine on ``Settings.db`` (a SQLite file by
 default, any SQLAlchemy URL such as ``postgresql+psycopg://...``).  A turn row
@@ -116,6 +116,20 @@ class Turn(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(IDEMPOTENCY_KEY_MAX), default=None, index=True)
     created_at: Mapped[dt.datetime] = mapped_column(default=_now)
     finished_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+
+
+class StoredResponse(Base):
+    """A ``/v1/responses`` response kept for ``GET`` and for ``previous_response_id`` (``store: true``)."""
+
+    __tablename__ = "api_responses"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(200), index=True)
+    body: Mapped[JSONObject] = mapped_column(JSON)  # the response object as returned
+    # the chain's chat messages after this response, instructions left out (a follow-up continues them)
+    conversation: Mapped[list[JSONObject]] = mapped_column(JSON)
+    # prompt + output token ids of the reply: a follow-up's prompt starts with exactly these ids
+    token_ids: Mapped[list[int]] = mapped_column(JSON)
+    created_at: Mapped[dt.datetime] = mapped_column(default=_now)
 
 
 class TurnLease(Base):
@@ -328,6 +342,25 @@ class Store:
         with self.tx() as s:
             q = select(Turn).where(Turn.session_id == session_id).order_by(Turn.index, Turn.id)
             return list(s.scalars(q))
+
+    # responses ----------------------------------------------------------------------
+    def save_response(self, row: StoredResponse) -> None:
+        """Insert a response (its id is new)."""
+        with self.tx() as s:
+            s.add(row)
+
+    def get_response(self, response_id: str, owner: str) -> StoredResponse | None:
+        """The response when it exists *and* belongs to ``owner`` (else ``None``)."""
+        with self.tx() as s:
+            row = s.get(StoredResponse, response_id)
+            return row if row is not None and row.owner == owner else None
+
+    def delete_response(self, response_id: str, owner: str) -> bool:
+        """Delete the owner's response; ``False`` when there was none."""
+        with self.tx() as s:
+            done = s.execute(delete(StoredResponse).where(StoredResponse.id == response_id,
+                                                          StoredResponse.owner == owner))
+            return _rowcount(done) > 0
 
     def interrupt_running_turns(self) -> int:
         """Mark turns left ``running`` by a dead process as ``interrupted``; returns how many.

@@ -116,7 +116,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     check_unknown_fields(body, strict_setting(services.settings))
     check_model(services, body.model)
     engine = services.require_engine()
-    reuse = _IdReuse(services.generated_ids, owner)
+    reuse = IdReuse(services.generated_ids, owner)
     salt = cache_salt(services.settings.prefix_cache_scope, owner, body.cache_salt)
     # rendering, tokenizing and compiling grammars off the event loop: a long prompt must not stall the others
     prepared = await anyio.to_thread.run_sync(lambda: prepare(
@@ -145,13 +145,13 @@ def _client_field(exc: InvalidRequestError, run: CompletionRun) -> InvalidReques
 
 
 async def _complete(services: Services, request: Request, run: CompletionRun, gens: list[Generation],
-                    reuse: _IdReuse) -> ChatCompletion:
+                    reuse: IdReuse) -> ChatCompletion:
     await collect_outputs(request, services.require_engine(), gens, lambda index, out: run.feed(out, index))
-    _record(services, run, reuse)
+    record_completion(services, run, reuse)
     return run.result()
 
 
-class _IdReuse:
+class IdReuse:
     """The stateless prefix cache for one request: its prompt is encoded through the server's
     ``GeneratedIds`` for the caller's key, and its finished choices are remembered there."""
 
@@ -173,7 +173,8 @@ class _IdReuse:
                 self.store.remember(self.owner, list(run.prepared.prompt_token_ids) + list(out.token_ids))
 
 
-def _record(services: Services, run: CompletionRun, reuse: _IdReuse) -> None:
+def record_completion(services: Services, run: CompletionRun, reuse: IdReuse) -> None:
+    """After a completion: its metrics, token classes, remembered ids and ``chat`` span."""
     for choice in run.choices:
         if choice.last is not None and choice.last.finished:
             services.metrics.observe_output(choice.last)
@@ -183,7 +184,7 @@ def _record(services: Services, run: CompletionRun, reuse: _IdReuse) -> None:
 
 
 async def _sse(services: Services, run: CompletionRun, gens: list[Generation], include_usage: bool,
-               continuous_usage: bool, reuse: _IdReuse) -> AsyncIterator[dict[str, str]]:
+               continuous_usage: bool, reuse: IdReuse) -> AsyncIterator[dict[str, str]]:
     outputs = merge_outputs(gens)
 
     async def events() -> AsyncIterator[str]:
@@ -191,5 +192,5 @@ async def _sse(services: Services, run: CompletionRun, gens: list[Generation], i
             yield chunk.model_dump_json(exclude_none=True)
 
     async for event in sse_events(services.require_engine(), gens, outputs, events(), lambda exc: _client_field(exc, run),
-                                  lambda: _record(services, run, reuse)):
+                                  lambda: record_completion(services, run, reuse)):
         yield event

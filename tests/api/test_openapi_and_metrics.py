@@ -7,6 +7,7 @@ from openapi_spec_validator import validate
 
 EXPECTED = {
     ("get", "/v1/models"), ("get", "/v1/models/{model_id}"), ("post", "/v1/chat/completions"),
+    ("post", "/v1/responses"), ("get", "/v1/responses/{response_id}"), ("delete", "/v1/responses/{response_id}"),
     ("post", "/v1/sessions"), ("get", "/v1/sessions"), ("get", "/v1/sessions/{session_id}"), ("delete", "/v1/sessions/{session_id}"),
     ("get", "/v1/sessions/{session_id}/messages"), ("post", "/v1/sessions/{session_id}/messages"),
     ("post", "/v1/sessions/{session_id}/fork"), ("post", "/v1/sessions/{session_id}/approvals"),
