@@ -1,4 +1,4 @@
-"""Committed session history survives a graceful restart and a SIGKILL mid-turn."""
+"""Committed session history and stored responses survive a graceful restart and a SIGKILL mid-turn."""
 
 from __future__ import annotations
 
@@ -30,8 +30,10 @@ def test_sessions_survive_restart_and_kill(checkpoint: Path, tmp_path: Path):
                                                "sampling": {"temperature": 0.0, "max_tokens": 12}}).json()["id"]
             t0 = c.post(f"/v1/sessions/{sid}/messages", json={"content": "My name is Carol."}).json()
             assert t0["state"] == "done"
-            # a request in flight when SIGTERM arrives is drained, not dropped
             model = c.get("/v1/models").json()["data"][0]["id"]
+            r0 = c.post("/v1/responses", json={"model": model, "input": "Remember 42.", "max_output_tokens": 6,
+                                               "temperature": 0.0}).json()
+            # a request in flight when SIGTERM arrives is drained, not dropped
             with ThreadPoolExecutor(1) as pool:
                 pending = pool.submit(c.post, "/v1/chat/completions", json={
                     "model": model, "messages": [{"role": "user", "content": "go"}], "max_tokens": 160})
@@ -60,6 +62,14 @@ def test_sessions_survive_restart_and_kill(checkpoint: Path, tmp_path: Path):
             # ... and its prefix cache warms again: turn 3 reuses turn 2's prompt
             t2 = c.post(f"/v1/sessions/{sid}/messages", json={"content": "Thanks."}).json()
             assert t2["usage"]["prompt_tokens_details"]["cached_tokens"] >= t1["usage"]["prompt_tokens"] // 16 * 16 > 0
+            # a stored response's chain goes on in the new process, from the ids it stored
+            r1 = c.post("/v1/responses", json={"model": model, "input": "And now?", "max_output_tokens": 6,
+                                               "temperature": 0.0, "previous_response_id": r0["id"]}).json()
+            assert r1["usage"]["input_tokens"] > r0["usage"]["input_tokens"] + r0["usage"]["output_tokens"]
+            r2 = c.post("/v1/responses", json={"model": model, "input": "Again.", "max_output_tokens": 6,
+                                               "temperature": 0.0, "previous_response_id": r1["id"]}).json()
+            assert r2["usage"]["input_tokens_details"]["cached_tokens"] >= \
+                r1["usage"]["input_tokens"] + r1["usage"]["output_tokens"] - 1
             # a long streamed turn in flight when the process dies, 0.2 s into its text: the user's message
             # was committed first, and text already sent stays on the turn (stored at the first text, then
             # every second)
