@@ -51,6 +51,9 @@ class EngineConfig:
         max_model_len: context window in tokens; ``None`` takes the model's
             ``max_position_embeddings``.
         enable_prefix_caching: reuse KV blocks of identical prefixes (vLLM APC).
+        kv_retention_max_fraction: most of the pool one ``kv_retention`` key may pin (a fraction
+            in (0, 1]; :mod:`loom.runtime.kv_retention`).
+        kv_retention_max_ttl_s: longest a pin lasts (seconds); a longer ``ttl_s`` is cut to it.
         load_format: ``"auto"``/``"safetensors"`` read the checkpoint's weights,
             ``"dummy"`` builds random weights from its config alone.
         seed: seed of the engine's sampling generator and of dummy weights.
@@ -97,6 +100,8 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048
     max_model_len: int | None = None
     enable_prefix_caching: bool = True
+    kv_retention_max_fraction: float = 0.5
+    kv_retention_max_ttl_s: float = 3600.0
     load_format: str = "auto"
     seed: int = 0
     speculative_config: Any = None
@@ -130,6 +135,10 @@ class EngineConfig:
         if self.load_format not in _LOAD_FORMATS:
             raise ValueError(f"load_format: must be one of {_LOAD_FORMATS}, got {self.load_format!r}")
         _positive("max_waiting", self.max_waiting)
+        if not 0.0 < self.kv_retention_max_fraction <= 1.0:
+            raise ValueError("kv_retention_max_fraction: must be in (0, 1]")
+        if not self.kv_retention_max_ttl_s > 0:
+            raise ValueError("kv_retention_max_ttl_s: must be a positive number of seconds")
         _positive("tensor_parallel_size", self.tensor_parallel_size)
         if self.attention_backend not in _ATTENTION_BACKENDS:
             raise ValueError(

@@ -78,7 +78,9 @@ class LLMEngine:
                 model, self.hf_config, num_blocks, config.block_size, self.device, self.dtype,
                 config.attention_backend,
             )
-        self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching)
+        self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
+                                 retention_max_fraction=config.kv_retention_max_fraction,
+                                 retention_max_ttl_s=config.kv_retention_max_ttl_s)
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len)
         self.sampler = Sampler(config.seed, self.device)
         self.logits_processors: list[LogitsProcessor] = []
@@ -369,6 +371,7 @@ class LLMEngine:
             num_accepted_tokens=req.num_accepted_tokens,
             num_recompute_tokens=req.num_recompute_tokens,
             num_recompute_cached_tokens=req.num_recompute_cached_tokens,
+            kv_miss_tokens=dict(req.kv_miss_tokens or {}),
             error=req.error,
             error_param=req.error_param,
         )

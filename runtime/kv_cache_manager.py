@@ -61,18 +61,43 @@ tokens) count once per admission, when the request's blocks are allocated
 counted again at every step it waits, and a preempted request is counted again
 when it is admitted again (its recomputed tokens are real queries).
 
-Invariant (``check_invariants``): free blocks + blocks with ``ref_cnt > 0`` ==
-pool, and each ref count equals the number of block tables holding the block.
+Retention (``SamplingParams.kv_retention``, :mod:`loom.runtime.kv_retention`):
+when a request that asks for it finishes, the canonical cached blocks of its
+prompt and output (the ones ``cached`` maps its hashes to) and its partial
+last block are pinned under the retention's key until a deadline; the key's
+next finished request replaces them (blocks no longer named are unpinned and
+join the LRU tail as recently used).  A free pinned block waits in
+``retained`` instead of the free queue: allocation takes the free queue first
+and a retained block only when the queue is empty, the one whose deadline is
+furthest first (it is expected back last).  A pin whose deadline passes
+(``expire_pins``, run by the scheduler each step) sends its free block to the
+*head* of the queue: it was expected back and did not come.  A key pins at
+most ``retention_max_fraction`` of the pool (the leading blocks, which every
+later call of the session shares); a ttl is capped at ``retention_max_ttl_s``.
+
+Misses are accounted by cause: at each admission the prompt tokens that were
+not served are classed ``evicted`` (their block was cached and evicted under
+pressure), ``expired`` (evicted after its pin expired) or ``new`` (never cached
+as a full block: new text, a partial block, or a block after an earlier miss
+that is no longer cached).  A block still cached behind an earlier miss takes
+that miss's cause.  The eviction log is bounded (4x the pool, oldest dropped).
+
+Invariant (``check_invariants``): free blocks (free queue + retained) + blocks
+with ``ref_cnt > 0`` == pool, and each ref count equals the number of block
+tables holding the block.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from loom.runtime.kv_retention import MISS_REASONS
 from loom.runtime.request import Request
 
 logger = logging.getLogger(__name__)
@@ -148,7 +173,9 @@ def _root(request: Request) -> object:
 class KVCacheManager:
     """Allocates KV blocks to requests and shares full blocks by prefix hash."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, *,
+                 retention_max_fraction: float = 0.5, retention_max_ttl_s: float = 3600.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
@@ -166,11 +193,22 @@ class KVCacheManager:
         self._uncommitted: list[int] = []
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
+        # retention (see the module docstring)
+        self.retention_max_blocks = max(1, int(retention_max_fraction * num_blocks))
+        self.retention_max_ttl_s = retention_max_ttl_s
+        self.clock = clock
+        self.retained: dict[int, None] = {}  # free blocks under a live pin, out of the free queue
+        self.pins: dict[int, dict[str, float]] = {}  # block -> {key: deadline (clock seconds)}
+        self.pinned_by_key: dict[str, set[int]] = {}
+        self._next_expiry = math.inf
+        self._expired: set[int] = set()  # free blocks whose pin expired (an eviction then counts as "expired")
+        self.evicted: OrderedDict[int, str] = OrderedDict()  # block hash -> "evicted" | "expired"
+        self.miss_tokens = dict.fromkeys(MISS_REASONS, 0)
 
     @property
     def num_free_blocks(self) -> int:
-        """Blocks nobody holds (some may still be cached and reusable)."""
-        return len(self.free_queue)
+        """Blocks nobody holds (some may still be cached and reusable; retained ones are taken last)."""
+        return len(self.free_queue) + len(self.retained)
 
     def blocks_needed(self, num_tokens: int) -> int:
         """Blocks that ``num_tokens`` tokens occupy."""
@@ -243,6 +281,29 @@ class KVCacheManager:
         if self.enable_prefix_caching:
             self.prefix_cache_queries += request.num_tokens
             self.prefix_cache_hits += num_hit_tokens
+            misses = self._classify_misses(request, num_hit_tokens)
+            for reason, n in misses.items():
+                self.miss_tokens[reason] += n
+            if request.kv_miss_tokens is None:
+                request.kv_miss_tokens = misses
+
+    def _classify_misses(self, request: Request, num_hit: int) -> dict[str, int]:
+        """The tokens of ``request`` past its hit, by cause (``MISS_REASONS``; see the module docstring)."""
+        self._update_hashes(request)
+        bs, n = self.block_size, request.num_tokens
+        out = dict.fromkeys(MISS_REASONS, 0)
+        first_cause: str | None = None
+        covered = num_hit
+        for i in range(num_hit // bs, min(len(request.block_hashes), n // bs)):
+            block_hash = request.block_hashes[i]
+            cause = self.evicted.get(block_hash)
+            if cause is None:
+                cause = first_cause if block_hash in self.cached and first_cause is not None else "new"
+            first_cause = first_cause or cause
+            out[cause] += (i + 1) * bs - max(i * bs, num_hit)
+            covered = (i + 1) * bs
+        out["new"] += n - max(covered, num_hit)
+        return out
 
     def take_blocks_to_copy(self) -> list[tuple[int, int]]:
         """The (source, destination) block copies of the step just scheduled, in order."""
@@ -304,7 +365,7 @@ class KVCacheManager:
         for block_id in new_computed_blocks:
             block = self.blocks[block_id]
             if block.ref_cnt == 0:
-                del self.free_queue[block_id]
+                self._take_free(block_id)
             block.ref_cnt += 1
             self._drop_tail(block)  # a partial block taken is written from its first unmatched slot on
         request.block_ids.extend(new_computed_blocks)
@@ -319,19 +380,23 @@ class KVCacheManager:
             self._register_full_blocks(request, num_computed + num_new_tokens)
         return True
 
-    def free(self, request: Request) -> None:
+    def free(self, request: Request, finished: bool = False) -> None:
         """Release ``request``'s blocks; tail blocks first so they are evicted first.
 
         With prefix caching the computed tokens of a partial last block are
-        registered as a tail (see the module docstring).
+        registered as a tail (see the module docstring).  A ``finished``
+        request with ``kv_retention`` pins its blocks first (a preempted one
+        never does: it comes back at once).
         """
         if self.enable_prefix_caching:
             self._register_tail(request)
+            if finished and request.sampling_params.kv_retention is not None:
+                self._pin(request)
         for block_id in reversed(request.block_ids):
             block = self.blocks[block_id]
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
-                self.free_queue[block_id] = None
+                self._release(block_id)
         request.block_ids = []
         self._num_registered.pop(request.request_id, None)
 
@@ -350,18 +415,111 @@ class KVCacheManager:
             block = self.blocks[block_id]
             block.ref_cnt -= 1
             if block.ref_cnt == 0:
-                self.free_queue[block_id] = None
-                self.free_queue.move_to_end(block_id, last=False)
+                self._release(block_id, evict_first=True)
 
     def stats(self) -> dict[str, int]:
-        """Pool counters: total, free, cached (hashed) blocks; prefix-cache tokens."""
+        """Pool counters: total, free, cached (hashed), pinned and retained (pinned and free) blocks;
+        prefix-cache tokens: queried, hit, and missed by cause (``prefix_cache_misses_<cause>``)."""
         return {
             "kv_blocks_total": self.num_blocks,
             "kv_blocks_free": self.num_free_blocks,
             "kv_blocks_cached": len(self.cached),
+            "kv_blocks_pinned": len(self.pins),
+            "kv_blocks_retained": len(self.retained),
             "prefix_cache_queries": self.prefix_cache_queries,
             "prefix_cache_hits": self.prefix_cache_hits,
+            **{f"prefix_cache_misses_{reason}": n for reason, n in self.miss_tokens.items()},
         }
+
+    # -- retention ---------------------------------------------------------
+
+    def expire_pins(self) -> None:
+        """Drop the pins whose deadline passed; their free blocks go to the head of the free queue."""
+        now = self.clock()
+        if now < self._next_expiry:
+            return
+        nxt = math.inf
+        for block_id in list(self.pins):
+            keys = self.pins[block_id]
+            for key, deadline in list(keys.items()):
+                if deadline <= now:
+                    del keys[key]
+                    self._unkey(key, block_id)
+                else:
+                    nxt = min(nxt, deadline)
+            if not keys:
+                del self.pins[block_id]
+                if block_id in self.retained:
+                    del self.retained[block_id]
+                    self.free_queue[block_id] = None
+                    self.free_queue.move_to_end(block_id, last=False)
+                    self._expired.add(block_id)
+        self._next_expiry = nxt
+
+    def release_pins(self, key: str) -> int:
+        """Unpin every block ``key`` pinned (its free ones join the LRU tail); returns how many."""
+        blocks = self.pinned_by_key.pop(key, set())
+        for block_id in blocks:
+            keys = self.pins.get(block_id, {})
+            keys.pop(key, None)
+            if not keys:
+                self.pins.pop(block_id, None)
+                if block_id in self.retained:
+                    del self.retained[block_id]
+                    self.free_queue[block_id] = None
+        return len(blocks)
+
+    def _pin(self, request: Request) -> None:
+        """Pin ``request``'s canonical cached blocks and its tail under its retention key."""
+        retention = request.sampling_params.kv_retention
+        assert retention is not None
+        deadline = self.clock() + min(retention.ttl_s, self.retention_max_ttl_s)
+        self._update_hashes(request)
+        chosen: list[int] = []
+        for block_hash in request.block_hashes[:request.num_computed_tokens // self.block_size]:
+            block_id = self.cached.get(block_hash)
+            if block_id is None:
+                break
+            chosen.append(block_id)
+        num_full = request.num_computed_tokens // self.block_size
+        if len(chosen) == num_full and num_full < len(request.block_ids):
+            tail = self.blocks[request.block_ids[num_full]]
+            if tail.tail_parent is not None:
+                chosen.append(tail.block_id)
+        chosen = chosen[:self.retention_max_blocks]
+        self.release_pins(retention.key)
+        for block_id in chosen:
+            self.pins.setdefault(block_id, {})[retention.key] = deadline
+            self._expired.discard(block_id)
+            if block_id in self.free_queue:  # a canonical block another request left free
+                del self.free_queue[block_id]
+                self.retained[block_id] = None
+        self.pinned_by_key[retention.key] = set(chosen)
+        self._next_expiry = min(self._next_expiry, deadline)
+
+    def _unkey(self, key: str, block_id: int) -> None:
+        held = self.pinned_by_key.get(key)
+        if held is not None:
+            held.discard(block_id)
+            if not held:
+                del self.pinned_by_key[key]
+
+    def _release(self, block_id: int, evict_first: bool = False) -> None:
+        """A block nobody holds any more: retained while pinned, else into the free queue."""
+        if block_id in self.pins:
+            self.retained[block_id] = None
+            return
+        self.free_queue[block_id] = None
+        if evict_first:
+            self.free_queue.move_to_end(block_id, last=False)
+
+    def _take_free(self, block_id: int) -> None:
+        """Take a free block out of the free queue or ``retained`` (a prefix-cache hit)."""
+        if block_id in self.retained:
+            del self.retained[block_id]
+        else:
+            del self.free_queue[block_id]
+        self._expired.discard(block_id)
 
     def check_invariants(self, requests: Iterable[Request]) -> None:
         """Assert the pool is consistent with the block tables of ``requests``.
@@ -377,10 +535,16 @@ class KVCacheManager:
                 holders.setdefault(block_id, []).append((req, idx))
         used = [b for b in self.blocks if b.ref_cnt > 0]
         assert len(used) + self.num_free_blocks == self.num_blocks, "free + used != pool"
+        assert not set(self.retained) & set(self.free_queue), "a block both retained and in the free queue"
+        for block_id in self.retained:
+            assert block_id in self.pins, f"block {block_id}: retained without a pin"
+        for key, pinned in self.pinned_by_key.items():
+            for block_id in pinned:
+                assert key in self.pins.get(block_id, {}), f"block {block_id}: pin of {key!r} not recorded"
         for block in self.blocks:
             held = holders.get(block.block_id, [])
             assert block.ref_cnt == len(held), f"block {block.block_id}: ref {block.ref_cnt} != holders {len(held)}"
-            assert (block.ref_cnt == 0) == (block.block_id in self.free_queue)
+            assert (block.ref_cnt == 0) == (block.block_id in self.free_queue or block.block_id in self.retained)
             if len(held) > 1:
                 assert block.block_hash is not None, f"block {block.block_id} shared but not a cached prefix"
                 for req, idx in held:
@@ -429,10 +593,23 @@ class KVCacheManager:
         block.tail_tokens = ()
 
     def _pop_free_block(self) -> int:
-        block_id, _ = self.free_queue.popitem(last=False)
+        """Evict: the free queue's head, else (the pool would stall) the retained block expected back last."""
+        if self.free_queue:
+            block_id, _ = self.free_queue.popitem(last=False)
+        else:
+            block_id = max(self.retained, key=lambda b: max(self.pins[b].values()))
+            del self.retained[block_id]
+            for key in self.pins.pop(block_id):
+                self._unkey(key, block_id)
+        cause = "expired" if block_id in self._expired else "evicted"
+        self._expired.discard(block_id)
         block = self.blocks[block_id]
         self._drop_tail(block)
         if block.block_hash is not None:
+            self.evicted[block.block_hash] = cause
+            self.evicted.move_to_end(block.block_hash)
+            if len(self.evicted) > 4 * self.num_blocks:
+                self.evicted.popitem(last=False)
             self._drop_hash(block)
         self._unwritten.discard(block_id)
         block.ref_cnt = 1

@@ -36,6 +36,9 @@ class RequestOutput:
         num_recompute_tokens / num_recompute_cached_tokens: tokens looked up
             again after preemptions and how many the cache served (tokens; 0
             without preemption).
+        kv_miss_tokens: prompt tokens computed rather than served from the prefix cache, by
+            cause: ``evicted``, ``expired`` (evicted after its retention pin ran out) or ``new``
+            (tokens; empty until the request is scheduled, or with prefix caching off).
         error: one-line reason when ``finish_reason == "error"``.
         error_param: the request field at fault when its own input caused the
             error (``"structured_output"``); ``None`` for a failed model step.
@@ -63,6 +66,7 @@ class RequestOutput:
     num_cached_tokens: int = 0
     num_recompute_tokens: int = 0
     num_recompute_cached_tokens: int = 0
+    kv_miss_tokens: dict[str, int] = field(default_factory=dict)
     arrival_time: float = 0.0
     first_token_time: float | None = None
     finish_time: float | None = None

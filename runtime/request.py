@@ -77,6 +77,8 @@ class Request:
             again after a preemption, and how many of them the prefix cache
             served.  With ``num_cached_tokens`` they add up, over all requests,
             to the engine's ``prefix_cache_queries`` / ``prefix_cache_hits``.
+        kv_miss_tokens: prompt tokens the first admission computed, by cause
+            (``evicted`` / ``expired`` / ``new``: ``KVCacheManager`` docstring); ``None`` until then.
         error: why the request finished with ``FINISHED_ERROR`` (one line, no internals).
         error_param: the request field at fault when the request's own input
             caused the error (``"structured_output"``), else ``None``.
@@ -98,6 +100,7 @@ class Request:
     num_cached_tokens: int = -1
     num_recompute_tokens: int = 0
     num_recompute_cached_tokens: int = 0
+    kv_miss_tokens: dict[str, int] | None = None
     block_ids: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)
     spec_token_ids: list[int] = field(default_factory=list)

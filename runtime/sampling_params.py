@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from loom.runtime.errors import InvalidRequestError
+from loom.runtime.kv_retention import KVRetention
 
 if TYPE_CHECKING:  # the package imports llguidance's bitmask helpers
     from loom.runtime.structured_output.params import StructuredOutputParams
@@ -69,6 +70,10 @@ class SamplingParams:
             shares with every unsalted request.  Carried here because these
             parameters travel with a request through every layer (REST,
             orchestrator, replicas) to the engine.
+        kv_retention: a ``loom.runtime.kv_retention.KVRetention``: when the
+            request finishes its KV blocks stay pinned under ``key`` for
+            ``ttl_s`` seconds (an agent waiting for a tool or its user);
+            ``None``: they join the LRU pool as usual.
 
     Raises:
         InvalidRequestError: (a ``ValueError``) naming the field at fault.
@@ -95,6 +100,7 @@ class SamplingParams:
     structured_output: StructuredOutputParams | None = None
     output_kind: str = "cumulative"
     cache_salt: str | None = None
+    kv_retention: KVRetention | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -118,6 +124,8 @@ class SamplingParams:
         _integer("min_tokens", self.min_tokens, low=0)
         if self.cache_salt is not None and (not isinstance(self.cache_salt, str) or not self.cache_salt):
             raise InvalidRequestError("cache_salt: must be a non-empty string", param="cache_salt")
+        if self.kv_retention is not None and not isinstance(self.kv_retention, KVRetention):
+            raise InvalidRequestError("kv_retention: must be a KVRetention", param="kv_retention")
         if self.min_tokens > self.max_tokens:
             raise InvalidRequestError(
                 f"min_tokens: must be <= max_tokens ({self.max_tokens}), got {self.min_tokens}",

@@ -98,6 +98,7 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         """Plan one step under the token budget; may preempt running requests."""
+        self.kv.expire_pins()
         out = SchedulerOutput()
         budget = self.max_num_batched_tokens
         i = 0
@@ -168,10 +169,11 @@ class Scheduler:
             sched.request.num_computed_tokens += sched.num_new_tokens - sched.num_spec_tokens
 
     def finish(self, req: Request, status: RequestStatus) -> None:
-        """Remove ``req`` from the queues and free its blocks (finish or abort)."""
+        """Remove ``req`` from the queues and free its blocks (finish or abort; only a request that
+        finished normally pins them for its ``kv_retention``)."""
         if req.status == RequestStatus.RUNNING:
             self.running.remove(req)
         elif req in self.waiting:
             self.waiting.remove(req)
-        self.kv.free(req)
+        self.kv.free(req, finished=status in (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH))
         req.status = status
