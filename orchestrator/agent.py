@@ -122,6 +122,12 @@ class Agent:
             (``loom.orchestrator.approval``; LangGraph's ``interrupt``, Letta's ``requires_approval``).
         cache_salt: ``SamplingParams.cache_salt`` of every model call of the agent, so the prefix cache
             shares its blocks only with calls of the same salt (the REST server salts by API key).
+        cache_ttl_s: how long the session's KV stays pinned in the engine's pool after each model call
+            (``SamplingParams.kv_retention``, keyed by the session; Anthropic's and Dynamo's
+            ``cache_control`` ttl).  ``None`` (default): pinned through tool calls only, for
+            ``tool_timeout_s`` when the agent has tools (InferCept, Continuum); a number of seconds:
+            at least that long after every call, so a session whose user comes back within it finds
+            its prefix cached even when other sessions filled the pool; ``0``: never pinned.
 
     Raises:
         ValueError: bad arguments, naming the field.
@@ -137,11 +143,13 @@ class Agent:
                  tool_timeout_s: float = 30.0, memory_write_back: bool = True,
                  tool_call_parser: Any = None, condense_question: bool = True,
                  condense_tokens: int = DEFAULT_CONDENSE_TOKENS, parallel_tool_calls: bool | None = None,
-                 approval: Iterable[str] = (), cache_salt: str | None = None) -> None:
+                 approval: Iterable[str] = (), cache_salt: str | None = None,
+                 cache_ttl_s: float | None = None) -> None:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
         engine = EngineClient(llm, cache_salt)
         registry = _registry(tools, retriever, auto_retrieve, tool_timeout_s)
+        retention_ttl = _retention_ttl(cache_ttl_s, tool_timeout_s if len(registry) else None)
         budget = (budget or ContextBudget()).with_window(engine.max_model_len)
         if budget.window > engine.max_model_len:
             raise InvalidRequestError(f"max_model_len: budget window {budget.window} exceeds the "
@@ -159,7 +167,7 @@ class Agent:
             retrieval_k=retrieval_k, memory_k=memory_k, memory_write_back=memory_write_back,
             condense_question=bool(condense_question), condense_tokens=condense_tokens,
             parallel_tool_calls=None if parallel_tool_calls is None else bool(parallel_tool_calls),
-            approval=frozenset(approval or ()))
+            approval=frozenset(approval or ()), kv_retention_ttl_s=retention_ttl)
         self.tool_timeout_s = tool_timeout_s
         self.tool_choice = self.check_tool_choice(tool_choice)
         self.num_compactions = 0
@@ -289,6 +297,22 @@ def _format(tokenizer: Tokenizer, parser: str | ToolCallFormat | None) -> ToolCa
         return detect_format(tokenizer, parser)
     except ValueError as exc:
         raise InvalidRequestError(str(exc), param="tool_call_parser") from exc
+
+
+def _retention_ttl(cache_ttl_s: float | None, tool_wait_s: float | None) -> float | None:
+    """Seconds a model call's KV stays pinned (``None``: not pinned); see ``Agent``'s ``cache_ttl_s``.
+
+    Raises:
+        InvalidRequestError: ``cache_ttl_s`` is not a number >= 0.
+    """
+    if cache_ttl_s is not None and (isinstance(cache_ttl_s, bool) or not isinstance(cache_ttl_s, (int, float))
+                                    or not cache_ttl_s >= 0 or cache_ttl_s == float("inf")):
+        raise InvalidRequestError(f"cache_ttl_s: must be a number of seconds >= 0, got {cache_ttl_s!r}",
+                                  param="cache_ttl_s")
+    if cache_ttl_s == 0:
+        return None
+    ttl = max(float(cache_ttl_s or 0), float(tool_wait_s or 0))
+    return ttl or None
 
 
 def _greedy() -> SamplingParams:

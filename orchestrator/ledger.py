@@ -22,6 +22,11 @@ computed, priced as input) so that, over any run, prompt tokens + recompute
 tokens equal the engine's ``prefix_cache_queries`` and cached prompt tokens +
 recompute cached tokens its ``prefix_cache_hits``, preemption included.  Their
 time lies inside the decode gaps of the output tokens, where it is counted.
+``prompt_misses`` says why the computed prompt tokens were not served from
+the cache (``RequestOutput.kv_miss_tokens``): ``evicted`` (their blocks were
+cached once and evicted), ``expired`` (evicted after a retention pin ran out)
+or ``new`` (never cached as a full block).  Its values sum to the computed
+prompt tokens.
 ``budget_cut`` counts, per prompt class, tokens of content the context
 budget left out of the prompt (a retrieved chunk cut at a sentence boundary or
 dropped: :meth:`loom.orchestrator.context.ContextBuilder.fit_retrieval`); they are
@@ -93,6 +98,7 @@ class Ledger:
     output: dict[str, OutputClassUsage] = field(default_factory=lambda: {c: OutputClassUsage() for c in OUTPUT_CLASSES})
     spec_rejected: int = 0
     recompute: PromptClassUsage = field(default_factory=PromptClassUsage)
+    prompt_misses: dict[str, int] = field(default_factory=dict)
     budget_cut: dict[str, int] = field(default_factory=dict)
     num_calls: int = 0
     ttft_ms: float = 0.0
@@ -155,6 +161,7 @@ class Ledger:
         spec_rejected: int = 0,
         recompute_tokens: int = 0,
         recompute_cached_tokens: int = 0,
+        prompt_misses: dict[str, int] | None = None,
         prices: PriceTable | None = None,
     ) -> "Ledger":
         """Ledger of one call.
@@ -171,13 +178,14 @@ class Ledger:
             recompute_tokens / recompute_cached_tokens: tokens looked up again
                 after preemptions and how many the cache served
                 (``RequestOutput.num_recompute_tokens`` / ``..._cached_tokens``).
+            prompt_misses: computed prompt tokens by cause (``RequestOutput.kv_miss_tokens``).
             prices: price table (default :class:`PriceTable`).
 
         Raises:
             ValueError: an unknown class, or spans that do not tile ``[0, n)``.
         """
         prices = prices or PriceTable()
-        led = cls(num_calls=1, spec_rejected=spec_rejected)
+        led = cls(num_calls=1, spec_rejected=spec_rejected, prompt_misses=dict(prompt_misses or {}))
         led.recompute = PromptClassUsage(cached_tokens=recompute_cached_tokens,
                                          computed_tokens=recompute_tokens - recompute_cached_tokens)
         pos = 0
@@ -236,6 +244,8 @@ class Ledger:
             out.recompute.cost += led.recompute.cost
             for name, n in led.budget_cut.items():
                 out.budget_cut[name] = out.budget_cut.get(name, 0) + n
+            for name, n in led.prompt_misses.items():
+                out.prompt_misses[name] = out.prompt_misses.get(name, 0) + n
             out.num_calls += led.num_calls
             out.ttft_ms += led.ttft_ms
             out.e2e_ms += led.e2e_ms
@@ -271,6 +281,7 @@ class Ledger:
             SPEC_REJECTED: self.spec_rejected,
             "recompute": {**asdict(self.recompute), "tokens": self.recompute.tokens},
             "budget_cut": dict(self.budget_cut),
+            "prompt_misses": dict(self.prompt_misses),
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
             "completion_tokens": self.completion_tokens,

@@ -57,6 +57,9 @@ class AgentParts:
     condense_tokens: int = 32
     parallel_tool_calls: bool | None = None  # None: run every call, force one; True: force may be several
     approval: frozenset[str] = frozenset()  # tools whose calls wait for a human decision (loom.orchestrator.approval)
+    # seconds each model call's KV stays pinned for the session after it ends (None: not pinned;
+    # loom.runtime.kv_retention): through the tool it calls, and while the user is away when asked
+    kv_retention_ttl_s: float | None = None
 
     @property
     def budget(self) -> ContextBudget:

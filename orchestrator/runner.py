@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from opentelemetry.trace import Span
 
 from loom.runtime.errors import InvalidRequestError
+from loom.runtime.kv_retention import KVRetention
 from loom.runtime.sampling_params import SamplingParams
 from loom.tools.base import canonical_json
 
@@ -151,6 +152,10 @@ class TurnRunner:
         a = self.parts
         room = max(1, a.budget.window - prompt_len)
         sp = a.sampling.clone(max_tokens=max(1, min(a.budget.max_tokens, room)), skip_special_tokens=False)
+        if a.kv_retention_ttl_s is not None:  # the session's KV stays pinned through its tool call / user's reply
+            salt = getattr(a.engine, "cache_salt", None) or ""
+            key = f"{salt}/session/{getattr(self.session, 'session_id', id(self.session))}"
+            sp = sp.clone(kv_retention=KVRetention(key, a.kv_retention_ttl_s))
         if not forced:
             if a.registry.schemas() and TOOL_RESULT_TAGS[1] not in sp.stop:  # the answer ends where a copied
                 sp = sp.clone(stop=[*sp.stop, TOOL_RESULT_TAGS[1]])           # result wrapper would close
