@@ -12,11 +12,17 @@ one key).  ``--prefix-cache-scope global`` opts into sharing across owners
 (one trusted tenant, or a system prompt common to all): then only a request's
 own ``cache_salt`` separates it.  With ``--no-auth`` every request runs as
 one owner, so everything is shared as before.
+
+``cache_control`` (:mod:`loom.api.schemas.cache_control`) asks the engine to keep
+a call's KV for a while: :func:`kv_retention` keys that pin by owner.
 """
 
 from __future__ import annotations
 
 import hashlib
+
+from loom.api.schemas.cache_control import CacheControl
+from loom.runtime.kv_retention import KVRetention
 
 SCOPES = ("owner", "global")
 
@@ -35,3 +41,11 @@ def cache_salt(scope: str, owner: str, requested: str | None = None) -> str | No
     if scope == "global":
         return requested
     return hashlib.sha256(f"{owner}\x00{requested or ''}".encode()).hexdigest()[:32]
+
+
+def kv_retention(owner: str, cache_control: CacheControl | None) -> KVRetention | None:
+    """The engine's ``kv_retention`` of a chat or Responses call with ``cache_control``: one pin per owner,
+    the latest call's (``None`` without ``cache_control``)."""
+    if cache_control is None:
+        return None
+    return KVRetention(f"owner/{owner}", cache_control.ttl_s)

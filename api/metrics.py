@@ -30,6 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from loom.json_types import JSONObject
+from loom.runtime.kv_retention import MISS_REASONS
 from loom.runtime.outputs import RequestOutput
 
 _LAT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -77,6 +78,17 @@ class _EngineCollector(Collector):
             "1 + accepted / drafts (tokens per verify step; 0 without speculation).",
             1.0 + accepted / drafts if drafts else 0.0,
         )
+        yield GaugeMetricFamily("loom_kv_blocks_pinned", "KV blocks under a retention pin (cache_control, "
+                                "an agent waiting for a tool), held or free.", s.get("kv_blocks_pinned", 0))
+        yield GaugeMetricFamily("loom_kv_blocks_retained", "Free KV blocks kept for a pin: evicted only when no "
+                                "other block is free.", s.get("kv_blocks_retained", 0))
+        misses = CounterMetricFamily(
+            "loom_prefix_cache_miss_tokens", "Prompt tokens computed rather than served from the prefix cache, by "
+            "cause: evicted, expired (evicted after its retention pin ran out), new (never cached).",
+            labels=["reason"])
+        for reason in MISS_REASONS:
+            misses.add_metric([reason], s.get(f"prefix_cache_misses_{reason}", 0))
+        yield misses
         yield GaugeMetricFamily("loom_num_requests_running", "Requests running.", s.get("num_running", 0))
         yield GaugeMetricFamily("loom_num_requests_waiting", "Requests waiting.", s.get("num_waiting", 0))
         yield GaugeMetricFamily("loom_num_preemptions", "Preemptions so far.", s.get("num_preemptions", 0))

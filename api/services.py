@@ -49,6 +49,8 @@ def engine_args(settings: Settings) -> JSONObject:
         "max_num_seqs": settings.max_num_seqs,
         "max_num_batched_tokens": settings.max_num_batched_tokens,
         "enable_prefix_caching": settings.enable_prefix_caching,
+        "kv_retention_max_ttl_s": settings.kv_retention_max_ttl_s,
+        "kv_retention_max_fraction": settings.kv_retention_max_fraction,
         "gpu_memory_utilization": settings.gpu_memory_utilization,
         "seed": settings.seed,
         "tensor_parallel_size": settings.tensor_parallel_size,

@@ -57,6 +57,10 @@ class Settings(BaseSettings):
         default=None, gt=0, description="Waiting-queue cap; beyond it requests get 429."
     )
     enable_prefix_caching: bool = True
+    kv_retention_max_ttl_s: float = Field(default=3600.0, gt=0, description="Longest a retention pin lasts "
+                                          "(cache_control ttl, an agent waiting for a tool), seconds.")
+    kv_retention_max_fraction: float = Field(default=0.5, gt=0, le=1, description="Most of the KV pool one "
+                                             "session or API key may pin.")
     prefix_cache_scope: Literal["owner", "global"] = Field(
         default="owner", description="owner: prefix-cache blocks are shared within one API key's requests only "
         "(another key cannot probe your prompts through cached token counts); global: across keys too."

@@ -135,6 +135,7 @@ def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Agent:
         tool_call_parser=services.tool_format,
         approval=cfg.approval,
         cache_salt=cache_salt(services.settings.prefix_cache_scope, owner),
+        cache_ttl_s=cfg.cache_control.ttl_s if cfg.cache_control is not None else None,
     )
 
 

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, Request
 from sse_starlette.sse import EventSourceResponse
 
 from loom.api.auth import require_owner
-from loom.api.cache_scope import cache_salt
+from loom.api.cache_scope import cache_salt, kv_retention
 from loom.api.serving_chat.run import CompletionRun, stream_chunks
 from loom.api.serving_chat.prompt import prepare
 from loom.api.engine_io import (
@@ -122,6 +122,9 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request,
     prepared = await anyio.to_thread.run_sync(lambda: prepare(
         body, engine.tokenizer, services.settings.default_max_tokens, engine_max_model_len(engine),
         services.tool_format, encode=reuse.encode, defaults=services.default_sampling, cache_salt=salt))
+    retention = kv_retention(owner, body.cache_control)
+    if retention is not None:
+        prepared.sampling_params = prepared.sampling_params.clone(kv_retention=retention)
     run = CompletionRun(prepared, services.settings.model_name, engine.tokenizer)
     try:
         gens = await open_generations(engine, prepared.prompt_token_ids, prepared.sampling_params,

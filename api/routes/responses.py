@@ -24,7 +24,7 @@ from fastapi import APIRouter, Depends, Request
 from sse_starlette.sse import EventSourceResponse
 
 from loom.api.auth import require_owner
-from loom.api.cache_scope import cache_salt
+from loom.api.cache_scope import cache_salt, kv_retention
 from loom.api.engine_io import collect_outputs, engine_max_model_len, merge_outputs, open_generations, sse_events
 from loom.api.routes.chat import IdReuse, check_model, constraint_error, record_completion
 from loom.api.schemas.base import check_unknown_fields, strict_setting
@@ -143,6 +143,9 @@ async def create_response(body: ResponseCreateRequest, request: Request,
     except InvalidRequestError as exc:
         exc.param = responses_param(exc.param)  # the chat field it was checked as, spelled the Responses way
         raise
+    retention = kv_retention(owner, body.cache_control)
+    if retention is not None:
+        prepared.sampling_params = prepared.sampling_params.clone(kv_retention=retention)
     turn.run = run = CompletionRun(prepared, services.settings.model_name, engine.tokenizer)
     try:
         gens = await open_generations(engine, prepared.prompt_token_ids, prepared.sampling_params, run.request_id, 1)

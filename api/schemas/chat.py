@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from loom.api.schemas.base import RequestModel
+from loom.api.schemas.cache_control import CacheControl
 from loom.json_types import JSONObject
 
 
@@ -198,6 +199,9 @@ class ChatCompletionRequest(_Strict):
         default=None, description="Token id (as a string) -> bias added to its logit, in [-100, 100].")
     response_format: ResponseFormat | None = None
     user: str | None = None
+    cache_control: CacheControl | None = Field(default=None, description=(
+        "Keep this call's prompt and reply in the KV pool for `ttl` (`{\"type\": \"ephemeral\", \"ttl\": "
+        "\"5m\"}`): one pin per API key, the latest call's."))
     # vLLM extensions
     min_tokens: int | None = Field(default=None, ge=0)
     stop_token_ids: list[Annotated[int, Field(ge=0)]] | None = None

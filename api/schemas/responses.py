@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from loom.api.schemas.base import RequestModel
+from loom.api.schemas.cache_control import CacheControl
 from loom.json_types import JSONObject
 
 
@@ -136,6 +137,8 @@ class ResponseCreateRequest(RequestModel):
     user: str | None = None
     cache_salt: str | None = Field(default=None, min_length=1, max_length=256, description=(
         "vLLM's per-request salt of the prefix cache's block hashes."))
+    cache_control: CacheControl | None = Field(default=None, description=(
+        "Keep this call's prompt and reply in the KV pool for `ttl` (one pin per API key)."))
 
 
 # ---- the response object ----------------------------------------------------------------

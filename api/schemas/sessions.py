@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from loom.api.schemas.cache_control import CacheControl
 from loom.api.schemas.chat import NamedToolChoice, ToolDef, integral
 from loom.json_types import JSONObject
 
@@ -42,6 +43,12 @@ class SessionSampling(_Strict):
     _integral = field_validator("top_k", "max_tokens", "seed", mode="before")(integral)
 
 
+class SessionCacheControl(CacheControl):
+    """A session's ``cache_control`` (unknown fields are a 400, as everywhere in a session's config)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
 class SessionCreate(_Strict):
     """Body of ``POST /v1/sessions``."""
 
@@ -66,6 +73,10 @@ class SessionCreate(_Strict):
     tool_choice: Literal["auto", "none", "required"] | NamedToolChoice = "auto"
     max_steps: int | None = Field(default=None, ge=1, le=32)
     metadata: JSONObject = Field(default_factory=dict)
+    cache_control: SessionCacheControl | None = Field(default=None, description=(
+        "Keep the session's KV in the pool for `ttl` after each model call (`{\"type\": \"ephemeral\", "
+        "\"ttl\": \"5m\"}`), so its next turn finds its prefix cached while other sessions fill the pool; "
+        "without it the KV is kept through tool calls only."))
 
     _integral = field_validator("max_steps", mode="before")(integral)
 

@@ -98,6 +98,12 @@ def serve(
     enable_prefix_caching: Optional[bool] = typer.Option(None, "--enable-prefix-caching/--no-enable-prefix-"
                                                          "caching", help="Reuse KV blocks of shared prefixes "
                                                          "(default on).", show_default=False),
+    kv_retention_max_ttl: Optional[float] = typer.Option(None, "--kv-retention-max-ttl", help="Longest a "
+                                                         "cache_control ttl or an agent's pin keeps KV blocks "
+                                                         "(seconds; default 3600)."),
+    kv_retention_max_fraction: Optional[float] = typer.Option(None, "--kv-retention-max-fraction", help="Most "
+                                                              "of the KV pool one session or API key may pin "
+                                                              "(0-1; default 0.5)."),
     prefix_cache_scope: Optional[str] = typer.Option(None, "--prefix-cache-scope", help="owner (default): cached "
                                                      "prefixes are shared within one API key only; global: "
                                                      "across keys too."),
@@ -148,6 +154,7 @@ def serve(
         device=device, block_size=block_size, num_kv_blocks=num_kv_blocks,
         gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, enable_prefix_caching=enable_prefix_caching,
+        kv_retention_max_ttl_s=kv_retention_max_ttl, kv_retention_max_fraction=kv_retention_max_fraction,
         prefix_cache_scope=prefix_cache_scope, max_waiting=max_waiting,
         max_request_body_bytes=max_request_body_bytes, seed=seed,
         tensor_parallel_size=tensor_parallel_size, replicas=replicas,
