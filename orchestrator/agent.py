@@ -35,6 +35,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from loom.runtime.errors import InvalidRequestError, LoomError
+from loom.orchestrator.retention import RetentionPolicy
 from loom.runtime.sampling_params import SamplingParams
 
 from loom.orchestrator import compaction_hooks
@@ -123,11 +124,11 @@ class Agent:
         cache_salt: ``SamplingParams.cache_salt`` of every model call of the agent, so the prefix cache
             shares its blocks only with calls of the same salt (the REST server salts by API key).
         cache_ttl_s: how long the session's KV stays pinned in the engine's pool after each model call
-            (``SamplingParams.kv_retention``, keyed by the session; Anthropic's and Dynamo's
-            ``cache_control`` ttl).  ``None`` (default): pinned through tool calls only, for
-            ``tool_timeout_s`` when the agent has tools (InferCept, Continuum); a number of seconds:
-            at least that long after every call, so a session whose user comes back within it finds
-            its prefix cached even when other sessions filled the pool; ``0``: never pinned.
+            (``loom.orchestrator.retention``; Anthropic's and Dynamo's ``cache_control`` ttl).
+            ``None`` (default): pinned through tool calls only, for ``tool_timeout_s`` when the agent
+            has tools (InferCept, Continuum); a number of seconds: also that long after an answer, so
+            a session whose user comes back within it finds its prefix cached even when other
+            sessions filled the pool; ``0``: never pinned.
 
     Raises:
         ValueError: bad arguments, naming the field.
@@ -149,7 +150,7 @@ class Agent:
             raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
         engine = EngineClient(llm, cache_salt)
         registry = _registry(tools, retriever, auto_retrieve, tool_timeout_s)
-        retention_ttl = _retention_ttl(cache_ttl_s, tool_timeout_s if len(registry) else None)
+        retention = RetentionPolicy.make(cache_ttl_s, tool_timeout_s if len(registry) else None)
         budget = (budget or ContextBudget()).with_window(engine.max_model_len)
         if budget.window > engine.max_model_len:
             raise InvalidRequestError(f"max_model_len: budget window {budget.window} exceeds the "
@@ -167,7 +168,7 @@ class Agent:
             retrieval_k=retrieval_k, memory_k=memory_k, memory_write_back=memory_write_back,
             condense_question=bool(condense_question), condense_tokens=condense_tokens,
             parallel_tool_calls=None if parallel_tool_calls is None else bool(parallel_tool_calls),
-            approval=frozenset(approval or ()), kv_retention_ttl_s=retention_ttl)
+            approval=frozenset(approval or ()), retention=retention)
         self.tool_timeout_s = tool_timeout_s
         self.tool_choice = self.check_tool_choice(tool_choice)
         self.num_compactions = 0
@@ -297,22 +298,6 @@ def _format(tokenizer: Tokenizer, parser: str | ToolCallFormat | None) -> ToolCa
         return detect_format(tokenizer, parser)
     except ValueError as exc:
         raise InvalidRequestError(str(exc), param="tool_call_parser") from exc
-
-
-def _retention_ttl(cache_ttl_s: float | None, tool_wait_s: float | None) -> float | None:
-    """Seconds a model call's KV stays pinned (``None``: not pinned); see ``Agent``'s ``cache_ttl_s``.
-
-    Raises:
-        InvalidRequestError: ``cache_ttl_s`` is not a number >= 0.
-    """
-    if cache_ttl_s is not None and (isinstance(cache_ttl_s, bool) or not isinstance(cache_ttl_s, (int, float))
-                                    or not cache_ttl_s >= 0 or cache_ttl_s == float("inf")):
-        raise InvalidRequestError(f"cache_ttl_s: must be a number of seconds >= 0, got {cache_ttl_s!r}",
-                                  param="cache_ttl_s")
-    if cache_ttl_s == 0:
-        return None
-    ttl = max(float(cache_ttl_s or 0), float(tool_wait_s or 0))
-    return ttl or None
 
 
 def _greedy() -> SamplingParams:

@@ -116,6 +116,18 @@ class EngineClient:
         out.new_token_ids = list(out.token_ids)
         yield out
 
+    async def retain_kv(self, key: str, ttl_s: float, waiting_on_tool: bool = False) -> None:
+        """Re-time the engine's KV pins of ``key`` to ``ttl_s`` seconds from now, as a tool wait or an idle
+        wait (``0`` releases them; ``runtime.AsyncLLM.retain_kv`` / ``runtime.LLM.retain_kv``); nothing
+        when the engine has no pins."""
+        fn = getattr(self.llm, "retain_kv", None)
+        if fn is None:
+            return
+        if self._async is not None:
+            fn(key, ttl_s, waiting_on_tool)  # posted to the engine thread, returns at once
+        else:
+            await asyncio.to_thread(fn, key, ttl_s, waiting_on_tool)  # the engine's lock may be held by a step
+
     def stats(self) -> JSONObject:
         """The engine's ``stats()`` (empty when it has none)."""
         fn = getattr(self.llm, "stats", None)

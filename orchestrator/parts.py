@@ -18,6 +18,7 @@ from loom.orchestrator.context import ContextBuilder
 from loom.orchestrator.formats import ToolCallFormat
 from loom.orchestrator.ledger import PriceTable
 from loom.orchestrator.protocols import Memory, ModelClient, Retriever
+from loom.orchestrator.retention import RetentionPolicy
 from loom.runtime.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -57,9 +58,8 @@ class AgentParts:
     condense_tokens: int = 32
     parallel_tool_calls: bool | None = None  # None: run every call, force one; True: force may be several
     approval: frozenset[str] = frozenset()  # tools whose calls wait for a human decision (loom.orchestrator.approval)
-    # seconds each model call's KV stays pinned for the session after it ends (None: not pinned;
-    # loom.runtime.kv_retention): through the tool it calls, and while the user is away when asked
-    kv_retention_ttl_s: float | None = None
+    # how long the session's KV stays pinned after a reply (None: never; loom.orchestrator.retention)
+    retention: RetentionPolicy | None = None
 
     @property
     def budget(self) -> ContextBudget:

@@ -73,6 +73,8 @@ class ModelClient(Protocol):
     def stream(self, prompt_token_ids: list[int], sampling_params: SamplingParams,
                request_id: str | None = None) -> AsyncIterator[RequestOutput]: ...
 
+    async def retain_kv(self, key: str, ttl_s: float, waiting_on_tool: bool = False) -> None: ...
+
 
 # One retrieval hit / one memory as the prompt shows them: the tools' read-only views
 # (``loom.retrieval.types.Hit`` and ``loom.memory.types.MemoryHit`` satisfy them), one owner each.

@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 from opentelemetry.trace import Span
 
 from loom.runtime.errors import InvalidRequestError
-from loom.runtime.kv_retention import KVRetention
 from loom.runtime.sampling_params import SamplingParams
 from loom.tools.base import canonical_json
 
@@ -49,6 +48,7 @@ from loom.orchestrator.ledger import Ledger
 from loom.orchestrator.parsers import StreamingParser
 from loom.orchestrator.parts import AgentParts
 from loom.orchestrator.protocols import MemoryHit, MultiQueryRetriever, SearchHit
+from loom.orchestrator.retention import session_key
 from loom.orchestrator.session import Session
 from loom.orchestrator.step import StepOutcome, model_call
 
@@ -152,10 +152,8 @@ class TurnRunner:
         a = self.parts
         room = max(1, a.budget.window - prompt_len)
         sp = a.sampling.clone(max_tokens=max(1, min(a.budget.max_tokens, room)), skip_special_tokens=False)
-        if a.kv_retention_ttl_s is not None:  # the session's KV stays pinned through its tool call / user's reply
-            salt = getattr(a.engine, "cache_salt", None) or ""
-            key = f"{salt}/session/{getattr(self.session, 'session_id', id(self.session))}"
-            sp = sp.clone(kv_retention=KVRetention(key, a.kv_retention_ttl_s))
+        if a.retention is not None:  # the session's KV stays pinned through its tool call / its user's reply
+            sp = sp.clone(kv_retention=a.retention.retention(self._retention_key()))
         if not forced:
             if a.registry.schemas() and TOOL_RESULT_TAGS[1] not in sp.stop:  # the answer ends where a copied
                 sp = sp.clone(stop=[*sp.stop, TOOL_RESULT_TAGS[1]])           # result wrapper would close
@@ -323,6 +321,7 @@ class TurnRunner:
             self.ledgers.append(outcome.ledger)
             res.timings.setdefault("ttft", outcome.ledger.ttft_ms)
             self._store_reply(outcome, step)
+            await self._retime_pins(outcome)
             res.finish_reason = outcome.finish_reason
             if outcome.finish_reason == "abort":
                 res.final_state = "interrupted"
@@ -339,6 +338,18 @@ class TurnRunner:
                 yield ev
         if res.final_state == "done" and a.memory is not None and a.memory_write_back:
             await memory_view.write_back(self)
+
+    def _retention_key(self) -> str:
+        return session_key(getattr(self.parts.engine, "cache_salt", None),
+                           getattr(self.session, "session_id", id(self.session)))
+
+    async def _retime_pins(self, outcome: StepOutcome) -> None:
+        """Now that the reply is read: keep the session's KV for its tool, or its user, or let it go."""
+        policy = self.parts.retention
+        if policy is None or outcome.finish_reason not in ("stop", "length"):
+            return
+        ttl, on_tool = policy.after_reply(bool(outcome.calls))
+        await self.parts.engine.retain_kv(self._retention_key(), ttl, on_tool)
 
     def _store_reply(self, outcome: StepOutcome, step: int) -> None:
         p = outcome.parser

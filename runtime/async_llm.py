@@ -139,6 +139,12 @@ class AsyncLLM:
         if engine_id is not None:
             self._post(("abort", engine_id))
 
+    def retain_kv(self, key: str, ttl_s: float, waiting_on_tool: bool = False) -> None:
+        """Re-time the KV pins of ``key`` to ``ttl_s`` seconds from now, as a tool wait or an idle wait
+        (``0`` releases them), on the engine thread before its next step (``LLMEngine.retain_kv``);
+        returns at once."""
+        self._post(("retain", (key, ttl_s, waiting_on_tool)))
+
     def stats(self) -> JSONObject:
         """Engine counters as of the last step (``LLMEngine.stats``)."""
         with self._lock:
@@ -188,6 +194,11 @@ class AsyncLLM:
                     _put(loop, queue, exc)
                     continue
                 self._streams[req.request_id] = (loop, queue, caller_id)
+            elif kind == "retain":
+                self.engine.retain_kv(*payload)
+                stats = self.engine.stats()  # pins show in stats() at once, not after the next step
+                with self._lock:
+                    self._stats = stats
             else:
                 self.engine.abort_request(payload)
 

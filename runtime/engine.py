@@ -184,6 +184,11 @@ class LLMEngine:
         self.scheduler.add_request(req)
         return req.request_id
 
+    def retain_kv(self, key: str, ttl_s: float, waiting_on_tool: bool = False) -> int:
+        """Re-time the KV pins of ``key`` to ``ttl_s`` seconds from now, as a tool wait or an idle wait
+        (``0`` releases them; :mod:`loom.runtime.kv_retention`); returns the blocks it holds pinned."""
+        return self.kv.retain(key, ttl_s, waiting_on_tool)
+
     def abort_request(self, request_id: str) -> bool:
         """Abort a request; its final output (``finish_reason="abort"``) comes with the next ``step``.
 

@@ -68,8 +68,12 @@ last block are pinned under the retention's key until a deadline; the key's
 next finished request replaces them (blocks no longer named are unpinned and
 join the LRU tail as recently used).  A free pinned block waits in
 ``retained`` instead of the free queue: allocation takes the free queue first
-and a retained block only when the queue is empty, the one whose deadline is
-furthest first (it is expected back last).  A pin whose deadline passes
+and a retained block only when the queue is empty: first a block that only
+sessions waiting for their user pin (``waiting_on_tool`` false), the least
+recently pinned first (as LRU); then a block of a session waiting for a tool,
+the one whose deadline is furthest first (it is expected back last).  The
+caller that reads the reply re-times a key's pin (``retain``): a tool wait or
+an idle wait, and for how long.  A pin whose deadline passes
 (``expire_pins``, run by the scheduler each step) sends its free block to the
 *head* of the queue: it was expected back and did not come.  A key pins at
 most ``retention_max_fraction`` of the pool (the leading blocks, which every
@@ -129,6 +133,22 @@ class KVBlock:
 
 
 _NO_PARENT = "root"  # tails key of a partial first block (no full block before it)
+
+
+@dataclass
+class Pin:
+    """One key's retention pin, shared by the blocks it holds.
+
+    Attributes:
+        deadline: when it lapses (``clock`` seconds).
+        waiting_on_tool: the session waits for a tool (back soon: kept longest) rather than
+            for its user (an idle wait).
+        since: when it was set or last re-timed (``clock`` seconds).
+    """
+
+    deadline: float
+    waiting_on_tool: bool
+    since: float
 
 
 class ComputedBlocks(NamedTuple):
@@ -198,7 +218,8 @@ class KVCacheManager:
         self.retention_max_ttl_s = retention_max_ttl_s
         self.clock = clock
         self.retained: dict[int, None] = {}  # free blocks under a live pin, out of the free queue
-        self.pins: dict[int, dict[str, float]] = {}  # block -> {key: deadline (clock seconds)}
+        self.pins: dict[int, dict[str, Pin]] = {}  # block -> {key: that key's pin}
+        self.key_pins: dict[str, Pin] = {}
         self.pinned_by_key: dict[str, set[int]] = {}
         self._next_expiry = math.inf
         self._expired: set[int] = set()  # free blocks whose pin expired (an eviction then counts as "expired")
@@ -438,42 +459,58 @@ class KVCacheManager:
         now = self.clock()
         if now < self._next_expiry:
             return
-        nxt = math.inf
-        for block_id in list(self.pins):
-            keys = self.pins[block_id]
-            for key, deadline in list(keys.items()):
-                if deadline <= now:
-                    del keys[key]
-                    self._unkey(key, block_id)
-                else:
-                    nxt = min(nxt, deadline)
+        for key, pin in list(self.key_pins.items()):
+            if pin.deadline <= now:
+                for block_id in self._unpin_key(key):
+                    if block_id in self.free_queue:
+                        self.free_queue.move_to_end(block_id, last=False)  # expected back and did not come
+                        self._expired.add(block_id)
+        self._next_expiry = min((p.deadline for p in self.key_pins.values()), default=math.inf)
+
+    def retain(self, key: str, ttl_s: float, waiting_on_tool: bool = False) -> int:
+        """Re-time ``key``'s pins: ``ttl_s`` from now (capped), as a tool wait or an idle wait;
+        ``ttl_s <= 0`` releases them.
+
+        The caller learned how the blocks are expected back after the request that pinned them
+        ended (an agent whose reply called a tool: the tool's time; one that answered: its
+        user's).
+
+        Returns:
+            the blocks ``key`` holds pinned afterwards.
+        """
+        pin = self.key_pins.get(key)
+        if ttl_s <= 0 or pin is None:
+            self.release_pins(key)
+            return 0
+        now = self.clock()
+        pin.deadline, pin.waiting_on_tool, pin.since = now + min(ttl_s, self.retention_max_ttl_s), waiting_on_tool, now
+        self._next_expiry = min(self._next_expiry, pin.deadline)
+        return len(self.pinned_by_key.get(key, ()))
+
+    def release_pins(self, key: str) -> int:
+        """Unpin every block ``key`` pinned (its free ones join the LRU tail); returns how many."""
+        return len(self._unpin_key(key))
+
+    def _unpin_key(self, key: str) -> set[int]:
+        """Drop ``key``'s pin; blocks no other key pins leave ``retained`` for the free queue's tail."""
+        self.key_pins.pop(key, None)
+        blocks = self.pinned_by_key.pop(key, set())
+        for block_id in blocks:
+            keys = self.pins.get(block_id)
+            if keys is None:
+                continue
+            keys.pop(key, None)
             if not keys:
                 del self.pins[block_id]
                 if block_id in self.retained:
                     del self.retained[block_id]
                     self.free_queue[block_id] = None
-                    self.free_queue.move_to_end(block_id, last=False)
-                    self._expired.add(block_id)
-        self._next_expiry = nxt
-
-    def release_pins(self, key: str) -> int:
-        """Unpin every block ``key`` pinned (its free ones join the LRU tail); returns how many."""
-        blocks = self.pinned_by_key.pop(key, set())
-        for block_id in blocks:
-            keys = self.pins.get(block_id, {})
-            keys.pop(key, None)
-            if not keys:
-                self.pins.pop(block_id, None)
-                if block_id in self.retained:
-                    del self.retained[block_id]
-                    self.free_queue[block_id] = None
-        return len(blocks)
+        return blocks
 
     def _pin(self, request: Request) -> None:
         """Pin ``request``'s canonical cached blocks and its tail under its retention key."""
         retention = request.sampling_params.kv_retention
         assert retention is not None
-        deadline = self.clock() + min(retention.ttl_s, self.retention_max_ttl_s)
         self._update_hashes(request)
         chosen: list[int] = []
         for block_hash in request.block_hashes[:request.num_computed_tokens // self.block_size]:
@@ -488,21 +525,33 @@ class KVCacheManager:
                 chosen.append(tail.block_id)
         chosen = chosen[:self.retention_max_blocks]
         self.release_pins(retention.key)
+        now = self.clock()
+        pin = Pin(now + min(retention.ttl_s, self.retention_max_ttl_s), retention.waiting_on_tool, now)
+        self.key_pins[retention.key] = pin
         for block_id in chosen:
-            self.pins.setdefault(block_id, {})[retention.key] = deadline
+            self.pins.setdefault(block_id, {})[retention.key] = pin
             self._expired.discard(block_id)
             if block_id in self.free_queue:  # a canonical block another request left free
                 del self.free_queue[block_id]
                 self.retained[block_id] = None
         self.pinned_by_key[retention.key] = set(chosen)
-        self._next_expiry = min(self._next_expiry, deadline)
+        self._next_expiry = min(self._next_expiry, pin.deadline)
+
+    def _victim(self) -> int:
+        """The retained block to evict when nothing else is free: a block only idle sessions pin,
+        least recently pinned first; else the tool wait expected back last."""
+        def rank(block_id: int) -> tuple[int, float]:
+            pins = self.pins[block_id].values()
+            if not any(p.waiting_on_tool for p in pins):
+                return (0, max(p.since for p in pins))
+            return (1, -max(p.deadline for p in pins))
+        return min(self.retained, key=rank)
 
     def _unkey(self, key: str, block_id: int) -> None:
+        """``block_id`` was evicted: it leaves ``key``'s pinned set (the key keeps its other blocks)."""
         held = self.pinned_by_key.get(key)
         if held is not None:
             held.discard(block_id)
-            if not held:
-                del self.pinned_by_key[key]
 
     def _release(self, block_id: int, evict_first: bool = False) -> None:
         """A block nobody holds any more: retained while pinned, else into the free queue."""
@@ -539,8 +588,10 @@ class KVCacheManager:
         for block_id in self.retained:
             assert block_id in self.pins, f"block {block_id}: retained without a pin"
         for key, pinned in self.pinned_by_key.items():
+            assert key in self.key_pins, f"pin key {key!r}: blocks without a pin"
             for block_id in pinned:
-                assert key in self.pins.get(block_id, {}), f"block {block_id}: pin of {key!r} not recorded"
+                assert self.pins.get(block_id, {}).get(key) is self.key_pins[key], \
+                    f"block {block_id}: pin of {key!r} not recorded"
         for block in self.blocks:
             held = holders.get(block.block_id, [])
             assert block.ref_cnt == len(held), f"block {block.block_id}: ref {block.ref_cnt} != holders {len(held)}"
@@ -597,7 +648,7 @@ class KVCacheManager:
         if self.free_queue:
             block_id, _ = self.free_queue.popitem(last=False)
         else:
-            block_id = max(self.retained, key=lambda b: max(self.pins[b].values()))
+            block_id = self._victim()
             del self.retained[block_id]
             for key in self.pins.pop(block_id):
                 self._unkey(key, block_id)

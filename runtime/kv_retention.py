@@ -18,6 +18,12 @@ blocks nobody holds are evicted only when no unpinned block is left (the pool
 would otherwise stall), furthest deadline first: a session expected back in
 five minutes gives way before one whose tool returns in two seconds.  The
 engine bounds what a key may pin (a share of the pool) and the ttl.
+
+The request's ttl is set before anyone knows how its reply ends; the caller
+that reads the reply re-times the key's pins (``retain_kv(key, ttl_s,
+waiting_on_tool)`` on ``LLMEngine``, ``AsyncLLM`` and ``LLM``; ``ttl_s = 0``
+releases them): an agent whose reply called a tool keeps them for the tool,
+one that answered for its user's idle time, or lets them go.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ class KVRetention:
             same key replaces the pins this one leaves.
         ttl_s: seconds after the request finishes that its blocks stay pinned (> 0; the
             engine caps it at ``EngineConfig.kv_retention_max_ttl_s``).
+        waiting_on_tool: the caller expects the blocks back when a tool returns (soon); such
+            pins are evicted after those of callers waiting for a user (idle waits).
 
     Raises:
         InvalidRequestError: an empty or long key, or a ttl that is not a positive finite number
@@ -48,8 +56,11 @@ class KVRetention:
 
     key: str
     ttl_s: float
+    waiting_on_tool: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.waiting_on_tool, bool):
+            raise InvalidRequestError("kv_retention.waiting_on_tool: must be a bool", param="kv_retention")
         if not isinstance(self.key, str) or not 0 < len(self.key) <= 256:
             raise InvalidRequestError("kv_retention.key: must be a string of 1 to 256 characters",
                                       param="kv_retention")

@@ -151,6 +151,12 @@ class LLM:
             raise ValueError(f"sampling_params: {len(params)} given for {n} prompts")
         return params
 
+    def retain_kv(self, key: str, ttl_s: float, waiting_on_tool: bool = False) -> int:
+        """Re-time the KV pins of ``key`` to ``ttl_s`` seconds from now, as a tool wait or an idle wait
+        (``0`` releases them; ``LLMEngine.retain_kv``); returns the blocks it holds pinned."""
+        with self._lock:
+            return self.engine.retain_kv(key, ttl_s, waiting_on_tool)
+
     def stats(self) -> JSONObject:
         """The engine's counters (``LLMEngine.stats``)."""
         return self.engine.stats()

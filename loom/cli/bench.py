@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import typer
 
+from loom.evals.bench_agents import agents
 from loom.evals.bench_sessions import sessions
 from loom.runtime.bench.cpu import cpu
 from loom.runtime.bench.cuda import cuda
@@ -24,6 +25,6 @@ bench_app = typer.Typer(
     no_args_is_help=True,
 )
 
-for _name, _fn in (("sessions", sessions), ("throughput", throughput), ("spec", spec), ("overhead", overhead),
+for _name, _fn in (("sessions", sessions), ("agents", agents), ("throughput", throughput), ("spec", spec), ("overhead", overhead),
                    ("decode", decode), ("cpu", cpu), ("cuda", cuda)):
     bench_app.command(_name)(_fn)

@@ -57,10 +57,54 @@ async def test_without_one_the_same_turn_recomputes_what_was_evicted_and_says_so
 
 
 def test_tools_pin_through_the_tool_call_by_default_and_a_bad_ttl_is_refused(llm):
-    assert Agent(llm, tools=[add], tool_timeout_s=12.0).parts.kv_retention_ttl_s == 12.0
-    assert Agent(llm, tools=[add], tool_timeout_s=12.0, cache_ttl_s=60).parts.kv_retention_ttl_s == 60.0
-    assert Agent(llm, tools=[add], cache_ttl_s=0).parts.kv_retention_ttl_s is None
-    assert Agent(llm).parts.kv_retention_ttl_s is None  # plain chat: the LRU pool as before
+    policy = Agent(llm, tools=[add], tool_timeout_s=12.0).parts.retention
+    assert (policy.tool_wait_s, policy.idle_s) == (12.0, None)
+    assert policy.after_reply(called_tools=True) == (12.0, True) and policy.after_reply(called_tools=False) == (0, False)
+    policy = Agent(llm, tools=[add], tool_timeout_s=12.0, cache_ttl_s=60).parts.retention
+    assert policy.request_ttl_s == 60.0 and policy.after_reply(called_tools=False) == (60.0, False)
+    assert Agent(llm, tools=[add], cache_ttl_s=0).parts.retention is None
+    assert Agent(llm).parts.retention is None  # plain chat: the LRU pool as before
     with pytest.raises(InvalidRequestError) as err:
         Agent(llm, cache_ttl_s=-1)
     assert err.value.param == "cache_ttl_s"
+
+
+@pytest.fixture(scope="module")
+def roomy():
+    """A pool that holds a forced tool call's whole output budget (320 tokens) beside its prompt."""
+    from loom.runtime import AsyncLLM
+    from loom.runtime.checkpoint import ensure_checkpoint
+
+    engine = AsyncLLM(str(ensure_checkpoint("qwen3", "tiny")), max_model_len=1024, block_size=16, num_kv_blocks=64)
+    yield engine
+    engine.shutdown()
+
+
+async def test_a_session_is_pinned_while_its_tool_runs_and_released_after_its_answer(roomy):
+    import asyncio
+
+    from loom.tools import tool
+
+    llm = roomy
+
+    seen: list[int] = []
+
+    @tool(timeout_s=20)
+    def probe(x: int) -> int:
+        """Report how many KV blocks are pinned right now.
+
+        Args:
+            x: anything.
+        """
+        seen.append(llm.stats()["kv_blocks_pinned"])
+        return x
+
+    agent = Agent(llm, tools=[probe], system_prompt="Pins while tools run.", max_steps=2,
+                  sampling=SamplingParams(temperature=0.0), budget=ContextBudget(reserved_output=8))
+    await agent.arun("Call the probe.", session=InMemorySession("pinned-tool"), tool_choice="required")
+    assert seen and seen[0] > 0  # the forced call's KV was pinned while the tool ran
+    for _ in range(100):  # the release is posted to the engine thread
+        if llm.stats()["kv_blocks_pinned"] == 0:
+            break
+        await asyncio.sleep(0.02)
+    assert llm.stats()["kv_blocks_pinned"] == 0  # answered, no cache_ttl_s: back to the LRU pool

@@ -1,5 +1,6 @@
 """KV retention: a finished request's blocks pinned under a key until a deadline, evicted after every
-unpinned block and furthest deadline first, bounded per key; misses accounted by cause."""
+unpinned block (idle waits before tool waits), re-timed by the caller, bounded per key; misses accounted
+by cause."""
 
 from __future__ import annotations
 
@@ -56,14 +57,29 @@ def test_pinned_blocks_outlive_a_flood_that_evicts_the_unpinned_ones():
     assert kv.miss_tokens["evicted"] >= 16
 
 
-def test_a_pin_gives_way_only_when_the_pool_would_stall_furthest_deadline_first():
+def test_a_pin_gives_way_only_when_the_pool_would_stall_and_an_idle_wait_before_a_tool_wait():
     clock = Clock()
     kv = KVCacheManager(num_blocks=8, block_size=4, clock=clock)
-    _run(kv, _req("tool", _session(1000, 8), KVRetention("waits-for-a-tool", 2)))
+    _run(kv, _req("tool", _session(1000, 8), KVRetention("waits-for-a-tool", 2, waiting_on_tool=True)))
     _run(kv, _req("idle", _session(2000, 8), KVRetention("waits-for-its-user", 300)))
-    _run(kv, _req("big", _session(5000, 20)))  # needs 5 blocks: 4 free + 1 retained -> the 300 s session's
+    _run(kv, _req("big", _session(5000, 20)))  # needs 5 blocks: 4 free + 1 retained -> the idle session's
     assert _run(kv, _req("tool2", _session(1000, 8) + [1])) == 8
     assert _run(kv, _req("idle2", _session(2000, 8) + [1])) == 4
+    kv.check_invariants([])
+
+
+def test_idle_waits_give_way_least_recently_pinned_first_and_tool_waits_furthest_deadline_first():
+    clock = Clock()
+    kv = KVCacheManager(num_blocks=12, block_size=4, clock=clock)
+    for i, name in enumerate(("a", "b", "c")):
+        clock.now += 1
+        _run(kv, _req(name, _session(1000 * (i + 1), 8), KVRetention(name, 60)))
+    kv.retain("a", 5, waiting_on_tool=True)  # a's reply called a tool: back in seconds
+    kv.retain("c", 10, waiting_on_tool=True)
+    _run(kv, _req("big", _session(9000, 36)))  # 9 blocks: 6 free, then b's 2 (idle), then c's last one
+    hits = [_run(kv, _req(f"{n}2", _session(1000 * (i + 1), 8) + [1])) for i, n in enumerate("abc")]
+    assert hits == [8, 0, 4]  # a kept all; c lost its last block, not its first
+    assert kv.retain("b", 0) == 0 and "b" not in kv.pinned_by_key
     kv.check_invariants([])
 
 
