@@ -89,6 +89,11 @@ class _EngineCollector(Collector):
         for reason in MISS_REASONS:
             misses.add_metric([reason], s.get(f"prefix_cache_misses_{reason}", 0))
         yield misses
+        tier = CounterMetricFamily("loom_prefix_cache_tier_hit_tokens", "Prompt tokens loaded from the disk KV "
+                                   "tier instead of computed (part of the prefix-cache hits).")
+        tier.add_metric([], s.get("prefix_cache_tier_hits", 0))
+        yield tier
+        yield GaugeMetricFamily("loom_kv_tier_bytes", "Bytes the disk KV tier holds.", s.get("kv_tier_bytes", 0))
         yield GaugeMetricFamily("loom_num_requests_running", "Requests running.", s.get("num_running", 0))
         yield GaugeMetricFamily("loom_num_requests_waiting", "Requests waiting.", s.get("num_waiting", 0))
         yield GaugeMetricFamily("loom_num_preemptions", "Preemptions so far.", s.get("num_preemptions", 0))

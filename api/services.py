@@ -51,12 +51,13 @@ def engine_args(settings: Settings) -> JSONObject:
         "enable_prefix_caching": settings.enable_prefix_caching,
         "kv_retention_max_ttl_s": settings.kv_retention_max_ttl_s,
         "kv_retention_max_fraction": settings.kv_retention_max_fraction,
+        "kv_tier_bytes": settings.kv_tier_bytes,
         "gpu_memory_utilization": settings.gpu_memory_utilization,
         "seed": settings.seed,
         "tensor_parallel_size": settings.tensor_parallel_size,
         "quantization": settings.quantization,
     }
-    for name in ("num_kv_blocks", "max_model_len", "max_waiting", "speculative_config"):
+    for name in ("num_kv_blocks", "max_model_len", "max_waiting", "speculative_config", "kv_tier_dir"):
         value = getattr(settings, name)
         if value is not None:
             args[name] = value

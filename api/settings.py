@@ -61,6 +61,8 @@ class Settings(BaseSettings):
                                           "(cache_control ttl, an agent waiting for a tool), seconds.")
     kv_retention_max_fraction: float = Field(default=0.5, gt=0, le=1, description="Most of the KV pool one "
                                              "session or API key may pin.")
+    kv_tier_dir: str | None = Field(default=None, description="Folder of the disk KV tier (None: no tier).")
+    kv_tier_bytes: int = Field(default=2 << 30, gt=0, description="Size budget of the disk KV tier (bytes).")
     prefix_cache_scope: Literal["owner", "global"] = Field(
         default="owner", description="owner: prefix-cache blocks are shared within one API key's requests only "
         "(another key cannot probe your prompts through cached token counts); global: across keys too."

@@ -26,7 +26,8 @@ time lies inside the decode gaps of the output tokens, where it is counted.
 the cache (``RequestOutput.kv_miss_tokens``): ``evicted`` (their blocks were
 cached once and evicted), ``expired`` (evicted after a retention pin ran out)
 or ``new`` (never cached as a full block).  Its values sum to the computed
-prompt tokens.
+prompt tokens.  ``tier_tokens`` are the cached prompt tokens that came from the
+disk tier (``loom.runtime.kv_tier``) rather than the pool.
 ``budget_cut`` counts, per prompt class, tokens of content the context
 budget left out of the prompt (a retrieved chunk cut at a sentence boundary or
 dropped: :meth:`loom.orchestrator.context.ContextBuilder.fit_retrieval`); they are
@@ -99,6 +100,7 @@ class Ledger:
     spec_rejected: int = 0
     recompute: PromptClassUsage = field(default_factory=PromptClassUsage)
     prompt_misses: dict[str, int] = field(default_factory=dict)
+    tier_tokens: int = 0
     budget_cut: dict[str, int] = field(default_factory=dict)
     num_calls: int = 0
     ttft_ms: float = 0.0
@@ -162,6 +164,7 @@ class Ledger:
         recompute_tokens: int = 0,
         recompute_cached_tokens: int = 0,
         prompt_misses: dict[str, int] | None = None,
+        tier_tokens: int = 0,
         prices: PriceTable | None = None,
     ) -> "Ledger":
         """Ledger of one call.
@@ -179,13 +182,15 @@ class Ledger:
                 after preemptions and how many the cache served
                 (``RequestOutput.num_recompute_tokens`` / ``..._cached_tokens``).
             prompt_misses: computed prompt tokens by cause (``RequestOutput.kv_miss_tokens``).
+            tier_tokens: of the cached prompt tokens, those loaded from the disk tier.
             prices: price table (default :class:`PriceTable`).
 
         Raises:
             ValueError: an unknown class, or spans that do not tile ``[0, n)``.
         """
         prices = prices or PriceTable()
-        led = cls(num_calls=1, spec_rejected=spec_rejected, prompt_misses=dict(prompt_misses or {}))
+        led = cls(num_calls=1, spec_rejected=spec_rejected, prompt_misses=dict(prompt_misses or {}),
+                  tier_tokens=tier_tokens)
         led.recompute = PromptClassUsage(cached_tokens=recompute_cached_tokens,
                                          computed_tokens=recompute_tokens - recompute_cached_tokens)
         pos = 0
@@ -246,6 +251,7 @@ class Ledger:
                 out.budget_cut[name] = out.budget_cut.get(name, 0) + n
             for name, n in led.prompt_misses.items():
                 out.prompt_misses[name] = out.prompt_misses.get(name, 0) + n
+            out.tier_tokens += led.tier_tokens
             out.num_calls += led.num_calls
             out.ttft_ms += led.ttft_ms
             out.e2e_ms += led.e2e_ms
@@ -282,6 +288,7 @@ class Ledger:
             "recompute": {**asdict(self.recompute), "tokens": self.recompute.tokens},
             "budget_cut": dict(self.budget_cut),
             "prompt_misses": dict(self.prompt_misses),
+            "tier_tokens": self.tier_tokens,
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
             "completion_tokens": self.completion_tokens,

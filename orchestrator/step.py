@@ -107,4 +107,5 @@ async def model_call(engine: ModelClient, ctx: Context, sampling_params: Samplin
         token_times=last.token_times, finish_time=last.finish_time,
         spec_rejected=max(0, last.num_draft_tokens - last.num_accepted_tokens),
         recompute_tokens=last.num_recompute_tokens, recompute_cached_tokens=last.num_recompute_cached_tokens,
-        prompt_misses=getattr(last, "kv_miss_tokens", None), prices=prices)
+        prompt_misses=getattr(last, "kv_miss_tokens", None), tier_tokens=getattr(last, "kv_tier_tokens", 0),
+        prices=prices)

@@ -54,6 +54,10 @@ class EngineConfig:
         kv_retention_max_fraction: most of the pool one ``kv_retention`` key may pin (a fraction
             in (0, 1]; :mod:`loom.runtime.kv_retention`).
         kv_retention_max_ttl_s: longest a pin lasts (seconds); a longer ``ttl_s`` is cut to it.
+        kv_tier_dir: a folder for the disk tier (``loom.runtime.kv_tier``): pinned blocks that must
+            leave the pool, and every pinned block at shutdown, are written there and loaded back on
+            a later prefix hit, also by a restarted engine; ``None``: no tier.
+        kv_tier_bytes: size budget of the tier's files for this model (bytes).
         load_format: ``"auto"``/``"safetensors"`` read the checkpoint's weights,
             ``"dummy"`` builds random weights from its config alone.
         seed: seed of the engine's sampling generator and of dummy weights.
@@ -102,6 +106,8 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     kv_retention_max_fraction: float = 0.5
     kv_retention_max_ttl_s: float = 3600.0
+    kv_tier_dir: str | None = None
+    kv_tier_bytes: int = 2 << 30
     load_format: str = "auto"
     seed: int = 0
     speculative_config: Any = None
@@ -139,6 +145,7 @@ class EngineConfig:
             raise ValueError("kv_retention_max_fraction: must be in (0, 1]")
         if not self.kv_retention_max_ttl_s > 0:
             raise ValueError("kv_retention_max_ttl_s: must be a positive number of seconds")
+        _positive("kv_tier_bytes", self.kv_tier_bytes)
         _positive("tensor_parallel_size", self.tensor_parallel_size)
         if self.attention_backend not in _ATTENTION_BACKENDS:
             raise ValueError(

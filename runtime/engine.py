@@ -23,6 +23,7 @@ from loom.runtime.detokenizer import IncrementalDetokenizer
 from loom.runtime.distributed.executor import TensorParallelExecutor
 from loom.runtime.errors import ContextLengthError, InvalidRequestError, KVCapacityError, QueueFullError
 from loom.runtime.kv_cache_manager import KVCacheManager
+from loom.runtime.kv_tier import DiskKVTier, model_fingerprint
 from loom.runtime.model_runner import ModelRunner
 from loom.runtime.models.loader import load_hf_config, load_model, resolve_model_path
 from loom.runtime.outputs import RequestOutput
@@ -80,7 +81,7 @@ class LLMEngine:
             )
         self.kv = KVCacheManager(num_blocks, config.block_size, config.enable_prefix_caching,
                                  retention_max_fraction=config.kv_retention_max_fraction,
-                                 retention_max_ttl_s=config.kv_retention_max_ttl_s)
+                                 retention_max_ttl_s=config.kv_retention_max_ttl_s, tier=self._tier())
         self.scheduler = Scheduler(self.kv, config.max_num_seqs, config.max_num_batched_tokens, self.max_model_len)
         self.sampler = Sampler(config.seed, self.device)
         self.logits_processors: list[LogitsProcessor] = []
@@ -204,9 +205,34 @@ class LLMEngine:
         return True
 
     def shutdown(self) -> None:
-        """Stop the tensor-parallel worker processes, if any (idempotent; tp = 1 has none)."""
+        """Write every pinned KV block to the disk tier, if any (a restarted engine on the same tier folder
+        serves them), and stop the tensor-parallel worker processes, if any (idempotent)."""
+        self._save_to_tier(self.kv.pinned_blocks_to_save())
         if isinstance(self.runner, TensorParallelExecutor):
             self.runner.shutdown()
+
+    def _tier(self) -> DiskKVTier | None:
+        """The disk tier of ``EngineConfig.kv_tier_dir`` (``None`` without one), keyed by this model's fingerprint.
+
+        Raises:
+            ValueError: a tier with tensor parallelism (not supported).
+        """
+        cfg = self.config
+        if cfg.kv_tier_dir is None:
+            return None
+        if cfg.tensor_parallel_size > 1:
+            raise ValueError("kv_tier_dir: a disk tier needs tensor_parallel_size 1")
+        return DiskKVTier(cfg.kv_tier_dir, model_fingerprint(self.model_path, cfg, self.dtype, self.hf_config),
+                          cfg.kv_tier_bytes)
+
+    def _save_to_tier(self, saves: Sequence[tuple[int, bytes]]) -> None:
+        """Write these blocks' KV to the disk tier (before a step overwrites them)."""
+        tier = self.kv.tier
+        if not saves or tier is None or not isinstance(self.runner, ModelRunner):
+            return
+        kv = self.runner.read_blocks([b for b, _ in saves])
+        for (_, key), block in zip(saves, kv):
+            tier.put(key, block)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.requests) or bool(self._pending)
@@ -254,8 +280,15 @@ class LLMEngine:
         num_logits = [1 + s.num_spec_tokens if s.samples else 0 for s in sched.scheduled]
         prompt_rows = [_prompt_logprob_rows(s) for s in sched.scheduled]
         t1 = time.perf_counter()
-        logits = self.runner.execute_model(sched.scheduled, [n + p for n, p in zip(num_logits, prompt_rows)],
-                                           blocks_to_copy=sched.blocks_to_copy)
+        self._save_to_tier(self.kv.take_blocks_to_save())
+        loads = self.kv.take_blocks_to_load()
+        if loads:
+            assert isinstance(self.runner, ModelRunner)
+            logits = self.runner.execute_model(sched.scheduled, [n + p for n, p in zip(num_logits, prompt_rows)],
+                                               blocks_to_copy=sched.blocks_to_copy, blocks_to_load=loads)
+        else:
+            logits = self.runner.execute_model(sched.scheduled, [n + p for n, p in zip(num_logits, prompt_rows)],
+                                               blocks_to_copy=sched.blocks_to_copy)
         self.kv.commit()
         if any(prompt_rows):
             logits = _take_prompt_logprobs(logits, sched.scheduled, prompt_rows, num_logits)
@@ -377,6 +410,7 @@ class LLMEngine:
             num_recompute_tokens=req.num_recompute_tokens,
             num_recompute_cached_tokens=req.num_recompute_cached_tokens,
             kv_miss_tokens=dict(req.kv_miss_tokens or {}),
+            kv_tier_tokens=req.kv_tier_tokens or 0,
             error=req.error,
             error_param=req.error_param,
         )

@@ -101,7 +101,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import torch
+
 from loom.runtime.kv_retention import MISS_REASONS
+from loom.runtime.kv_tier import DiskKVTier, chain_keys
 from loom.runtime.request import Request
 
 logger = logging.getLogger(__name__)
@@ -121,6 +124,7 @@ class KVBlock:
         tail_parent: for a registered partial block, the hash of the full
             prefix before it (``_NO_PARENT``, or a salted root, for a first block); else ``None``.
         tail_tokens: the computed tokens of a registered partial block.
+        tier_key: for a registered full block, its key in the disk tier (``loom.runtime.kv_tier``).
     """
 
     block_id: int
@@ -130,6 +134,7 @@ class KVBlock:
     parent_hash: object = None
     tail_parent: object = None
     tail_tokens: tuple[int, ...] = ()
+    tier_key: bytes | None = None
 
 
 _NO_PARENT = "root"  # tails key of a partial first block (no full block before it)
@@ -162,11 +167,15 @@ class ComputedBlocks(NamedTuple):
         copy_from: a cached full block whose first ``num_tokens - len(block_ids)
             * block_size`` tokens continue ``block_ids``; its KV is copied into
             the request's next, freshly allocated block.  ``None``: no copy.
+        loaded: full blocks after ``block_ids`` read from the disk tier (each
+            ``[2, layers, block_size, kv_heads, head_dim]``), loaded into fresh
+            blocks before the step's forward pass; their tokens count in ``num_tokens``.
     """
 
     block_ids: list[int]
     num_tokens: int
     copy_from: int | None = None
+    loaded: list[torch.Tensor] = []
 
 
 def _unindex(index: dict[tuple[object, int], set[int]], key: tuple[object, int], block_id: int) -> None:
@@ -195,7 +204,7 @@ class KVCacheManager:
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, *,
                  retention_max_fraction: float = 0.5, retention_max_ttl_s: float = 3600.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, tier: DiskKVTier | None = None) -> None:
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
@@ -225,6 +234,11 @@ class KVCacheManager:
         self._expired: set[int] = set()  # free blocks whose pin expired (an eviction then counts as "expired")
         self.evicted: OrderedDict[int, str] = OrderedDict()  # block hash -> "evicted" | "expired"
         self.miss_tokens = dict.fromkeys(MISS_REASONS, 0)
+        # the disk tier (loom.runtime.kv_tier): blocks to write before the step overwrites them, blocks to load
+        self.tier = tier
+        self.blocks_to_save: list[tuple[int, bytes]] = []
+        self.blocks_to_load: list[tuple[int, torch.Tensor]] = []
+        self.prefix_cache_tier_hits = 0
 
     @property
     def num_free_blocks(self) -> int:
@@ -259,22 +273,46 @@ class KVCacheManager:
             if block_id is None or not self._same_tokens(request, i, block_id):
                 break
             hits.append(block_id)
-        num_hit = len(hits) * bs
-        parent = request.block_hashes[len(hits) - 1] if hits else _root(request)
+        loaded = self._tier_hits(request, len(hits), max_blocks)
+        num_full = len(hits) + len(loaded)
+        num_hit = num_full * bs
+        parent = request.block_hashes[num_full - 1] if num_full else _root(request)
         start = num_hit
         want = request.all_token_ids[start:min(start + bs, request.num_tokens - 1)]
         if not want:
-            return ComputedBlocks(hits, num_hit)
+            return ComputedBlocks(hits, num_hit, None, loaded)
         tail, m = self._longest_match(self.tails.get((parent, want[0])), want, "tail_tokens")
         sources = self.children.get((parent, want[0]))
         if sources and self._uncommitted:  # registered this step: its KV is written only by the forward pass
             sources = sources.difference(self._uncommitted)
         src, m_full = self._longest_match(sources, want, "token_ids")
         if m_full > m:
-            return ComputedBlocks(hits, num_hit + m_full, src)
-        if tail is not None:
+            return ComputedBlocks(hits, num_hit + m_full, src, loaded)
+        if tail is not None and not loaded:  # a tail follows the pool's own blocks only
             return ComputedBlocks(hits + [tail], num_hit + m)
-        return ComputedBlocks(hits, num_hit)
+        return ComputedBlocks(hits, num_hit, None, loaded)
+
+    def _tier_keys(self, request: Request) -> list[bytes]:
+        """``request``'s stable block keys (the tier's), extended to its full blocks."""
+        assert self.tier is not None
+        keys, bs = request.tier_keys, self.block_size
+        if len(keys) < request.num_tokens // bs:
+            keys += chain_keys(self.tier.fingerprint, request.sampling_params.cache_salt, request.all_token_ids, bs,
+                               start=len(keys), prev=keys[-1] if keys else None)
+        return keys
+
+    def _tier_hits(self, request: Request, first: int, max_blocks: int) -> list[torch.Tensor]:
+        """The blocks ``first..`` of ``request`` the disk tier holds, in a row, read and verified."""
+        if self.tier is None or first >= max_blocks:
+            return []
+        keys = self._tier_keys(request)
+        loaded: list[torch.Tensor] = []
+        for i in range(first, max_blocks):
+            kv = self.tier.get(keys[i]) if keys[i] in self.tier else None
+            if kv is None:
+                break
+            loaded.append(kv)
+        return loaded
 
     def _longest_match(self, candidates: set[int] | None, want: Sequence[int], field: str) -> tuple[int | None, int]:
         """The block among ``candidates`` whose ``field`` tokens share the most leading tokens
@@ -359,6 +397,7 @@ class KVCacheManager:
         num_lookahead_tokens: int = 0,
         num_hit_tokens: int | None = None,
         copy_from: int | None = None,
+        loaded: Sequence[torch.Tensor] = (),
     ) -> bool:
         """Grow ``request``'s block table to hold the tokens of this step.
 
@@ -371,7 +410,9 @@ class KVCacheManager:
             num_hit_tokens: tokens of the hit, when it ends inside a block
                 (``get_computed_blocks``' count); default: whole blocks.
             copy_from: ``ComputedBlocks.copy_from``: the first block allocated
-                here receives its KV (queued in ``blocks_to_copy``).
+                here after the loaded ones receives its KV (queued in ``blocks_to_copy``).
+            loaded: ``ComputedBlocks.loaded``: the first fresh blocks receive them
+                (queued in ``blocks_to_load``).
 
         Returns:
             False, changing nothing, when the free pool is too small.
@@ -395,8 +436,13 @@ class KVCacheManager:
         fresh_start = len(request.block_ids)
         for _ in range(max(need, 0)):
             request.block_ids.append(self._pop_free_block())
+        for i, kv in enumerate(loaded):
+            self.blocks_to_load.append((request.block_ids[fresh_start + i], kv))
+        if loaded and request.kv_tier_tokens is None:
+            request.kv_tier_tokens = len(loaded) * self.block_size
+            self.prefix_cache_tier_hits += request.kv_tier_tokens
         if copy_from is not None:
-            self.blocks_to_copy.append((copy_from, request.block_ids[fresh_start]))
+            self.blocks_to_copy.append((copy_from, request.block_ids[fresh_start + len(loaded)]))
         if self.enable_prefix_caching:
             self._register_full_blocks(request, num_computed + num_new_tokens)
         return True
@@ -450,7 +496,26 @@ class KVCacheManager:
             "prefix_cache_queries": self.prefix_cache_queries,
             "prefix_cache_hits": self.prefix_cache_hits,
             **{f"prefix_cache_misses_{reason}": n for reason, n in self.miss_tokens.items()},
+            **({"prefix_cache_tier_hits": self.prefix_cache_tier_hits, **self.tier.stats()}
+               if self.tier is not None else {}),
         }
+
+    def take_blocks_to_save(self) -> list[tuple[int, bytes]]:
+        """(block, tier key) of the pinned blocks this step evicts: write them before the step runs."""
+        saves, self.blocks_to_save = self.blocks_to_save, []
+        return saves
+
+    def take_blocks_to_load(self) -> list[tuple[int, torch.Tensor]]:
+        """(block, KV) read from the tier for this step: load them after its copies, before its forward pass."""
+        loads, self.blocks_to_load = self.blocks_to_load, []
+        return loads
+
+    def pinned_blocks_to_save(self) -> list[tuple[int, bytes]]:
+        """(block, tier key) of every pinned block the tier lacks: what a shutdown writes."""
+        if self.tier is None:
+            return []
+        return [(b, self.blocks[b].tier_key) for b in self.pins  # type: ignore[misc]
+                if self.blocks[b].tier_key is not None and self.blocks[b].tier_key not in self.tier]
 
     # -- retention ---------------------------------------------------------
 
@@ -645,7 +710,8 @@ class KVCacheManager:
 
     def _pop_free_block(self) -> int:
         """Evict: the free queue's head, else (the pool would stall) the retained block expected back last."""
-        if self.free_queue:
+        pinned = not self.free_queue
+        if not pinned:
             block_id, _ = self.free_queue.popitem(last=False)
         else:
             block_id = self._victim()
@@ -655,6 +721,9 @@ class KVCacheManager:
         cause = "expired" if block_id in self._expired else "evicted"
         self._expired.discard(block_id)
         block = self.blocks[block_id]
+        if self.tier is not None and block.tier_key is not None and block.block_hash is not None \
+                and (pinned or cause == "expired") and block.tier_key not in self.tier:
+            self.blocks_to_save.append((block_id, block.tier_key))  # a session's block: to disk, not dropped
         self._drop_tail(block)
         if block.block_hash is not None:
             self.evicted[block.block_hash] = cause
@@ -675,6 +744,7 @@ class KVCacheManager:
         block.block_hash = None
         block.parent_hash = None
         block.token_ids = ()
+        block.tier_key = None
 
     def _update_hashes(self, request: Request) -> None:
         bs = self.block_size
@@ -698,6 +768,8 @@ class KVCacheManager:
                 block.block_hash = block_hash
                 block.token_ids = tuple(request.all_token_ids[i * bs:(i + 1) * bs])
                 block.parent_hash = request.block_hashes[i - 1] if i else _root(request)
+                if self.tier is not None:
+                    block.tier_key = self._tier_keys(request)[i]
                 self.cached[block_hash] = block.block_id
                 self.children.setdefault((block.parent_hash, block.token_ids[0]), set()).add(block.block_id)
                 self._uncommitted.append(block.block_id)

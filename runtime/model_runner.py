@@ -126,6 +126,7 @@ class ModelRunner:
         scheduled: Sequence[ScheduledRequest],
         num_logits: Sequence[int],
         blocks_to_copy: Sequence[tuple[int, int]] = (),
+        blocks_to_load: Sequence[tuple[int, torch.Tensor]] = (),
     ) -> torch.Tensor:
         """Run one step.
 
@@ -134,6 +135,8 @@ class ModelRunner:
             num_logits: per request (same order), trailing positions needing logits.
             blocks_to_copy: (source, destination) block ids whose K and V, all
                 layers, are copied before the forward pass (``copy_blocks``).
+            blocks_to_load: (block id, KV ``[2, layers, block_size, kv_heads, head_dim]``)
+                written after the copies, before the forward pass (``write_blocks``).
 
         Returns:
             ``[sum(num_logits), vocab]`` float32 logits, grouped by request in
@@ -142,7 +145,7 @@ class ModelRunner:
         start = time.perf_counter()
         seqs = step_seqs(scheduled)
         gather_s = time.perf_counter() - start
-        logits = self.execute(seqs, num_logits, blocks_to_copy)
+        logits = self.execute(seqs, num_logits, blocks_to_copy, blocks_to_load=blocks_to_load)
         self.last_prepare_s += gather_s  # input preparation includes reading the requests' tokens
         return logits
 
@@ -153,6 +156,7 @@ class ModelRunner:
         num_logits: Sequence[int],
         blocks_to_copy: Sequence[tuple[int, int]] = (),
         compute_logits: bool = True,
+        blocks_to_load: Sequence[tuple[int, torch.Tensor]] = (),
     ) -> torch.Tensor:
         """``execute_model`` on the step's plain inputs (what a tensor-parallel worker receives).
 
@@ -161,6 +165,8 @@ class ModelRunner:
         """
         start = time.perf_counter()
         self.copy_blocks(blocks_to_copy)
+        if blocks_to_load:
+            self.write_blocks([b for b, _ in blocks_to_load], torch.stack([kv for _, kv in blocks_to_load]))
         input_ids, positions, meta, offsets = self._prepare(seqs)
         self.last_prepare_s = time.perf_counter() - start
         hidden = self.model(input_ids, positions, meta)
@@ -187,6 +193,31 @@ class ModelRunner:
         src = (torch.tensor([s for s, _ in pairs]).unsqueeze(1) * bs + offs).reshape(-1).to(self.device)
         dst = (torch.tensor([d for _, d in pairs]).unsqueeze(1) * bs + offs).reshape(-1).to(self.device)
         self.kv_cache[:, :, dst] = self.kv_cache[:, :, src]
+
+    def _slots(self, block_ids: Sequence[int]) -> torch.Tensor:
+        offs = torch.arange(self.block_size)
+        return (torch.tensor(list(block_ids)).unsqueeze(1) * self.block_size + offs).reshape(-1).to(self.device)
+
+    def read_blocks(self, block_ids: Sequence[int]) -> torch.Tensor:
+        """Whole KV blocks, every layer, K and V: ``[n, 2, layers, block_size, kv_heads, head_dim]`` in the
+        cache's dtype (a copy)."""
+        kv = self.kv_cache[:, :, self._slots(block_ids)]  # [2, L, n * bs, H, D]
+        two, layers, _, heads, dim = kv.shape
+        return kv.view(two, layers, len(block_ids), self.block_size, heads, dim).permute(2, 0, 1, 3, 4, 5).contiguous()
+
+    def write_blocks(self, block_ids: Sequence[int], kv: torch.Tensor) -> None:
+        """Write ``kv`` (as ``read_blocks`` returns it) into ``block_ids``.
+
+        Raises:
+            ValueError: ``kv``'s shape is not ``[len(block_ids), 2, layers, block_size, kv_heads, head_dim]``.
+        """
+        n = len(block_ids)
+        want = (n, *self.kv_cache.shape[:2], self.block_size, *self.kv_cache.shape[3:])
+        if tuple(kv.shape) != want:
+            raise ValueError(f"blocks_to_load: KV of shape {tuple(kv.shape)}, expected {want}")
+        flat = kv.to(self.kv_cache.device, self.kv_cache.dtype).permute(1, 2, 0, 3, 4, 5)
+        self.kv_cache[:, :, self._slots(block_ids)] = flat.reshape(*self.kv_cache.shape[:2], n * self.block_size,
+                                                                    *self.kv_cache.shape[3:])
 
     def _prepare(
         self, seqs: Sequence[StepSeq]

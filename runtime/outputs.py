@@ -39,6 +39,7 @@ class RequestOutput:
         kv_miss_tokens: prompt tokens computed rather than served from the prefix cache, by
             cause: ``evicted``, ``expired`` (evicted after its retention pin ran out) or ``new``
             (tokens; empty until the request is scheduled, or with prefix caching off).
+        kv_tier_tokens: of ``num_cached_tokens``, those loaded from the disk tier (tokens).
         error: one-line reason when ``finish_reason == "error"``.
         error_param: the request field at fault when its own input caused the
             error (``"structured_output"``); ``None`` for a failed model step.
@@ -67,6 +68,7 @@ class RequestOutput:
     num_recompute_tokens: int = 0
     num_recompute_cached_tokens: int = 0
     kv_miss_tokens: dict[str, int] = field(default_factory=dict)
+    kv_tier_tokens: int = 0
     arrival_time: float = 0.0
     first_token_time: float | None = None
     finish_time: float | None = None

@@ -77,6 +77,9 @@ class Request:
             again after a preemption, and how many of them the prefix cache
             served.  With ``num_cached_tokens`` they add up, over all requests,
             to the engine's ``prefix_cache_queries`` / ``prefix_cache_hits``.
+        kv_tier_tokens: prompt tokens the first admission loaded from the disk tier (part of the
+            cached ones); ``None`` when none were.
+        tier_keys: stable keys of the full blocks (the disk tier's, ``loom.runtime.kv_tier``).
         kv_miss_tokens: prompt tokens the first admission computed, by cause
             (``evicted`` / ``expired`` / ``new``: ``KVCacheManager`` docstring); ``None`` until then.
         error: why the request finished with ``FINISHED_ERROR`` (one line, no internals).
@@ -101,6 +104,8 @@ class Request:
     num_recompute_tokens: int = 0
     num_recompute_cached_tokens: int = 0
     kv_miss_tokens: dict[str, int] | None = None
+    kv_tier_tokens: int | None = None
+    tier_keys: list[bytes] = field(default_factory=list)
     block_ids: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)
     spec_token_ids: list[int] = field(default_factory=list)

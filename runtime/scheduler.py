@@ -141,7 +141,7 @@ class Scheduler:
             num_hit = hit.num_tokens
             num_new = min(req.num_tokens - req.num_computed_tokens - num_hit, budget)
             if not self.kv.allocate_slots(req, num_new, hit.block_ids, num_hit_tokens=num_hit,
-                                          copy_from=hit.copy_from):
+                                          copy_from=hit.copy_from, loaded=hit.loaded):
                 break
             self.waiting.popleft()
             if req.num_computed_tokens == 0:

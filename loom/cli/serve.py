@@ -104,6 +104,11 @@ def serve(
     kv_retention_max_fraction: Optional[float] = typer.Option(None, "--kv-retention-max-fraction", help="Most "
                                                               "of the KV pool one session or API key may pin "
                                                               "(0-1; default 0.5)."),
+    kv_tier_dir: Optional[str] = typer.Option(None, "--kv-tier-dir", help="A folder for the disk KV tier: "
+                                              "pinned blocks that must leave the pool, and all at shutdown, "
+                                              "are kept there, so sessions resume from disk after a restart."),
+    kv_tier_bytes: Optional[int] = typer.Option(None, "--kv-tier-bytes", help="Size budget of the disk KV "
+                                                "tier (bytes; default 2 GiB)."),
     prefix_cache_scope: Optional[str] = typer.Option(None, "--prefix-cache-scope", help="owner (default): cached "
                                                      "prefixes are shared within one API key only; global: "
                                                      "across keys too."),
@@ -155,6 +160,7 @@ def serve(
         gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, enable_prefix_caching=enable_prefix_caching,
         kv_retention_max_ttl_s=kv_retention_max_ttl, kv_retention_max_fraction=kv_retention_max_fraction,
+        kv_tier_dir=kv_tier_dir, kv_tier_bytes=kv_tier_bytes,
         prefix_cache_scope=prefix_cache_scope, max_waiting=max_waiting,
         max_request_body_bytes=max_request_body_bytes, seed=seed,
         tensor_parallel_size=tensor_parallel_size, replicas=replicas,

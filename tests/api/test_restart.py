@@ -1,4 +1,5 @@
-"""Committed session history and stored responses survive a graceful restart and a SIGKILL mid-turn."""
+"""Committed session history, stored responses and a session's KV (the disk tier) survive a graceful restart;
+history survives a SIGKILL mid-turn."""
 
 from __future__ import annotations
 
@@ -23,10 +24,12 @@ def test_sessions_survive_restart_and_kill(checkpoint: Path, tmp_path: Path):
     db = f"sqlite:///{tmp_path / 'restart.db'}"
     key = cli("keys", "create", "--owner", "carol", "--db", db).strip().splitlines()[-1]
 
-    first = Server(checkpoint, db, tmp_path, *ENGINE_FLAGS).start()
+    tier = ("--kv-tier-dir", str(tmp_path / "kv-tier"))
+    first = Server(checkpoint, db, tmp_path, *ENGINE_FLAGS, *tier).start()
     try:
         with _client(first, key) as c:
             sid = c.post("/v1/sessions", json={"system_prompt": "You remember things.",
+                                               "cache_control": {"type": "ephemeral", "ttl": "5m"},
                                                "sampling": {"temperature": 0.0, "max_tokens": 12}}).json()["id"]
             t0 = c.post(f"/v1/sessions/{sid}/messages", json={"content": "My name is Carol."}).json()
             assert t0["state"] == "done"
@@ -49,7 +52,7 @@ def test_sessions_survive_restart_and_kill(checkpoint: Path, tmp_path: Path):
     assert code in (0, -15) and "Application shutdown complete" in first.log()
 
     streamed = ""
-    second = Server(checkpoint, db, tmp_path, *ENGINE_FLAGS).start()
+    second = Server(checkpoint, db, tmp_path, *ENGINE_FLAGS, *tier).start()
     try:
         with _client(second, key) as c:
             stored = c.get(f"/v1/sessions/{sid}/messages").json()["data"]
@@ -59,6 +62,11 @@ def test_sessions_survive_restart_and_kill(checkpoint: Path, tmp_path: Path):
             # the new process rebuilt the history from the database ...
             assert t1["ledger"]["prompt"]["history"]["tokens"] > 0
             assert t1["usage"]["prompt_tokens"] > t0["usage"]["prompt_tokens"]
+            # ... and read turn 1's KV (pinned by cache_control, written at shutdown) from the disk tier: its
+            # full blocks, all but the partial last one
+            previous = t0["usage"]["prompt_tokens"] + t0["usage"]["completion_tokens"] - 1
+            assert t1["ledger"]["tier_tokens"] == t1["usage"]["prompt_tokens_details"]["cached_tokens"] \
+                >= previous // 16 * 16 > 0
             # ... and its prefix cache warms again: turn 3 reuses turn 2's prompt
             t2 = c.post(f"/v1/sessions/{sid}/messages", json={"content": "Thanks."}).json()
             assert t2["usage"]["prompt_tokens_details"]["cached_tokens"] >= t1["usage"]["prompt_tokens"] // 16 * 16 > 0

@@ -17,7 +17,7 @@ def _req(rid: str, tokens: list[int]) -> Request:
 
 def _admit(kv: KVCacheManager, req: Request) -> int:
     """Prefix lookup + allocation of the whole prompt, as the scheduler does."""
-    hits, num_hit, _ = kv.get_computed_blocks(req)
+    hits, num_hit, _, _ = kv.get_computed_blocks(req)
     assert kv.allocate_slots(req, req.num_tokens - num_hit, hits, num_hit_tokens=num_hit)
     kv.record_admission(req, num_hit)
     kv.commit()  # the step's forward pass wrote the KV
@@ -70,7 +70,7 @@ def test_whole_prompt_cached_still_leaves_last_token_to_compute():
     a = _req("a", list(range(8)))
     _admit(kv, a)
     b = _req("b", list(range(8)))
-    hits, num_hit, copy_from = kv.get_computed_blocks(b)
+    hits, num_hit, copy_from, _ = kv.get_computed_blocks(b)
     # one full block taken, 3 tokens of the second copied from a's; token 8 is computed
     assert num_hit == 7 and hits == a.block_ids[:1] and copy_from == a.block_ids[1]
 
@@ -79,7 +79,7 @@ def test_diverging_block_breaks_the_chain():
     kv = KVCacheManager(num_blocks=10, block_size=4)
     _admit(kv, _req("a", [1, 2, 3, 4, 5, 6, 7, 8, 0]))
     # Same second block, different first block: the chained hash must miss.
-    hits, num_hit, _ = kv.get_computed_blocks(_req("b", [9, 2, 3, 4, 5, 6, 7, 8, 0]))
+    hits, num_hit, _, _ = kv.get_computed_blocks(_req("b", [9, 2, 3, 4, 5, 6, 7, 8, 0]))
     assert num_hit == 0 and hits == []
 
 
@@ -142,7 +142,7 @@ def test_a_freed_partial_last_block_serves_its_computed_tokens_to_a_continuation
     kv.free(a)
     kv.check_invariants([])
     b = _req("b", list(range(10)) + [50, 51])
-    hits, num_hit, _ = kv.get_computed_blocks(b)
+    hits, num_hit, _, _ = kv.get_computed_blocks(b)
     assert num_hit == 10 and hits[-1] == tail_block  # 2 full blocks + 2 tokens of the partial one
     assert kv.allocate_slots(b, b.num_tokens - num_hit, hits, num_hit_tokens=num_hit)
     assert b.block_ids[:3] == hits and kv.tails == {}  # taken: b writes its own tokens into it
@@ -158,7 +158,7 @@ def test_a_partial_block_matches_only_its_leading_equal_tokens_and_leaves_one_to
     assert kv.get_computed_blocks(_req("b", [1, 2, 3, 4, 5, 9, 9]))[1] == 5  # diverges after 5
     assert kv.get_computed_blocks(_req("c", [1, 2, 3, 4, 5, 6, 7]))[1] == 6  # the last token is computed
     # another first block: the tail's parent differs, so only 3 tokens of the first block, by copy
-    assert kv.get_computed_blocks(_req("d", [1, 2, 3, 9, 5, 6, 7])) == ([], 3, first)
+    assert kv.get_computed_blocks(_req("d", [1, 2, 3, 9, 5, 6, 7])) == ([], 3, first, [])
 
 
 def test_an_evicted_partial_block_is_forgotten():
@@ -207,9 +207,9 @@ def test_a_tail_beats_an_equally_long_copy_and_a_longer_copy_beats_a_tail():
     tail_block = part.block_ids[1]
     kv.free(part)
     same = kv.get_computed_blocks(_req("s", [1, 2, 3, 4, 5, 6, 50, 51]))  # both match 2 tokens
-    assert same == (full.block_ids[:1] + [tail_block], 6, None)  # the tail, taken in place: no copy
+    assert same == (full.block_ids[:1] + [tail_block], 6, None, [])  # the tail, taken in place: no copy
     longer = kv.get_computed_blocks(_req("l", [1, 2, 3, 4, 5, 6, 7, 50]))  # the full block matches 3
-    assert longer == (full.block_ids[:1], 7, full.block_ids[1])
+    assert longer == (full.block_ids[:1], 7, full.block_ids[1], [])
 
 
 def test_an_evicted_full_block_is_no_copy_source_and_a_failed_copy_never_becomes_a_tail():
@@ -229,7 +229,7 @@ def test_an_evicted_full_block_is_no_copy_source_and_a_failed_copy_never_becomes
     assert kv.tails == {}  # b's second block never got a's KV: it serves nobody
     filler = _req("f", list(range(100, 112)))
     _admit(kv, filler)  # evicts every block of a
-    assert kv.get_computed_blocks(_req("c", [1, 2, 3, 4, 5, 9])) == ([], 0, None)
+    assert kv.get_computed_blocks(_req("c", [1, 2, 3, 4, 5, 9])) == ([], 0, None, [])
     assert all(key[1] >= 100 for key in kv.children)  # only the filler's blocks are copy sources
     kv.free(filler)
     kv.check_invariants([])
@@ -241,9 +241,9 @@ def test_a_block_registered_by_the_step_being_scheduled_is_no_copy_source():
     assert kv.allocate_slots(a, a.num_tokens)  # registers a's full blocks; its forward pass has not run
     b = _req("b", [1, 2, 3, 4, 5, 6, 42, 43])
     hit = kv.get_computed_blocks(b)
-    assert hit == (a.block_ids[:1], 4, None)  # shares block 1 in place (written before attention reads it)
+    assert hit == (a.block_ids[:1], 4, None, [])  # shares block 1 in place (written before attention reads it)
     kv.commit()
-    assert kv.get_computed_blocks(b) == (a.block_ids[:1], 6, a.block_ids[1])
+    assert kv.get_computed_blocks(b) == (a.block_ids[:1], 6, a.block_ids[1], [])
 
 
 def _salted(rid: str, tokens: list[int], salt: str | None) -> Request:
@@ -257,11 +257,11 @@ def test_a_salted_prefix_is_found_by_its_own_salt_only_full_copied_or_partial(ot
     _admit(kv, a)
     probes = (list(range(10)) + [50], list(range(6)) + [60, 61], list(range(3)) + [70])  # full, copy, tail-ish
     for i, tokens in enumerate(probes):  # while a holds its blocks: full blocks and copies
-        assert kv.get_computed_blocks(_salted(f"x{i}", tokens, other_salt)) == ([], 0, None)
+        assert kv.get_computed_blocks(_salted(f"x{i}", tokens, other_salt)) == ([], 0, None, [])
     assert kv.get_computed_blocks(_salted("same", probes[0], "A"))[1] == 8
     kv.free(a)  # now its partial block is a tail too
     for i, tokens in enumerate(probes):
-        assert kv.get_computed_blocks(_salted(f"y{i}", tokens, other_salt)) == ([], 0, None)
+        assert kv.get_computed_blocks(_salted(f"y{i}", tokens, other_salt)) == ([], 0, None, [])
     assert kv.get_computed_blocks(_salted("same-again", probes[0], "A"))[1] == 10
     kv.check_invariants([])
 
