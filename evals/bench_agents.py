@@ -13,7 +13,9 @@ Systems, in one run, alternating pool by pool:
 
 * ``lru``: the engine's LRU prefix cache (``Agent(cache_ttl_s=0)``);
 * ``retention``: the agent pins its session's KV through each tool call and for ``--keep-s`` after each
-  call (``Agent(cache_ttl_s=...)``, :mod:`loom.runtime.kv_retention`).
+  call (``Agent(cache_ttl_s=...)``, :mod:`loom.runtime.kv_retention`);
+* ``retention+disk``: the same with the disk tier (:mod:`loom.runtime.kv_tier`, a fresh folder per run):
+  pinned blocks that must leave the pool are written to disk and loaded back instead of recomputed.
 
 Pools: ``--pools`` percentages of the working set, measured first (the KV blocks every session's final
 context needs at once, on an engine large enough to hold it); a pool never goes below what one request
@@ -23,7 +25,7 @@ reply), the cache hit rate over turns 2+, TTFT p50 / p99, the job completion tim
 last session ends), and why computed tokens missed (evicted, expired, new).
 
 Not measured here: llama.cpp's server driven by a LangGraph agent (the stack a user would build
-instead), and a disk tier.
+instead).
 
 Example::
 
@@ -38,6 +40,7 @@ import json
 import math
 import random
 import statistics
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +58,7 @@ QUESTIONS = [
     "How can I cancel a task?", "How do I read a file line by line?", "What is a deque good for?",
     "How do I parse command line options?", "How does a Counter count items?",
 ]
-SYSTEMS = ("lru", "retention")
+SYSTEMS = ("lru", "retention", "retention+disk")
 _TOOL_DELAY_MS: contextvars.ContextVar[float] = contextvars.ContextVar("tool_delay_ms", default=0.0)
 
 
@@ -69,7 +72,7 @@ class Run:
 
     def figures(self) -> JSONObject:
         """Per-run figures (see the module docstring)."""
-        computed, new, cached, prompt, ttft = [], [], 0, 0, []
+        computed, new, tier, cached, prompt, ttft = [], [], [], 0, 0, []
         misses: dict[str, int] = {}
         for session in self.calls:
             for i, c in enumerate(session):
@@ -80,12 +83,14 @@ class Run:
                     continue
                 prev = session[i - 1]
                 computed.append(c.prompt_tokens - c.cached_tokens)
+                tier.append(c.tier_tokens)
                 new.append(max(1, c.prompt_tokens - (prev.prompt_tokens + prev.completion_tokens - 1)))
                 cached += c.cached_tokens
                 prompt += c.prompt_tokens
         return {"kv_blocks": self.blocks, "job_completion_s": self.wall_s,
                 "computed_per_call": statistics.mean(computed) if computed else 0.0,
                 "new_per_call": statistics.mean(new) if new else 0.0,
+                "disk_per_call": statistics.mean(tier) if tier else 0.0,
                 "hit_rate_after_first": cached / prompt if prompt else 0.0,
                 "ttft_p50_ms": _percentile(ttft, 50), "ttft_p99_ms": _percentile(ttft, 99),
                 "prompt_misses": misses}
@@ -141,18 +146,19 @@ async def _workload(llm: Any, retriever: Any, cfg: JSONObject, cache_ttl_s: floa
     return run
 
 
-def _engine(model: str, blocks: int, max_model_len: int) -> Any:
+def _engine(model: str, blocks: int, max_model_len: int, tier_dir: str | None = None) -> Any:
     from loom.runtime import AsyncLLM
 
-    return AsyncLLM(model, max_model_len=max_model_len, num_kv_blocks=blocks, block_size=16)
+    return AsyncLLM(model, max_model_len=max_model_len, num_kv_blocks=blocks, block_size=16, kv_tier_dir=tier_dir)
 
 
-def _run(model: str, blocks: int, retriever: Any, cfg: JSONObject, cache_ttl_s: float) -> Run:
-    llm = _engine(model, blocks, cfg["max_model_len"])
-    try:
-        run = asyncio.run(_workload(llm, retriever, cfg, cache_ttl_s))
-    finally:
-        llm.shutdown()
+def _run(model: str, blocks: int, retriever: Any, cfg: JSONObject, cache_ttl_s: float, disk: bool = False) -> Run:
+    with tempfile.TemporaryDirectory(prefix="loom-bench-tier-") as tier:
+        llm = _engine(model, blocks, cfg["max_model_len"], tier if disk else None)
+        try:
+            run = asyncio.run(_workload(llm, retriever, cfg, cache_ttl_s))
+        finally:
+            llm.shutdown()
     run.blocks = blocks
     return run
 
@@ -207,17 +213,19 @@ def agents(
     console.print(f"working set: {working} KV blocks of 16 tokens ({num_sessions} sessions x {turns} turns)")
     table = Table(title=f"loom bench agents ({Path(path).name}, {num_sessions} sessions x {turns} turns, "
                   f"tools ~{tool_ms:.0f} ms, users ~{think_ms:.0f} ms)")
-    for col in ("pool", "system", "blocks", "computed / call", "new / call", "hit rate 2+", "TTFT p50 ms",
+    for col in ("pool", "system", "blocks", "computed / call", "new / call", "from disk / call", "hit rate 2+",
+                "TTFT p50 ms",
                 "TTFT p99 ms", "job s", "misses evicted/expired/new"):
         table.add_column(col, justify="right")
     for pct in (int(p) for p in pools.split(",")):
         blocks = max(one_request + 2, working * pct // 100)
         for system in SYSTEMS:
-            run = _run(path, blocks, retriever, cfg, keep_s if system == "retention" else 0.0)
+            run = _run(path, blocks, retriever, cfg, 0.0 if system == "lru" else keep_s, disk=system.endswith("disk"))
             f = run.figures()
             figures[f"{pct}%/{system}"] = f
             m = f["prompt_misses"]
             table.add_row(f"{pct}%", system, str(blocks), f"{f['computed_per_call']:.1f}", f"{f['new_per_call']:.1f}",
+                          f"{f['disk_per_call']:.1f}",
                           f"{f['hit_rate_after_first']:.3f}", f"{f['ttft_p50_ms']:.0f}", f"{f['ttft_p99_ms']:.0f}",
                           f"{f['job_completion_s']:.1f}",
                           f"{m.get('evicted', 0)}/{m.get('expired', 0)}/{m.get('new', 0)}")

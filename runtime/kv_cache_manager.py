@@ -512,10 +512,11 @@ class KVCacheManager:
 
     def pinned_blocks_to_save(self) -> list[tuple[int, bytes]]:
         """(block, tier key) of every pinned block the tier lacks: what a shutdown writes."""
-        if self.tier is None:
+        tier = self.tier
+        if tier is None:
             return []
-        return [(b, self.blocks[b].tier_key) for b in self.pins  # type: ignore[misc]
-                if self.blocks[b].tier_key is not None and self.blocks[b].tier_key not in self.tier]
+        keyed = ((b, self.blocks[b].tier_key) for b in self.pins)
+        return [(b, key) for b, key in keyed if key is not None and key not in tier]
 
     # -- retention ---------------------------------------------------------
 

@@ -20,7 +20,7 @@ def test_bench_agents_prefills_only_new_tokens_at_a_full_pool_and_reports_each_s
     figures = json.loads(out.read_text())
     assert figures["working_set_blocks"] > 0
     for pool in ("100%", "25%"):
-        for system in ("lru", "retention"):
+        for system in ("lru", "retention", "retention+disk"):
             f = figures[f"{pool}/{system}"]
             assert f["job_completion_s"] > 0 and f["ttft_p99_ms"] >= f["ttft_p50_ms"] > 0
             assert set(f["prompt_misses"]) <= {"evicted", "expired", "new"}

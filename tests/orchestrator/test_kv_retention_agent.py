@@ -103,7 +103,7 @@ async def test_a_session_is_pinned_while_its_tool_runs_and_released_after_its_an
                   sampling=SamplingParams(temperature=0.0), budget=ContextBudget(reserved_output=8))
     await agent.arun("Call the probe.", session=InMemorySession("pinned-tool"), tool_choice="required")
     assert seen and seen[0] > 0  # the forced call's KV was pinned while the tool ran
-    for _ in range(100):  # the release is posted to the engine thread
+    for _ in range(500):  # the release is posted to the engine thread (a loaded machine: up to 10 s)
         if llm.stats()["kv_blocks_pinned"] == 0:
             break
         await asyncio.sleep(0.02)
