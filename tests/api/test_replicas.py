@@ -1,5 +1,5 @@
-"""``loom serve --replicas 2``: two Ray Serve engine replicas of the real default model behind the
-cache-aware ingress, on one SQLite database.
+"""``loom serve --replicas 2``: two Ray Serve engine replicas behind the cache-aware ingress, on one
+SQLite database.
 
 A stateless chat's next turn lands where its prefix is cached; a fork where its parent's prefix is;
 ``/metrics`` shows each replica and their sum; a replica SIGKILLed mid-run fails no request and loses no message (its sessions go on
@@ -17,25 +17,26 @@ import pytest
 
 from benchmarks.replicas import ReplicaServer, conversations, replica_pid, run_workload
 
-# the cluster fixture starts Ray, Serve's proxy and two replicas, each loading the model: about 30 s
+# the cluster fixture starts Ray, Serve's proxy and two replicas, each loading the model: about 20 s
 # idle, 10 minutes at load 8 on 2 cores (measured), so the per-test limit leaves room for that
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 BLOCK = 16  # the server's KV block size (tokens)
 
 
 @pytest.fixture(scope="module")
-def cluster(real_model, real_quantization, tmp_path_factory):
-    """Two replicas on a SQLite file; ``LOOM_CLUSTER_TEST_DB=postgresql+psycopg://...`` puts them on Postgres."""
-    server = ReplicaServer(real_model, tmp_path_factory.mktemp("replicas"), 2, "cache_aware",
-                           "--quantization", real_quantization,
+def cluster(checkpoint, tmp_path_factory):
+    """Two replicas of the tiny random-weight checkpoint (routing, failover and caching do not depend on
+    what the model says) on a SQLite file; ``LOOM_CLUSTER_TEST_DB=postgresql+psycopg://...`` puts them
+    on Postgres."""
+    server = ReplicaServer(checkpoint, tmp_path_factory.mktemp("replicas"), 2, "cache_aware",
                            db=os.environ.get("LOOM_CLUSTER_TEST_DB")).start(timeout=1400)
     yield server
     assert server.stop() == 0
 
 
-def test_stateless_turns_find_their_prefix_on_one_replica(cluster, real_model):
+def test_stateless_turns_find_their_prefix_on_one_replica(cluster, checkpoint):
     res, _ = asyncio.run(run_workload(cluster.url, "stateless", "stateless", sessions=4, turns=3, max_tokens=16,
-                                      model=real_model.name))
+                                      model=checkpoint.name))
     assert [r.failed for r in res.records] == [None] * 12
     by_conv: dict[int, list] = {}
     for rec in sorted(res.records, key=lambda r: (r.conversation, r.turn)):
@@ -78,10 +79,10 @@ def test_metrics_show_each_replica_and_their_sum(cluster):
     assert 'reason="prefix_match"' in text
 
 
-def test_killed_replica_fails_no_session_and_loses_no_message(cluster, real_model):
+def test_killed_replica_fails_no_session_and_loses_no_message(cluster, checkpoint):
     assert replica_pid(1) is not None
     res, sids = asyncio.run(run_workload(cluster.url, "kill", "sessions", sessions=4, turns=3, max_tokens=16,
-                                         model=real_model.name, kill_after=4))
+                                         model=checkpoint.name, kill_after=4))
     assert [r.failed for r in res.records] == [None] * 12
     for sid, (_, questions) in zip(sids, conversations(4, 3), strict=True):
         turns = httpx.get(f"{cluster.url}/v1/sessions/{sid}/messages", timeout=60).json()["data"]

@@ -53,15 +53,14 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path: Path) -> None:
 
 def test_loom_console_script_mounts_ingest_and_search(tmp_path: Path, corpus: Path,
                                                       embedder) -> None:
-    import subprocess
-    import sys
-
+    """``loom search`` through the console script's own app (``loom.cli.build_app``, what ``loom`` runs),
+    in process: a subprocess would only add an interpreter start."""
+    from loom.cli import build_app
     from loom.retrieval import Retriever
 
     idx = tmp_path / "idx"
     Retriever.open(idx, embedder=embedder).ingest([corpus / "notes.txt"], show_progress=False)
-    out = subprocess.run([sys.executable, "-m", "loom.cli", "search", "--index", str(idx),
-                          "tomatoes", "--k", "1", "--json"], capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr
+    out = CliRunner().invoke(build_app(), ["search", "--index", str(idx), "tomatoes", "--k", "1", "--json"])
+    assert out.exit_code == 0, out.output
     assert json.loads(out.stdout.splitlines()[0])["title"] == "Garden notes"
+    assert "ingest" in CliRunner().invoke(build_app(), ["--help"]).output
