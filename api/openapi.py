@@ -4,7 +4,8 @@ FastAPI documents a ``422`` ``HTTPValidationError`` on every route with
 parameters; Loom answers validation errors with ``400`` and OpenAI's error
 body instead (``loom.api.errors``), which each router declares.  This drops the
 ``422`` entries and their schemas so the document lists only what happens,
-and answers which methods a path allows (the ``Allow`` header of a 405, which
+documents the ``429`` that any route needing a key can answer (a client
+locked out after too many wrong keys, ``loom.api.auth_backoff``), and answers which methods a path allows (the ``Allow`` header of a 405, which
 Starlette fills from the first matching route only).
 """
 
@@ -20,6 +21,10 @@ from starlette.routing import compile_path
 from loom.json_types import JSONObject
 
 
+_LOCKED_OUT = ("Too many requests with a wrong API key from this client (code `too_many_failed_auth`), or "
+               "the route's own limit; `Retry-After` says when to try again.")
+
+
 def install_openapi(app: FastAPI) -> None:
     """Make ``app.openapi()`` (``/openapi.json``) return the document without FastAPI's 422s."""
     build = app.openapi
@@ -29,7 +34,10 @@ def install_openapi(app: FastAPI) -> None:
             doc = build()
             for operations in doc.get("paths", {}).values():
                 for operation in operations.values():
-                    operation.get("responses", {}).pop("422", None)
+                    responses = operation.get("responses", {})
+                    responses.pop("422", None)
+                    if "401" in responses and "429" not in responses:  # the auth backoff answers any route
+                        responses["429"] = {**responses["401"], "description": _LOCKED_OUT}
             schemas = doc.get("components", {}).get("schemas", {})
             for name in ("HTTPValidationError", "ValidationError"):
                 schemas.pop(name, None)
