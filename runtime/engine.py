@@ -281,14 +281,10 @@ class LLMEngine:
         prompt_rows = [_prompt_logprob_rows(s) for s in sched.scheduled]
         t1 = time.perf_counter()
         self._save_to_tier(self.kv.take_blocks_to_save())
-        loads = self.kv.take_blocks_to_load()
-        if loads:
-            assert isinstance(self.runner, ModelRunner)
-            logits = self.runner.execute_model(sched.scheduled, [n + p for n, p in zip(num_logits, prompt_rows)],
-                                               blocks_to_copy=sched.blocks_to_copy, blocks_to_load=loads)
-        else:
-            logits = self.runner.execute_model(sched.scheduled, [n + p for n, p in zip(num_logits, prompt_rows)],
-                                               blocks_to_copy=sched.blocks_to_copy)
+        loads = self.kv.take_blocks_to_load()  # only a ModelRunner engine has a tier (tensor parallelism has none)
+        extra = {"blocks_to_load": loads} if loads else {}
+        logits = self.runner.execute_model(sched.scheduled, [n + p for n, p in zip(num_logits, prompt_rows)],
+                                           blocks_to_copy=sched.blocks_to_copy, **extra)
         self.kv.commit()
         if any(prompt_rows):
             logits = _take_prompt_logprobs(logits, sched.scheduled, prompt_rows, num_logits)

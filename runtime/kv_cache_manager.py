@@ -97,7 +97,7 @@ import logging
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -302,16 +302,22 @@ class KVCacheManager:
         return keys
 
     def _tier_hits(self, request: Request, first: int, max_blocks: int) -> list[torch.Tensor]:
-        """The blocks ``first..`` of ``request`` the disk tier holds, in a row, read and verified."""
+        """The blocks ``first..`` of ``request`` the disk tier holds, in a row, read and verified.
+
+        Kept on the request until its allocation takes them: a request waiting for free blocks is
+        looked up again every step, and reads its files once."""
         if self.tier is None or first >= max_blocks:
             return []
+        if request.tier_staged is not None and request.tier_staged[0] == first:
+            return request.tier_staged[1]
         keys = self._tier_keys(request)
         loaded: list[torch.Tensor] = []
         for i in range(first, max_blocks):
-            kv = self.tier.get(keys[i]) if keys[i] in self.tier else None
+            kv = self.tier.get(keys[i])
             if kv is None:
                 break
             loaded.append(kv)
+        request.tier_staged = (first, loaded)
         return loaded
 
     def _longest_match(self, candidates: set[int] | None, want: Sequence[int], field: str) -> tuple[int | None, int]:
@@ -434,8 +440,10 @@ class KVCacheManager:
         if new_computed_blocks:
             self._num_registered[request.request_id] = num_computed // self.block_size
         fresh_start = len(request.block_ids)
+        victims = self._victims()  # sorted on first use only: most allocations never reach a retained block
         for _ in range(max(need, 0)):
-            request.block_ids.append(self._pop_free_block())
+            request.block_ids.append(self._pop_free_block(victims))
+        request.tier_staged = None
         for i, kv in enumerate(loaded):
             self.blocks_to_load.append((request.block_ids[fresh_start + i], kv))
         if loaded and request.kv_tier_tokens is None:
@@ -603,15 +611,17 @@ class KVCacheManager:
         self.pinned_by_key[retention.key] = set(chosen)
         self._next_expiry = min(self._next_expiry, pin.deadline)
 
-    def _victim(self) -> int:
-        """The retained block to evict when nothing else is free: a block only idle sessions pin,
-        least recently pinned first; else the tool wait expected back last."""
+    def _victims(self) -> Iterator[int]:
+        """Retained blocks in the order they are evicted when nothing else is free: blocks only idle
+        sessions pin, least recently pinned first; then tool waits, the one expected back last first
+        (ties: the order they were released in, a session's last block first).  Lazy: sorted when
+        first asked; valid while one allocation runs (it frees nothing)."""
         def rank(block_id: int) -> tuple[int, float]:
             pins = self.pins[block_id].values()
             if not any(p.waiting_on_tool for p in pins):
                 return (0, max(p.since for p in pins))
             return (1, -max(p.deadline for p in pins))
-        return min(self.retained, key=rank)
+        yield from sorted(self.retained, key=rank)
 
     def _unkey(self, key: str, block_id: int) -> None:
         """``block_id`` was evicted: it leaves ``key``'s pinned set (the key keeps its other blocks)."""
@@ -709,13 +719,14 @@ class KVCacheManager:
         block.tail_parent = None
         block.tail_tokens = ()
 
-    def _pop_free_block(self) -> int:
-        """Evict: the free queue's head, else (the pool would stall) the retained block expected back last."""
+    def _pop_free_block(self, victims: Iterator[int]) -> int:
+        """Evict: the free queue's head, else (the pool would stall) the next of ``victims``
+        (``_victims``)."""
         pinned = not self.free_queue
         if not pinned:
             block_id, _ = self.free_queue.popitem(last=False)
         else:
-            block_id = self._victim()
+            block_id = next(victims)
             del self.retained[block_id]
             for key in self.pins.pop(block_id):
                 self._unkey(key, block_id)

@@ -80,6 +80,8 @@ class Request:
         kv_tier_tokens: prompt tokens the first admission loaded from the disk tier (part of the
             cached ones); ``None`` when none were.
         tier_keys: stable keys of the full blocks (the disk tier's, ``loom.runtime.kv_tier``).
+        tier_staged: (first block, KV) the tier gave a lookup of this waiting request, until an
+            allocation takes them.
         kv_miss_tokens: prompt tokens the first admission computed, by cause
             (``evicted`` / ``expired`` / ``new``: ``KVCacheManager`` docstring); ``None`` until then.
         error: why the request finished with ``FINISHED_ERROR`` (one line, no internals).
@@ -106,6 +108,7 @@ class Request:
     kv_miss_tokens: dict[str, int] | None = None
     kv_tier_tokens: int | None = None
     tier_keys: list[bytes] = field(default_factory=list)
+    tier_staged: tuple[int, list[torch.Tensor]] | None = None
     block_ids: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)
     spec_token_ids: list[int] = field(default_factory=list)

@@ -107,3 +107,20 @@ def test_a_restarted_engine_reads_a_sessions_kv_from_the_tier_and_decodes_the_sa
     assert again.kv_tier_tokens == 64  # the prompt's 4 full blocks (the reply's block was never full)
     assert list(again.token_ids) == _reference(model, follow)
     assert salted.kv_tier_tokens == 0 and salted.num_cached_tokens == 0  # another salt never reads them
+
+
+def test_a_request_waiting_for_blocks_reads_its_tier_files_once(tmp_path: Path):
+    from loom.runtime.kv_cache_manager import KVCacheManager
+    from loom.runtime.request import Request
+
+    tier = DiskKVTier(tmp_path, "fp", max_bytes=1 << 20)
+    for key in chain_keys("fp", None, PROMPT, 16)[:2]:
+        tier.put(key, torch.zeros(2, 1, 16, 1, 8))
+    kv = KVCacheManager(num_blocks=8, block_size=16, tier=tier)
+    req = Request("r", list(PROMPT), SamplingParams(max_tokens=4), arrival_time=0.0, max_tokens=4)
+    first = kv.get_computed_blocks(req)
+    again = kv.get_computed_blocks(req)  # the scheduler looks a waiting request up every step
+    assert first.num_tokens == again.num_tokens == 32 and len(again.loaded) == 2
+    assert tier.stats()["kv_tier_reads"] == 2  # two blocks, read once
+    assert kv.allocate_slots(req, req.num_tokens - 32, num_hit_tokens=32, loaded=again.loaded)
+    assert req.tier_staged is None and len(kv.take_blocks_to_load()) == 2
