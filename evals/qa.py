@@ -349,8 +349,9 @@ def _rate(num: int, den: int) -> float | None:
 
 def _block(records: list[JSONObject]) -> JSONObject:
     """Scores of ``records``: accuracy over the answerable, citation precision, not-found rates."""
-    ans = [r for r in records if r.get("answerable", True)]
-    una = [r for r in records if not r.get("answerable", True)]
+    off = [r for r in records if r.get("offtopic")]
+    ans = [r for r in records if r.get("answerable", True) and not r.get("offtopic")]
+    una = [r for r in records if not r.get("answerable", True) and not r.get("offtopic")]
     correct = sum(bool(r.get("correct")) for r in ans)
     sources = [s for r in ans for s in r.get("sources") or []]
     gold = sum(int(r.get("sources_gold") or 0) for r in ans)
@@ -363,6 +364,10 @@ def _block(records: list[JSONObject]) -> JSONObject:
         "unanswerable": len(una), "not_found": not_found, "not_found_rate": _rate(not_found, len(una)),
         "false_not_found_rate": _rate(sum(bool(r.get("not_found")) for r in ans), len(ans)),
     }
+    if off:  # questions of another set than the one index searched (the workload's ``index`` option)
+        off_nf = sum(bool(r.get("not_found")) for r in off)
+        out.update(offtopic=len(off), offtopic_not_found=off_nf, offtopic_not_found_rate=_rate(off_nf, len(off)),
+                   offtopic_shown_documents_rate=_rate(sum(bool(r.get("retrieved_sections")) for r in off), len(off)))
     if any("copy_correct" in r for r in records):
         out["copy_baseline_accuracy"] = _rate(sum(bool(r.get("copy_correct")) for r in ans), len(ans))
         out["copy_baseline_not_found_rate"] = _rate(sum(bool(r.get("copy_not_found")) for r in una), len(una))
@@ -388,11 +393,11 @@ def qa_quality(records: list[JSONObject]) -> JSONObject:
     out = _block(records)
     by_module: dict[str, list[int]] = {}
     for r in records:
-        if r.get("answerable", True) and r.get("qa_set", "stdlib") == "stdlib":
+        if r.get("answerable", True) and not r.get("offtopic") and r.get("qa_set", "stdlib") == "stdlib":
             stats = by_module.setdefault(r.get("module", "?"), [0, 0])
             stats[0] += bool(r.get("correct"))
             stats[1] += 1
-    right = out["correct"] + out["not_found"]
+    right = out["correct"] + out["not_found"] + out.get("offtopic_not_found", 0)
     cost = sum(r.get("cost", 0.0) for r in records)
     order = list(QA_SETS)
     sets = sorted({str(r.get("qa_set", "stdlib")) for r in records},

@@ -8,7 +8,11 @@ A variant is a dict of settings applied on top of the run's engine settings:
   ``draft_model=PATH``, ``prompt_lookup_max=N`` (``loom.runtime.spec_decode.SpeculativeConfig``);
 * ``budget.FIELD=VALUE`` for the agent's ``orchestrator.ContextBudget`` (``rag``, ``qa``,
   ``tools``), e.g. ``budget.max_retrieval_tokens=256``;
-* ``retrieval=on|off`` (``qa``): whether the agent retrieves before answering.
+* ``retrieval=on|off`` (``qa``): whether the agent retrieves before answering;
+* ``similarity_cutoff=null|auto|X`` (``qa``): the agent's relevance cutoff
+  (``orchestrator.relevance``; default ``auto``, the embedder's measured one; ``null``: none);
+* ``no_match_answer=null|TEXT`` (``qa``): the answer when nothing retrieved is related, with no
+  model call (default ``orchestrator.relevance.NOT_FOUND_ANSWER``; ``null``: the model answers).
 
 Values parse as JSON where they can (``false``, ``4``, ``0.5``, ``null``),
 else stay strings.
@@ -25,7 +29,7 @@ from loom.json_types import JSONObject
 SPEC_KEYS = {"speculative", "num_speculative_tokens", "draft_model", "prompt_lookup_min", "prompt_lookup_max",
              "disable_by_batch_size"}
 #: Settings the suite's target reads itself (neither engine nor budget).
-SUITE_KEYS = {"retrieval"}
+SUITE_KEYS = {"retrieval", "similarity_cutoff", "no_match_answer"}
 
 
 def parse_value(text: str) -> Any:

@@ -23,7 +23,9 @@ Suites (default sizes run in seconds with the ``tiny`` checkpoint on 2 cores):
 * ``qa``: the question sets of :mod:`loom.evals.qa` (stdlib, click, jinja;
   the ``sets`` option picks some), one agent turn per question, with
   retrieval on and off, scored by fact containment, citations and "not found"
-  (default sizes take a quarter of an hour with the real default model on 2 cores).
+  (default sizes take a quarter of an hour with the real default model on 2 cores);
+  ``index=<set>`` makes every question search that one set's index, so the
+  other sets' questions are *off topic* there, and right when answered "not found".
 * ``tools``: the prompts of :mod:`loom.evals.toolcalls`, tools offered and never
   forced; scored on the tool picked and its arguments.
 
@@ -67,7 +69,7 @@ DEFAULTS: dict[str, JSONObject] = {
     # k=3 puts every stdlib fact in context (k=2: 110/111); 16 in flight: ~4 min per 111 questions, both variants
     "qa": dict(num_requests=_count("qa_stdlib.json", "qa_click.json", "qa_jinja.json"), output_tokens=64,
                concurrency=16, retrieval_k=3, max_retrieval_tokens=640, corpus="", index_dir="", questions="",
-               sets="", retrieval="on,off"),
+               sets="", retrieval="on,off", index=""),
     "tools": dict(num_requests=_count("tool_prompts.json"), output_tokens=96, concurrency=16, cases=""),
 }
 

@@ -50,6 +50,7 @@ from loom.orchestrator.items import JSON
 from loom.orchestrator.ledger import Ledger, PriceTable
 from loom.orchestrator.parts import AgentParts
 from loom.orchestrator.protocols import Engine, Memory, Retriever, Tokenizer, eos_token_ids
+from loom.orchestrator.relevance import check_cutoff
 from loom.orchestrator.runner import TurnRunner
 from loom.orchestrator.session import InMemorySession, Session
 from loom.tools import ToolRegistry
@@ -100,6 +101,18 @@ class Agent:
         memory_namespace: namespace for memory reads and write-back.
         prices: :class:`PriceTable` for ledger costs.
         retrieval_k: retrieved chunks to fetch per turn.
+        similarity_cutoff: the cosine similarity under which a retrieved chunk is not shown
+            (``loom.orchestrator.relevance``; LlamaIndex's ``similarity_cutoff``): ``"auto"``
+            (default) takes the retriever's measured one (``Retriever.similarity_cutoff``: 0.425
+            for the bundled MiniLM, none for an unmeasured embedder); a number in [-1, 1]; ``None``
+            shows every hit.  When a search finds nothing above it, the model is told the documents
+            do not cover the message.
+        no_match_answer: when set, a turn whose search found nothing relevant is answered with
+            this text and no model call (LlamaIndex's query engines answer "Empty Response" the
+            same way): for a documentation-QA agent, where small models otherwise answer an
+            off-topic question with invented facts whatever they are told.  Default ``None``:
+            the model answers, told the documents do not cover the message (an agent with tools
+            or memory must, since a calculation or a greeting matches no document either).
         memory_k: memories to fetch per turn.
         tool_timeout_s: default tool timeout (seconds).
         memory_write_back: add each user message to long-term memory.
@@ -145,7 +158,8 @@ class Agent:
                  tool_call_parser: Any = None, condense_question: bool = True,
                  condense_tokens: int = DEFAULT_CONDENSE_TOKENS, parallel_tool_calls: bool | None = None,
                  approval: Iterable[str] = (), cache_salt: str | None = None,
-                 cache_ttl_s: float | None = None) -> None:
+                 cache_ttl_s: float | None = None, similarity_cutoff: float | str | None = "auto",
+                 no_match_answer: str | None = None) -> None:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
         engine = EngineClient(llm, cache_salt)
@@ -155,6 +169,15 @@ class Agent:
         if budget.window > engine.max_model_len:
             raise InvalidRequestError(f"max_model_len: budget window {budget.window} exceeds the "
                                       f"engine's {engine.max_model_len} tokens", param="max_model_len")
+        if similarity_cutoff == "auto":
+            similarity_cutoff = getattr(retriever, "similarity_cutoff", None)
+        try:
+            cutoff = check_cutoff(similarity_cutoff)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), param="similarity_cutoff") from None
+        if no_match_answer is not None and (not isinstance(no_match_answer, str) or not no_match_answer.strip()):
+            raise InvalidRequestError(f"no_match_answer: must be a non-empty string or None, got {no_match_answer!r}",
+                                      param="no_match_answer")
         if not isinstance(condense_tokens, int) or condense_tokens < 1:
             raise InvalidRequestError(f"condense_tokens: must be an int >= 1, got {condense_tokens!r}",
                                       param="condense_tokens")
@@ -165,7 +188,8 @@ class Agent:
             sampling=sampling if sampling is not None else _greedy(), prices=prices or PriceTable(),
             eos_token_ids=eos_token_ids(llm), retriever=retriever, memory=memory, max_steps=max_steps,
             auto_retrieve=auto_retrieve, memory_namespace=memory_namespace or "default",
-            retrieval_k=retrieval_k, memory_k=memory_k, memory_write_back=memory_write_back,
+            retrieval_k=retrieval_k, similarity_cutoff=cutoff, no_match_answer=no_match_answer,
+            memory_k=memory_k, memory_write_back=memory_write_back,
             condense_question=bool(condense_question), condense_tokens=condense_tokens,
             parallel_tool_calls=None if parallel_tool_calls is None else bool(parallel_tool_calls),
             approval=frozenset(approval or ()), retention=retention)

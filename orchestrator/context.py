@@ -45,6 +45,7 @@ from loom.orchestrator.items import (
     to_message,
 )
 from loom.orchestrator.protocols import MemoryHit, SearchHit, Tokenizer
+from loom.orchestrator.relevance import NO_MATCH, split_relevant
 from loom.orchestrator.template import TemplateRenderer
 
 
@@ -104,18 +105,29 @@ class RetrievalFit:
         truncated: labels of hits shown cut.
         dropped: labels of hits left out whole.
         cut_tokens: tokens of hit text left out of the prompt (both kinds).
+        below_cutoff: labels of hits not shown as unrelated to the message
+            (under the agent's ``similarity_cutoff``, :mod:`loom.orchestrator.relevance`).
     """
 
     shown: list[SearchHit] = field(default_factory=list)
     truncated: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     cut_tokens: int = 0
+    below_cutoff: list[str] = field(default_factory=list)
+
+    @property
+    def no_match(self) -> bool:
+        """A search found hits and none was related to the message."""
+        return not self.shown and bool(self.below_cutoff)
 
     def record(self) -> RetrievalCut | None:
         """JSON record stored on the retrieval item (``None`` when nothing was cut)."""
-        if not self.truncated and not self.dropped:
+        if not self.truncated and not self.dropped and not self.below_cutoff:
             return None
-        return {"truncated": self.truncated, "dropped": self.dropped, "tokens": self.cut_tokens}
+        out: RetrievalCut = {"truncated": self.truncated, "dropped": self.dropped, "tokens": self.cut_tokens}
+        if self.below_cutoff:
+            out["below_cutoff"] = self.below_cutoff
+        return out
 
 
 TRUNCATED_MARK = " [...]"
@@ -195,6 +207,8 @@ class ContextBuilder:
         if fit.shown:
             new.append(message_item("retrieval", turn, "user", format_retrieval(fit.shown), [],
                                     sources=[source_label(h) for h in fit.shown], cut=fit.record()))
+        elif fit.no_match:
+            new.append(message_item("retrieval", turn, "user", NO_MATCH, [], sources=[], cut=fit.record()))
         memories = self.fit(list(memories), lambda ms: format_memory(ms, snapshot=False),
                             self.budget.memory_cap)
         if memories:
@@ -261,8 +275,10 @@ class ContextBuilder:
             chosen.append(t)
         return chosen
 
-    def fit_retrieval(self, hits: Sequence[SearchHit]) -> RetrievalFit:
-        """Hits that fit the budget's ``retrieval_cap``, never none while there are hits.
+    def fit_retrieval(self, hits: Sequence[SearchHit], similarity_cutoff: float | None = None) -> RetrievalFit:
+        """Hits that fit the budget's ``retrieval_cap``, never none while there are relevant hits.
+
+        Hits under ``similarity_cutoff`` are not shown (:func:`~loom.orchestrator.relevance.split_relevant`).
 
         In rank order, a hit that fits whole is shown; the first hit that does
         not fit, when nothing is shown yet, is cut at the last sentence
@@ -270,7 +286,8 @@ class ContextBuilder:
         a top hit larger than the cap still yields text; later hits that do
         not fit are dropped and smaller ones after them still taken.
         """
-        fit = RetrievalFit()
+        hits, below = split_relevant(hits, similarity_cutoff)
+        fit = RetrievalFit(below_cutoff=[source_label(h) for h in below])
         cap = self.budget.retrieval_cap
         for hit in hits:
             if self.count_message_tokens(format_retrieval(fit.shown + [hit])) <= cap:

@@ -138,6 +138,9 @@ class RunResult:
         finish_reason: why the last model call ended, as the engine says (vLLM's and
             OpenAI's names): ``stop`` (end-of-sequence token or stop string), ``length``
             (``max_tokens`` cut the reply), ``abort``; ``None`` before any call.
+        no_match: the turn searched and no hit was related to the message (under the agent's
+            ``similarity_cutoff``, ``loom.orchestrator.relevance``): nothing was shown, and with
+            ``no_match_answer`` set that text is the answer and no model call was made.
     """
 
     answer: str = ""
@@ -155,6 +158,7 @@ class RunResult:
     retrieved: list[SearchHit] = field(default_factory=list)
     rewritten_query: str | None = None
     finish_reason: str | None = None
+    no_match: bool = False
 
 
 @dataclass

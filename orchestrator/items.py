@@ -65,12 +65,13 @@ class Decision(TypedDict, total=False):
     output: str  # result: the tool's output, supplied by the client
 
 
-class RetrievalCut(TypedDict):
+class RetrievalCut(TypedDict, total=False):
     """What a retrieval item left out of the prompt (``RetrievalFit.record``)."""
 
-    truncated: list[str]
-    dropped: list[str]
-    tokens: int
+    truncated: Required[list[str]]
+    dropped: Required[list[str]]
+    tokens: Required[int]
+    below_cutoff: list[str]  # hits not shown as unrelated to the message (loom.orchestrator.relevance)
 
 
 class Item(TypedDict, total=False):

@@ -52,6 +52,8 @@ class AgentParts:
     auto_retrieve: bool = True
     memory_namespace: str = "default"
     retrieval_k: int = 4
+    similarity_cutoff: float | None = None  # hits under it are not shown (loom.orchestrator.relevance)
+    no_match_answer: str | None = None  # the answer, without a model call, when no hit is relevant
     memory_k: int = 4
     memory_write_back: bool = True
     condense_question: bool = True

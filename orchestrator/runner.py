@@ -35,6 +35,7 @@ from loom.orchestrator import condense as cond
 from loom.orchestrator.events import (
     AgentEvent,
     ApprovalRequiredEvent,
+    ContentDelta,
     RunResult,
     ToolCallRecord,
     ToolResultEvent,
@@ -124,7 +125,8 @@ class TurnRunner:
                     queries, a.retrieval_k, identifier_queries=[self.message]))
             else:
                 hits = await self._timed("retrieval", a.retriever.search, queries[0], a.retrieval_k)
-        fit = b.fit_retrieval(hits)
+        fit = b.fit_retrieval(hits, a.similarity_cutoff)
+        self.result.no_match = fit.no_match
         self.budget_cut = {"retrieval": fit.cut_tokens} if fit.cut_tokens else {}
         new = b.turn_items(self.items, self.turn, self.message, fit, memories)
         self.result.retrieved = list(fit.shown)
@@ -218,10 +220,26 @@ class TurnRunner:
         self._start_span()
         try:
             await self._prepare()
+            if self.result.no_match and self.parts.no_match_answer is not None:
+                async for ev in self._answer_without_model(self.parts.no_match_answer):
+                    yield ev
+                return
             async for ev in self._loop(1):
                 yield ev
         finally:
             self._end_span()
+
+    async def _answer_without_model(self, text: str) -> AsyncIterator[AgentEvent]:
+        """Answer ``text`` (the agent's ``no_match_answer``) with no model call, stored as any reply is."""
+        a, res = self.parts, self.result
+        ids = a.engine.tokenizer.encode(text, add_special_tokens=False)
+        item = a.builder.assistant_item(self.turn, ids, reasoning_mask=[False] * len(ids), content=text)
+        item["step"] = 0
+        self._store([item])
+        res.answer, res.final_state, res.steps = text, "done", 0
+        yield ContentDelta(text)
+        if a.memory is not None and a.memory_write_back:
+            await memory_view.write_back(self)
 
     def _start_span(self) -> None:
         self._span = tracing.agent_span("loom-agent", getattr(self.session, "session_id", None),

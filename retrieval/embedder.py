@@ -27,6 +27,15 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+
+#: The cosine similarity under which a retrieved chunk is taken as unrelated to the query, per embedding model
+#: (measured; a model not listed has none).  all-MiniLM-L6-v2: over Loom's ``qa`` sets (stdlib, Click,
+#: Jinja; ``python -m loom.evals.relevance``), each question's best chunk in its own set's index
+#: (answerable) against the same question in the other two sets' indexes (off-topic): at 0.425, with chunks
+#: the question names by identifier always kept, 98.4% of answerable questions keep a chunk and 84.1% of
+#: off-topic ones keep none (0.40: 99.3% / 77.4%; 0.45: 95.7% / 88.6%).  Unanswerable questions about the
+#: indexed library itself (a parameter that does not exist) are on topic and keep their chunks.
+SIMILARITY_CUTOFFS: dict[str, float] = {DEFAULT_MODEL: 0.425}
 _MODELS: dict[tuple[str, str], Any] = {}
 _LOCK = threading.Lock()
 
@@ -115,6 +124,11 @@ class Embedder:
     def model(self) -> Any:
         """The shared ``SentenceTransformer`` (loaded on first access)."""
         return _load(self.model_name, self.device)
+
+    @property
+    def similarity_cutoff(self) -> float | None:
+        """The measured relevance cutoff of this model (:data:`SIMILARITY_CUTOFFS`), ``None`` if unmeasured."""
+        return SIMILARITY_CUTOFFS.get(self.model_name)
 
     @property
     def dim(self) -> int:

@@ -216,6 +216,25 @@ class VectorIndex:
         keep = ids[0] >= 0
         return scores[0][keep], ids[0][keep]
 
+    def similarity(self, query: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """Inner products (cosine: the vectors are normalised) of query vectors and stored vectors.
+
+        Args:
+            query: float32[dim] or float32[Q, dim].
+            ids: int64[m] ids held by the index.
+
+        Returns:
+            float32[m] for one query, float32[Q, m] for several.
+
+        Raises:
+            RuntimeError: an id the index does not hold (FAISS' reconstruct).
+        """
+        ids = np.asarray(ids, dtype=np.int64)
+        if not len(ids):
+            return np.zeros((*np.shape(query)[:-1], 0), np.float32)
+        vecs = np.stack([self.index.reconstruct(int(i)) for i in ids])
+        return (np.asarray(query, dtype=np.float32) @ vecs.T).astype(np.float32)
+
     def _exact_subset(self, q: np.ndarray, k: int, allowed: set[int]) -> tuple[np.ndarray, np.ndarray]:
         ids = np.fromiter(sorted(allowed), np.int64, len(allowed))
         vecs = np.stack([self.index.reconstruct(int(i)) for i in ids])

@@ -278,11 +278,14 @@ class Retriever:
         if allowed is not None and not allowed:
             return []
         depth = max(self.candidates, 4 * k)
+        if mode != "bm25" and query_vector is None:
+            query_vector = self.embedder.encode([query], show_progress=False)[0]
         ranked = self._ranked(query, k if mode != "hybrid" else depth, allowed, mode,
                               query_vector)
+        named: set[int] = set()
         if mode == "hybrid":
-            ranked = self._defining_first(query, ranked, allowed)
-        return self._hits(ranked[:k])
+            ranked, named = self._defining_first(query, ranked, allowed)
+        return self._hits(ranked[:k], query_vector, named)
 
     def search_many(self, queries: Iterable[str], k: int = 5, filters: JSONObject | None = None,
                     mode: str = "hybrid", identifier_queries: Iterable[str] | None = None) -> list[Hit]:
@@ -320,25 +323,26 @@ class Retriever:
         if allowed is not None and not allowed:
             return []
         depth = max(self.candidates, 4 * k)
-        vecs = (self.embedder.encode(qs, show_progress=False) if mode != "bm25" else [None] * len(qs))
-        named = set(qs if identifier_queries is None else identifier_queries)
-        lists = []
-        for q, v in zip(qs, vecs):
-            ranked = self._ranked(q, depth, allowed, mode, v)
-            if mode == "hybrid" and q in named:
-                ranked = self._defining_first(q, ranked, allowed)
+        vecs = self.embedder.encode(qs, show_progress=False) if mode != "bm25" else None
+        naming = set(qs if identifier_queries is None else identifier_queries)
+        lists, named = [], set()
+        for n, q in enumerate(qs):
+            ranked = self._ranked(q, depth, allowed, mode, None if vecs is None else vecs[n])
+            if mode == "hybrid" and q in naming:
+                ranked, first = self._defining_first(q, ranked, allowed)
+                named |= first
             lists.append([i for i, _ in ranked])
-        return self._hits(rrf_fuse(lists)[:k])
+        return self._hits(rrf_fuse(lists)[:k], vecs, named)
 
     def _defining_first(self, query: str, ranked: list[tuple[int, float]],
-                        allowed: set[int] | None) -> list[tuple[int, float]]:
-        """``ranked`` with the chunks defining the query's identifiers moved to the front."""
+                        allowed: set[int] | None) -> tuple[list[tuple[int, float]], set[int]]:
+        """``ranked`` with the chunks defining the query's identifiers moved to the front, and those chunks."""
         first = self.object_index().defining_chunks(query, allowed)  # built from live rows only
         if not first:
-            return ranked
+            return ranked, set()
         top = ranked[0][1] if ranked else 0.0
         moved = set(first)
-        return [(f, top) for f in first] + [(i, s) for i, s in ranked if i not in moved]
+        return [(f, top) for f in first] + [(i, s) for i, s in ranked if i not in moved], moved
 
     def _ranked(self, query: str, depth: int, allowed: set[int] | None, mode: str,
                 q: np.ndarray | None) -> list[tuple[int, float]]:
@@ -361,14 +365,30 @@ class Retriever:
         w = self.identifier_weight if looks_like_identifier(query) else 1.0
         return rrf_fuse([[i for i, _ in dense or []], [i for i, _ in bm25 or []]], weights=[1.0, w])
 
-    def _hits(self, ranked: list[tuple[int, float]]) -> list[Hit]:
+    def _hits(self, ranked: list[tuple[int, float]], query_vectors: np.ndarray | None = None,
+              named: set[int] | frozenset[int] = frozenset()) -> list[Hit]:
+        """Rows of ``ranked`` as hits, each with its cosine similarity to the closest of ``query_vectors``
+        (float32[dim] or float32[Q, dim]; ``None``: bm25, no similarity) and whether ``named`` holds it."""
         rows = self.store.rows_by_faiss_ids([i for i, _ in ranked])
-        return [Hit(r.chunk_id, r.text, score, r.document, r.section, r.title, dict(r.meta or {}))
-                for i, score in ranked if (r := rows.get(i)) is not None]
+        ranked = [(i, score) for i, score in ranked if i in rows]
+        sims: list[float | None] = [None] * len(ranked)
+        if query_vectors is not None and ranked:
+            with self._lock:
+                cos = self.vector_index.similarity(query_vectors, np.array([i for i, _ in ranked], np.int64))
+            sims = [float(c) for c in (cos.max(axis=0) if cos.ndim == 2 else cos)]
+        return [Hit(r.chunk_id, r.text, score, r.document, r.section, r.title, dict(r.meta or {}),
+                    similarity=sim, named=i in named)
+                for (i, score), sim in zip(ranked, sims) if (r := rows[i]) is not None]
 
     # -- introspection ------------------------------------------------------
     def __len__(self) -> int:
         return self.store.count_chunks()
+
+    @property
+    def similarity_cutoff(self) -> float | None:
+        """Cosine similarity under which a hit is unrelated to its query (the embedder's measured
+        cutoff, :data:`loom.retrieval.embedder.SIMILARITY_CUTOFFS`); ``None``: not measured."""
+        return self.embedder.similarity_cutoff
 
     def documents(self) -> list[str]:
         """Ids of every document in the index, sorted."""

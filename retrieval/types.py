@@ -125,6 +125,13 @@ class Hit:
         section: heading path of the chunk's section.
         title: document title.
         metadata: the document's metadata updated with its section's.
+        similarity: cosine similarity of the query's and the chunk's embeddings
+            (dense and hybrid search; ``None`` in bm25 mode), in [-1, 1]; unlike a
+            hybrid ``score`` it is comparable across queries, which is what a
+            relevance cutoff needs (LlamaIndex's ``similarity_cutoff``). With
+            several queries (:meth:`Retriever.search_many`), the largest.
+        named: the query names this chunk's API entry (hybrid mode puts those
+            first): relevant whatever its ``similarity``.
     """
 
     chunk_id: str
@@ -134,3 +141,5 @@ class Hit:
     section: str
     title: str = ""
     metadata: JSONObject = field(default_factory=dict, hash=False, compare=False)
+    similarity: float | None = field(default=None, compare=False)
+    named: bool = field(default=False, compare=False)

@@ -33,6 +33,7 @@ from loom.evals.targets.inproc import InprocTarget
 from loom.evals.targets.rag import agent_turn, open_corpus_index
 from loom.evals.workloads import Conversation, Workload
 from loom.json_types import JSONObject
+from loom.orchestrator.relevance import NOT_FOUND_ANSWER
 
 logger = logging.getLogger(__name__)
 
@@ -108,17 +109,23 @@ class QATarget(ScoredAgentTarget):
             ``stdlib:`` corpus); ``None`` or empty: no retrieval.
         retrieval_k: chunks retrieved per question.
         max_retrieval_tokens: cap of the retrieval message (tokens).
+        index_set: every question searches this set's index (``""``: each its own set's); a question
+            of another set is then off topic, right when answered "not found".
+        similarity_cutoff: the agent's ``similarity_cutoff`` (``"auto"``: the retriever's measured one).
+        no_match_answer: the agent's ``no_match_answer`` (``None``: the model answers off-topic questions too).
     """
 
     name = "qa"
 
     def __init__(self, llm: Any, retrievers: dict[str, tuple[Any, Any]] | None = None, retrieval_k: int = 3,
-                 max_retrieval_tokens: int = 640, budget: JSONObject | None = None) -> None:
+                 max_retrieval_tokens: int = 640, budget: JSONObject | None = None, index_set: str = "",
+                 similarity_cutoff: float | str | None = "auto", no_match_answer: str | None = None) -> None:
         from loom.evals.qa import question_by_id
 
         super().__init__(llm, budget)
         self.retrievers = dict(retrievers or {})
         self.retrieval_k, self.max_retrieval_tokens = retrieval_k, max_retrieval_tokens
+        self.index_set, self.similarity_cutoff, self.no_match_answer = index_set, similarity_cutoff, no_match_answer
         self.questions = question_by_id()
         self.index_info: JSONObject | None = None
 
@@ -127,12 +134,15 @@ class QATarget(ScoredAgentTarget):
         return bool(self.retrievers)
 
     def scope(self, conv: Conversation) -> str:
+        if self.index_set:
+            return self.index_set
         q = self.questions.get(conv.id)
         return q.qa_set if q is not None else next(iter(self.retrievers), "")
 
     def agent_kwargs(self, scope: str = "") -> dict[str, Any]:
         retriever = self.retrievers[scope][0] if scope in self.retrievers else None
-        return {"retriever": retriever, "retrieval_k": self.retrieval_k,
+        return {"retriever": retriever, "retrieval_k": self.retrieval_k, "similarity_cutoff": self.similarity_cutoff,
+                "no_match_answer": self.no_match_answer,
                 "budget": {"max_retrieval_tokens": self.max_retrieval_tokens}}
 
     def score(self, conv: Conversation, out: Outcome, result: Any) -> JSONObject | None:
@@ -144,6 +154,10 @@ class QATarget(ScoredAgentTarget):
         fields: JSONObject = {"question_id": q.id, "qa_set": q.qa_set, "module": q.module, "document": q.document,
                               "section": q.section, "answerable": q.answerable, "first_sentence": q.first_sentence,
                               "not_found": says_not_found(out.text)}
+        if self.retrieval and self.index_set and q.qa_set != self.index_set:
+            fields.update(offtopic=True, correct=fields["not_found"],
+                          retrieved_sections=len(getattr(result, "retrieved", None) or []))
+            return fields
         if q.answerable:
             s = score_answer(out.text, q.facts)
             fields.update(correct=s.correct, fact_fraction=s.fraction, matched=list(s.matched))
@@ -237,7 +251,8 @@ async def make_agent_target(workload: Workload, model: str, engine: JSONObject, 
         if mode in ("on", "true"):
             retrievers, info = await asyncio.to_thread(open_qa_indexes, workload)
         llm = await asyncio.to_thread(AsyncLLM.from_config, EngineConfig(model=model, **engine))
-        qa = QATarget(llm, retrievers, p["retrieval_k"], p["max_retrieval_tokens"], budget)
+        qa = QATarget(llm, retrievers, p["retrieval_k"], p["max_retrieval_tokens"], budget, p.get("index") or "",
+                      settings.get("similarity_cutoff", "auto"), settings.get("no_match_answer", NOT_FOUND_ANSWER))
         qa.index_info = info
         return qa
     if workload.suite == "tools":
@@ -258,7 +273,8 @@ def open_qa_indexes(workload: Workload) -> tuple[dict[str, tuple[Any, Any]], JSO
     from loom.evals.qa import QA_SETS, corpus_for, docs_root, load_set, question_by_id
 
     p, questions = workload.params, question_by_id()
-    used = {questions[c.id].qa_set for c in workload.conversations if c.id in questions}
+    used = ({p["index"]} if p.get("index") else
+            {questions[c.id].qa_set for c in workload.conversations if c.id in questions})
     retrievers: dict[str, tuple[Any, Any]] = {}
     info: JSONObject = {}
     for name in (n for n in QA_SETS if n in used):

@@ -83,7 +83,8 @@ def sources_line(check: CitationCheck, result: RunResult) -> str:
         if not r.is_error:
             entries.append(f"tool {r.name} → {' '.join(r.content.split())[:80]}")
     if not entries:
-        why = "no retrieved section supports this answer" if result.retrieved else "nothing was retrieved"
+        why = ("no retrieved section supports this answer" if result.retrieved else
+               "no indexed section matches this question" if result.no_match else "nothing was retrieved")
         return f"Sources: none ({why})"
     return "Sources: " + " · ".join(entries)
 
@@ -100,6 +101,9 @@ def print_retrieved(console: Console, result: RunResult) -> None:
         labels = dict.fromkeys(citation_label(h) for h in result.retrieved)
         console.print("  retrieved: " + " · ".join(labels), style="dim", markup=False, highlight=False,
                       soft_wrap=True)
+    elif result.no_match:
+        console.print("  retrieved: nothing related in the index (the answer is not from your documents)",
+                      style="yellow", markup=False, highlight=False, soft_wrap=True)
 
 
 def print_sources(console: Console, result: RunResult) -> CitationCheck:

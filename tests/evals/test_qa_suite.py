@@ -171,3 +171,31 @@ def test_qa_records_are_scored_by_their_facts_as_whole_tokens(qa_run):
         assert quality["questions"] + quality["unanswerable"] == len(QUESTIONS)
         assert quality["correct"] == sum(r["correct"] for r in res.records if r["answerable"])
         assert qa_run.variants[res.name]["cost"]["token_cost_usd"] > 0
+
+
+def test_quality_block_counts_off_topic_questions_apart_from_the_rest():
+    base = {"ok": True, "output_tokens": 8, "cost": 0.1, "qa_set": "click", "answerable": True}
+    recs = [{**base, "correct": True, "fact_fraction": 1.0, "not_found": False},
+            {**base, "qa_set": "jinja", "offtopic": True, "correct": True, "not_found": True, "retrieved_sections": 0},
+            {**base, "qa_set": "jinja", "offtopic": True, "correct": False, "not_found": False, "retrieved_sections": 2}]
+    q = qa_quality(recs)
+    assert (q["questions"], q["correct"], q["unanswerable"]) == (1, 1, 0)  # off-topic ones are neither
+    assert (q["offtopic"], q["offtopic_not_found"], q["offtopic_not_found_rate"]) == (2, 1, 0.5)
+    assert q["offtopic_shown_documents_rate"] == 0.5
+    assert q["token_cost_per_correct_usd"] == pytest.approx(0.15)  # 2 right outcomes for 0.3
+
+
+def test_an_off_topic_question_finds_nothing_related_and_is_answered_not_found(tmp_path_factory):
+    """``index=stdlib``: Click's questions search the stdlib index, where nothing is about them."""
+    run = evals.run("qa", out=tmp_path_factory.mktemp("qa-offtopic"), warmup=0, report=False,
+                    options={"questions": "json-sort-keys,click-eager-expose-value", "output_tokens": 32,
+                             "corpus": "stdlib:module/json", "index": "stdlib", "retrieval": "on",
+                             "index_dir": str(tmp_path_factory.mktemp("qa-offtopic-index"))},
+                    engine={"num_kv_blocks": 128})
+    records = {r["question_id"]: r for r in run.results[0].records}
+    off = records["click-eager-expose-value"]
+    assert off["offtopic"] and off["retrieved_sections"] == 0 and off["output_tokens"] == 0  # no model call
+    assert off["not_found"] and off["correct"]
+    assert not records["json-sort-keys"].get("offtopic") and records["json-sort-keys"]["output_tokens"] > 0
+    quality = run.summary["quality"]["retrieval=on"]
+    assert (quality["offtopic"], quality["offtopic_not_found_rate"], quality["questions"]) == (1, 1.0, 1)

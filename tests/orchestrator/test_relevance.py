@@ -1,0 +1,87 @@
+"""Retrieved chunks unrelated to the message are not shown, and the model is told the documents do not cover
+it: the rules of ``loom.orchestrator.relevance`` on plain hits, then an agent over a real MiniLM index with a
+scripted stand-in model (ScriptedLLM: what matters here is the prompt the agent builds, not a reply)."""
+
+from __future__ import annotations
+
+import pytest
+
+from loom.orchestrator import Agent, InMemorySession
+from loom.orchestrator.relevance import HIT_MARGIN, NO_MATCH, split_relevant
+from loom.retrieval.types import Hit
+from loom.runtime.errors import InvalidRequestError
+
+from tests.orchestrator.scripted_llm import ScriptedLLM
+
+
+def _hit(name: str, similarity: float | None, named: bool = False) -> Hit:
+    return Hit(name, f"text of {name}", 0.0, f"{name}.md", name, similarity=similarity, named=named)
+
+
+def test_no_hit_is_shown_unless_one_clears_the_cutoff():
+    hits = [_hit("a", 0.40), _hit("b", 0.39)]
+    assert split_relevant(hits, 0.425) == ([], hits)
+    assert split_relevant(hits, None) == (hits, [])
+
+
+def test_a_search_that_clears_the_cutoff_keeps_hits_within_the_margin_under_it():
+    top, near, far = _hit("a", 0.60), _hit("b", 0.425 - HIT_MARGIN + 0.01), _hit("c", 0.425 - HIT_MARGIN - 0.01)
+    assert split_relevant([top, near, far], 0.425) == ([top, near], [far])
+
+
+def test_a_named_entry_counts_whatever_its_similarity_and_a_keyword_hit_has_nothing_to_compare():
+    named, keyword, low = _hit("json.dumps", 0.10, named=True), _hit("k", None), _hit("low", 0.10)
+    assert split_relevant([named, low], 0.425) == ([named], [low])
+    assert split_relevant([keyword, low], 0.425) == ([keyword], [low])
+
+
+def _prompt(tokenizer, llm: ScriptedLLM) -> str:
+    return tokenizer.decode(llm.prompts[-1])
+
+
+async def test_an_unrelated_question_shows_no_chunk_and_says_the_documents_do_not_cover_it(tokenizer, retriever):
+    llm = ScriptedLLM(tokenizer, ["They do not cover it."])
+    agent = Agent(llm, retriever=retriever, system_prompt="You answer questions about asyncio.")
+    assert agent.parts.similarity_cutoff == retriever.similarity_cutoff == 0.425  # "auto": the embedder's
+    result = await agent.arun("What is the capital of Peru?", session=InMemorySession())
+    prompt = _prompt(tokenizer, llm)
+    assert NO_MATCH in prompt and "<document" not in prompt
+    assert result.retrieved == []
+
+
+async def test_a_related_question_shows_its_chunks(tokenizer, retriever):
+    llm = ScriptedLLM(tokenizer, ["Call cancel()."])
+    agent = Agent(llm, retriever=retriever, retrieval_k=2)
+    result = await agent.arun("How do I cancel an asyncio task?", session=InMemorySession())
+    prompt = _prompt(tokenizer, llm)
+    assert NO_MATCH not in prompt and "CancelledError" in prompt
+    assert result.retrieved and result.retrieved[0].similarity >= 0.425
+
+
+async def test_similarity_cutoff_none_shows_every_hit_as_before(tokenizer, retriever):
+    llm = ScriptedLLM(tokenizer, ["Lima."])
+    agent = Agent(llm, retriever=retriever, retrieval_k=2, similarity_cutoff=None)
+    result = await agent.arun("What is the capital of Peru?", session=InMemorySession())
+    assert len(result.retrieved) == 2 and "<document" in _prompt(tokenizer, llm)
+
+
+@pytest.mark.parametrize("bad", [1.5, "high", True])
+def test_a_bad_cutoff_is_an_error_naming_the_argument(tokenizer, retriever, bad):
+    with pytest.raises(InvalidRequestError, match="similarity_cutoff") as info:
+        Agent(ScriptedLLM(tokenizer, []), retriever=retriever, similarity_cutoff=bad)
+    assert info.value.param == "similarity_cutoff"
+
+
+async def test_no_match_answer_answers_an_unrelated_question_without_a_model_call_and_keeps_it_in_the_session(
+        tokenizer, retriever):
+    llm = ScriptedLLM(tokenizer, ["Call cancel()."])
+    agent = Agent(llm, retriever=retriever, no_match_answer="Not found in the indexed documents.",
+                  condense_question=False)  # no rewrite call: the only model call is the second turn's answer
+    session = InMemorySession()
+    result = await agent.arun("What is the capital of Peru?", session=session)
+    assert (result.answer, result.steps, result.no_match, llm.prompts) == ("Not found in the indexed documents.", 0, True, [])
+    result = await agent.arun("How do I cancel an asyncio task?", session=session)
+    assert (result.answer, result.steps, result.no_match) == ("Call cancel().", 1, False)
+    prompt = _prompt(tokenizer, llm)
+    assert "What is the capital of Peru?" in prompt and "Not found in the indexed documents." in prompt
+    assert prompt.index("Not found in the indexed documents.") < prompt.index("How do I cancel")
