@@ -7,15 +7,21 @@ searches with both.  A small model's rewrite can be worse than nothing, so this 
 The follow-ups are made from the ``qa`` questions (:mod:`loom.evals.qa`) that name their gold API
 entry after "of", "does", "to" ... ("Which keyword argument of json.dumps ...?"): turn 1 is
 "Tell me about json.dumps.", turn 2 the question with the name replaced by "it" ("Which keyword
-argument of it ...?"); 46 pairs over the stdlib and Jinja sets.  Each pair runs as a real agent
-session (the model answers turn 1, then rewrites turn 2), and the gold section's presence in the
-top ``k`` is checked for each way of searching turn 2:
+argument of it ...?"); 46 pairs over the stdlib and Jinja sets.  As many *standalone* second turns
+check the other side, a rewrite that drags the previous topic in: turn 1 introduces one entry,
+turn 2 is another pair's question as written.  Each session runs as a real agent session (the
+model answers turn 1, then rewrites turn 2), and the gold section's presence in the top ``k`` is
+checked for each way of searching turn 2:
 
 * ``typed``: the follow-up as typed;
 * ``rewrite``: the model's rewrite alone (the typed question when it made none);
 * ``fused``: both, by reciprocal rank fusion (what the agent searches with, ``search_many``);
-* ``history``: turn 1's message and the follow-up joined (no model call);
-* ``original``: the question before the name was replaced (the ceiling).
+* ``history``: turn 1's message and the follow-up joined (no model call; the agent's default,
+  ``loom.orchestrator.condense.history_query``);
+* ``history_fused``: that and the follow-up as typed, by reciprocal rank fusion, entries named by
+  the typed message first (no model call);
+* ``original``: the question before the name was replaced (the ceiling; for a standalone turn,
+  the same as ``typed``).
 
 Run: ``python -m loom.evals.followups [--model M] [--quantization Q] [--json out.json]``.
 """
@@ -32,7 +38,7 @@ from typing import Any
 
 from loom.json_types import JSONObject
 
-STRATEGIES = ("typed", "rewrite", "fused", "history", "original")
+STRATEGIES = ("typed", "rewrite", "fused", "history", "history_fused", "original")
 _BEFORE = r"\b(of|does|do|is|to|by|from|when|calls?|with|passed to) (`?)"
 
 
@@ -48,6 +54,7 @@ class FollowUp:
         followup: turn 2, the question with the name replaced by "it".
         original: the question as written.
         gold: ``(document, section)`` of its answer.
+        kind: ``"followup"``, or ``"standalone"`` when turn 2 is another entry's question as written.
     """
 
     id: str
@@ -57,6 +64,7 @@ class FollowUp:
     followup: str
     original: str
     gold: tuple[str, str]
+    kind: str = "followup"
 
 
 def followups(sets: Sequence[str] | None = None) -> list[FollowUp]:
@@ -74,6 +82,18 @@ def followups(sets: Sequence[str] | None = None) -> list[FollowUp]:
                 follow = pattern.sub(lambda m: m.group(1) + " it", q.question, count=1)
                 out.append(FollowUp(q.id, q.qa_set, name, f"Tell me about {name}.", follow, q.question, q.gold))
                 break
+    return out
+
+
+def standalone(pairs: Sequence[FollowUp]) -> list[FollowUp]:
+    """Sessions whose second turn is the next pair's question as written (another entry, same set)."""
+    out = []
+    for i, first in enumerate(pairs):
+        second = next((p for p in [*pairs[i + 1:], *pairs[:i]] if p.qa_set == first.qa_set and p.name != first.name),
+                      None)
+        if second is not None:
+            out.append(FollowUp(f"{first.id}+{second.id}", first.qa_set, second.name, first.intro, second.original,
+                                second.original, second.gold, "standalone"))
     return out
 
 
@@ -104,15 +124,17 @@ async def measure(model: str = "smollm2-135m-instruct", quantization: str | None
     from loom.evals.qa import corpus_for, docs_root, load_set
     from loom.evals.targets.rag import open_corpus_index
     from loom.orchestrator import Agent, ContextBudget
-    from loom.orchestrator.condense import search_queries
+    from loom.orchestrator.condense import history_query, search_queries
     from loom.runtime import AsyncLLM, SamplingParams
 
     pairs = followups()
+    pairs += standalone(pairs)
     indexes = {s: (open_corpus_index(corpus_for(load_set(s), s))[0], docs_root(s)) for s in {p.qa_set for p in pairs}}
     llm = AsyncLLM(model, quantization=quantization)
     gate = asyncio.Semaphore(concurrency)
     try:
         agents = {s: Agent(llm, retriever=r, retrieval_k=k, budget=ContextBudget(reserved_output=max_tokens),
+                           condense_question="model",
                            sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens))
                   for s, (r, _) in indexes.items()}
 
@@ -127,15 +149,17 @@ async def measure(model: str = "smollm2-135m-instruct", quantization: str | None
     for pair, rewrite in zip(pairs, rewrites):
         retriever, root = indexes[pair.qa_set]
         queries = {"typed": [pair.followup], "rewrite": [rewrite or pair.followup],
-                   "fused": search_queries(pair.followup, rewrite), "history": [f"{pair.intro} {pair.followup}"],
+                   "fused": search_queries(pair.followup, rewrite), "history": [history_query(pair.intro, pair.followup)],
+                   "history_fused": [history_query(pair.intro, pair.followup), pair.followup],
                    "original": [pair.original]}
         found = {s: _found(retriever, root, pair, q, pair.followup, k) for s, q in queries.items()}
         records.append({**asdict(pair), "rewrite": rewrite, "found": found})
-    n = len(records)
-    return {"model": model, "quantization": quantization, "k": k, "pairs": n,
-            "rewrites_made": sum(r["rewrite"] is not None for r in records),
-            "found": {s: sum(r["found"][s] for r in records) / n for s in STRATEGIES} if n else {},
-            "records": records}
+    out: JSONObject = {"model": model, "quantization": quantization, "k": k, "records": records}
+    for kind in ("followup", "standalone"):
+        rows = [r for r in records if r["kind"] == kind]
+        out[kind] = {"sessions": len(rows), "rewrites_made": sum(r["rewrite"] is not None for r in rows),
+                     "found": {s: sum(r["found"][s] for r in rows) / len(rows) for s in STRATEGIES} if rows else {}}
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -146,9 +170,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--json", help="write the records here")
     args = parser.parse_args(argv)
     res = asyncio.run(measure(args.model, args.quantization, args.k))
-    print(f"{res['model']}: {res['pairs']} follow-ups, {res['rewrites_made']} rewritten; gold section in the top {res['k']}:")
+    print(f"{res['model']}: gold section in the top {res['k']}, by how turn 2 is searched")
+    print("           " + "  ".join(f"{kind} ({res[kind]['sessions']})" for kind in ("followup", "standalone")))
     for s in STRATEGIES:
-        print(f"  {s:9s} {res['found'][s]:.1%}")
+        print(f"  {s:9s}" + "".join(f"{res[kind]['found'].get(s, 0.0):>14.1%}" for kind in ("followup", "standalone")))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1)

@@ -41,7 +41,7 @@ from loom.runtime.sampling_params import SamplingParams
 from loom.orchestrator import compaction_hooks
 from loom.orchestrator.approval import pending_approval
 from loom.orchestrator.budget import ContextBudget
-from loom.orchestrator.condense import DEFAULT_CONDENSE_TOKENS
+from loom.orchestrator.condense import DEFAULT_CONDENSE_TOKENS, condense_mode
 from loom.orchestrator.context import ContextBuilder
 from loom.orchestrator.engine_client import EngineClient
 from loom.orchestrator.events import AgentEvent, DoneEvent, RunResult, ToolChoice, UsageEvent
@@ -120,10 +120,12 @@ class Agent:
             detects it from the chat template (``loom.orchestrator.formats``), a name
             (``hermes``, ``llama3_json``, ``mistral``, ``default``) or a
             ``ToolCallFormat`` overrides it (vLLM's ``--tool-call-parser``).
-        condense_question: before retrieving for a follow-up turn, rewrite the
-            message into a standalone question with the model and search with
-            both (``loom.orchestrator.condense``; default on).
-        condense_tokens: ``max_tokens`` of that rewrite (default 32).
+        condense_question: how a turn after the first is searched (``loom.orchestrator.condense``):
+            ``"history"`` (default; also ``True``) searches the previous user message and this one
+            joined, with no model call; ``"model"`` has the model rewrite the message into a
+            standalone question and fuses that with the message as typed; ``False``/``None``
+            searches the message alone.
+        condense_tokens: ``max_tokens`` of the model's rewrite (default 32).
         parallel_tool_calls: OpenAI's flag.  ``None`` (default): run every tool call of a
             reply (concurrently), and a forced ``tool_choice="required"`` step emits one call.
             ``True``: the same, and a forced ``"required"`` step may emit several calls (the
@@ -155,7 +157,7 @@ class Agent:
                  keep_reasoning: bool = DEFAULT_KEEP_REASONING, memory_namespace: str | None = None,
                  prices: PriceTable | None = None, retrieval_k: int = 4, memory_k: int = 4,
                  tool_timeout_s: float = 30.0, memory_write_back: bool = True,
-                 tool_call_parser: Any = None, condense_question: bool = True,
+                 tool_call_parser: Any = None, condense_question: bool | str | None = "history",
                  condense_tokens: int = DEFAULT_CONDENSE_TOKENS, parallel_tool_calls: bool | None = None,
                  approval: Iterable[str] = (), cache_salt: str | None = None,
                  cache_ttl_s: float | None = None, similarity_cutoff: float | str | None = "auto",
@@ -178,6 +180,10 @@ class Agent:
         if no_match_answer is not None and (not isinstance(no_match_answer, str) or not no_match_answer.strip()):
             raise InvalidRequestError(f"no_match_answer: must be a non-empty string or None, got {no_match_answer!r}",
                                       param="no_match_answer")
+        try:
+            mode = condense_mode(condense_question)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), param="condense_question") from None
         if not isinstance(condense_tokens, int) or condense_tokens < 1:
             raise InvalidRequestError(f"condense_tokens: must be an int >= 1, got {condense_tokens!r}",
                                       param="condense_tokens")
@@ -190,7 +196,7 @@ class Agent:
             auto_retrieve=auto_retrieve, memory_namespace=memory_namespace or "default",
             retrieval_k=retrieval_k, similarity_cutoff=cutoff, no_match_answer=no_match_answer,
             memory_k=memory_k, memory_write_back=memory_write_back,
-            condense_question=bool(condense_question), condense_tokens=condense_tokens,
+            condense_question=mode, condense_tokens=condense_tokens,
             parallel_tool_calls=None if parallel_tool_calls is None else bool(parallel_tool_calls),
             approval=frozenset(approval or ()), retention=retention)
         self.tool_timeout_s = tool_timeout_s

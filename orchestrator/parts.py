@@ -56,7 +56,7 @@ class AgentParts:
     no_match_answer: str | None = None  # the answer, without a model call, when no hit is relevant
     memory_k: int = 4
     memory_write_back: bool = True
-    condense_question: bool = True
+    condense_question: str | None = "history"  # loom.orchestrator.condense.MODES, None: off
     condense_tokens: int = 32
     parallel_tool_calls: bool | None = None  # None: run every call, force one; True: force may be several
     approval: frozenset[str] = frozenset()  # tools whose calls wait for a human decision (loom.orchestrator.approval)

@@ -137,6 +137,10 @@ class TurnRunner:
         a = self.parts
         if not (a.condense_question and cond.needs_rewrite(self.items)):
             return [self.message]
+        if a.condense_question == "history":
+            query = cond.history_query(cond.previous_message(self.items) or "", self.message)
+            self.result.rewritten_query = query if query != self.message else None
+            return [query]
         t0 = time.perf_counter()
         rewrite, led = await cond.condense_question(a, self.items, self.turn, self.message)
         self.result.timings["query_rewrite"] = (time.perf_counter() - t0) * 1000.0

@@ -64,9 +64,11 @@ class SessionCreate(_Strict):
                                 "/v1/sessions/{id}/approvals (LangGraph's interrupt, Letta's requires_approval).")
     index: bool = Field(default=False, description="Ground turns in the owner's documents "
                         "(the server's index): automatic retrieval before each turn.")
-    condense_question: bool = Field(default=True, description="With index: rewrite a follow-up into a "
-                                    "standalone question with the model before retrieving (its tokens are "
-                                    "the ledger's query_rewrite / rewritten_query classes).")
+    condense_question: bool | Literal["history", "model"] = Field(
+        default="history", description="With index, how a turn after the first is searched: `history` (or true: "
+        "the previous user message and this one joined, no model call), `model` (the model rewrites it into a "
+        "standalone question, fused with the message as typed; its tokens are the ledger's query_rewrite / "
+        "rewritten_query classes), false (the message as typed).")
     memory_namespace: str | None = Field(default=None, max_length=200,
                                          description="Long-term memory namespace (per owner).")
     sampling: SessionSampling = Field(default_factory=SessionSampling)

@@ -42,7 +42,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _build_agent(model: str, index: Path | None, db: str | None, namespace: str, system: str,
-                 max_tokens: int, condense_question: bool = True,
+                 max_tokens: int, condense_question: str | None = "history",
                  quantization: str | None = "auto") -> tuple[StoppableEngine, Any]:
     """The engine (stoppable by Ctrl-C) and the agent over ``index`` and ``db``, every lazy part loaded now.
 
@@ -96,9 +96,12 @@ def chat(
                                          "assistant; with --index, one that asks for citations)."),
     max_tokens: int = typer.Option(256, "--max-tokens", help="Output tokens per model call."),
     quantization: str = QUANTIZATION_OPTION,
-    condense_question: bool = typer.Option(True, "--condense-question/--no-condense-question",
-                                           help="With --index: rewrite a follow-up into a standalone question "
-                                           "with the model before retrieving."),
+    condense_question: str = typer.Option("history", "--condense-question",
+                                          help="With --index, how a follow-up is searched: history (the previous "
+                                          "question and this one, no model call), model (the model rewrites it), "
+                                          "off (as typed)."),
+    no_condense_question: bool = typer.Option(False, "--no-condense-question",
+                                              help="Same as --condense-question off."),
 ) -> None:
     """Chat with the agent in the terminal (streaming; /help lists the commands; Ctrl-C stops a reply).
 
@@ -112,6 +115,10 @@ def chat(
 
     quiet_logs()
     console = Console(highlight=False)
+    mode = "off" if no_condense_question else condense_question
+    if mode not in ("history", "model", "off"):
+        print_error(f"--condense-question: must be history, model or off, got {condense_question!r}")
+        raise typer.Exit(2)
     path = resolve_model(console, model, "Without --model, loom chat runs Loom's default model, a real one.")
     if system is None:
         system = DEFAULT_SYSTEM + (" Answer from the retrieved documents when they help. " + CITE_INSTRUCTION
@@ -119,8 +126,8 @@ def chat(
     try:
         with spinner("Loading model, embedder and index…"):
             # the name, not the folder: quantization "auto" reads the registered model's format
-            llm, agent = _build_agent(model or DEFAULT_MODEL, index, db, namespace, system, max_tokens, condense_question,
-                                      quantization)
+            llm, agent = _build_agent(model or DEFAULT_MODEL, index, db, namespace, system, max_tokens,
+                                      None if mode == "off" else mode, quantization)
     except SetupError as exc:
         print_error(str(exc))
         raise typer.Exit(2) from None

@@ -51,19 +51,23 @@ def test_memories_add_list_search_delete_and_isolation(alice, bob):
     _error(alice.delete(f"/v1/memories/{ev['id']}", params={"namespace": "prefs"}), 404)
 
 
-def test_follow_up_turns_are_condensed_unless_switched_off(alice, bob):
+def test_follow_up_turns_are_condensed_by_the_chosen_mode_or_not_at_all(alice, bob):
+    """Default ``history``: no model call; ``model``: a rewrite call of its own ledger class; false: neither."""
     bob.post("/v1/documents", json={"id": "bob-secret", "text": "The vault code for backups is 4417. Backups run hourly."})
     alice.post("/v1/documents", json={"id": "alice-ops", "text": DOC})
-    sid = alice.post("/v1/sessions", json={"index": True, "sampling": {"temperature": 0, "max_tokens": 8}}).json()["id"]
-    alice.post(f"/v1/sessions/{sid}/messages", json={"content": "When do backups run?"})
-    turn = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "and the vault code for them?"}).json()
-    assert turn["state"] == "done"
-    assert turn["ledger"]["prompt"]["query_rewrite"]["tokens"] > 0  # the follow-up was rewritten
-    off = alice.post("/v1/sessions", json={"index": True, "condense_question": False,
-                                           "sampling": {"temperature": 0, "max_tokens": 8}}).json()["id"]
-    alice.post(f"/v1/sessions/{off}/messages", json={"content": "When do backups run?"})
-    turn = alice.post(f"/v1/sessions/{off}/messages", json={"content": "and hourly?"}).json()
-    assert turn["ledger"]["prompt"]["query_rewrite"]["tokens"] == 0
+    rewrite_tokens = {}
+    for mode in ("history", "model", False):
+        body = {"index": True, "sampling": {"temperature": 0, "max_tokens": 8}}
+        if mode != "history":
+            body["condense_question"] = mode
+        sid = alice.post("/v1/sessions", json=body).json()["id"]
+        alice.post(f"/v1/sessions/{sid}/messages", json={"content": "When do backups run?"})
+        turn = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "and the vault code for them?"}).json()
+        assert turn["state"] == "done"
+        rewrite_tokens[mode] = turn["ledger"]["prompt"]["query_rewrite"]["tokens"]
+    assert rewrite_tokens["history"] == 0 and rewrite_tokens["model"] > 0 and rewrite_tokens[False] == 0
+    bad = alice.post("/v1/sessions", json={"index": True, "condense_question": "llm"})
+    assert bad.status_code == 400 and "condense_question" in bad.text
 
 
 def test_memory_id_outside_int64_is_a_400_naming_it(alice):

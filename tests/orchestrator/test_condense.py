@@ -1,6 +1,7 @@
 """Condense-question on the real default model (SmolLM2-135M-Instruct), with a real stdlib index:
-a follow-up is rewritten before retrieval, the rewrite call is served from the session's cached
-prefix and accounted as its own ledger classes, and the switch turns it off."""
+by default a follow-up is searched with the previous question joined to it, with no model call; in
+``"model"`` mode it is rewritten before retrieval, the rewrite call is served from the session's
+cached prefix and accounted as its own ledger classes; the switch turns it off."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 
 from loom.orchestrator import Agent, ContextBudget, InMemorySession
 from loom.orchestrator.condense import clean_rewrite, search_queries
+from loom.runtime.errors import InvalidRequestError
 
 
 def test_clean_rewrite_keeps_the_first_line_without_labels_or_quotes() -> None:
@@ -47,8 +49,34 @@ def _agent(llm, retriever, **kw) -> Agent:
                  system_prompt="You are a concise assistant for Python questions.", **kw)
 
 
-async def test_follow_up_is_rewritten_and_retrieves_the_tar_entry(smol_llm, archive_index) -> None:
+async def test_by_default_a_follow_up_searches_with_the_previous_question_and_makes_no_model_call(
+        smol_llm, archive_index) -> None:
     agent, session = _agent(smol_llm, archive_index), InMemorySession()
+    first = await agent.arun("How do I extract all members of a zip archive?", session=session)
+    assert first.rewritten_query is None
+    follow = await agent.arun("and for tar files?", session=session)
+    assert follow.rewritten_query == "How do I extract all members of a zip archive? and for tar files?"
+    objects = [h.metadata.get("object", "") for h in follow.retrieved]
+    assert any(o.startswith("tarfile.") for o in objects), objects
+    assert follow.usage.num_calls == 1 and not follow.usage.prompt["query_rewrite"].tokens
+
+
+def test_a_history_query_keeps_the_previous_messages_last_words_then_the_message() -> None:
+    from loom.orchestrator.condense import HISTORY_WORDS, history_query
+
+    long = " ".join(f"w{i}" for i in range(200))
+    assert history_query(long, "and this?").split() == [f"w{i}" for i in range(200 - HISTORY_WORDS, 200)] + ["and", "this?"]
+    assert history_query("", "and this?") == "and this?"
+
+
+@pytest.mark.parametrize("bad", ["llm", 2])
+def test_an_unknown_condense_mode_is_an_error_naming_the_argument(smol_llm, bad) -> None:
+    with pytest.raises(InvalidRequestError, match="condense_question"):
+        Agent(smol_llm, condense_question=bad)
+
+
+async def test_model_mode_rewrites_the_follow_up_and_retrieves_the_tar_entry(smol_llm, archive_index) -> None:
+    agent, session = _agent(smol_llm, archive_index, condense_question="model"), InMemorySession()
     first = await agent.arun("How do I extract all members of a zip archive?", session=session)
     assert first.rewritten_query is None and not first.usage.prompt["query_rewrite"].tokens
     follow = await agent.arun("and for tar files?", session=session)
