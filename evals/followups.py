@@ -20,8 +20,15 @@ checked for each way of searching turn 2:
   ``loom.orchestrator.condense.history_query``);
 * ``history_fused``: that and the follow-up as typed, by reciprocal rank fusion, entries named by
   the typed message first (no model call);
+* ``adaptive``: the follow-up as typed when its own search is related to it (its best hit clears
+  the retriever's similarity cutoff, ``loom.orchestrator.relevance``), else ``history``;
 * ``original``: the question before the name was replaced (the ceiling; for a standalone turn,
   the same as ``typed``).
+
+The standalone questions all name an API entry, which the typed message's identifiers put first
+whatever else the query says; a standalone question without one can still lose to the previous
+topic in a joined query (``loom demo``: "What does the with statement do?" after "What does
+functools.lru_cache do?" retrieves ``lru_cache`` at k=2).
 
 Run: ``python -m loom.evals.followups [--model M] [--quantization Q] [--json out.json]``.
 """
@@ -38,7 +45,7 @@ from typing import Any
 
 from loom.json_types import JSONObject
 
-STRATEGIES = ("typed", "rewrite", "fused", "history", "history_fused", "original")
+STRATEGIES = ("typed", "rewrite", "fused", "history", "history_fused", "adaptive", "original")
 _BEFORE = r"\b(of|does|do|is|to|by|from|when|calls?|with|passed to) (`?)"
 
 
@@ -107,10 +114,11 @@ async def _session(agent: Any, pair: FollowUp) -> str | None:
 
 
 def _found(retriever: Any, root: Any, pair: FollowUp, queries: list[str], typed: str, k: int) -> bool:
+    """Whether the gold section is among the ``k`` hits, searched as the agent searches (only the typed
+    message's identifiers put their entries first)."""
     from loom.evals.qa import hit_gold_key
 
-    hits = (retriever.search(queries[0], k) if len(queries) == 1 else
-            retriever.search_many(queries, k, identifier_queries=[typed]))
+    hits = retriever.search_many(queries, k, identifier_queries=[typed])
     return any(hit_gold_key(h, root) == pair.gold for h in hits)
 
 
@@ -125,6 +133,7 @@ async def measure(model: str = "smollm2-135m-instruct", quantization: str | None
     from loom.evals.targets.rag import open_corpus_index
     from loom.orchestrator import Agent, ContextBudget
     from loom.orchestrator.condense import history_query, search_queries
+    from loom.orchestrator.relevance import is_related
     from loom.runtime import AsyncLLM, SamplingParams
 
     pairs = followups()
@@ -152,6 +161,8 @@ async def measure(model: str = "smollm2-135m-instruct", quantization: str | None
                    "fused": search_queries(pair.followup, rewrite), "history": [history_query(pair.intro, pair.followup)],
                    "history_fused": [history_query(pair.intro, pair.followup), pair.followup],
                    "original": [pair.original]}
+        typed_related = is_related(retriever.search(pair.followup, k), retriever.similarity_cutoff)
+        queries["adaptive"] = queries["typed"] if typed_related else queries["history"]
         found = {s: _found(retriever, root, pair, q, pair.followup, k) for s, q in queries.items()}
         records.append({**asdict(pair), "rewrite": rewrite, "found": found})
     out: JSONObject = {"model": model, "quantization": quantization, "k": k, "records": records}

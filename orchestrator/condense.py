@@ -15,15 +15,15 @@ second question stands alone; gold section in the top 3, SmolLM2-135M-Instruct):
 turn 2 searched     follow-up  standalone
 =================  ==========  ==========
 as typed              78.3%      100.0%
-model rewrite        100.0%       82.6%
+model rewrite        100.0%       97.8%
 rewrite + typed       91.3%       89.1%
-history + typed      100.0%      100.0%
+history + typed       97.8%      100.0%
 =================  ==========  ==========
 
-SmolLM2's "rewrite" is mostly an answer that names the entry ("The ``functools.lru_cache``
-decorator is designed to cache functions ..."), which finds a follow-up's section and drags a
-standalone question back to the previous topic; the joined messages do as well on the first and
-cost nothing on the second, so they are the default and the rewrite is opt-in.
+(Only the typed message's identifiers put their entries first, whatever the query.)  SmolLM2's
+"rewrite" is mostly an answer that names the entry ("The ``functools.lru_cache`` decorator is
+designed to cache functions ..."); it finds as much as the joined messages, which cost no model
+call, so those are the default and the rewrite is opt-in.
 
 The model rewrite, in detail:
 

@@ -275,10 +275,12 @@ class ContextBuilder:
             chosen.append(t)
         return chosen
 
-    def fit_retrieval(self, hits: Sequence[SearchHit], similarity_cutoff: float | None = None) -> RetrievalFit:
+    def fit_retrieval(self, hits: Sequence[SearchHit], similarity_cutoff: float | None = None,
+                      related: bool | None = None) -> RetrievalFit:
         """Hits that fit the budget's ``retrieval_cap``, never none while there are relevant hits.
 
-        Hits under ``similarity_cutoff`` are not shown (:func:`~loom.orchestrator.relevance.split_relevant`).
+        Hits under ``similarity_cutoff`` are not shown (:func:`~loom.orchestrator.relevance.split_relevant`;
+        ``related``: whether the search is, when the caller decided it).
 
         In rank order, a hit that fits whole is shown; the first hit that does
         not fit, when nothing is shown yet, is cut at the last sentence
@@ -286,7 +288,7 @@ class ContextBuilder:
         a top hit larger than the cap still yields text; later hits that do
         not fit are dropped and smaller ones after them still taken.
         """
-        hits, below = split_relevant(hits, similarity_cutoff)
+        hits, below = split_relevant(hits, similarity_cutoff, related)
         fit = RetrievalFit(below_cutoff=[source_label(h) for h in below])
         cap = self.budget.retrieval_cap
         for hit in hits:

@@ -30,7 +30,7 @@ from loom.runtime.errors import InvalidRequestError
 from loom.runtime.sampling_params import SamplingParams
 from loom.tools.base import canonical_json
 
-from loom.orchestrator import approval, compaction_hooks, memory_view, tracing
+from loom.orchestrator import approval, compaction_hooks, memory_view, relevance, tracing
 from loom.orchestrator import condense as cond
 from loom.orchestrator.events import (
     AgentEvent,
@@ -117,15 +117,20 @@ class TurnRunner:
             else:
                 memories = [h for h in recalled if h.id not in shown]
         hits: Sequence[SearchHit] = []
+        related: bool | None = None
         if a.retriever is not None and a.auto_retrieve:
             queries = await self._queries()
             retriever = a.retriever
-            if len(queries) > 1 and isinstance(retriever, MultiQueryRetriever):
+            if queries != [self.message] and isinstance(retriever, MultiQueryRetriever):
+                # a rewrite or the previous message joined: only what the user typed names entries
                 hits = await self._timed("retrieval", lambda: retriever.search_many(
                     queries, a.retrieval_k, identifier_queries=[self.message]))
             else:
                 hits = await self._timed("retrieval", a.retriever.search, queries[0], a.retrieval_k)
-        fit = b.fit_retrieval(hits, a.similarity_cutoff)
+            if a.condense_question == "history" and queries != [self.message] and hits:
+                related = await self._timed("retrieval", lambda: relevance.is_related(
+                    hits, a.similarity_cutoff, lambda: retriever.search(self.message, a.retrieval_k)))
+        fit = b.fit_retrieval(hits, a.similarity_cutoff, related)
         self.result.no_match = fit.no_match
         self.budget_cut = {"retrieval": fit.cut_tokens} if fit.cut_tokens else {}
         new = b.turn_items(self.items, self.turn, self.message, fit, memories)

@@ -244,7 +244,8 @@ class Retriever:
 
     # -- search -------------------------------------------------------------
     def search(self, query: str, k: int = 5, filters: JSONObject | None = None,
-               mode: str = "hybrid", query_vector: np.ndarray | None = None) -> list[Hit]:
+               mode: str = "hybrid", query_vector: np.ndarray | None = None,
+               identifier_query: str | None = None) -> list[Hit]:
         """The ``k`` best chunks for ``query``.
 
         Args:
@@ -255,6 +256,10 @@ class Retriever:
             mode: ``"hybrid"`` (RRF of dense and BM25), ``"dense"`` or ``"bm25"``.
             query_vector: the query's embedding (float32[dim], normalised) when
                 the caller already has it (e.g. shared with memory search).
+            identifier_query: the text whose identifiers put their defining
+                entries first (hybrid mode; default ``query``): the agent's
+                follow-up query joins the previous message to the one typed,
+                and only the typed one's names should jump the ranking.
 
         Returns:
             Hits, best first (score descending, then chunk id); in hybrid mode
@@ -284,7 +289,8 @@ class Retriever:
                               query_vector)
         named: set[int] = set()
         if mode == "hybrid":
-            ranked, named = self._defining_first(query, ranked, allowed)
+            ranked, named = self._defining_first(query if identifier_query is None else identifier_query,
+                                                 ranked, allowed)
         return self._hits(ranked[:k], query_vector, named)
 
     def search_many(self, queries: Iterable[str], k: int = 5, filters: JSONObject | None = None,
@@ -317,7 +323,9 @@ class Retriever:
         if not qs:
             raise ValueError("queries: must hold at least one non-empty string")
         if len(qs) == 1:
-            return self.search(qs[0], k, filters, mode)
+            naming = [q for q in (identifier_queries or ()) if isinstance(q, str) and q.strip()]
+            return self.search(qs[0], k, filters, mode, identifier_query=None if identifier_queries is None
+                               else " ".join(naming))
         _check(k, mode)
         allowed = self.store.filter_faiss_ids(filters) if filters else None
         if allowed is not None and not allowed:

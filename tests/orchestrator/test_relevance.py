@@ -85,3 +85,36 @@ async def test_no_match_answer_answers_an_unrelated_question_without_a_model_cal
     prompt = _prompt(tokenizer, llm)
     assert "What is the capital of Peru?" in prompt and "Not found in the indexed documents." in prompt
     assert prompt.index("Not found in the indexed documents.") < prompt.index("How do I cancel")
+
+
+def test_a_joined_follow_up_query_must_clear_the_history_margin_or_the_message_alone_the_cutoff():
+    from loom.orchestrator.relevance import HISTORY_MARGIN, is_related
+
+    joined = [_hit("a", 0.425 + HISTORY_MARGIN - 0.01)]  # lifted by the previous message only
+    calls = []
+
+    def typed(similarity: float):
+        def search():
+            calls.append(similarity)
+            return [_hit("t", similarity)]
+        return search
+
+    assert not is_related(joined, 0.425, typed(0.30))
+    assert is_related(joined, 0.425, typed(0.45))
+    assert is_related([_hit("a", 0.425 + HISTORY_MARGIN)], 0.425, typed(0.0)) and calls == [0.30, 0.45]  # not searched
+    assert is_related(joined, None, typed(0.0))
+
+
+async def test_an_off_topic_message_after_a_related_turn_is_not_shown_the_previous_topics_chunks(tokenizer, retriever):
+    """The follow-up's query joins the previous question, which alone would lift the search over the cutoff."""
+    llm = ScriptedLLM(tokenizer, ["Cancel it.", "Lima.", "Cancel it.", "CancelledError."])
+    agent = Agent(llm, retriever=retriever, retrieval_k=2)
+    session = InMemorySession()
+    await agent.arun("How do I cancel an asyncio task?", session=session)
+    result = await agent.arun("What is the capital of Peru?", session=session)
+    assert result.rewritten_query == "How do I cancel an asyncio task? What is the capital of Peru?"
+    assert result.no_match and result.retrieved == []
+    session = InMemorySession()
+    await agent.arun("How do I cancel an asyncio task?", session=session)
+    follow = await agent.arun("and what does it raise inside the coroutine?", session=session)
+    assert not follow.no_match and any("CancelledError" in h.text for h in follow.retrieved)
