@@ -86,14 +86,15 @@ def open_index(path: Path) -> Any:
 
 
 async def run_session(llm: Any, retriever: Any, turns: int = 30, window: int = 4096, max_tokens: int = 48,
-                      k: int = 6, **budget: Any) -> list[TurnRow]:
-    """Run the session; one :class:`TurnRow` per turn. ``budget``: more ``ContextBudget`` fields."""
+                      k: int = 6, condense_question: str = "history", **budget: Any) -> list[TurnRow]:
+    """Run the session; one :class:`TurnRow` per turn. ``budget``: more ``ContextBudget`` fields;
+    ``condense_question``: the agent's (``"model"`` adds a rewrite call per turn, mostly cached)."""
     from loom.orchestrator import Agent, ContextBudget, InMemorySession
     from loom.orchestrator.citations import check_answer
     from loom.orchestrator.events import ContentDelta, DoneEvent
     from loom.runtime import SamplingParams
 
-    agent = Agent(llm, retriever=retriever, system_prompt=SYSTEM_PROMPT, retrieval_k=k,
+    agent = Agent(llm, retriever=retriever, system_prompt=SYSTEM_PROMPT, retrieval_k=k, condense_question=condense_question,
                   budget=ContextBudget(max_model_len=window, reserved_output=max_tokens, **budget),
                   sampling=SamplingParams(temperature=0.0, stop=["\n\n"]))
     session = InMemorySession()

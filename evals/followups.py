@@ -16,19 +16,20 @@ checked for each way of searching turn 2:
 * ``typed``: the follow-up as typed;
 * ``rewrite``: the model's rewrite alone (the typed question when it made none);
 * ``fused``: both, by reciprocal rank fusion (what the agent searches with, ``search_many``);
-* ``history``: turn 1's message and the follow-up joined (no model call; the agent's default,
-  ``loom.orchestrator.condense.history_query``);
-* ``history_fused``: that and the follow-up as typed, by reciprocal rank fusion, entries named by
-  the typed message first (no model call);
+* ``joined``: turn 1's message and the follow-up joined into one query (no model call);
+* ``history``: that and the follow-up as typed, by reciprocal rank fusion (no model call; the
+  agent's default, ``loom.orchestrator.condense``);
 * ``adaptive``: the follow-up as typed when its own search is related to it (its best hit clears
-  the retriever's similarity cutoff, ``loom.orchestrator.relevance``), else ``history``;
+  the retriever's similarity cutoff, ``loom.orchestrator.relevance``), else ``joined``;
 * ``original``: the question before the name was replaced (the ceiling; for a standalone turn,
   the same as ``typed``).
 
 The standalone questions all name an API entry, which the typed message's identifiers put first
-whatever else the query says; a standalone question without one can still lose to the previous
-topic in a joined query (``loom demo``: "What does the with statement do?" after "What does
-functools.lru_cache do?" retrieves ``lru_cache`` at k=2).
+whatever else the query says; a standalone question without one loses to the previous topic in
+a ``joined`` query (``loom demo``: "What does the with statement do?" after "What does
+functools.lru_cache do?" retrieved ``lru_cache`` at k=2; ``benchmarks.compaction_session``'s ten
+standalone questions found their module 8 times joined, 10 times fused), which is why the
+default fuses the joined query with the message as typed.
 
 Run: ``python -m loom.evals.followups [--model M] [--quantization Q] [--json out.json]``.
 """
@@ -45,7 +46,7 @@ from typing import Any
 
 from loom.json_types import JSONObject
 
-STRATEGIES = ("typed", "rewrite", "fused", "history", "history_fused", "adaptive", "original")
+STRATEGIES = ("typed", "rewrite", "fused", "joined", "history", "adaptive", "original")
 _BEFORE = r"\b(of|does|do|is|to|by|from|when|calls?|with|passed to) (`?)"
 
 
@@ -158,11 +159,11 @@ async def measure(model: str = "smollm2-135m-instruct", quantization: str | None
     for pair, rewrite in zip(pairs, rewrites):
         retriever, root = indexes[pair.qa_set]
         queries = {"typed": [pair.followup], "rewrite": [rewrite or pair.followup],
-                   "fused": search_queries(pair.followup, rewrite), "history": [history_query(pair.intro, pair.followup)],
-                   "history_fused": [history_query(pair.intro, pair.followup), pair.followup],
+                   "fused": search_queries(pair.followup, rewrite), "joined": [history_query(pair.intro, pair.followup)],
+                   "history": search_queries(pair.followup, history_query(pair.intro, pair.followup)),
                    "original": [pair.original]}
         typed_related = is_related(retriever.search(pair.followup, k), retriever.similarity_cutoff)
-        queries["adaptive"] = queries["typed"] if typed_related else queries["history"]
+        queries["adaptive"] = queries["typed"] if typed_related else queries["joined"]
         found = {s: _found(retriever, root, pair, q, pair.followup, k) for s, q in queries.items()}
         records.append({**asdict(pair), "rewrite": rewrite, "found": found})
     out: JSONObject = {"model": model, "quantization": quantization, "k": k, "records": records}

@@ -107,7 +107,8 @@ def make_record(outcome: Outcome, spans: list[tuple[str, int, int]], prices: Pri
         "cached_tokens": outcome.cached_tokens,
         "recompute_tokens": outcome.recompute_tokens,
         "recompute_cached_tokens": outcome.recompute_cached_tokens,
-        "output_tokens": len(outcome.output_ids) or lat.output_tokens,
+        # the agent's ledger counts exactly (0 for an answer made without a model call); else ids, else chunks
+        "output_tokens": ledger.completion_tokens if ledger is not None else len(outcome.output_ids) or lat.output_tokens,
         "finish_reason": outcome.finish_reason,
         "ttft_ms": lat.ttft_ms,
         "ttft_content_ms": lat.ttft_content_ms,

@@ -2,8 +2,8 @@
 
 Two modes (``Agent(condense_question=...)``):
 
-* ``"history"`` (default): the search query is the previous user message and this one
-  joined (:func:`history_query`), with no model call;
+* ``"history"`` (default): the previous user message and this one joined
+  (:func:`history_query`), fused with the message as typed, with no model call;
 * ``"model"``: the model rewrites the follow-up into a standalone question, and the search
   fuses the rewrite with the message as typed (described below).
 
@@ -11,19 +11,23 @@ Measured with ``python -m loom.evals.followups`` (46 follow-ups made from the ``
 "Tell me about json.dumps." then "Which keyword argument of it ...?", and 46 sessions whose
 second question stands alone; gold section in the top 3, SmolLM2-135M-Instruct):
 
-=================  ==========  ==========
-turn 2 searched     follow-up  standalone
-=================  ==========  ==========
-as typed              78.3%      100.0%
-model rewrite        100.0%       97.8%
-rewrite + typed       91.3%       89.1%
-history + typed       97.8%      100.0%
-=================  ==========  ==========
+==========================  ==========  ==========
+turn 2 searched              follow-up  standalone
+==========================  ==========  ==========
+as typed                       78.3%      100.0%
+model rewrite                 100.0%       97.8%
+rewrite + typed (fused)        91.3%       89.1%
+joined messages                97.8%      100.0%
+joined + typed (fused)         91.3%      100.0%
+==========================  ==========  ==========
 
-(Only the typed message's identifiers put their entries first, whatever the query.)  SmolLM2's
-"rewrite" is mostly an answer that names the entry ("The ``functools.lru_cache`` decorator is
-designed to cache functions ..."); it finds as much as the joined messages, which cost no model
-call, so those are the default and the rewrite is opt-in.
+(Only the typed message's identifiers put their entries first, whatever the query.)  The joined
+messages alone do best here, but these standalone questions all name an API entry; a standalone
+question that names none loses to the previous topic in a joined query ("What does the with
+statement do?" after "What does functools.lru_cache do?"; ``benchmarks.compaction_session``'s ten
+standalone questions found their module 8 times joined, 10 times fused).  Fused with the typed
+message, the joined query matches the model rewrite's fusion on follow-ups and keeps standalone
+questions whole, with no model call, so it is the default; the rewrite is opt-in.
 
 The model rewrite, in detail:
 

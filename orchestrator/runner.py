@@ -145,7 +145,7 @@ class TurnRunner:
         if a.condense_question == "history":
             query = cond.history_query(cond.previous_message(self.items) or "", self.message)
             self.result.rewritten_query = query if query != self.message else None
-            return [query]
+            return cond.search_queries(self.message, query)
         t0 = time.perf_counter()
         rewrite, led = await cond.condense_question(a, self.items, self.turn, self.message)
         self.result.timings["query_rewrite"] = (time.perf_counter() - t0) * 1000.0

@@ -21,7 +21,8 @@ def llm():
 
 async def test_ten_turn_session_serves_history_from_prefix_cache(llm, retriever, tmp_path) -> None:
     agent = Agent(llm, tools=[add], retriever=retriever, system_prompt="You answer questions about asyncio.",
-                  budget=ContextBudget(reserved_output=24, max_retrieval_tokens=200), retrieval_k=2)
+                  budget=ContextBudget(reserved_output=24, max_retrieval_tokens=200), retrieval_k=2,
+                  condense_question="model")  # the rewrite call, whose prompt is the session's cached prefix
     session = SQLSession("ten-turns", url=f"sqlite:///{tmp_path}/s.db")
     questions = ["How do tasks run?", "What does cancel do?", "How do queues work?", "What is a lock?",
                  "When does put wait?", "How to acquire a lock?", "What is create_task?", "What wraps a coroutine?",
