@@ -332,11 +332,11 @@ class Retriever:
             return []
         depth = max(self.candidates, 4 * k)
         vecs = self.embedder.encode(qs, show_progress=False) if mode != "bm25" else None
-        naming = set(qs if identifier_queries is None else identifier_queries)
+        naming_set = set(qs if identifier_queries is None else identifier_queries)
         lists, named = [], set()
         for n, q in enumerate(qs):
             ranked = self._ranked(q, depth, allowed, mode, None if vecs is None else vecs[n])
-            if mode == "hybrid" and q in naming:
+            if mode == "hybrid" and q in naming_set:
                 ranked, first = self._defining_first(q, ranked, allowed)
                 named |= first
             lists.append([i for i, _ in ranked])
