@@ -17,19 +17,19 @@ checked for each way of searching turn 2:
 * ``rewrite``: the model's rewrite alone (the typed question when it made none);
 * ``fused``: both, by reciprocal rank fusion (what the agent searches with, ``search_many``);
 * ``joined``: turn 1's message and the follow-up joined into one query (no model call);
-* ``history``: that and the follow-up as typed, by reciprocal rank fusion (no model call; the
-  agent's default, ``loom.orchestrator.condense``);
-* ``adaptive``: the follow-up as typed when its own search is related to it (its best hit clears
-  the retriever's similarity cutoff, ``loom.orchestrator.relevance``), else ``joined``;
+* ``joined_fused``: that and the follow-up as typed, by reciprocal rank fusion (no model call);
+* ``history``: the follow-up as typed when its own search is related to it (its best hit clears
+  the retriever's similarity cutoff, ``loom.orchestrator.relevance``), else ``joined`` (no model
+  call; the agent's default, ``loom.orchestrator.condense``);
 * ``original``: the question before the name was replaced (the ceiling; for a standalone turn,
   the same as ``typed``).
 
 The standalone questions all name an API entry, which the typed message's identifiers put first
 whatever else the query says; a standalone question without one loses to the previous topic in
 a ``joined`` query (``loom demo``: "What does the with statement do?" after "What does
-functools.lru_cache do?" retrieved ``lru_cache`` at k=2; ``benchmarks.compaction_session``'s ten
-standalone questions found their module 8 times joined, 10 times fused), which is why the
-default fuses the joined query with the message as typed.
+functools.lru_cache do?" retrieved ``lru_cache`` at k=2), and fusing two unrelated rankings
+puts chunks that rank middling in both first (the same turn then showed the ``match``
+statement's patterns).  Searching as typed whenever that is related avoids both.
 
 Run: ``python -m loom.evals.followups [--model M] [--quantization Q] [--json out.json]``.
 """
@@ -46,7 +46,7 @@ from typing import Any
 
 from loom.json_types import JSONObject
 
-STRATEGIES = ("typed", "rewrite", "fused", "joined", "history", "adaptive", "original")
+STRATEGIES = ("typed", "rewrite", "fused", "joined", "joined_fused", "history", "original")
 _BEFORE = r"\b(of|does|do|is|to|by|from|when|calls?|with|passed to) (`?)"
 
 
@@ -160,10 +160,10 @@ async def measure(model: str = "smollm2-135m-instruct", quantization: str | None
         retriever, root = indexes[pair.qa_set]
         queries = {"typed": [pair.followup], "rewrite": [rewrite or pair.followup],
                    "fused": search_queries(pair.followup, rewrite), "joined": [history_query(pair.intro, pair.followup)],
-                   "history": search_queries(pair.followup, history_query(pair.intro, pair.followup)),
+                   "joined_fused": search_queries(pair.followup, history_query(pair.intro, pair.followup)),
                    "original": [pair.original]}
         typed_related = is_related(retriever.search(pair.followup, k), retriever.similarity_cutoff)
-        queries["adaptive"] = queries["typed"] if typed_related else queries["joined"]
+        queries["history"] = queries["typed"] if typed_related else queries["joined"]
         found = {s: _found(retriever, root, pair, q, pair.followup, k) for s, q in queries.items()}
         records.append({**asdict(pair), "rewrite": rewrite, "found": found})
     out: JSONObject = {"model": model, "quantization": quantization, "k": k, "records": records}

@@ -2,32 +2,32 @@
 
 Two modes (``Agent(condense_question=...)``):
 
-* ``"history"`` (default): the previous user message and this one joined
-  (:func:`history_query`), fused with the message as typed, with no model call;
+* ``"history"`` (default): the message as typed when that search is related to it (its best
+  hit clears the similarity cutoff, :mod:`loom.orchestrator.relevance`), else the previous user
+  message and this one joined (:func:`history_query`); no model call;
 * ``"model"``: the model rewrites the follow-up into a standalone question, and the search
   fuses the rewrite with the message as typed (described below).
 
 Measured with ``python -m loom.evals.followups`` (46 follow-ups made from the ``qa`` questions,
 "Tell me about json.dumps." then "Which keyword argument of it ...?", and 46 sessions whose
-second question stands alone; gold section in the top 3, SmolLM2-135M-Instruct):
+second question stands alone; gold section in the top 3 / top 2, SmolLM2-135M-Instruct):
 
-==========================  ==========  ==========
-turn 2 searched              follow-up  standalone
-==========================  ==========  ==========
-as typed                       78.3%      100.0%
-model rewrite                 100.0%       97.8%
-rewrite + typed (fused)        91.3%       89.1%
-joined messages                97.8%      100.0%
-joined + typed (fused)         91.3%      100.0%
-==========================  ==========  ==========
+==============================  =============  =============
+turn 2 searched                   follow-up     standalone
+==============================  =============  =============
+as typed                         78.3 / 71.7    100 / 100
+model rewrite                    100 / 87.0     97.8 / 97.8
+rewrite + typed (fused)          91.3 / 89.1    89.1 / 91.3
+joined messages                  97.8 / 95.7    100 / 100
+typed if related, else joined    91.3 / 87.0    100 / 100
+==============================  =============  =============
 
 (Only the typed message's identifiers put their entries first, whatever the query.)  The joined
-messages alone do best here, but these standalone questions all name an API entry; a standalone
-question that names none loses to the previous topic in a joined query ("What does the with
-statement do?" after "What does functools.lru_cache do?"; ``benchmarks.compaction_session``'s ten
-standalone questions found their module 8 times joined, 10 times fused).  Fused with the typed
-message, the joined query matches the model rewrite's fusion on follow-ups and keeps standalone
-questions whole, with no model call, so it is the default; the rewrite is opt-in.
+messages alone do best here, but these standalone questions all name an API entry: one that
+names none loses to the previous topic ("What does the with statement do?" after "What does
+functools.lru_cache do?"), and fusing the two rankings puts chunks middling in both first.
+Searching as typed whenever that is related keeps standalone questions whole, matches the model
+rewrite's fusion on follow-ups with no model call, and is the default; the rewrite is opt-in.
 
 The model rewrite, in detail:
 

@@ -14,15 +14,15 @@ The cutoff is the retriever's embedder's measured one
 ``SimilarityPostprocessor(similarity_cutoff=...)`` and LangChain's
 ``score_threshold``, with the value measured rather than guessed.
 
-A follow-up is searched with the previous user message joined to it
+A message after the first is searched as typed when that search is related;
+otherwise with the previous user message joined to it
 (:mod:`loom.orchestrator.condense`), which lifts every similarity towards the
-previous topic: so such a search is relevant when the joined query clears the
-cutoff by :data:`HISTORY_MARGIN`, or the message alone clears the cutoff (a
-second, cheap search).  Measured with the 46 follow-ups of
+previous topic, so the joined search counts as related only when it clears the
+cutoff by :data:`HISTORY_MARGIN`.  Measured with the 46 follow-ups of
 ``python -m loom.evals.followups`` and 46 off-topic second turns (a Click
 question after "Tell me about json.dumps." over the stdlib index): the joined
-query alone at the cutoff passed 45 follow-ups and 34 off-topic turns, the
-message alone 33 and 11, this rule 43 and 16.
+query at the cutoff passed 45 follow-ups and 34 off-topic turns, the message
+alone 33 and 11, this rule 43 and 16.
 
 Measured on the ``qa`` sets' 439 answerable questions, 3 hits each: the gold
 section was shown for 421 without a cutoff, 415 with the search-level rule
@@ -39,7 +39,7 @@ a calculation) is unaffected beyond the one short line.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from loom.orchestrator.protocols import SearchHit
 
@@ -60,22 +60,11 @@ def clears(hit: SearchHit, cutoff: float) -> bool:
     return bool(getattr(hit, "named", False)) or similarity is None or similarity >= cutoff
 
 
-def is_related(hits: Sequence[SearchHit], cutoff: float | None,
-               typed_search: Callable[[], Sequence[SearchHit]] | None = None) -> bool:
-    """Whether a search found something related to the message.
-
-    Args:
-        hits: the search's hits.
-        cutoff: the similarity cutoff (``None``: every search is related).
-        typed_search: when the search's query joined the previous message to the one typed, a call
-            searching the typed message alone: the joined query must then clear ``cutoff +
-            HISTORY_MARGIN``, else the typed message's own hits ``cutoff`` (module docstring).
-    """
-    if cutoff is None:
-        return True
-    if typed_search is None:
-        return any(clears(h, cutoff) for h in hits)
-    return any(clears(h, cutoff + HISTORY_MARGIN) for h in hits) or any(clears(h, cutoff) for h in typed_search())
+def is_related(hits: Sequence[SearchHit], cutoff: float | None) -> bool:
+    """Whether a search found something related to its query: a hit :func:`clears` ``cutoff``
+    (``None``: every search is related).  A query joining the previous message to the one typed is
+    judged at ``cutoff + HISTORY_MARGIN`` (module docstring)."""
+    return cutoff is None or any(clears(h, cutoff) for h in hits)
 
 
 def split_relevant(hits: Sequence[SearchHit], cutoff: float | None,

@@ -119,17 +119,24 @@ class TurnRunner:
         hits: Sequence[SearchHit] = []
         related: bool | None = None
         if a.retriever is not None and a.auto_retrieve:
-            queries = await self._queries()
             retriever = a.retriever
-            if queries != [self.message] and isinstance(retriever, MultiQueryRetriever):
-                # a rewrite or the previous message joined: only what the user typed names entries
-                hits = await self._timed("retrieval", lambda: retriever.search_many(
-                    queries, a.retrieval_k, identifier_queries=[self.message]))
+            typed: Sequence[SearchHit] | None = None
+            if a.condense_question == "history" and a.similarity_cutoff is not None and cond.needs_rewrite(self.items):
+                # a message related to the documents on its own is searched as typed (module relevance)
+                typed = await self._timed("retrieval", retriever.search, self.message, a.retrieval_k)
+            if typed is not None and relevance.is_related(typed, a.similarity_cutoff):
+                hits = typed
             else:
-                hits = await self._timed("retrieval", a.retriever.search, queries[0], a.retrieval_k)
-            if a.condense_question == "history" and queries != [self.message] and hits:
-                related = await self._timed("retrieval", lambda: relevance.is_related(
-                    hits, a.similarity_cutoff, lambda: retriever.search(self.message, a.retrieval_k)))
+                queries = await self._queries()
+                if queries != [self.message] and isinstance(retriever, MultiQueryRetriever):
+                    # a rewrite or the previous message joined: only what the user typed names entries
+                    hits = await self._timed("retrieval", lambda: retriever.search_many(
+                        queries, a.retrieval_k, identifier_queries=[self.message]))
+                else:
+                    hits = await self._timed("retrieval", retriever.search, queries[0], a.retrieval_k)
+                if typed is not None and a.similarity_cutoff is not None:
+                    # the joined query lifts every similarity: it must clear a margin more
+                    related = relevance.is_related(hits, a.similarity_cutoff + relevance.HISTORY_MARGIN)
         fit = b.fit_retrieval(hits, a.similarity_cutoff, related)
         self.result.no_match = fit.no_match
         self.budget_cut = {"retrieval": fit.cut_tokens} if fit.cut_tokens else {}
@@ -145,7 +152,7 @@ class TurnRunner:
         if a.condense_question == "history":
             query = cond.history_query(cond.previous_message(self.items) or "", self.message)
             self.result.rewritten_query = query if query != self.message else None
-            return cond.search_queries(self.message, query)
+            return [query]
         t0 = time.perf_counter()
         rewrite, led = await cond.condense_question(a, self.items, self.turn, self.message)
         self.result.timings["query_rewrite"] = (time.perf_counter() - t0) * 1000.0

@@ -49,13 +49,14 @@ def _agent(llm, retriever, **kw) -> Agent:
                  system_prompt="You are a concise assistant for Python questions.", **kw)
 
 
-async def test_by_default_a_follow_up_searches_with_the_previous_question_and_makes_no_model_call(
+async def test_by_default_a_follow_up_is_searched_without_a_model_call(
         smol_llm, archive_index) -> None:
     agent, session = _agent(smol_llm, archive_index), InMemorySession()
     first = await agent.arun("How do I extract all members of a zip archive?", session=session)
     assert first.rewritten_query is None
     follow = await agent.arun("and for tar files?", session=session)
-    assert follow.rewritten_query == "How do I extract all members of a zip archive? and for tar files?"
+    # related to the tar entries on its own (similarity over the cutoff): searched as typed
+    assert follow.rewritten_query is None
     objects = [h.metadata.get("object", "") for h in follow.retrieved]
     assert any(o.startswith("tarfile.") for o in objects), objects
     assert follow.usage.num_calls == 1 and not follow.usage.prompt["query_rewrite"].tokens
