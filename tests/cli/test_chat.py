@@ -32,7 +32,7 @@ def index(tmp_path_factory):
     return path
 
 
-def _chat(real_model, quantization, index, condense: bool) -> str:
+def _chat(real_model, quantization, index, condense: str | None) -> str:
     llm, agent = _build_agent(str(real_model), index, None, "default", "You are a helpful assistant.", 24,
                               condense_question=condense, quantization=quantization)
     lines = iter(["How do I extract all members of a zip archive?", "and for tar files?"])
@@ -52,13 +52,14 @@ def _chat(real_model, quantization, index, condense: bool) -> str:
 
 
 def test_follow_up_shows_what_it_was_searched_as(real_model, real_quantization, index) -> None:
-    out = _chat(real_model, real_quantization, index, condense=True)
+    # the model's rewrite is always searched with; by default "and for tar files?" is related on its own
+    out = _chat(real_model, real_quantization, index, condense="model")
     assert out.count("searched as:") == 1  # the follow-up only
     assert out.index("searched as:") < out.rindex("retrieved:")
 
 
 def test_no_condense_question_searches_the_message_as_typed(real_model, real_quantization, index) -> None:
-    assert "searched as:" not in _chat(real_model, real_quantization, index, condense=False)
+    assert "searched as:" not in _chat(real_model, real_quantization, index, condense=None)
 
 
 # --- `loom chat` as a user runs it: a subprocess, stdout and stderr together as a terminal shows them ------
