@@ -1,6 +1,6 @@
 """The REST API fuzzed from its own OpenAPI document with schemathesis.
 
-A bounded run (``FUZZ_SECONDS``, default 25 s) of every phase schemathesis has
+A bounded run (``FUZZ_SECONDS``, default 20 s) of every phase schemathesis has
 (coverage, fuzzing, stateful sequences through the documented links), with all
 its checks but one, against a real ``loom serve`` on loopback with auth on and
 its own database.  Before the fixes this found: 30 undocumented status codes
@@ -36,7 +36,7 @@ import pytest
 from tests.api.server import Server, cli
 
 HTTP_METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE"}
-FUZZ_SECONDS = int(os.environ.get("FUZZ_SECONDS", "25"))
+FUZZ_SECONDS = int(os.environ.get("FUZZ_SECONDS", "20"))
 # a 256-token window bounds every generated max_tokens: one fuzzed request costs at most ~1 s
 FLAGS = ("--max-model-len", "256", "--num-kv-blocks", "128", "--max-num-seqs", "16")
 
