@@ -133,8 +133,9 @@ class RunResult:
             compaction's summary and prefill; ``loom.orchestrator.compaction_hooks``), ``None`` when none.
         retrieved: this turn's retrieval hits as shown to the model, in rank order
             (each with ``.document``, ``.section``, ``.text``); empty without auto retrieval.
-        rewritten_query: the follow-up rewritten into a standalone question for
-            retrieval (``loom.orchestrator.condense``); ``None`` when no rewrite was made.
+        rewritten_query: the query a follow-up was searched with instead of the message as typed
+            (``loom.orchestrator.condense``): the previous user message joined to it, or the model's
+            standalone rewrite; ``None`` when the message was searched as typed.
         finish_reason: why the last model call ended, as the engine says (vLLM's and
             OpenAI's names): ``stop`` (end-of-sequence token or stop string), ``length``
             (``max_tokens`` cut the reply), ``abort``; ``None`` before any call.
