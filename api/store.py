@@ -112,6 +112,8 @@ class Turn(Base):
     error: Mapped[str | None] = mapped_column(Text, default=None)
     # why the turn's last model call ended: stop | length (cut at max_tokens) | abort
     finish_reason: Mapped[str | None] = mapped_column(String(16), default=None)
+    # what the turn's search showed the model: {"sources", "no_match", "searched_as"}; None: no search
+    retrieval: Mapped[JSONObject | None] = mapped_column(JSON, default=None)
     # the client's (or the ingress's) Idempotency-Key of the POST that started it: a resend replays the turn
     idempotency_key: Mapped[str | None] = mapped_column(String(IDEMPOTENCY_KEY_MAX), default=None, index=True)
     created_at: Mapped[dt.datetime] = mapped_column(default=_now)

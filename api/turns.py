@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from loom.api.cache_scope import cache_salt
 from loom.api.engine_io import engine_max_model_len
 from loom.api.schemas.chat import NamedToolChoice
-from loom.api.schemas.sessions import SessionCreate, TurnOut
+from loom.api.schemas.sessions import SessionCreate, TurnOut, TurnRetrieval
 from loom.api.services import Services
 from loom.api.store import Turn
 from loom.orchestrator.events import AgentEvent, DoneEvent, RunResult, UsageEvent
@@ -132,6 +132,7 @@ def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Agent:
         tool_choice=tool_choice_arg(cfg.tool_choice),
         auto_retrieve=cfg.index,
         condense_question=cfg.condense_question,
+        similarity_cutoff=cfg.similarity_cutoff,
         tool_call_parser=services.tool_format,
         approval=cfg.approval,
         cache_salt=cache_salt(services.settings.prefix_cache_scope, owner),
@@ -152,6 +153,7 @@ def turn_out(turn: Turn) -> TurnOut:
                    state=turn.state, answer=turn.answer, reasoning=turn.reasoning,
                    tool_calls=turn.tool_calls or [], tool_results=turn.tool_results or [],
                    usage=turn.usage, ledger=turn.ledger, error=turn.error, finish_reason=turn.finish_reason,
+                   retrieval=TurnRetrieval.model_validate(turn.retrieval) if turn.retrieval else None,
                    created_at=turn.created_at, finished_at=turn.finished_at)
 
 
@@ -179,7 +181,19 @@ def result_fields(result: RunResult) -> dict[str, JSON]:
         "tool_results": _jsonable(result.tool_results),
         "usage": ledger.to_openai_usage(),
         "ledger": ledger.to_dict(with_calls=True),
+        "retrieval": retrieval_field(result),
     }
+
+
+def retrieval_field(result: RunResult) -> dict[str, JSON] | None:
+    """The stored ``retrieval`` of a turn: the sections shown, whether nothing in the index was related
+    (``RunResult.no_match``) and the query a follow-up was searched with; ``None`` when it searched nothing."""
+    from loom.orchestrator.items import source_label
+
+    if not result.retrieved and not result.no_match:
+        return None
+    return {"sources": [source_label(h) for h in result.retrieved], "no_match": result.no_match,
+            "searched_as": result.rewritten_query}
 
 
 def after_turn_ledger(result: RunResult) -> dict[str, JSON] | None:

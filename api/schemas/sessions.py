@@ -64,6 +64,10 @@ class SessionCreate(_Strict):
                                 "/v1/sessions/{id}/approvals (LangGraph's interrupt, Letta's requires_approval).")
     index: bool = Field(default=False, description="Ground turns in the owner's documents "
                         "(the server's index): automatic retrieval before each turn.")
+    similarity_cutoff: Annotated[float, Field(ge=-1.0, le=1.0)] | Literal["auto"] | None = Field(
+        default="auto", description="With index: the cosine similarity under which a retrieved section is not "
+        "shown (`auto`: the embedder's measured cutoff, 0.425 for MiniLM; null: every section is shown). A short "
+        "question can score under it against a section that covers several topics.")
     condense_question: bool | Literal["history", "model"] = Field(
         default="history", description="With index, how a turn after the first is searched: `history` (or true: "
         "the previous user message and this one joined, no model call), `model` (the model rewrites it into a "
@@ -126,6 +130,17 @@ class ApprovalCreate(_Strict):
     stream: bool = False
 
 
+class TurnRetrieval(BaseModel):
+    """What a turn's search over the owner's documents showed the model (sessions with ``index``)."""
+
+    sources: list[str] = Field(description="The sections shown, `document - section`, in rank order.")
+    no_match: bool = Field(description="Nothing in the index was related to the message (under the retriever's "
+                           "similarity cutoff): no section was shown and the answer is not from the documents.")
+    searched_as: str | None = Field(default=None, description="The query a follow-up was searched with instead "
+                                    "of the message as typed (the previous message joined to it, or the model's "
+                                    "rewrite); null: as typed.")
+
+
 class TurnOut(BaseModel):
     """One stored turn: the user's message, the agent's answer, its state and ledger.
 
@@ -155,6 +170,8 @@ class TurnOut(BaseModel):
                                       "(an error, a client that hung up).")
     pending_tool_calls: list[Any] = Field(default_factory=list, description="With state awaiting_approval: "
                                           "the calls waiting for a decision ({id, name, arguments}).")
+    retrieval: TurnRetrieval | None = Field(default=None, description="What the turn's search showed the model; "
+                                            "null when the session searches nothing or the turn has not finished.")
     created_at: Timestamp
     finished_at: Timestamp | None = None
 

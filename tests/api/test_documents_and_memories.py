@@ -33,6 +33,25 @@ def test_session_with_index_retrieves_the_owners_documents(alice):
     turn = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "When do backups run?"}).json()
     assert turn["state"] == "done"
     assert turn["ledger"]["prompt"]["retrieval"]["tokens"] > 0
+    # DOC covers three topics in one chunk: "When do backups run?" scores 0.21 against it, under MiniLM's cutoff
+    assert turn["retrieval"] == {"sources": [], "no_match": True, "searched_as": None}
+    focused = alice.post("/v1/sessions", json={"index": True, "similarity_cutoff": None,
+                                               "sampling": {"temperature": 0, "max_tokens": 8}}).json()["id"]
+    turn = alice.post(f"/v1/sessions/{focused}/messages", json={"content": "When do backups run?"}).json()
+    assert turn["retrieval"]["sources"] and not turn["retrieval"]["no_match"]  # no cutoff: every hit is shown
+    bad = alice.post("/v1/sessions", json={"index": True, "similarity_cutoff": 2})
+    assert bad.status_code == 400 and "similarity_cutoff" in bad.text
+
+
+def test_a_turn_says_when_nothing_in_the_index_was_related_and_the_stored_turn_keeps_it(alice):
+    alice.post("/v1/documents", json={"id": "ops-runbook", "text": DOC})
+    sid = alice.post("/v1/sessions", json={"index": True, "sampling": {"temperature": 0, "max_tokens": 8}}).json()["id"]
+    turn = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "What is the capital of Peru?"}).json()
+    assert turn["retrieval"] == {"sources": [], "no_match": True, "searched_as": None}
+    stored = alice.get(f"/v1/sessions/{sid}/messages").json()["data"][0]
+    assert stored["retrieval"] == turn["retrieval"]
+    plain = alice.post("/v1/sessions", json={"sampling": {"temperature": 0, "max_tokens": 4}}).json()["id"]
+    assert alice.post(f"/v1/sessions/{plain}/messages", json={"content": "Hi"}).json()["retrieval"] is None
 
 
 def test_memories_add_list_search_delete_and_isolation(alice, bob):
