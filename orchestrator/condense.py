@@ -4,7 +4,8 @@ Two modes (``Agent(condense_question=...)``):
 
 * ``"history"`` (default): the message as typed when that search is related to it (its best
   hit clears the similarity cutoff, :mod:`loom.orchestrator.relevance`), else the previous user
-  message and this one joined (:func:`history_query`); no model call;
+  message and this one joined (:func:`history_query`); no model call (with no cutoff to judge
+  by, always joined);
 * ``"model"``: the model rewrites the follow-up into a standalone question, and the search
   fuses the rewrite with the message as typed (described below).
 

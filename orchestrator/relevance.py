@@ -79,8 +79,8 @@ def split_relevant(hits: Sequence[SearchHit], cutoff: float | None,
         return list(hits), []
     if not (is_related(hits, cutoff) if related is None else related):
         return [], list(hits)
-    shown = [h for h in hits if clears(h, cutoff - HIT_MARGIN)]
-    return shown, [h for h in hits if not clears(h, cutoff - HIT_MARGIN)]
+    keep = [clears(h, cutoff - HIT_MARGIN) for h in hits]
+    return [h for h, k in zip(hits, keep) if k], [h for h, k in zip(hits, keep) if not k]
 
 
 def check_cutoff(value: object) -> float | None:

@@ -116,33 +116,37 @@ class TurnRunner:
                     self._store([snap])
             else:
                 memories = [h for h in recalled if h.id not in shown]
-        hits: Sequence[SearchHit] = []
-        related: bool | None = None
-        if a.retriever is not None and a.auto_retrieve:
-            retriever = a.retriever
-            typed: Sequence[SearchHit] | None = None
-            if a.condense_question == "history" and a.similarity_cutoff is not None and cond.needs_rewrite(self.items):
-                # a message related to the documents on its own is searched as typed (module relevance)
-                typed = await self._timed("retrieval", retriever.search, self.message, a.retrieval_k)
-            if typed is not None and relevance.is_related(typed, a.similarity_cutoff):
-                hits = typed
-            else:
-                queries = await self._queries()
-                if queries != [self.message] and isinstance(retriever, MultiQueryRetriever):
-                    # a rewrite or the previous message joined: only what the user typed names entries
-                    hits = await self._timed("retrieval", lambda: retriever.search_many(
-                        queries, a.retrieval_k, identifier_queries=[self.message]))
-                else:
-                    hits = await self._timed("retrieval", retriever.search, queries[0], a.retrieval_k)
-                if typed is not None and a.similarity_cutoff is not None:
-                    # the joined query lifts every similarity: it must clear a margin more
-                    related = relevance.is_related(hits, a.similarity_cutoff + relevance.HISTORY_MARGIN)
+        hits, related = await self._search() if a.retriever is not None and a.auto_retrieve else ([], None)
         fit = b.fit_retrieval(hits, a.similarity_cutoff, related)
         self.result.no_match = fit.no_match
         self.budget_cut = {"retrieval": fit.cut_tokens} if fit.cut_tokens else {}
         new = b.turn_items(self.items, self.turn, self.message, fit, memories)
         self.result.retrieved = list(fit.shown)
         self._store(new)
+
+    async def _search(self) -> tuple[Sequence[SearchHit], bool | None]:
+        """This turn's hits, and whether the search is related to the message when that is decided here
+        (``None``: by its hits at the cutoff).  In ``"history"`` mode a message whose own search is related
+        is searched as typed; else with the previous message joined, which must clear the cutoff by
+        ``relevance.HISTORY_MARGIN`` (:mod:`loom.orchestrator.relevance`)."""
+        a, retriever = self.parts, self.parts.retriever
+        assert retriever is not None
+        cutoff = a.similarity_cutoff
+        judged = a.condense_question == "history" and cutoff is not None and cond.needs_rewrite(self.items)
+        if judged:
+            typed = await self._timed("retrieval", retriever.search, self.message, a.retrieval_k)
+            if relevance.is_related(typed, cutoff):
+                return typed, None
+        queries = await self._queries()
+        if queries != [self.message] and isinstance(retriever, MultiQueryRetriever):
+            # a rewrite or the previous message joined: only what the user typed names entries
+            hits = await self._timed("retrieval", lambda: retriever.search_many(
+                queries, a.retrieval_k, identifier_queries=[self.message]))
+        else:
+            hits = await self._timed("retrieval", retriever.search, queries[0], a.retrieval_k)
+        if judged and cutoff is not None:
+            return hits, relevance.is_related(hits, cutoff + relevance.HISTORY_MARGIN)
+        return hits, None
 
     async def _queries(self) -> list[str]:
         """This turn's search queries: the condensed follow-up (when made), then the message."""

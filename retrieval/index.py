@@ -237,8 +237,7 @@ class VectorIndex:
 
     def _exact_subset(self, q: np.ndarray, k: int, allowed: set[int]) -> tuple[np.ndarray, np.ndarray]:
         ids = np.fromiter(sorted(allowed), np.int64, len(allowed))
-        vecs = np.stack([self.index.reconstruct(int(i)) for i in ids])
-        scores = vecs @ q
+        scores = self.similarity(q, ids)
         order = np.lexsort((ids, -scores))[:k]
         return scores[order].astype(np.float32), ids[order]
 
