@@ -87,7 +87,8 @@ class Agent:
         memory: ``memory.LongTermMemory`` or ``None``.
         system_prompt: system message (the cached prefix; keep it fixed).
         budget: :class:`ContextBudget` (window defaults to the engine's).
-        max_steps: model calls per turn at most.
+        max_steps: model calls per turn at most; once a tool has run, the last one
+            must answer (an answer step, :mod:`loom.orchestrator.runner`).
         sampling: base ``SamplingParams`` (default greedy); ``max_tokens`` comes
             from the budget.
         tool_choice: default tool choice (see the module docstring).

@@ -134,6 +134,10 @@ TRUNCATED_MARK = " [...]"
 _SENTENCE_END = re.compile(r"(?<=[.!?:;])\s+|\n+")
 
 
+# The user-role message after the last tool results of a turn (``ContextBuilder.tool_items``).
+ANSWER_REQUEST = "Answer my question with that result, in one sentence."
+
+
 class ContextBuilder:
     """Builds prompts for one agent (system prompt + tools) over session items.
 
@@ -217,10 +221,20 @@ class ContextBuilder:
         new.append(message_item("user", turn, "user", user_text, []))
         return self.render_items(items, new)
 
-    def tool_items(self, items: Sequence[Item], turn: int, results: Sequence[ToolResultRecord]) -> list[Item]:
-        """Tool results of one step, rendered as one group."""
+    def tool_items(self, items: Sequence[Item], turn: int, results: Sequence[ToolResultRecord],
+                   answer_request: bool = False) -> list[Item]:
+        """Tool results of one step, rendered as one group.
+
+        ``answer_request``: the group ends with :data:`ANSWER_REQUEST`, a user-role message of
+        the step (kind ``tool_result``, so it is counted and compacted with the results), for a
+        next call that must answer: small models told nothing call again (Qwen2.5-Coder-0.5B
+        after a calculator result writes the call once more, even with a note inside the result;
+        a message of the user's after it makes it answer).
+        """
         new = [message_item("tool_result", turn, "tool", self.truncate(r.content), [], tool_call_id=r.id,
                             name=r.name, is_error=r.is_error) for r in results]
+        if new and answer_request:
+            new.append(message_item("tool_result", turn, "user", ANSWER_REQUEST, []))
         return self.render_items(items, new) if new else []
 
     def summary_item(self, items: Sequence[Item], turn: int, text: str) -> Item:

@@ -92,7 +92,7 @@ def provenance_for(runner: TurnState) -> Callable[[str], JSONObject]:
     visible, _ = _visible(runner)
     base = {"session_id": _session_id(runner), "turn": runner.turn}
     docs = [s for it in visible if it.get("kind") == "retrieval" for s in it.get("sources") or []]
-    tools = [it.get("name") or "" for it in visible if it.get("kind") == "tool_result"]
+    tools = [it.get("name") or "" for it in visible if it.get("kind") == "tool_result" and it.get("role") == "tool"]
     taint = "document" if any(it.get("kind") == "retrieval" for it in visible) else "tool" if tools else None
     detail = ("documents: " + ", ".join(dict.fromkeys(docs))) if taint == "document" else (
         "tools: " + ", ".join(dict.fromkeys(tools)) if taint == "tool" else None)

@@ -42,7 +42,7 @@ from loom.orchestrator.events import (
     ToolChoice,
     ToolResultRecord,
 )
-from loom.orchestrator.formats.format import TOOL_RESULT_TAGS
+from loom.orchestrator.formats.format import TOOL_RESULT_TAGS, ToolCallFormat
 from loom.orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
 from loom.orchestrator.items import JSON, Item, PendingCall
 from loom.orchestrator.ledger import Ledger
@@ -60,7 +60,30 @@ T = TypeVar("T")
 # What a repeated call gets after the earlier result: small models (Qwen2.5-Coder) asked the same call again
 # after its result instead of answering, until the turn ran out of steps with no answer.
 REPEATED_CALL_NOTE = ("(This call was already made in this turn with the same arguments; the result above is "
-                      "its result. Answer the user's question with it now, without calling a tool.)")
+                      "its result.)")
+
+
+# An answer step's reply: anything that does not open a tool call, i.e. does not start with a call's open
+# marker (``<tool_call>`` or another ``<...>`` tag), a bare JSON call (``{"name": ...}``) or blank space.
+ANSWER_REGEX = r"[^{<\s][\s\S]*"
+
+
+def answer_only(sp: SamplingParams, fmt: ToolCallFormat) -> SamplingParams:
+    """``sp`` for an answer step: the model cannot open a tool call in ``fmt``.
+
+    The reply is constrained to :data:`ANSWER_REGEX` (its first character is not
+    ``<``, ``{`` or blank; special tokens such as Hermes' ``<tool_call>`` are
+    never text, so the grammar rules them out everywhere), and an open marker
+    written as text (``<tool_call>`` in the default format) is a stop string, so
+    an answer that starts to call later ends before it.  A caller's own
+    ``structured_output`` is kept as it is.
+    """
+    from loom.runtime.structured_output import StructuredOutputParams
+
+    if sp.structured_output is not None:
+        return sp
+    stop = sp.stop if fmt.open_in_body or fmt.call_open in sp.stop else [*sp.stop, fmt.call_open]
+    return sp.clone(structured_output=StructuredOutputParams(regex=ANSWER_REGEX), stop=stop)
 
 
 def _call_key(call: ToolCallRecord) -> str:
@@ -80,7 +103,8 @@ class TurnRunner:
         self.budget_cut: dict[str, int] = {}  # tokens this turn's caps left out, per class (first call's ledger)
         self._pending: list[Item] = []
         self._results: dict[str, ToolResultRecord] = {}  # this turn's successful calls, by name and arguments
-        self._repeated = False  # the last reply repeated a call it had the result of: the next one answers
+        self._repeated = False  # a reply of this turn repeated a call it had the result of
+        self._answer_next = False  # the next model call is an answer step (module docstring)
         self._span: Span | None = None  # the turn's invoke_agent span (loom.orchestrator.tracing)
 
     def _store(self, new: list[Item]) -> None:
@@ -165,6 +189,14 @@ class TurnRunner:
         self.result.rewritten_query = rewrite
         return cond.search_queries(self.message, rewrite)
 
+    def _decide_answer_step(self, results: Sequence[ToolResultRecord]) -> bool:
+        """Whether the call after ``results`` is an answer step: a call in them was a repeat, they answer the
+        turn's forced named call, or the next step is the turn's last (module docstring)."""
+        step = max((r.step for r in results), default=0)
+        named = step == 1 and isinstance(self.choice, dict)
+        self._answer_next = self._repeated or named or step + 1 >= self.parts.max_steps
+        return self._answer_next
+
     def _sampling(self, forced: bool, prompt_len: int) -> SamplingParams:
         """The call's ``SamplingParams``: the agent's, with ``max_tokens`` fitted to the window.
 
@@ -230,7 +262,8 @@ class TurnRunner:
         for r in results:
             self.result.tool_results.append(r)
             yield ToolResultEvent(r.id, r.name, r.content, r.is_error)
-        new = (before or []) + self.parts.builder.tool_items(self.items, self.turn, results)
+        new = (before or []) + self.parts.builder.tool_items(self.items, self.turn, results,
+                                                             answer_request=self._decide_answer_step(results))
         self.session.add_items(self._pending + new)
         self.items.extend(new)
         self._pending = []
@@ -338,12 +371,14 @@ class TurnRunner:
             await compaction_hooks.before_call(self)
             ctx = a.builder.build(self.items, self.turn)
             forced = step == 1 and (self.choice == "required" or isinstance(self.choice, dict))
-            # no tools, no calls: a reply's call-like markup is its text (as a chat completion without tools);
-            # after a repeated call the model has every result it asked for, so its next reply is the answer
-            parse_tools = self.choice != "none" and bool(a.registry.names) and not self._repeated
+            answer = self._answer_next
+            # no tools, no calls: a reply's call-like markup is its text (as a chat completion without tools)
+            parse_tools = self.choice != "none" and bool(a.registry.names) and not answer
             outcome = StepOutcome(parser=StreamingParser(parse_tools=parse_tools, fmt=a.format,
                                                          tool_names=frozenset(a.registry.names)))
             sp = self._sampling(forced, len(ctx.token_ids))
+            if answer:
+                sp = answer_only(sp, a.format)
             t0 = time.perf_counter()
             span = tracing.chat_span(self._span, a.engine.model_name, sp.max_tokens, sp.temperature)
             try:

@@ -7,7 +7,9 @@ import asyncio
 import pytest
 
 from loom.orchestrator import Agent, ContextBudget, InMemorySession, SQLSession
+from loom.orchestrator.context import ANSWER_REQUEST
 from loom.orchestrator.events import DoneEvent, ToolCallEvent, ToolResultEvent
+from loom.orchestrator.runner import ANSWER_REGEX
 from loom.tools import tool
 
 from tests.orchestrator.scripted_llm import ScriptedLLM
@@ -63,18 +65,51 @@ def _recording_add():
     return add, runs
 
 
+def _is_answer_step(llm: ScriptedLLM, step: int) -> bool:
+    """The model call ``step`` (from 1) could not open a tool call: the answer grammar and the open marker as a stop,
+    after a prompt ending with the user-role request to answer."""
+    sp = llm.params[step - 1]
+    so = sp.structured_output
+    asked = llm.tokenizer.decode(llm.prompts[step - 1][-40:])
+    return so is not None and so.regex == ANSWER_REGEX and "<tool_call>" in sp.stop and ANSWER_REQUEST in asked
+
+
 async def test_a_call_repeated_after_its_result_is_not_run_again_and_the_next_reply_is_the_answer(tokenizer) -> None:
-    """Scripted model: it asks the same call again after the result (as Qwen2.5-Coder does), then once more."""
+    """Scripted model: it asks the same call again after the result (as Qwen2.5-Coder does), then answers."""
     add, runs = _recording_add()
     repeat = call("add", '{"a": 2, "b": 40}')
-    llm = ScriptedLLM(tokenizer, [repeat, repeat, repeat])
+    llm = ScriptedLLM(tokenizer, [repeat, repeat, "It is 42."])
     agent = Agent(llm, tools=[add], system_prompt="Use tools.", max_steps=6)
     result = await agent.arun("what is 2+40?")
     assert runs == [(2, 40)]  # a tool may act: never twice for the same arguments in one turn
     assert [r.content.splitlines()[0] for r in result.tool_results] == ["42", "42"]
     assert "already made" in result.tool_results[1].content and not result.tool_results[1].is_error
-    # the third reply, made after the note, is the answer: its call markup is text, the turn ends
-    assert result.final_state == "done" and result.steps == 3 and result.answer == repeat
+    # the call after the repeat is an answer step: it cannot call, the turn ends with its reply
+    assert not _is_answer_step(llm, 2) and _is_answer_step(llm, 3)
+    assert result.final_state == "done" and result.steps == 3 and result.answer == "It is 42."
+
+
+async def test_an_answer_step_ends_before_call_markup_a_model_writes_anyway(tokenizer) -> None:
+    """Scripted model (it ignores the answer grammar a real engine applies): the stop string ends its answer."""
+    add, _ = _recording_add()
+    repeat = call("add", '{"a": 2, "b": 40}')
+    llm = ScriptedLLM(tokenizer, [repeat, repeat, "It is 42.\n" + repeat])
+    result = await Agent(llm, tools=[add], max_steps=6).arun("what is 2+40?")
+    assert result.answer == "It is 42." and len(result.tool_calls) == 2
+
+
+async def test_the_call_after_a_forced_named_call_answers(tokenizer) -> None:
+    add, runs = _recording_add()
+    llm = ScriptedLLM(tokenizer, [call("add", '{"a": 2, "b": 40}'), "42."])
+    result = await Agent(llm, tools=[add], max_steps=6).arun("what is 2+40?", tool_choice="add")
+    assert runs == [(2, 40)] and result.answer == "42." and _is_answer_step(llm, 2)
+
+
+async def test_after_a_required_call_the_model_may_call_again(tokenizer) -> None:
+    add, runs = _recording_add()
+    llm = ScriptedLLM(tokenizer, [call("add", '{"a": 2, "b": 40}'), call("add", '{"a": 42, "b": 1}'), "43."])
+    result = await Agent(llm, tools=[add], max_steps=6).arun("2+40, plus 1?", tool_choice="required")
+    assert runs == [(2, 40), (42, 1)] and result.answer == "43." and not _is_answer_step(llm, 2)
 
 
 async def test_the_same_tool_with_other_arguments_still_runs(tokenizer) -> None:
@@ -129,14 +164,22 @@ async def test_tool_errors_timeouts_and_bad_calls_become_results(tokenizer, tool
     assert "unknown tool" in errs[3] and "malformed tool call" in errs[4]
 
 
-async def test_max_steps_ends_a_runaway_loop(tokenizer, tool_set) -> None:
-    # a new call every step (a repeated one would end the turn: see the test above)
-    agent = Agent(ScriptedLLM(tokenizer, [call("add", '{"a": %d, "b": 1}' % i) for i in range(10)]), tools=tool_set,
-                  max_steps=3)
+async def test_the_last_step_of_a_runaway_loop_answers(tokenizer, tool_set) -> None:
+    # a new call every step (a repeated one would end the turn: see the test above), then the last step must answer
+    llm = ScriptedLLM(tokenizer, [call("add", '{"a": %d, "b": 1}' % i) for i in range(2)] + ["1, then 2."])
     session = InMemorySession()
-    result = await agent.arun("loop", session=session)
-    assert result.final_state == "max_steps" and result.steps == 3 and len(result.tool_results) == 3
-    assert session.get_items()[-1]["kind"] == "tool_result"  # every call stored with its result
+    result = await Agent(llm, tools=tool_set, max_steps=3).arun("loop", session=session)
+    assert result.final_state == "done" and result.steps == 3 and len(result.tool_results) == 2
+    assert result.answer == "1, then 2." and _is_answer_step(llm, 3) and not _is_answer_step(llm, 2)
+    kinds = [(it["kind"], it["role"]) for it in session.get_items()]
+    # every call stored with its results; the request to answer closes the last step's results
+    assert kinds[-3:] == [("tool_result", "tool"), ("tool_result", "user"), ("assistant", "assistant")]
+
+
+async def test_a_one_step_agent_can_still_call(tokenizer, tool_set) -> None:
+    llm = ScriptedLLM(tokenizer, [call("add", '{"a": 1, "b": 1}')])
+    result = await Agent(llm, tools=tool_set, max_steps=1).arun("1+1?")
+    assert result.final_state == "max_steps" and len(result.tool_results) == 1 and not _is_answer_step(llm, 1)
 
 
 async def test_stream_yields_deltas_tool_events_usage_and_done(tokenizer, tool_set) -> None:
@@ -151,14 +194,14 @@ async def test_stream_yields_deltas_tool_events_usage_and_done(tokenizer, tool_s
     assert isinstance(events[-1], DoneEvent) and events[-1].result.usage is events[-2].ledger
 
 
-async def test_forced_tool_choice_sends_a_grammar_then_resets_to_auto(tokenizer, tool_set) -> None:
+async def test_forced_tool_choice_sends_a_call_grammar_then_the_answer_grammar(tokenizer, tool_set) -> None:
     llm = ScriptedLLM(tokenizer, [call("add", '{"a": 1, "b": 2}'), "fine"])
     agent = Agent(llm, tools=tool_set)
     await agent.arun("go", tool_choice={"type": "function", "function": {"name": "add"}})
     grammar = llm.params[0].structured_output.grammar
     open_id = tokenizer.convert_tokens_to_ids("<tool_call>")
     assert grammar.startswith(f"start: <[{open_id}]>") and '"const": "add"' in grammar
-    assert llm.params[1].structured_output is None
+    assert _is_answer_step(llm, 2)
 
 
 def test_bad_arguments_raise_clear_errors(tokenizer, tool_set) -> None:
