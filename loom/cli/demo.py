@@ -15,7 +15,8 @@ What it does, with no network:
    against what was retrieved, :mod:`loom.orchestrator.citations`); a memory
    written in one turn and recalled by a forced ``recall`` call later; a
    ``calculator`` call forced with ``tool_choice``; output streamed as it is
-   generated;
+   generated; each answer checked against the facts a right one holds
+   (:attr:`Turn.facts`, scored as the ``qa`` suite scores: whole tokens);
 4. prints each turn's tokens by class (cached / computed), TTFT, TPOT and
    cost, then the session totals and the prefix-cache hit rate;
 5. ends with a short ``sessions`` eval (prefix caching on vs off), a bar of its
@@ -45,26 +46,43 @@ if TYPE_CHECKING:  # the orchestrator imports torch: loaded by the demo, not by 
     from loom.orchestrator.events import RunResult
 
 
+Facts = tuple[tuple[str, ...], ...]
+
+
 @dataclass(frozen=True)
 class Turn:
-    """One scripted user turn; ``tool_choice`` None is the agent's default (``auto``)."""
+    """One scripted user turn and what a right answer holds.
+
+    ``tool_choice`` None is the agent's default (``auto``).  ``facts``: every fact
+    (any of its alternatives) must occur in the answer as whole tokens, the
+    ``qa`` suite's strict scoring (:func:`loom.evals.qa.score_answer`);
+    ``stored``: the same, over the memories the turn stored.
+    """
 
     message: str
     tool_choice: str | None = None
+    facts: Facts = ()
+    stored: Facts = ()
 
 
 # Phrasings checked on SmolLM2-135M (greedy, so repeatable): "How many hours ... Compute 365 * 24."
 # gives the call {"expression": "365 * 24"} at every point of the session, where "What is 17 * 23 + 4?"
 # breaks once unrelated retrieved text is in view; "Remember: ..." gets a short reply where
 # "Remember that ..." drifts into a paragraph about threads; the write-back stores the fact either way.
+# The facts are the documentation's own words for each answer ("Join one or more path segments", "a dict
+# subclass for counting hashable objects", "Decorator to wrap a function with a memoizing callable", ...).
 SCRIPT: tuple[Turn, ...] = (
-    Turn("What does os.path.join do?"),
-    Turn("Remember: my favourite module is asyncio."),
-    Turn("What is collections.Counter?"),
-    Turn("How many hours are in a year? Compute 365 * 24.", "calculator"),
-    Turn("What does functools.lru_cache do?"),
-    Turn("What does the with statement do?"),
-    Turn("What is my favourite module?", "recall"),
+    Turn("What does os.path.join do?",
+         facts=(("join", "joins", "joining", "combines", "concatenates"),
+                ("component", "components", "segment", "segments", "parts"))),
+    Turn("Remember: my favourite module is asyncio.", stored=(("asyncio",),)),
+    Turn("What is collections.Counter?",
+         facts=(("dict", "dictionary", "dict subclass", "mapping"), ("count", "counts", "counting", "tally"))),
+    Turn("How many hours are in a year? Compute 365 * 24.", "calculator", facts=(("8760",),)),
+    Turn("What does functools.lru_cache do?",
+         facts=(("decorator",), ("cache", "caches", "caching", "memoize", "memoizes", "memoizing"))),
+    Turn("What does the with statement do?", facts=(("context manager", "context managers"),)),
+    Turn("What is my favourite module?", "recall", facts=(("asyncio",),)),
 )
 # The language topics (what help("with") shows) and a few much-used modules: ~1,000 chunks.
 CORPUS: tuple[str, ...] = ("stdlib:topics", "stdlib:module/os.path", "stdlib:module/json",
@@ -79,11 +97,25 @@ ANSWER_STOP = ("\n\n",)
 
 @dataclass
 class TurnOutcome:
-    """What one scripted turn produced: the agent's result, its checked sources, memories it stored."""
+    """What one scripted turn produced: the agent's result, its checked sources, memories it stored, and
+    whether the answer is right by the turn's facts (``None``: the turn states none)."""
 
     result: RunResult
     check: CitationCheck
     stored: list[str] = field(default_factory=list)
+    right: bool | None = None
+
+
+def answer_is_right(turn: Turn, answer: str, stored: Sequence[str], cut: bool = False) -> bool | None:
+    """Whether ``answer`` (and the memories the turn ``stored``) hold every fact of ``turn``; ``None`` when
+    it states none.  An answer ``cut`` at ``max_tokens`` is not right: it ran on (a small model repeating
+    itself) instead of ending."""
+    from loom.evals.qa import score_answer
+
+    if not turn.facts and not turn.stored:
+        return None
+    return ((not turn.facts or (not cut and score_answer(answer, turn.facts).correct))
+            and (not turn.stored or score_answer("\n".join(stored), turn.stored).correct))
 
 
 def _console() -> Console:
@@ -155,7 +187,11 @@ async def run_session(console: Console, model: str, retriever: Any, memory: Any,
             stored = [m.text for m in memory.list(NAMESPACE) if m.id not in known]
             for text in stored:
                 console.print(f"  [magenta]memory stored[/]: {text}", highlight=False)
-            outcomes.append(TurnOutcome(result, check, stored))
+            right = answer_is_right(turn, result.answer, stored, cut=result.finish_reason == "length")
+            if right is not None:
+                console.print(f"  check: {'[green]right[/]' if right else '[red]wrong[/]'} "
+                              f"(holds {_facts_text(turn)})", highlight=False)
+            outcomes.append(TurnOutcome(result, check, stored, right))
             if result.compactions:
                 console.print(f"[magenta]history compacted[/] ({result.compactions}x this turn: oldest turns "
                               "dropped from the view sent to the model; the stored log is unchanged)")
@@ -164,6 +200,20 @@ async def run_session(console: Console, model: str, retriever: Any, memory: Any,
         return outcomes
     finally:
         llm.shutdown()
+
+
+def _facts_text(turn: Turn) -> str:
+    def one(facts: Facts) -> str:
+        return " and ".join(" or ".join(repr(a) for a in alts[:3]) for alts in facts)
+    return "; ".join(filter(None, [one(turn.facts), f"stored: {one(turn.stored)}" if turn.stored else ""]))
+
+
+def print_checks(console: Console, outcomes: Sequence[TurnOutcome]) -> None:
+    """One line: how many checked turns were answered right, and which were not."""
+    checked = [(i, o) for i, o in enumerate(outcomes, 1) if o.right is not None]
+    wrong = [i for i, o in checked if not o.right]
+    console.print(f"[bold]answers checked[/]: {len(checked) - len(wrong)} of {len(checked)} right"
+                  + (f" (wrong: turn {', '.join(map(str, wrong))})" if wrong else ""))
 
 
 def _totals(console: Console, results: list[RunResult]) -> None:
@@ -227,5 +277,6 @@ def demo(
     outcomes = asyncio.run(run_session(console, model or DEFAULT_MODEL, retriever, memory, max_tokens=max_tokens,
                                        quantization=quantization))
     _totals(console, [o.result for o in outcomes])
+    print_checks(console, outcomes)
     if run_eval:
         closing_eval(console, model_path, workdir)

@@ -10,7 +10,7 @@ import io
 import pytest
 from rich.console import Console
 
-from loom.cli.demo import SCRIPT, open_index, run_session
+from loom.cli.demo import SCRIPT, Turn, answer_is_right, open_index, run_session
 
 CORPUS = ("stdlib:module/os.path", "stdlib:module/functools")
 
@@ -75,3 +75,18 @@ async def test_demo_session_cites_retrieved_section_calculates_and_recalls(real_
     (call,) = outcomes[3].result.tool_calls
     assert call.name == "recall" and call.error is None
     assert "asyncio" in outcomes[3].result.tool_results[0].content, out
+    # each answer is checked by its facts: SmolLM2 (greedy) gets the first three right
+    assert [o.right for o in outcomes[:3]] == [True, True, True], out
+    assert out.count("check: right") >= 3
+
+
+def test_a_turn_is_right_when_its_answer_holds_every_fact_as_whole_tokens_and_was_not_cut(console) -> None:
+    turn = Turn("What is collections.Counter?", facts=(("dict", "dictionary"), ("count", "counting")))
+    assert answer_is_right(turn, "A dict subclass for counting hashable objects.", [])
+    assert not answer_is_right(turn, "A dictionary of accounts.", [])  # "count" inside "accounts" is no fact
+    assert not answer_is_right(turn, "A dict subclass for counting, counting, counting", [], cut=True)
+    remember = Turn("Remember: my favourite module is asyncio.", stored=(("asyncio",),))
+    assert answer_is_right(remember, "Noted.", ["User's favourite module is asyncio"])
+    assert not answer_is_right(remember, "Noted.", [])
+    assert answer_is_right(Turn("Hello"), "Hi!", []) is None
+    assert all(t.facts or t.stored for t in SCRIPT)  # every demo turn is checked
