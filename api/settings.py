@@ -22,7 +22,7 @@ from pydantic_settings import (
 )
 
 from loom.json_types import JSONObject
-from loom.runtime.checkpoint.registry import DEFAULT_MODEL
+from loom.runtime.checkpoint.registry import default_model
 
 
 class Settings(BaseSettings):
@@ -31,7 +31,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="LOOM_", extra="forbid", toml_file=None)
 
     # model / engine
-    model: str = Field(default=DEFAULT_MODEL, description="Registered model name (loom model list), "
+    model: str = Field(default_factory=default_model, description="Registered model name (loom model list), "
                        "checkpoint folder, .gguf file, random:ARCH-PRESET or hub id the engine loads.")
     tool_call_parser: str = Field(
         default="auto", description="Tool-call format: auto (from the chat template) or a name of "

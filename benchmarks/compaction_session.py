@@ -160,10 +160,10 @@ def print_rows(rows: list[TurnRow]) -> None:
 
 def main() -> None:
     from loom.runtime import AsyncLLM
-    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
+    from loom.runtime.checkpoint.registry import SMALL_MODEL, ensure_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=DEFAULT_MODEL, help="registered model name or checkpoint folder")
+    ap.add_argument("--model", default=SMALL_MODEL, help="registered model name or checkpoint folder")
     ap.add_argument("--turns", type=int, default=30)
     ap.add_argument("--window", type=int, default=4096, help="ContextBudget.max_model_len (tokens)")
     ap.add_argument("--max-tokens", type=int, default=48, help="answer tokens at most")

@@ -57,12 +57,12 @@ def _run(model: Path, work: Path, turns: int, tier: bool) -> dict[str, float]:
 
 
 def main() -> None:
-    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
+    from loom.runtime.checkpoint.registry import SMALL_MODEL, ensure_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--turns", type=int, default=4)
     args = ap.parse_args()
-    model = ensure_model(DEFAULT_MODEL)
+    model = ensure_model(SMALL_MODEL)
     for tier in (True, False):
         with tempfile.TemporaryDirectory() as work:
             f = _run(model, Path(work), args.turns, tier)

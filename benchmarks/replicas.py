@@ -207,10 +207,10 @@ class ReplicaServer(Server):
 
 
 def main() -> None:
-    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
+    from loom.runtime.checkpoint.registry import SMALL_MODEL, ensure_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--model", default=SMALL_MODEL)
     ap.add_argument("--sessions", type=int, default=16)
     ap.add_argument("--turns", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=32)

@@ -53,11 +53,11 @@ def main() -> None:
 
     import openai
 
-    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
+    from loom.runtime.checkpoint.registry import SMALL_MODEL, ensure_model
     from tests.api.server import Server
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=DEFAULT_MODEL, help="registered model name or checkpoint folder")
+    ap.add_argument("--model", default=SMALL_MODEL, help="registered model name or checkpoint folder")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="loom-stateless-"))
     path = ensure_model(args.model) if not Path(args.model).exists() else Path(args.model)

@@ -195,10 +195,10 @@ def agents(
     from loom.evals.bench_sessions import _index
     from loom.orchestrator.runner import FORCED_MIN_TOKENS
     from loom.runtime.checkpoint import ensure_checkpoint
-    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
+    from loom.runtime.checkpoint.registry import SMALL_MODEL, ensure_model
 
     console = Console(width=160)
-    path = str(ensure_checkpoint("qwen3", preset) if preset else ensure_model(model or DEFAULT_MODEL))
+    path = str(ensure_checkpoint("qwen3", preset) if preset else ensure_model(model or SMALL_MODEL))
     cfg: JSONObject = dict(model=path, sessions=num_sessions, turns=turns, max_tokens=max_tokens, k=k,
                            tool_ms=tool_ms, think_ms=think_ms, keep_s=keep_s, seed=seed, max_model_len=max_model_len,
                            torch_threads=torch.get_num_threads())

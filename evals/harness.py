@@ -2,7 +2,8 @@
 
 Flow: resolve the model to a checkpoint folder
 (``loom.runtime.models.loader.resolve_model_path``: a registered name such as the
-default ``smollm2-135m-instruct`` becomes its converted folder, a ``.gguf``
+default ``qwen2.5-coder-0.5b-instruct`` becomes its converted folder, run in its
+registered weight format unless ``engine`` names a ``quantization``, a ``.gguf``
 file its cached conversion, ``random:ARCH-PRESET`` a random-weight checkpoint
 whose answers are noise while timings and token accounting are real), build the
 workload from the seed, then for
@@ -65,10 +66,19 @@ def resolve_model(model: str | None, suite: str) -> str:
         ModelLoadError: a registered model that cannot be installed or converted.
         NotFoundError: a model that is none of the accepted forms.
     """
-    from loom.runtime.checkpoint.registry import DEFAULT_MODEL
+    from loom.runtime.checkpoint.registry import default_model
     from loom.runtime.models.loader import resolve_model_path
 
-    return str(resolve_model_path(model or DEFAULT_MODEL))
+    return str(resolve_model_path(model or default_model()))
+
+
+def registered_format(model: str | None) -> str | None:
+    """The weight format a user of ``model`` gets on a CPU: a registered model's own (``None`` is the default
+    model); ``None`` (float32) for a folder, a ``.gguf`` file or a hub id, which load as they are."""
+    from loom.runtime.checkpoint.registry import default_model, lookup
+
+    registered = lookup(model or default_model())
+    return registered.quantization if registered is not None else None
 
 
 def run(suite: str, model: str | None = None, target: str = "inproc", out: str | Path | None = None,
@@ -82,8 +92,9 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
 
     Args:
         suite: ``throughput | prefix | sessions | rag | spec | qa | tools``.
-        model: checkpoint folder or registered model name (default: the random-weight tiny
-            checkpoint; ``smollm2-135m-instruct`` for ``qa`` and ``tools``).
+        model: checkpoint folder or registered model name (default: ``$LOOM_MODEL``, else
+            the registry's default model); a registered name runs in its registered
+            weight format (``loom model list``) unless ``engine`` sets ``quantization``.
         target: ``"inproc"`` or ``"http://HOST:PORT"`` (an OpenAI-compatible server;
             ``model`` then only supplies the tokenizer).
         out: output folder (default ``evals-out/<suite>-<time>``).
@@ -129,6 +140,7 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
     if is_http:
         asyncio.run(_probe(target, api_key))  # fail fast, before loading anything
     price_table = prices if isinstance(prices, Prices) else load_prices(prices)
+    engine = {"quantization": registered_format(model), **(engine or {})}
     model = resolve_model(model, suite)
     out_dir = Path(out) if out is not None else Path("evals-out") / f"{suite}-{time.strftime('%Y%m%d-%H%M%S')}"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -178,9 +178,9 @@ def _agent_factory(memory: LongTermMemory, workdir: Path) -> tuple[Any, Any]:
     from loom.orchestrator import Agent, ContextBudget
     from loom.retrieval import Retriever
     from loom.runtime import AsyncLLM
-    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
+    from loom.runtime.checkpoint.registry import SMALL_MODEL, ensure_model
 
-    llm = AsyncLLM(str(ensure_model(DEFAULT_MODEL)), max_model_len=2048)
+    llm = AsyncLLM(str(ensure_model(SMALL_MODEL)), max_model_len=2048)
 
     def make(docs: dict[str, str], ns: str) -> Any:
         root = Path(tempfile.mkdtemp(dir=workdir))

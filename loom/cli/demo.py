@@ -2,8 +2,9 @@
 
 What it does, with no network:
 
-1. resolves the model: Loom's default, SmolLM2-135M-Instruct
-   (``loom.runtime.checkpoint.registry.DEFAULT_MODEL``, pulled by ``make demo``), or
+1. resolves the model: Loom's default, Qwen2.5-Coder-0.5B-Instruct in int8
+   (``loom.runtime.checkpoint.registry.default_model``: ``$LOOM_MODEL`` or
+   ``DEFAULT_MODEL``, pulled by ``make demo``), or
    anything ``--model`` names (a registered name, a folder, a ``.gguf``, a hub
    id, ``random:ARCH-PRESET``; random weights answer noise, and a panel says so);
 2. ingests part of the standard library's documentation (the language
@@ -38,7 +39,7 @@ import typer
 from rich.console import Console
 
 from loom.cli.console import QUANTIZATION_OPTION, resolve_model
-from loom.runtime.checkpoint.registry import DEFAULT_MODEL
+from loom.runtime.checkpoint.registry import default_model
 from loom.cli.logs import quiet_logs
 
 if TYPE_CHECKING:  # the orchestrator imports torch: loaded by the demo, not by `loom --help`
@@ -253,7 +254,7 @@ def closing_eval(console: Console, model: str, workdir: Path, **overrides: Any) 
 
 def demo(
     model: Optional[str] = typer.Option(None, "--model", help="Registered name, folder, .gguf, hub id or "
-                                        "random:ARCH-PRESET (default: smollm2-135m-instruct)."),
+                                        "random:ARCH-PRESET (default: $LOOM_MODEL, else qwen2.5-coder-0.5b-instruct)."),
     workdir: Path = typer.Option(Path(".loom"), "--workdir", help="Where the index, memory and reports "
                                  "live (reused across runs)."),
     max_tokens: int = typer.Option(96, "--max-tokens", help="Output tokens per model call."),
@@ -274,9 +275,13 @@ def demo(
     # One MiniLM in the process: memory reuses the retriever's embedder.
     memory = LongTermMemory(f"sqlite:///{workdir / 'memory.db'}", embedder=retriever.embedder)
     # the name, not the folder: quantization "auto" reads the registered model's format
-    outcomes = asyncio.run(run_session(console, model or DEFAULT_MODEL, retriever, memory, max_tokens=max_tokens,
+    name = model or default_model()
+    outcomes = asyncio.run(run_session(console, name, retriever, memory, max_tokens=max_tokens,
                                        quantization=quantization))
     _totals(console, [o.result for o in outcomes])
     print_checks(console, outcomes)
-    if run_eval:
-        closing_eval(console, model_path, workdir)
+    if run_eval:  # the same weights as the session (a folder alone would load float32)
+        from loom.evals.harness import registered_format
+
+        fmt = registered_format(name) if quantization == "auto" else quantization
+        closing_eval(console, model_path, workdir, engine={"quantization": fmt})

@@ -78,7 +78,7 @@ def list_models() -> None:
     from rich.table import Table
 
     from loom.runtime.checkpoint.cache import is_complete
-    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, REGISTRY, cached_path, is_installed
+    from loom.runtime.checkpoint.registry import REGISTRY, cached_path, default_model, is_installed
 
     console = Console(highlight=False)
     table = Table()
@@ -86,11 +86,11 @@ def list_models() -> None:
     for column in ("family", "GGUF", "installed"):
         table.add_column(column)
     for spec in REGISTRY.values():
-        mark = " *" if spec.name == DEFAULT_MODEL else ""
+        mark = " *" if spec.name == default_model() else ""
         table.add_row(spec.name + mark, spec.family, f"{spec.gguf_bytes / 1e6:.0f} MB",
                       "yes" if is_installed(spec) else "no")
     console.print(table)
-    console.print(f"* the default model ({DEFAULT_MODEL})")
+    console.print(f"* the default model ({default_model()}; $LOOM_MODEL names another)")
     for spec in REGISTRY.values():
         console.print(f"[bold]{escape(spec.name)}[/bold]: {escape(f'{spec.upstream} ({spec.license}); {spec.note}')}")
         folder = cached_path(spec)

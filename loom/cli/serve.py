@@ -25,8 +25,8 @@ import typer
 from loom.cli.logs import is_verbose, set_level
 from loom.cli.ports import early_address
 
-_MODEL_HELP = ("Model to serve: a registered name (default smollm2-135m-instruct; see loom model list), "
-               "a folder, a .gguf file, random:ARCH-PRESET or a hub id.")
+_MODEL_HELP = ("Model to serve: a registered name (default $LOOM_MODEL, else qwen2.5-coder-0.5b-instruct; "
+               "see loom model list), a folder, a .gguf file, random:ARCH-PRESET or a hub id.")
 
 
 def _fail(message: str) -> NoReturn:

@@ -117,7 +117,20 @@ def model_parts(name: str, version: str, file: str, sha256s: tuple[str, ...]) ->
                  for i, sha in enumerate(sha256s, start=1))
 
 
-DEFAULT_MODEL = "smollm2-135m-instruct"
+#: The model ``loom demo``, ``loom chat``, ``loom serve`` and the ``qa``/``tools`` evals run when none is named:
+#: chosen by measurement (docs/models.md): the best answers of the registered models that decode at >= 15 tok/s
+#: at batch 1 on 2 CPU cores and keep ``make demo`` under 5 minutes.
+DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
+#: The fastest registered model (135M parameters, ~130 tok/s int4 on 2 cores): the test suite's model, where a
+#: model's speed matters more than its answers.
+SMALL_MODEL = "smollm2-135m-instruct"
+#: Environment variable naming the model to use when a command names none (``loom serve`` reads it too).
+MODEL_ENV = "LOOM_MODEL"
+
+
+def default_model() -> str:
+    """The model to run when none is named: ``$LOOM_MODEL`` when set, else :data:`DEFAULT_MODEL`."""
+    return os.environ.get(MODEL_ENV, "").strip() or DEFAULT_MODEL
 
 REGISTRY: dict[str, RegisteredModel] = {
     m.name: m
@@ -133,7 +146,7 @@ REGISTRY: dict[str, RegisteredModel] = {
             gguf_name="SmolLM2-135M-Instruct.Q4_1.gguf",
             gguf_sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
             gguf_bytes=98_362_432,
-            note="Loom's default: 135M Llama-family chat model, ~130 tok/s at batch 1 on 2 CPU cores (int4)",
+            note="the smallest and fastest: 135M Llama-family chat model, ~130 tok/s at batch 1 on 2 CPU cores (int4)",
             sampling={"temperature": 0.2, "top_p": 0.9},  # the model card's generate() example
         ),
         RegisteredModel(
@@ -152,7 +165,7 @@ REGISTRY: dict[str, RegisteredModel] = {
             gguf_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
             gguf_sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
             gguf_bytes=491_400_032,
-            note="opt-in: Qwen2 family with native Hermes <tool_call> tokens (491 MB download)",
+            note="Loom's default: Qwen2 family, 0.5B, native Hermes <tool_call> tokens, ~40 tok/s (int8; 491 MB download)",
             # int4 was measured too: perplexity +3.0% but top-1 agreement 89.8% and chat replies that
             # differed from float32 at their first token; int8: -0.1%, 97.4%, 24.8 tok/s (float32 6.2)
             quantization="int8",

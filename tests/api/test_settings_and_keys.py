@@ -16,6 +16,7 @@ from loom.api.store import ApiKey, Store
 def test_flags_beat_env_beat_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     toml = tmp_path / "loom.toml"
     toml.write_text('model = "/ckpt/from-toml"\nport = 7000\nhost = "0.0.0.0"\nmax_num_seqs = 8\n')
+    monkeypatch.delenv("LOOM_MODEL", raising=False)  # the test session's (tests/conftest.py) would beat the file
     monkeypatch.setenv("LOOM_PORT", "7100")
     monkeypatch.setenv("LOOM_MAX_NUM_SEQS", "9")
     s = Settings.load(toml, max_num_seqs=10, host=None)
@@ -23,12 +24,14 @@ def test_flags_beat_env_beat_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert s.model_name == "from-toml"
 
 
-def test_config_file_from_env_and_no_model_means_the_default_real_model(tmp_path: Path,
+def test_config_file_from_env_and_no_model_means_the_default_real_model_unless_loom_model_names_one(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch):
     toml = tmp_path / "c.toml"
     toml.write_text("no_auth = true\n")
     monkeypatch.setenv("LOOM_CONFIG", str(toml))
     monkeypatch.delenv("LOOM_MODEL", raising=False)
+    assert Settings.load().model == "qwen2.5-coder-0.5b-instruct"
+    monkeypatch.setenv("LOOM_MODEL", "smollm2-135m-instruct")
     assert Settings.load().model == "smollm2-135m-instruct"
     assert Settings.load(model="/m").no_auth is True
 

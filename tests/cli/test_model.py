@@ -28,14 +28,14 @@ def test_model_list_never_cuts_a_name_in_an_80_column_terminal(tmp_path: Path) -
 
 def test_model_rm_removes_the_converted_folder_and_says_which(tmp_path: Path) -> None:
     from loom.runtime.checkpoint.cache import build_atomically
-    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, REGISTRY, cached_path
+    from loom.runtime.checkpoint.registry import SMALL_MODEL, REGISTRY, cached_path
 
-    folder = cached_path(REGISTRY[DEFAULT_MODEL], tmp_path / "models")
+    folder = cached_path(REGISTRY[SMALL_MODEL], tmp_path / "models")
     build_atomically(folder, lambda tmp: (tmp / "config.json").write_text("{}"))  # a finished cache entry
-    assert "yes" in next(x for x in _loom("model", "list", cache=tmp_path).stdout.splitlines() if DEFAULT_MODEL in x)
-    run = _loom("model", "rm", DEFAULT_MODEL, cache=tmp_path)
+    assert "yes" in next(x for x in _loom("model", "list", cache=tmp_path).stdout.splitlines() if SMALL_MODEL in x)
+    run = _loom("model", "rm", SMALL_MODEL, cache=tmp_path)
     assert run.returncode == 0, run.stderr
     assert f"removed {folder}" in run.stdout.splitlines() and not folder.exists()
-    again = _loom("model", "rm", DEFAULT_MODEL, cache=tmp_path)
+    again = _loom("model", "rm", SMALL_MODEL, cache=tmp_path)
     assert again.returncode == 0 and again.stdout == ""
-    assert again.stderr.strip() == f"{DEFAULT_MODEL} is not installed: nothing to remove"
+    assert again.stderr.strip() == f"{SMALL_MODEL} is not installed: nothing to remove"

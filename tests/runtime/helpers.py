@@ -123,10 +123,10 @@ def gguf_only_folder(real_model: Path, dest: Path) -> Path:
     import shutil
 
     from loom.runtime.checkpoint.gguf import SOURCE_FILE, gguf_source
-    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, ensure_gguf
+    from loom.runtime.checkpoint.registry import SMALL_MODEL, ensure_gguf
 
     shutil.copytree(real_model, dest, ignore=shutil.ignore_patterns("*.safetensors*"))
-    gguf = ensure_gguf(DEFAULT_MODEL)
+    gguf = ensure_gguf(SMALL_MODEL)
     (dest / SOURCE_FILE).write_text(json.dumps({"path": str(gguf), "gguf": gguf.name}))
     assert gguf_source(dest) == gguf
     return dest

