@@ -8,10 +8,10 @@ the agent's loop (``max_steps`` 3), greedy, and checks each turn's answer:
 * **answered**: the turn ended with a non-empty answer (not out of steps);
 * **no markup**: the answer holds no tool-call markup (``<tool_call>``, a JSON
   ``"name"``/``"arguments"`` call, ``<tool_response>``);
-* **states the result**: the first number of the first tool result (``8760``,
-  ``18`` of "18 degrees Celsius", ``14`` of "14:30") is a number of the answer,
-  read as a whole number token (``1,234`` is 1234; ``18`` does not match
-  ``180``), equal to the printed precision of the result.
+* **states the result**: the first tool result is not an error, and its first
+  number (``8760``, ``18`` of "18 degrees Celsius", ``14`` of "14:30") is a
+  number of the answer, read as a whole number token (``1,234`` is 1234; ``18``
+  does not match ``180``), equal to the printed precision of the result.
 
 Prints one line per prompt and the shares; ``--json PATH`` writes the records.
 It measures the agent loop's answer step (:mod:`loom.orchestrator.runner`);
@@ -86,12 +86,14 @@ async def run(model: str, threads: int = 2, quantization: str | None = "auto") -
             if case.expected_tool is None:
                 continue
             res = await agent.arun(case.prompt, session=InMemorySession(), tool_choice=case.expected_tool)
-            result = res.tool_results[0].content if res.tool_results else ""
+            first = res.tool_results[0] if res.tool_results else None
+            result = first.content if first is not None else ""
             answer = res.answer or ""
             out.append(ToolAnswer(
                 case.id, case.prompt, [f"{c.name}({json.dumps(c.arguments)})" for c in res.tool_calls], result,
                 answer, res.final_state, res.final_state == "done" and bool(answer.strip()),
-                not MARKUP.search(answer), states_result(answer, result)))
+                not MARKUP.search(answer),
+                first is not None and not first.is_error and states_result(answer, result)))
     finally:
         llm.shutdown()
     return out
