@@ -71,18 +71,19 @@ ANSWER_REGEX = r"[^{<\s][\s\S]*"
 def answer_only(sp: SamplingParams, fmt: ToolCallFormat) -> SamplingParams:
     """``sp`` for an answer step: the model cannot open a tool call in ``fmt``.
 
-    The reply is constrained to :data:`ANSWER_REGEX` (its first character is not
-    ``<``, ``{`` or blank; special tokens such as Hermes' ``<tool_call>`` are
-    never text, so the grammar rules them out everywhere), and an open marker
-    written as text (``<tool_call>`` in the default format) is a stop string, so
-    an answer that starts to call later ends before it.  A caller's own
-    ``structured_output`` is kept as it is.
+    The open marker is a stop string (the text keeps special tokens, so Hermes'
+    one-token ``<tool_call>`` ends the answer too), so an answer that starts to
+    call ends before it.  The reply is also constrained to :data:`ANSWER_REGEX`
+    (its first character is not ``<``, ``{`` or blank, so it cannot open with a
+    bare or fenced JSON call either; special tokens are never text to the
+    grammar), except for a reasoning format, whose reply opens with its
+    ``<think>`` block, and when the caller set its own ``structured_output``.
     """
     from loom.runtime.structured_output import StructuredOutputParams
 
-    if sp.structured_output is not None:
-        return sp
     stop = sp.stop if fmt.open_in_body or fmt.call_open in sp.stop else [*sp.stop, fmt.call_open]
+    if sp.structured_output is not None or fmt.reasoning:
+        return sp.clone(stop=stop)
     return sp.clone(structured_output=StructuredOutputParams(regex=ANSWER_REGEX), stop=stop)
 
 

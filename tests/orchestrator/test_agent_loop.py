@@ -66,12 +66,12 @@ def _recording_add():
 
 
 def _is_answer_step(llm: ScriptedLLM, step: int) -> bool:
-    """The model call ``step`` (from 1) could not open a tool call: the answer grammar and the open marker as a stop,
-    after a prompt ending with the user-role request to answer."""
+    """The model call ``step`` (from 1) could not open a tool call: the open marker is a stop (and the answer grammar
+    applies, unless the format reasons first: this tokenizer's does), after a prompt ending with the request to answer."""
     sp = llm.params[step - 1]
     so = sp.structured_output
     asked = llm.tokenizer.decode(llm.prompts[step - 1][-40:])
-    return so is not None and so.regex == ANSWER_REGEX and "<tool_call>" in sp.stop and ANSWER_REQUEST in asked
+    return (so is None or so.regex == ANSWER_REGEX) and "<tool_call>" in sp.stop and ANSWER_REQUEST in asked
 
 
 async def test_a_call_repeated_after_its_result_is_not_run_again_and_the_next_reply_is_the_answer(tokenizer) -> None:
@@ -397,3 +397,21 @@ def test_caps_follow_a_small_window_and_keep_their_settings_in_a_large_one() -> 
     small, large = ContextBudget(max_model_len=1024), ContextBudget(max_model_len=32768)
     assert (small.retrieval_cap, small.tool_result_cap, small.memory_cap) == (384, 384, 192)
     assert (large.retrieval_cap, large.tool_result_cap, large.memory_cap) == (1024, 1024, 256)
+
+
+def test_an_answer_step_keeps_a_reasoning_models_think_block_and_a_callers_grammar() -> None:
+    """``answer_only``: the open marker always stops the answer; the first-character grammar only where nothing else
+    shapes the reply (a reasoning format opens with ``<think>``; a caller's own ``structured_output`` wins)."""
+    import dataclasses
+
+    from loom.orchestrator.formats.format import HERMES
+    from loom.orchestrator.runner import answer_only
+    from loom.runtime.sampling_params import SamplingParams
+    from loom.runtime.structured_output import StructuredOutputParams
+
+    plain = answer_only(SamplingParams(), HERMES)
+    assert plain.structured_output.regex == ANSWER_REGEX and plain.stop == ["<tool_call>"]
+    thinking = answer_only(SamplingParams(), dataclasses.replace(HERMES, reasoning=True))
+    assert thinking.structured_output is None and thinking.stop == ["<tool_call>"]
+    schema = StructuredOutputParams(json={"type": "object"})
+    assert answer_only(SamplingParams(structured_output=schema), HERMES).structured_output is schema

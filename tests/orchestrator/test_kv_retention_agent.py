@@ -3,6 +3,8 @@ random-weight checkpoint, a small KV pool that other sessions fill."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from loom.orchestrator import Agent, ContextBudget, InMemorySession
@@ -96,6 +98,11 @@ async def test_a_session_is_pinned_while_its_tool_runs_and_released_after_its_an
         Args:
             x: anything.
         """
+        # stats() is the engine's snapshot after its last step, which a loaded machine can publish after
+        # the reply reached the agent: wait for it (the pin itself is made when the request finishes)
+        deadline = time.monotonic() + 10
+        while llm.stats()["kv_blocks_pinned"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
         seen.append(llm.stats()["kv_blocks_pinned"])
         return x
 
