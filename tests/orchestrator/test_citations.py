@@ -138,3 +138,10 @@ def test_an_api_entry_is_labelled_module_then_name_and_cited_by_any_spelling():
     assert citation_label(merge) == "sqlalchemy.orm — Session.merge"
     for cited in ("random — choices", "random.choices", "random - choices"):
         assert match_citation(cited, [merge, CHOICES]) is CHOICES
+
+
+def test_attribution_names_the_best_section_only_and_keeps_a_tie():
+    near = Hit(STAT.document, STAT.section, JOIN.text[: len(JOIN.text) // 2], "os.path")  # a weaker match
+    assert [s.label for s in attribute(JOIN_ANSWER, [near, JOIN])] == ["os.path — join"]
+    twin = Hit(WITH.document, WITH.section, JOIN.text, "with")  # the same words under another label
+    assert {s.label for s in attribute(JOIN_ANSWER, [JOIN, twin])} == {"os.path — join", citation_label(twin)}
