@@ -72,15 +72,6 @@ def resolve_model(model: str | None, suite: str) -> str:
     return str(resolve_model_path(model or default_model()))
 
 
-def registered_format(model: str | None) -> str | None:
-    """The weight format a user of ``model`` gets on a CPU: a registered model's own (``None`` is the default
-    model); ``None`` (float32) for a folder, a ``.gguf`` file or a hub id, which load as they are."""
-    from loom.runtime.checkpoint.registry import default_model, lookup
-
-    registered = lookup(model or default_model())
-    return registered.quantization if registered is not None else None
-
-
 def run(suite: str, model: str | None = None, target: str = "inproc", out: str | Path | None = None,
         compare: list[str] | tuple[str, ...] = (), baseline: str | None = None, concurrency: int | None = None,
         rate: float | None = None, num_requests: int | None = None, seed: int = 0,
@@ -140,6 +131,9 @@ def run(suite: str, model: str | None = None, target: str = "inproc", out: str |
     if is_http:
         asyncio.run(_probe(target, api_key))  # fail fast, before loading anything
     price_table = prices if isinstance(prices, Prices) else load_prices(prices)
+    from loom.runtime.checkpoint.registry import registered_format
+
+    # a registered name runs as its user gets it; resolved to its folder below, it would load in float32
     engine = {"quantization": registered_format(model), **(engine or {})}
     model = resolve_model(model, suite)
     out_dir = Path(out) if out is not None else Path("evals-out") / f"{suite}-{time.strftime('%Y%m%d-%H%M%S')}"

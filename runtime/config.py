@@ -198,11 +198,10 @@ class EngineConfig:
         import torch
 
         if self.quantization == "auto":
-            from loom.runtime.checkpoint.registry import lookup
+            from loom.runtime.checkpoint.registry import registered_format
 
-            registered = lookup(self.model)
             usable = device.type == "cpu" and dtype == torch.float32 and self.tensor_parallel_size == 1
-            self.quantization = registered.quantization if registered is not None and usable else None
+            self.quantization = registered_format(self.model) if usable else None
         return self.quantization
 
     def torch_dtype(self, hf_config: PretrainedConfig) -> torch.dtype:

@@ -281,7 +281,7 @@ def demo(
     _totals(console, [o.result for o in outcomes])
     print_checks(console, outcomes)
     if run_eval:  # the same weights as the session (a folder alone would load float32)
-        from loom.evals.harness import registered_format
+        from loom.runtime.checkpoint.registry import registered_format
 
         fmt = registered_format(name) if quantization == "auto" else quantization
         closing_eval(console, model_path, workdir, engine={"quantization": fmt})

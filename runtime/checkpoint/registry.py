@@ -118,7 +118,7 @@ def model_parts(name: str, version: str, file: str, sha256s: tuple[str, ...]) ->
 
 
 #: The model ``loom demo``, ``loom chat``, ``loom serve`` and the ``qa``/``tools`` evals run when none is named:
-#: chosen by measurement (docs/models.md): the best answers of the registered models that decode at >= 15 tok/s
+#: chosen by measurement (docs/getting-started.md, "Choosing the default model"): the best answers of the registered models that decode at >= 15 tok/s
 #: at batch 1 on 2 CPU cores and keep ``make demo`` under 5 minutes.
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 #: The fastest registered model (135M parameters, ~130 tok/s int4 on 2 cores): the test suite's model, where a
@@ -131,6 +131,13 @@ MODEL_ENV = "LOOM_MODEL"
 def default_model() -> str:
     """The model to run when none is named: ``$LOOM_MODEL`` when set, else :data:`DEFAULT_MODEL`."""
     return os.environ.get(MODEL_ENV, "").strip() or DEFAULT_MODEL
+
+
+def registered_format(model: str | None) -> str | None:
+    """The weight format (``EngineConfig.quantization``) a registered model runs in on a CPU (``None``:
+    the default model); ``None`` (float32) for anything else, a folder, a ``.gguf`` file or a hub id."""
+    registered = lookup(model or default_model())
+    return registered.quantization if registered is not None else None
 
 REGISTRY: dict[str, RegisteredModel] = {
     m.name: m

@@ -249,3 +249,12 @@ def test_a_pull_leaves_setuptools_importable_for_the_attention_kernel_build(tmp_
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "wheels")], capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_registered_format_is_a_registered_models_own_and_none_for_anything_else(monkeypatch) -> None:
+    from loom.runtime.checkpoint.registry import DEFAULT_MODEL, REGISTRY, registered_format
+
+    assert registered_format(SMALL_MODEL) == REGISTRY[SMALL_MODEL].quantization == "int4"
+    assert registered_format("/some/folder") is None and registered_format("Qwen/Qwen3-0.6B") is None
+    monkeypatch.delenv("LOOM_MODEL")
+    assert registered_format(None) == REGISTRY[DEFAULT_MODEL].quantization == "int8"
