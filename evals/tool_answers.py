@@ -9,9 +9,10 @@ the agent's loop (``max_steps`` 3), greedy, and checks each turn's answer:
 * **no markup**: the answer holds no tool-call markup (``<tool_call>``, a JSON
   ``"name"``/``"arguments"`` call, ``<tool_response>``);
 * **states the result**: the first tool result is not an error, and its first
-  number (``8760``, ``18`` of "18 degrees Celsius", ``14`` of "14:30") is a
-  number of the answer, read as a whole number token (``1,234`` is 1234; ``18``
-  does not match ``180``), equal to the printed precision of the result.
+  number (``8760``, ``18`` of "18 degrees Celsius", ``14`` of "14:30") occurs in
+  the answer as a whole token, as the ``qa`` suite matches facts
+  (:func:`loom.evals.qa.contains_fact`: ``8,760`` is 8760; ``18`` does not
+  match ``180``).
 
 Prints one line per prompt and the shares; ``--json PATH`` writes the records.
 It measures the agent loop's answer step (:mod:`loom.orchestrator.runner`);
@@ -47,25 +48,13 @@ class ToolAnswer:
     states_result: bool
 
 
-def numbers(text: str) -> list[float]:
-    """The numbers written in ``text`` as whole tokens, thousands separators dropped."""
-    out = []
-    for m in NUMBER.finditer(text):
-        try:
-            out.append(float(m.group().replace(",", "")))
-        except ValueError:
-            continue
-    return out
-
-
 def states_result(answer: str, result: str) -> bool:
-    """True when the first number of ``result`` is one of ``answer``'s numbers (to the result's precision)."""
+    """True when the first number of ``result`` (else the whole result) occurs in ``answer`` as whole tokens."""
+    from loom.evals.qa import contains_fact
+
     want = NUMBER.search(result)
-    if want is None:
-        return bool(result.strip()) and result.strip().lower() in answer.lower()
-    text = want.group().replace(",", "")
-    digits = len(text.split(".")[1]) if "." in text else 0
-    return any(round(n, digits) == round(float(text), digits) for n in numbers(answer))
+    fact = want.group() if want is not None else result.strip()
+    return bool(fact) and contains_fact(answer, fact)
 
 
 async def run(model: str, threads: int = 2, quantization: str | None = "auto") -> list[ToolAnswer]:
