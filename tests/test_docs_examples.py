@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_readme import run_unit, server_port, units  # noqa: F401 - server_port is a fixture
+from tests.test_readme import Unit, run_unit, server_port, unit_id, units  # noqa: F401 - server_port is a fixture
 
 UNITS = units("docs")
 
 
-@pytest.mark.parametrize("unit", UNITS, ids=[f"{u[0]}-{u[1]}-{u[2] or 'run'}-{i}" for i, u in enumerate(UNITS)])
-def test_docs_example_runs(unit: tuple[str, str, str, list[str]], tmp_path: Path,
+@pytest.mark.parametrize("unit", UNITS, ids=[unit_id(u, i) for i, u in enumerate(UNITS)])
+def test_docs_example_runs(unit: Unit, tmp_path: Path,
                            request: pytest.FixtureRequest) -> None:
     run_unit(unit, tmp_path, request)

@@ -1,9 +1,10 @@
 """The examples in README.md and docs/ run, so they cannot go stale; the README stays a front page.
 
 Every ```python block runs as a script (cwd: a temp folder holding a copy of
-README.md) unless the line before it is ``<!-- readme-test: skip -->``; a
-page's blocks share one interpreter (each in fresh globals), and a block
-repeated word for word on another page runs once.
+README.md) unless the line before it is ``<!-- readme-test: skip -->``; the
+README's blocks share one interpreter, and so do all docs pages' blocks (each in
+fresh globals, in a folder of its page's own), and a block repeated word for word
+on another page runs once.
 A ```bash block runs when the line before it is ``<!-- readme-test: shell -->``.
 A block of either kind marked ``<!-- readme-test: server -->`` runs while
 ``loom serve --no-auth`` serves the model ``$LOOM_MODEL`` names (no ``--model``:
@@ -111,12 +112,18 @@ def test_readme_and_docs_have_runnable_examples() -> None:
     assert any(page.startswith("docs/") for page, *_ in BLOCKS)
 
 
-def units(pages: str) -> list[tuple[str, str, str, list[str]]]:
-    """(page, lang, tag, bodies) of the README's (``pages="README"``) or the docs' (``"docs"``)
-    examples: a page's Python examples of one kind run in one interpreter
-    (each in fresh globals, as a script), a shell example alone; an example repeated
-    word for word on another page runs once."""
-    units: dict[tuple[str, str, str] | int, tuple[str, str, str, list[str]]] = {}
+Example = tuple[str, str]  # (page, body)
+Unit = tuple[str, str, str, list[Example]]  # (label, lang, tag, examples)
+
+
+def units(pages: str) -> list[Unit]:
+    """(label, lang, tag, examples) of the README's (``pages="README"``) or the docs' (``"docs"``)
+    examples, each example a ``(page, body)``.  Python examples of one kind run in one interpreter
+    (each in fresh globals, as a script, in a folder of its page's own): the README's as one unit,
+    every docs page's as one unit (one interpreter for all pages, so torch, transformers and MiniLM
+    load once rather than once a page); a shell example runs alone.  An example repeated word for
+    word on another page runs once."""
+    units: dict[tuple[str, str, str] | int, Unit] = {}
     seen: set[str] = set()
     for i, (page, lang, tag, body) in enumerate(BLOCKS):
         if body in seen:
@@ -124,49 +131,65 @@ def units(pages: str) -> list[tuple[str, str, str, list[str]]]:
         seen.add(body)  # README.md comes first: its examples are not repeated from docs/
         if (page == "README.md") != (pages == "README"):
             continue
-        key = (page, lang, tag) if lang == "python" else i
-        units.setdefault(key, (page, lang, tag, []))[3].append(body)
+        label = pages if lang == "python" else page
+        key = (label, lang, tag) if lang == "python" else i
+        units.setdefault(key, (label, lang, tag, []))[3].append((page, body))
     return list(units.values())
+
+
+def unit_id(unit: Unit, i: int) -> str:
+    """Test id of ``unit``: label, language, tag and position."""
+    return f"{unit[0]}-{unit[1]}-{unit[2] or 'run'}-{i}"
 
 
 UNITS = units("README")  # the docs pages' examples run in tests/test_docs_examples.py
 
-# Runs each example of a JSON list in order, each in fresh globals as ``python -c`` would.
+# Runs each example of a JSON list of [folder, body] in order, each in fresh globals as ``python -c``
+# would, with its page's folder as the working directory.
 RUNNER = r"""
-import json, sys, traceback
-for n, body in enumerate(json.load(open(sys.argv[1]))):
+import json, os, sys, traceback
+for n, (folder, body) in enumerate(json.load(open(sys.argv[1]))):
+    os.chdir(folder)
     try:
         exec(compile(body, f"<example {n}>", "exec"), {"__name__": "__main__"})
     except SystemExit as exc:
         if exc.code not in (None, 0):
             raise
     except BaseException:
-        print(f"--- example {n} failed:\n{body}", file=sys.stderr)
+        print(f"--- example {n} ({os.path.basename(folder)}) failed:\n{body}", file=sys.stderr)
         traceback.print_exc()
         sys.exit(1)
 """
 
 
-@pytest.mark.parametrize("unit", UNITS, ids=[f"{u[0]}-{u[1]}-{u[2] or 'run'}-{i}" for i, u in enumerate(UNITS)])
-def test_example_block_runs(unit: tuple[str, str, str, list[str]], tmp_path: Path,
+@pytest.mark.parametrize("unit", UNITS, ids=[unit_id(u, i) for i, u in enumerate(UNITS)])
+def test_example_block_runs(unit: Unit, tmp_path: Path,
                             request: pytest.FixtureRequest) -> None:
     run_unit(unit, tmp_path, request)
 
 
-def run_unit(unit: tuple[str, str, str, list[str]], tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    """Run one unit of :func:`units` in ``tmp_path``; fails with the example's output."""
-    page, lang, tag, bodies = unit
+def run_unit(unit: Unit, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Run one unit of :func:`units`, each page's examples in a folder of ``tmp_path`` holding a copy of
+    README.md (examples may read it); fails with the examples' output."""
+    label, lang, tag, examples = unit
     env = _env()
-    (tmp_path / "README.md").write_text((ROOT / "README.md").read_text())  # examples may read it
     if tag == "server":
         port = request.getfixturevalue("server_port")
-        bodies = [b.replace("localhost:8000", f"localhost:{port}").replace("8000", str(port)) for b in bodies]
+        examples = [(page, b.replace("localhost:8000", f"localhost:{port}").replace("8000", str(port)))
+                    for page, b in examples]
         env["OPENAI_BASE_URL"] = f"http://localhost:{port}/v1"
+    folders = []
+    for page, _ in examples:
+        folder = tmp_path / page.replace("/", "-").removesuffix(".md")
+        if not folder.exists():
+            folder.mkdir()
+            (folder / "README.md").write_text((ROOT / "README.md").read_text())
+        folders.append(folder)
     if lang == "python":
-        (tmp_path / ".examples.json").write_text(json.dumps(bodies))
+        (tmp_path / ".examples.json").write_text(json.dumps([[str(f), b] for f, (_, b) in zip(folders, examples)]))
         cmd = [sys.executable, "-c", RUNNER, str(tmp_path / ".examples.json")]
     else:
-        cmd = ["bash", "-euo", "pipefail", "-c", bodies[0]]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, (f"{page}: {lang} example failed:\n--- stdout\n{proc.stdout[-3000:]}"
+        cmd = ["bash", "-euo", "pipefail", "-c", examples[0][1]]
+    proc = subprocess.run(cmd, cwd=folders[0], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (f"{label}: {lang} example failed:\n--- stdout\n{proc.stdout[-3000:]}"
                                   f"\n--- stderr\n{proc.stderr[-3000:]}")
