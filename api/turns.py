@@ -65,13 +65,14 @@ class OwnerRetriever:
 
 
 def _tools(services: Services, owner: str, cfg: SessionCreate) -> list[Tool]:
-    from loom.tools.builtin import calculator, memory_tools, search_documents_tool
+    from loom.orchestrator.relevance import search_tool
+    from loom.tools.builtin import calculator, memory_tools
 
     chosen: list[Tool] = []
     if "calculator" in cfg.tools:
         chosen.append(calculator)
     if "search_documents" in cfg.tools:
-        chosen.append(search_documents_tool(OwnerRetriever(services.index(), owner)))
+        chosen.append(search_tool(OwnerRetriever(services.index(), owner)))
     wanted = {"remember", "recall"} & set(cfg.tools)
     if wanted:
         ns = scoped_namespace(owner, cfg.memory_namespace or "default")

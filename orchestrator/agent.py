@@ -50,7 +50,7 @@ from loom.orchestrator.items import JSON
 from loom.orchestrator.ledger import Ledger, PriceTable
 from loom.orchestrator.parts import AgentParts
 from loom.orchestrator.protocols import Engine, Memory, Retriever, Tokenizer, eos_token_ids
-from loom.orchestrator.relevance import check_cutoff
+from loom.orchestrator.relevance import resolve_cutoff, search_tool
 from loom.orchestrator.runner import TurnRunner
 from loom.orchestrator.session import InMemorySession, Session
 from loom.tools import ToolRegistry
@@ -67,12 +67,11 @@ ToolChoiceArg = str | Mapping[str, Any]
 or OpenAI's ``{"type": "function", "function": {"name": ...}}`` (JSON, checked by ``check_tool_choice``)."""
 
 
-def _registry(tools: Any, retriever: Retriever | None, auto_retrieve: bool, timeout_s: float) -> ToolRegistry:
+def _registry(tools: Any, retriever: Retriever | None, auto_retrieve: bool, timeout_s: float,
+              cutoff: float | None) -> ToolRegistry:
     reg = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools or (), default_timeout_s=timeout_s)
     if retriever is not None and not auto_retrieve and "search_documents" not in reg:
-        from loom.tools.builtin import search_documents_tool
-
-        reg.register(search_documents_tool(retriever))
+        reg.register(search_tool(retriever, cutoff))
     return reg
 
 
@@ -165,19 +164,17 @@ class Agent:
                  no_match_answer: str | None = None) -> None:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
+        try:
+            cutoff = resolve_cutoff(similarity_cutoff, retriever)
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc), param="similarity_cutoff") from None
         engine = EngineClient(llm, cache_salt)
-        registry = _registry(tools, retriever, auto_retrieve, tool_timeout_s)
+        registry = _registry(tools, retriever, auto_retrieve, tool_timeout_s, cutoff)
         retention = RetentionPolicy.make(cache_ttl_s, tool_timeout_s if len(registry) else None)
         budget = (budget or ContextBudget()).with_window(engine.max_model_len)
         if budget.window > engine.max_model_len:
             raise InvalidRequestError(f"max_model_len: budget window {budget.window} exceeds the "
                                       f"engine's {engine.max_model_len} tokens", param="max_model_len")
-        if similarity_cutoff == "auto":
-            similarity_cutoff = getattr(retriever, "similarity_cutoff", None)
-        try:
-            cutoff = check_cutoff(similarity_cutoff)
-        except ValueError as exc:
-            raise InvalidRequestError(str(exc), param="similarity_cutoff") from None
         if no_match_answer is not None and (not isinstance(no_match_answer, str) or not no_match_answer.strip()):
             raise InvalidRequestError(f"no_match_answer: must be a non-empty string or None, got {no_match_answer!r}",
                                       param="no_match_answer")

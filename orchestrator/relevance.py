@@ -30,6 +30,9 @@ alone, 413 with the hit margin as well (which drops 4% of the chunks shown),
 and 404 if every hit had to clear the cutoff itself: so the cutoff decides
 whether the documents are shown at all, and the margin only trims the tail.
 
+The ``search_documents`` tool applies the same rule (:func:`search_tool`): a search the model
+makes itself shows only the related hits, and none when nothing is related.
+
 When a search ran and no hit passed, the turn's retrieval message says so
 (:data:`NO_MATCH`) instead of holding unrelated text: the model is told that
 the documents do not cover the message, which is what a question about them
@@ -39,9 +42,13 @@ a calculation) is unaffected beyond the one short line.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from loom.orchestrator.protocols import SearchHit
+
+if TYPE_CHECKING:
+    from loom.tools.function_tool import FunctionTool
 
 #: A documentation-QA agent's answer when nothing retrieved is related (``Agent(no_match_answer=...)``).
 NOT_FOUND_ANSWER = "The indexed documents do not cover this."
@@ -94,3 +101,37 @@ def check_cutoff(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1.0 <= float(value) <= 1.0:
         raise ValueError(f"similarity_cutoff: must be a number in [-1, 1] or None, got {value!r}")
     return float(value)
+
+
+def resolve_cutoff(value: object, retriever: Any) -> float | None:
+    """``similarity_cutoff`` as given (a number, ``None`` or ``"auto"``: the retriever's measured
+    ``similarity_cutoff``, ``None`` when it has none), checked by :func:`check_cutoff`.
+
+    Raises:
+        ValueError: not ``"auto"``, ``None`` or a number in [-1, 1].
+    """
+    if value == "auto":
+        value = getattr(retriever, "similarity_cutoff", None)
+    return check_cutoff(value)
+
+
+def related_hits(cutoff: float | None) -> Callable[[Sequence[SearchHit]], list[SearchHit]]:
+    """The hits of a search to show at ``cutoff``: :func:`split_relevant`'s first half."""
+    def select(hits: Sequence[SearchHit]) -> list[SearchHit]:
+        return split_relevant(hits, cutoff)[0]
+
+    return select
+
+
+def search_tool(retriever: Any, similarity_cutoff: float | str | None = "auto", **kwargs: Any) -> FunctionTool:
+    """``search_documents`` over ``retriever`` (``loom.tools.builtin.search_documents_tool``; ``kwargs``
+    as it takes them) showing only the related hits (:func:`related_hits`) at ``similarity_cutoff``
+    (:func:`resolve_cutoff`).
+
+    Raises:
+        ValueError: a bad ``similarity_cutoff``, or what ``search_documents_tool`` raises.
+    """
+    from loom.tools.builtin import search_documents_tool
+
+    return search_documents_tool(retriever, select=related_hits(resolve_cutoff(similarity_cutoff, retriever)),
+                                 **kwargs)

@@ -53,7 +53,7 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
     from loom.orchestrator import Agent, ContextBudget
     from loom.runtime import AsyncLLM, SamplingParams
     from loom.runtime.errors import LoomError
-    from loom.tools.builtin import calculator, memory_tools, search_documents_tool
+    from loom.tools.builtin import calculator, memory_tools
 
     retriever = memory = None
     tools: list[Any] = [calculator]
@@ -66,7 +66,9 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
         except (LoomError, ValueError, OSError) as exc:
             raise SetupError(f"index {str(index)!r} cannot be opened: {_first_line(exc)}; "
                              "build one with loom ingest PATH --index DIR") from exc
-        tools.append(search_documents_tool(retriever))
+        from loom.orchestrator.relevance import search_tool
+
+        tools.append(search_tool(retriever))
     if db is not None:
         from loom.memory import LongTermMemory
 

@@ -69,42 +69,68 @@ def search(
     mode: str = typer.Option("hybrid", "--mode", help="hybrid | dense | bm25."),
     document: Optional[str] = typer.Option(None, "--document", help="Only this document id."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per hit."),
+    similarity_cutoff: str = typer.Option(
+        "auto", "--similarity-cutoff",
+        help="Which hits count as related to the query (marked in the table, 'related' in JSON): auto "
+             "(the index's measured cutoff, the one agents apply before a model sees a hit), none, or a "
+             "cosine similarity in [-1, 1]."),
 ) -> None:
     """Search a retrieval index (hybrid dense + BM25 by default).
+
+    Every hit is listed, marked related or not by the rule Loom's agents apply before a model
+    sees retrieved text (loom.orchestrator.relevance): the unrelated ones are what an agent
+    would leave out, and a query the index knows nothing about has no related hit.
 
     Example: loom search --index .loom/index "os.path.join" --k 3 --json
     """
     from loom.cli.logs import quiet_logs
+    from loom.orchestrator.relevance import resolve_cutoff, split_relevant
     from loom.retrieval.retriever import Retriever
     from loom.runtime.errors import NotFoundError
 
     quiet_logs()
 
     try:
+        cutoff_arg: float | str | None = similarity_cutoff.lower()
+        if cutoff_arg == "none":
+            cutoff_arg = None
+        elif cutoff_arg != "auto":
+            try:
+                cutoff_arg = float(similarity_cutoff)
+            except ValueError:
+                raise ValueError(f"--similarity-cutoff: must be auto, none or a number in [-1, 1], "
+                                 f"got {similarity_cutoff!r}") from None
         r = Retriever.open(index, create=False)
+        cutoff = resolve_cutoff(cutoff_arg, r)
         hits = r.search(query, k=k, mode=mode, filters={"document": document} if document else None)
     except (NotFoundError, ValueError) as exc:
         typer.secho(f"error: {getattr(exc, 'message', exc)}", fg="red", err=True)
         raise typer.Exit(2) from exc
+    shown = {id(h) for h in split_relevant(hits, cutoff)[0]}
+    related = [id(h) in shown for h in hits]
     if as_json:
-        for h in hits:
+        for h, rel in zip(hits, related):
             sys.stdout.write(json.dumps({
-                "chunk_id": h.chunk_id, "score": h.score, "document": h.document,
-                "title": h.title, "section": h.section, "text": h.text, "metadata": h.metadata,
+                "chunk_id": h.chunk_id, "score": h.score, "similarity": h.similarity, "related": rel,
+                "document": h.document, "title": h.title, "section": h.section, "text": h.text,
+                "metadata": h.metadata,
             }, ensure_ascii=False) + "\n")
         return
-    _print_table(query, hits)
+    caption = "" if cutoff is None else (
+        f"related: what an agent shows its model (similarity cutoff {cutoff:.3f})"
+        + ("" if any(related) else "; nothing here is related to the query"))
+    _print_table(query, hits, related, caption)
 
 
-def _print_table(query: str, hits: list) -> None:
+def _print_table(query: str, hits: list, related: list[bool], caption: str = "") -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{len(hits)} hits for {query!r}", show_lines=True)
-    for col in ("#", "score", "document", "section", "text"):
+    table = Table(title=f"{len(hits)} hits for {query!r}", caption=caption or None, show_lines=True)
+    for col in ("#", "score", "related", "document", "section", "text"):
         table.add_column(col, overflow="fold")
-    for n, h in enumerate(hits, 1):
+    for n, (h, rel) in enumerate(zip(hits, related), 1):
         text = " ".join(h.text.split())
-        table.add_row(str(n), f"{h.score:.4f}", h.document, h.section or h.title,
-                      text[:240] + ("…" if len(text) > 240 else ""))
+        table.add_row(str(n), f"{h.score:.4f}", "yes" if rel else "no", h.document, h.section or h.title,
+                      text[:240] + ("…" if len(text) > 240 else ""), style=None if rel else "dim")
     Console().print(table)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import pytest
 
 from loom.orchestrator import Agent, InMemorySession
-from loom.orchestrator.relevance import HIT_MARGIN, NO_MATCH, split_relevant
+from loom.orchestrator.relevance import HIT_MARGIN, NO_MATCH, search_tool, split_relevant
 from loom.retrieval.types import Hit
 from loom.runtime.errors import InvalidRequestError
+from loom.tools import ToolRegistry
+from loom.tools.builtin.search import NO_MATCH_RESULT
 
 from tests.orchestrator.scripted_llm import ScriptedLLM
 
@@ -113,3 +115,24 @@ async def test_an_off_topic_message_after_a_related_turn_is_not_shown_the_previo
     await agent.arun("How do I cancel an asyncio task?", session=session)
     standalone = await agent.arun("Is asyncio.Queue a FIFO queue?", session=session)  # related on its own
     assert standalone.rewritten_query is None and standalone.retrieved[0].document.endswith("queues.md")
+
+
+async def test_the_search_tool_an_agent_offers_shows_no_unrelated_passage(tokenizer, retriever):
+    # auto_retrieve=False: the model searches through search_documents, which applies the agent's cutoff
+    agent = Agent(ScriptedLLM(tokenizer, []), retriever=retriever, auto_retrieve=False)
+    unrelated = await agent.parts.registry.call("search_documents", {"query": "What is the capital of Peru?"})
+    assert not unrelated.is_error
+    assert unrelated.content == NO_MATCH_RESULT.format(query="What is the capital of Peru?")
+    related = await agent.parts.registry.call("search_documents", {"query": "How do I cancel an asyncio task?"})
+    assert related.content.startswith("[1] ") and "CancelledError" in related.content
+
+
+async def test_search_tool_with_no_cutoff_shows_every_hit(retriever):
+    search = search_tool(retriever, similarity_cutoff=None, k=2)
+    result = await ToolRegistry([search]).call("search_documents", {"query": "What is the capital of Peru?"})
+    assert result.content.startswith("[1] ") and "\n\n[2] " in result.content
+
+
+def test_search_tool_rejects_a_bad_cutoff(retriever):
+    with pytest.raises(ValueError, match="similarity_cutoff"):
+        search_tool(retriever, similarity_cutoff=2.0)

@@ -56,6 +56,21 @@ async def test_search_documents_k_is_validated_before_the_retriever_runs(retriev
     assert one.content.startswith("[1] ") and "guide:cooking | Bread" in one.content
 
 
+async def test_select_decides_which_hits_the_model_sees_and_none_left_says_so(retriever):
+    seen = []
+
+    def select(hits):
+        seen.append(len(hits))
+        return [h for h in hits[:1] if h.document == "guide:cooking"]  # the best hit, when it is about cooking
+
+    reg = ToolRegistry([search_documents_tool(retriever, k=3, select=select)])
+    bread = await reg.call("search_documents", {"query": "bread dough"})
+    assert bread.content.startswith("[1] ") and "guide:cooking | Bread" in bread.content and "[2]" not in bread.content
+    kv = await reg.call("search_documents", {"query": "block table"})
+    assert seen == [3, 3]  # select saw every hit the retriever returned
+    assert kv.content == "No passage of the indexed documents matches 'block table'."
+
+
 def test_search_documents_tool_rejects_bad_setup(retriever):
     with pytest.raises(ValueError, match="k: must be in"):
         search_documents_tool(retriever, k=0)

@@ -4,11 +4,17 @@ The tool calls ``retriever.search(query, k)`` on anything with that method
 (:class:`retrieval.Retriever` in Loom) and shows the hits compactly: one header
 line per hit with its rank, chunk id, document, section and score, then the
 chunk text.  The chunk id lets the model cite what it used.
+
+``select`` decides which of the hits the model sees: Loom's agents, ``loom chat``
+and ``loom serve`` pass the relevance rule of the retrieval they run themselves
+(``loom.orchestrator.relevance.search_tool``), so a search about something the
+index does not hold answers "no passage matches" instead of its ``k`` nearest,
+unrelated passages, which a small model would answer from.
 """
 
 # No ``from __future__ import annotations``: the tool's signature is built in a
 # closure and its hints must be real objects when ``@tool`` reads them.
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Annotated, Protocol
 
 from pydantic import Field
@@ -16,7 +22,10 @@ from pydantic import Field
 from loom.json_types import JSON
 from loom.tools.function_tool import FunctionTool, tool
 
-__all__ = ["SearchBackend", "SearchResult", "format_hits", "search_documents_tool"]
+__all__ = ["NO_MATCH_RESULT", "SearchBackend", "SearchResult", "format_hits", "search_documents_tool"]
+
+#: The tool's result when no hit is shown (``{query}``: the query searched).
+NO_MATCH_RESULT = "No passage of the indexed documents matches {query!r}."
 
 _DESCRIPTION = (
     "Search the document collection and return the most relevant passages, "
@@ -67,6 +76,7 @@ def search_documents_tool(
     name: str = "search_documents",
     description: str = _DESCRIPTION,
     timeout_s: float | None = None,
+    select: Callable[[Sequence[SearchResult]], Sequence[SearchResult]] | None = None,
 ) -> FunctionTool:
     """A ``search_documents(query, k=k)`` tool over ``retriever``.
 
@@ -75,6 +85,8 @@ def search_documents_tool(
         k: number of hits returned when the model does not ask for another count.
         max_k: most hits the model may ask for.
         name, description, timeout_s: as for :func:`tools.tool`.
+        select: which of a search's hits to show, in rank order (``None``: all); when it keeps
+            none the tool answers that no passage matches (:data:`NO_MATCH_RESULT`).
 
     Raises:
         ValueError: ``k`` not in ``[1, max_k]`` or a retriever without ``search``.
@@ -96,6 +108,8 @@ def search_documents_tool(
             k: how many passages to return.
         """
         hits = retriever.search(query, k)  # sync: FunctionTool runs it off the event loop
-        return format_hits(hits) if hits else f"No documents found for {query!r}."
+        if select is not None:
+            hits = select(hits)
+        return format_hits(hits) if hits else NO_MATCH_RESULT.format(query=query)
 
     return tool(search_documents, name=name, description=description, timeout_s=timeout_s)
