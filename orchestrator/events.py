@@ -142,6 +142,10 @@ class RunResult:
         no_match: the turn searched and no hit was related to the message (under the agent's
             ``similarity_cutoff``, ``loom.orchestrator.relevance``): nothing was shown, and with
             ``no_match_answer`` set that text is the answer and no model call was made.
+        unsupported: with ``no_match_answer`` set, the model's answer to a turn that was shown
+            passages was ungrounded (``loom.orchestrator.grounding``: these claims of it occur in
+            none of the passages, or ``["(restates the question)"]``), so ``answer`` is
+            ``no_match_answer`` instead; empty otherwise.
     """
 
     answer: str = ""
@@ -160,6 +164,7 @@ class RunResult:
     rewritten_query: str | None = None
     finish_reason: str | None = None
     no_match: bool = False
+    unsupported: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -1,0 +1,140 @@
+"""Whether a documentation answer rests on the passages it was given: the checkable claims it makes.
+
+A small model asked about something the documents do not hold ("Which keyword argument of
+json.dumps sets the maximum nesting depth?") answers anyway, in the documents' own voice:
+"The keyword argument `maxdepth` ...".  Asking the model whether its answer is in the passages
+does not help: measured on the ``qa`` suite, Qwen2.5-Coder-0.5B-Instruct said "No" to every
+"do the documents answer this?" and was at chance on "is your answer stated in them?".  What does
+tell is lexical, in the spirit of RAG groundedness checks (RAGAS' faithfulness, NeMo
+Guardrails' fact-checking rail), without a model call:
+
+* **Unsupported claims.**  The exact things a documentation answer asserts can be checked
+  against the text: code names (backticked spans, calls such as ``product(A, A)``, dotted
+  names, snake_case and camelCase identifiers, ``f()``), quoted literals and numbers.  A claim the question does not already name must occur in
+  the passages the model was shown (a number as a whole number; a dotted name whole, or by its
+  last two or more parts, or by a distinctive last part such as ``help_option_names``).
+  ``maxdepth``, ``3600``, ``jinja2.ext.case`` occur in none of the passages retrieved for their
+  questions; a right answer's ``sort_keys`` does.
+* **A restated question.**  An answer that says nothing the question did not ("The argument of
+  click.option sets a regular expression that the value must match.") names no claim and adds
+  no word but function words: it is not an answer.
+
+:func:`check` returns both; an answer with either is *ungrounded*.  An agent with
+``no_match_answer`` set (a documentation-QA agent) replaces an ungrounded answer to a question
+its retrieval showed passages for with that text (``loom.orchestrator.runner``).
+
+Measured with ``loom eval run --suite qa`` (Qwen2.5-Coder-0.5B-Instruct, int8) and the records'
+answers checked against the passages each question retrieved: see docs/evaluations.md.  The
+check never looks at the question's gold answer; an answer in other words than the passages'
+(``1 hour`` for ``3600``) counts as unsupported, which costs a right answer only when the
+model paraphrases a number or a name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+_CLAIM = re.compile(
+    r"`(?P<code>[^`\n]{1,80})`"
+    r"|(?<!\w)'(?P<quoted>[^'\n]{1,40})'(?!\w)|\"(?P<dquoted>[^\"\n]{1,40})\""
+    r"|(?P<call>\b[A-Za-z_][\w.]*\([^()\n]{1,40}\))"
+    r"|(?P<name>\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?|\b[A-Za-z_]\w*\(\))"
+    r"|(?P<ident>\b[A-Za-z]\w*_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z]+[A-Z]\w*\b)"
+    r"|(?P<number>(?<![\w.])\d+(?:\.\d+)?(?![\w]|\.\d))")
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_']+")
+_DISTINCTIVE = re.compile(r"_|[a-z][A-Z]|\d")
+
+#: Words an answer may add to its question's without saying anything (function words and the
+#: vocabulary of API questions: "argument", "default", "function", "value", ...).
+FILLER = frozenset("""
+a an the of to in on for and or is are be been by with from as at into than then that this these those it its
+what which how does do did can could should would will may might when where whose who whom why if
+i me my you your we our they their there here has have had was were also just only so such very any
+default value values set sets use used uses using return returns returned function functions argument arguments
+parameter parameters method methods class classes option options module modules python keyword keywords
+attribute attributes called call calls named name names make makes given give gives
+""".split())
+
+
+@dataclass(frozen=True)
+class Grounding:
+    """What :func:`check` found in an answer.
+
+    Attributes:
+        claims: the answer's checkable claims (code names, quoted literals, numbers) that its question does not name.
+        unsupported: those of ``claims`` that occur in none of the passages.
+        restates_question: the answer names no claim and adds no word but :data:`FILLER` to its question's.
+    """
+
+    claims: tuple[str, ...]
+    unsupported: tuple[str, ...]
+    restates_question: bool
+
+    @property
+    def grounded(self) -> bool:
+        """No unsupported claim, and more than the question restated."""
+        return not self.unsupported and not self.restates_question
+
+
+def _occurs(text: str, s: str, number: bool = False, ignore_case: bool = False) -> bool:
+    """``s`` in ``text`` as a whole token (a number not inside a longer number either)."""
+    left, right = (r"(?<![\w.])", r"(?!\w|\.\d)") if number else (r"(?<!\w)", r"(?!\w)")
+    return re.search(left + re.escape(s) + right, text, re.I if ignore_case else 0) is not None
+
+
+def claims(answer: str, question: str) -> list[tuple[str, str]]:
+    """``(claim, kind)`` of each code name or number in ``answer`` that ``question`` does not name, in
+    order; kind ``code`` / ``quoted`` / ``dquoted`` / ``call`` / ``name`` / ``ident`` / ``number``.  The question names a number or a code-like
+    name (one with a dot, ``_``, an inner capital or a digit) when it holds it as a whole token; a plain
+    word (``cancel()``, `` `markdown` ``) is always a claim, even when the question uses the word."""
+    out = []
+    for m in _CLAIM.finditer(answer):
+        kind = m.lastgroup or "code"
+        claim = m.group(kind).strip()
+        core = claim.removesuffix("()").strip()
+        if not core:
+            continue
+        code_like = kind == "number" or "." in core or _DISTINCTIVE.search(core) is not None
+        if not (code_like and _occurs(question, core, kind == "number", ignore_case=True)):
+            out.append((claim, kind))
+    return out
+
+
+def supported(claim: str, kind: str, passages: str) -> bool:
+    """Whether ``claim`` occurs in ``passages`` as a whole token (``()`` dropped; case counts but for a
+    dotted name, which a sentence may capitalize), or, for a dotted name, by its last two or more parts or
+    by a last part that is distinctive (has ``_``, an inner capital or a digit) or a class name (capitalized)."""
+    core = claim.removesuffix("()").strip()
+    if not core:
+        return True
+    if kind == "number":
+        return _occurs(passages, core, number=True)
+    if _occurs(passages, core, ignore_case="." in core):
+        return True
+    parts = core.split(".")
+    for i in range(1, len(parts)):
+        tail = ".".join(parts[i:])
+        if (len(parts) - i >= 2 or _DISTINCTIVE.search(tail) or tail[:1].isupper()) and _occurs(passages, tail):
+            return True
+    return False
+
+
+def restates(answer: str, question: str) -> bool:
+    """The answer names no claim and its words, less :data:`FILLER`, are all the question's."""
+    if claims(answer, question):
+        return False
+    said = {w.lower() for w in _WORD.findall(answer)} - FILLER
+    asked = {w.lower() for w in _WORD.findall(question)}
+    return not (said - asked)
+
+
+def check(answer: str, question: str, passages: Iterable[str]) -> Grounding:
+    """The claims of ``answer`` to ``question``, which of them ``passages`` (the texts the model was
+    shown) do not support, and whether the answer only restates the question."""
+    text = "\n".join(passages)
+    found = claims(answer, question)
+    return Grounding(claims=tuple(c for c, _ in found),
+                     unsupported=tuple(c for c, k in found if not supported(c, k, text)),
+                     restates_question=restates(answer, question))

@@ -1,0 +1,82 @@
+"""An answer is grounded when every code name and number it asserts (beyond the question's) occurs in the
+passages, and it says more than the question: ``loom.orchestrator.grounding`` on answers the default model
+gave to the ``qa`` suite, then a documentation-QA agent (scripted stand-in model, ScriptedLLM: the rule is
+the agent's, not the model's) over a real MiniLM index."""
+
+from __future__ import annotations
+
+from loom.orchestrator import Agent, InMemorySession
+from loom.orchestrator.events import ContentDelta
+from loom.orchestrator.grounding import check
+
+from tests.orchestrator.scripted_llm import ScriptedLLM
+
+JSON_DOCS = ("json.dumps(obj, *, skipkeys=False, ensure_ascii=True, check_circular=True, allow_nan=True, "
+             "cls=None, indent=None, separators=None, default=None, sort_keys=False, **kw)\n"
+             "If sort_keys is true (default: False), then the output of dictionaries will be sorted by key.")
+
+
+def test_a_name_the_passages_hold_is_supported_and_one_they_do_not_is_not():
+    q = "Which keyword argument of json.dumps makes the output of dictionaries sorted by key?"
+    right = check("The keyword argument `sort_keys` of `json.dumps` sorts the output by key.", q, [JSON_DOCS])
+    assert right.grounded and right.claims == ("sort_keys",)
+    q = "Which keyword argument of json.dumps sets the maximum nesting depth of the output?"
+    made_up = check("The keyword argument `maxdepth` of `json.dumps` sets the maximum nesting depth.", q, [JSON_DOCS])
+    assert not made_up.grounded and made_up.unsupported == ("maxdepth",)
+
+
+def test_a_number_counts_only_as_a_whole_number():
+    q = "What is the default expiry time of the entries of FileSystemBytecodeCache?"
+    passages = ["FileSystemBytecodeCache(directory=None, pattern='__jinja2_%s.cache') ... 36001 bytes"]
+    g = check("The default expiry time is 3600 seconds.", q, passages)
+    assert g.unsupported == ("3600",)
+    assert check("It holds 36001 bytes.", "How many bytes?", passages).grounded
+
+
+def test_a_dotted_name_is_found_by_its_last_parts_when_they_are_distinctive():
+    passages = ["Context.help_option_names: the names of the help options."]
+    q = "Which setting names the help options?"
+    assert check("It is `click.Context.help_option_names`.", q, passages).grounded
+    assert check("It is `help_option_names`.", q, passages).grounded
+    # "case" alone is an English word of the passages, not the extension's name
+    made_up = check("The extension `jinja2.ext.case` adds it.", "Which extension adds a switch/case statement?",
+                    ["Use a case-insensitive comparison. jinja2.ext.do adds the do statement."])
+    assert made_up.unsupported == ("jinja2.ext.case",)
+
+
+def test_an_answer_that_restates_the_question_is_not_grounded():
+    q = "Which argument of click.option sets a regular expression that the value must match?"
+    g = check("The argument of click.option sets a regular expression that the value must match.", q, ["click.option"])
+    assert g.restates_question and not g.grounded
+    q = "Which built-in Jinja filter converts Markdown text to HTML?"
+    assert not check("The built-in Jinja filter that converts Markdown text to HTML is `markdown`.", q, []).grounded
+    assert check("The filter is called striptags; it removes tags.", q, ["striptags"]).grounded
+
+
+def test_claims_the_question_names_need_no_support():
+    q = "What does json.dumps return?"
+    assert check("json.dumps returns a str.", q, ["Serialize obj to a JSON formatted str."]).grounded
+
+
+async def test_a_docs_qa_agent_replaces_an_ungrounded_answer_and_stores_what_it_said(tokenizer, retriever):
+    llm = ScriptedLLM(tokenizer, ["Use `asyncio.shield_all()` for that.", "Call cancel() on the task."])
+    agent = Agent(llm, retriever=retriever, no_match_answer="The indexed documents do not cover this.",
+                  condense_question=False)
+    session = InMemorySession()
+    events = [ev async for ev in agent.stream("How do I cancel an asyncio task?", session=session)]
+    result = events[-1].result
+    deltas = "".join(ev.text for ev in events if isinstance(ev, ContentDelta))
+    assert deltas == result.answer == "The indexed documents do not cover this."  # the made-up name never streamed
+    assert result.unsupported == ["asyncio.shield_all()"] and result.steps == 1 and result.retrieved
+    assert result.usage.completion_tokens > 0  # the model's call is still accounted
+    result = await agent.arun("How do I cancel an asyncio task, then?", session=session)
+    assert result.answer == "Call cancel() on the task." and result.unsupported == []
+    prompt = tokenizer.decode(llm.prompts[-1])
+    assert "The indexed documents do not cover this." in prompt and "shield_all" not in prompt
+
+
+async def test_an_agent_without_no_match_answer_keeps_its_models_answer(tokenizer, retriever):
+    llm = ScriptedLLM(tokenizer, ["Use `asyncio.shield_all()` for that."])
+    agent = Agent(llm, retriever=retriever, condense_question=False)
+    result = await agent.arun("How do I cancel an asyncio task?", session=InMemorySession())
+    assert result.answer == "Use `asyncio.shield_all()` for that." and result.unsupported == []
