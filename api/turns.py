@@ -134,6 +134,7 @@ def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Agent:
         auto_retrieve=cfg.index,
         condense_question=cfg.condense_question,
         similarity_cutoff=cfg.similarity_cutoff,
+        no_match_answer=cfg.no_match_answer if cfg.index else None,
         tool_call_parser=services.tool_format,
         approval=cfg.approval,
         cache_salt=cache_salt(services.settings.prefix_cache_scope, owner),
@@ -188,13 +189,14 @@ def result_fields(result: RunResult) -> dict[str, JSON]:
 
 def retrieval_field(result: RunResult) -> dict[str, JSON] | None:
     """The stored ``retrieval`` of a turn: the sections shown, whether nothing in the index was related
-    (``RunResult.no_match``) and the query a follow-up was searched with; ``None`` when it searched nothing."""
+    (``RunResult.no_match``), the query a follow-up was searched with and why an answer was replaced by the
+    session's ``no_match_answer`` (``RunResult.unsupported``); ``None`` when it searched nothing."""
     from loom.orchestrator.items import source_label
 
     if not result.retrieved and not result.no_match:
         return None
     return {"sources": [source_label(h) for h in result.retrieved], "no_match": result.no_match,
-            "searched_as": result.rewritten_query}
+            "searched_as": result.rewritten_query, "unsupported": list(result.unsupported)}
 
 
 def after_turn_ledger(result: RunResult) -> dict[str, JSON] | None:

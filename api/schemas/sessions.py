@@ -68,6 +68,11 @@ class SessionCreate(_Strict):
         default="auto", description="With index: the cosine similarity under which a retrieved section is not "
         "shown (`auto`: the embedder's measured cutoff, 0.425 for MiniLM; null: every section is shown). A short "
         "question can score under it against a section that covers several topics.")
+    no_match_answer: str | None = Field(
+        default=None, min_length=1, max_length=1000, description="With index, a documentation-QA session: this "
+        "text is the answer when nothing retrieved is related to the message (no model call), and replaces an "
+        "answer that names code, quoted values or numbers none of the shown sections holds, or only restates "
+        "the question (held until checked, also when streamed); null: the model always answers.")
     condense_question: bool | Literal["history", "model"] = Field(
         default="history", description="With index, how a turn after the first is searched: `history` (or true: "
         "the previous user message and this one joined, no model call), `model` (the model rewrites it into a "
@@ -139,6 +144,9 @@ class TurnRetrieval(BaseModel):
     searched_as: str | None = Field(default=None, description="The query a follow-up was searched with instead "
                                     "of the message as typed (the previous message joined to it, or the model's "
                                     "rewrite); null: as typed.")
+    unsupported: list[str] = Field(default_factory=list, description="With `no_match_answer`: why the model's "
+                                   "answer was replaced by it (its claims that no shown section holds, or "
+                                   "`(restates the question)`); empty when it was not.")
 
 
 class TurnOut(BaseModel):

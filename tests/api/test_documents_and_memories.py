@@ -34,7 +34,7 @@ def test_session_with_index_retrieves_the_owners_documents(alice):
     assert turn["state"] == "done"
     assert turn["ledger"]["prompt"]["retrieval"]["tokens"] > 0
     # DOC covers three topics in one chunk: "When do backups run?" scores 0.21 against it, under MiniLM's cutoff
-    assert turn["retrieval"] == {"sources": [], "no_match": True, "searched_as": None}
+    assert turn["retrieval"] == {"sources": [], "no_match": True, "searched_as": None, "unsupported": []}
     focused = alice.post("/v1/sessions", json={"index": True, "similarity_cutoff": None,
                                                "sampling": {"temperature": 0, "max_tokens": 8}}).json()["id"]
     turn = alice.post(f"/v1/sessions/{focused}/messages", json={"content": "When do backups run?"}).json()
@@ -47,11 +47,27 @@ def test_a_turn_says_when_nothing_in_the_index_was_related_and_the_stored_turn_k
     alice.post("/v1/documents", json={"id": "ops-runbook", "text": DOC})
     sid = alice.post("/v1/sessions", json={"index": True, "sampling": {"temperature": 0, "max_tokens": 8}}).json()["id"]
     turn = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "What is the capital of Peru?"}).json()
-    assert turn["retrieval"] == {"sources": [], "no_match": True, "searched_as": None}
+    assert turn["retrieval"] == {"sources": [], "no_match": True, "searched_as": None, "unsupported": []}
     stored = alice.get(f"/v1/sessions/{sid}/messages").json()["data"][0]
     assert stored["retrieval"] == turn["retrieval"]
     plain = alice.post("/v1/sessions", json={"sampling": {"temperature": 0, "max_tokens": 4}}).json()["id"]
     assert alice.post(f"/v1/sessions/{plain}/messages", json={"content": "Hi"}).json()["retrieval"] is None
+
+
+def test_a_documentation_qa_session_answers_its_no_match_answer_and_says_why(alice):
+    alice.post("/v1/documents", json={"id": "ops-notes", "text": DOC})
+    body = {"index": True, "no_match_answer": "Not in the ops documents.", "sampling": {"temperature": 0, "max_tokens": 24}}
+    sid = alice.post("/v1/sessions", json=body).json()["id"]
+    turn = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "What is the capital of Peru?"}).json()
+    assert turn["answer"] == "Not in the ops documents." and turn["retrieval"]["no_match"]
+    assert turn["usage"]["completion_tokens"] == 0  # no model call
+    turn = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "Which port does the Loom gateway listen on?"}).json()
+    assert turn["state"] == "done" and isinstance(turn["retrieval"]["unsupported"], list)
+    # the answer is the model's only when it rests on the shown sections
+    assert (turn["answer"] == "Not in the ops documents.") == bool(turn["retrieval"]["unsupported"]), turn
+    for bad in ("", 5):
+        r = alice.post("/v1/sessions", json={**body, "no_match_answer": bad})
+        assert r.status_code == 400 and "no_match_answer" in r.text
 
 
 def test_memories_add_list_search_delete_and_isolation(alice, bob):
