@@ -140,8 +140,12 @@ def test_an_api_entry_is_labelled_module_then_name_and_cited_by_any_spelling():
         assert match_citation(cited, [merge, CHOICES]) is CHOICES
 
 
-def test_attribution_names_the_best_section_only_and_keeps_a_tie():
+def test_attribution_names_the_best_section_only_and_a_tie_goes_to_the_higher_ranked():
     near = Hit(STAT.document, STAT.section, JOIN.text[: len(JOIN.text) // 2], "os.path")  # a weaker match
     assert [s.label for s in attribute(JOIN_ANSWER, [near, JOIN])] == ["os.path — join"]
     twin = Hit(WITH.document, WITH.section, JOIN.text, "with")  # the same words under another label
-    assert {s.label for s in attribute(JOIN_ANSWER, [JOIN, twin])} == {"os.path — join", citation_label(twin)}
+    assert [s.label for s in attribute(JOIN_ANSWER, [JOIN, twin])] == ["os.path — join"]
+    assert [s.label for s in attribute(JOIN_ANSWER, [twin, JOIN])] == [citation_label(twin)]
+    assert {s.label for s in attribute(JOIN_ANSWER, [JOIN, twin], max_sources=None)} == {
+        "os.path — join", citation_label(twin)}
+
