@@ -42,21 +42,34 @@ def scoped_namespace(owner: str, namespace: str) -> str:
 
 
 class OwnerRetriever:
-    """A retriever view that only finds the owner's documents (metadata filter)."""
+    """A retriever view that finds the owner's documents and the shared ones (metadata filter).
+
+    A document posted to ``/v1/documents`` carries ``metadata.owner`` and only its owner finds it;
+    a document the operator ingested into the server's index with ``loom ingest`` carries no owner
+    and is *shared*: every caller's search and sessions find it, and no caller can delete it.
+    """
 
     def __init__(self, retriever: Retriever, owner: str) -> None:
         self._retriever = retriever
         self.owner = owner
 
+    @property
+    def _visible(self) -> dict[str, JSON]:
+        return {"owner": [self.owner, None]}  # None: no owner, an operator's shared document
+
     def search(self, query: str, k: int = 5, filters: dict[str, JSON] | None = None) -> list[Hit]:
-        """``Retriever.search`` restricted to ``metadata.owner == owner``."""
-        return self._retriever.search(query, k=k, filters={**(filters or {}), "owner": self.owner})
+        """``Retriever.search`` restricted to the owner's and the shared documents."""
+        return self._retriever.search(query, k=k, filters={**(filters or {}), **self._visible})
 
     def search_many(self, queries: Iterable[str], k: int = 5, filters: dict[str, JSON] | None = None,
                     identifier_queries: Iterable[str] | None = None) -> list[Hit]:
-        """``Retriever.search_many`` restricted to ``metadata.owner == owner``."""
-        return self._retriever.search_many(queries, k=k, filters={**(filters or {}), "owner": self.owner},
+        """``Retriever.search_many`` restricted to the owner's and the shared documents."""
+        return self._retriever.search_many(queries, k=k, filters={**(filters or {}), **self._visible},
                                            identifier_queries=identifier_queries)
+
+    def owns(self, document: str) -> bool:
+        """Whether ``document`` (its index id) is one of the owner's own (not a shared one, not another's)."""
+        return bool(self._retriever.store.filter_faiss_ids({"document": document, "owner": self.owner}))
 
     def __getattr__(self, name: str) -> Any:  # any other attribute of the wrapped retriever
         if name.startswith("search"):  # never an unfiltered search through the view

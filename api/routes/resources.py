@@ -3,7 +3,8 @@
 Both are owner-scoped: documents are indexed with ``metadata.owner`` and ids
 prefixed by the owner, and searches filter on it; memory namespaces are
 prefixed by the owner.  Another owner's documents and memories are invisible
-(404 on delete).  Embedding and FAISS work runs in a worker thread.
+(404 on delete).  Documents the operator ingested into the server's index with
+``loom ingest`` have no owner: every caller finds them, none can delete them.  Embedding and FAISS work runs in a worker thread.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from loom.api.schemas.resources import (
 )
 from loom.api.schemas.sessions import Deleted
 from loom.api.turns import OwnerRetriever, scoped_namespace
+from loom.runtime.errors import NotFoundError
 
 router = APIRouter(tags=["documents and memory"], responses=error_responses(400, 401))
 
@@ -61,7 +63,10 @@ async def delete_document(document_id: str, request: Request, owner: str = Depen
     """Remove one of the caller's documents and its chunks (404 when it is not theirs)."""
     services = request.app.state.services
     retriever = await anyio.to_thread.run_sync(services.index)
-    await anyio.to_thread.run_sync(retriever.delete_document, _doc_key(owner, document_id))
+    key = _doc_key(owner, document_id)
+    if not await anyio.to_thread.run_sync(OwnerRetriever(retriever, owner).owns, key):  # a shared one is nobody's
+        raise NotFoundError(f"document not in index: {document_id}", param="document_id")
+    await anyio.to_thread.run_sync(retriever.delete_document, key)
     return Deleted(id=document_id, object="document")
 
 
