@@ -1,6 +1,6 @@
 """Documents the operator ingests with ``loom ingest`` into the index ``loom serve --index`` serves have no
 owner: every caller's search and sessions find them, no caller can delete them, and an owner's own documents
-stay private beside them.  A real ``loom ingest`` and a real ``loom serve`` (tiny random-weight model: what
+stay private beside them.  An index ingested as ``loom ingest`` does (``Retriever.ingest``) and a real ``loom serve`` (tiny random-weight model: what
 matters is what retrieval shows, not the answer) with two owners' keys."""
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ The island ferry leaves the harbour at 07:15 and 19:40 every day.
 def served(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, dict[str, str]]]:
     work = tmp_path_factory.mktemp("shared-docs")
     (work / "ferry.md").write_text(GUIDE)
-    cli("ingest", str(work / "ferry.md"), "--index", str(work / "index"), "--no-progress")
+    from loom.retrieval import Retriever
+
+    Retriever.open(work / "index").ingest([work / "ferry.md"], show_progress=False)  # as `loom ingest` does
     db = f"sqlite:///{work / 'loom.db'}"
     keys = {o: cli("keys", "create", "--owner", o, "--db", db).strip().splitlines()[-1] for o in ("alice", "bob")}
     srv = Server(checkpoint, db, work, "--index", str(work / "index"), *ENGINE_FLAGS).start()

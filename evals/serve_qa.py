@@ -1,0 +1,224 @@
+"""Documentation QA through ``loom serve``, as a user of the server asks it.
+
+``python -m loom.evals.serve_qa [--model M] [--qa-sets click] [--num-questions N]`` takes the
+``qa`` suite's questions (:mod:`loom.evals.qa`) and, for each set, does what a user of the server
+does, each step a real command or request:
+
+1. ``loom ingest <the set's docs> --index DIR`` (the same sdist docs and stdlib pages the ``qa``
+   suite indexes);
+2. ``loom serve --no-auth --index DIR --model M`` on a free loopback port;
+3. per question, a new session ``POST /v1/sessions {"index": true}`` with the server's defaults
+   (no system prompt unless ``--system``; greedy; 256 answer tokens) and one
+   ``POST /v1/sessions/{id}/messages``; ``--no-match-answer TEXT`` makes them documentation-QA
+   sessions (``no_match_answer``: the answer when nothing retrieved is related or the model's
+   answer is ungrounded).
+
+Each answer is scored as the ``qa`` suite scores it: right when it holds every fact
+(:func:`loom.evals.qa.score_answer`), and for an unanswerable question when it says the documents
+do not hold the answer (:func:`loom.evals.qa.says_not_found`).  Prints accuracy, "not found",
+the share of turns shown a gold section, of replies cut at ``max_tokens`` and the mean answer
+length, per set; ``--json PATH`` writes every record.  The in-process ``qa`` suite
+(``loom eval run --suite qa``) asks the same questions of an ``Agent`` directly with its own
+system prompt and 64 answer tokens; this one measures what the REST path and its defaults give.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from loom.json_types import JSONObject
+
+
+@dataclass
+class ServedAnswer:
+    """One question asked through a session of ``loom serve``, and how its answer scored."""
+
+    id: str
+    qa_set: str
+    question: str
+    answerable: bool
+    answer: str
+    state: str
+    finish_reason: str | None
+    sources: list[str]
+    gold_shown: bool
+    correct: bool
+    not_found: bool
+    completion_tokens: int
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _loom(*args: str) -> list[str]:
+    return [sys.executable, "-m", "loom.cli", *args]
+
+
+def ingest(qa_set: str, index: Path) -> None:
+    """``loom ingest`` the docs of ``qa_set`` into ``index`` (the ``qa`` suite's corpus of that set).
+
+    Raises:
+        RuntimeError: the command failed (its last output lines).
+    """
+    from loom.evals.qa import corpus_for, load_set
+
+    paths = corpus_for(load_set(qa_set), qa_set).split(",")
+    proc = subprocess.run(_loom("ingest", *paths, "--index", str(index), "--no-progress"),
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"loom ingest failed: {(proc.stderr or proc.stdout)[-1500:]}")
+
+
+class Served:
+    """A ``loom serve --no-auth --index`` process on a free loopback port (a context manager)."""
+
+    def __init__(self, model: str, index: Path, workdir: Path) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.cmd = _loom("serve", "--no-auth", "--host", "127.0.0.1", "--port", str(self.port), "--model", model,
+                         "--index", str(index), "--db", f"sqlite:///{workdir / 'serve-qa.db'}")
+        self.log = workdir / "serve.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> Served:
+        import httpx
+
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 600
+        while True:
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.__exit__()
+                raise RuntimeError(f"loom serve did not start: {self.log.read_text()[-1500:]}")
+            time.sleep(1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def ask(url: str, question: Any, session: JSONObject) -> ServedAnswer:
+    """One new session with ``session`` as its config, one message, the answer scored."""
+    import httpx
+
+    from loom.evals.qa import says_not_found, score_answer
+
+    with httpx.Client(base_url=url, timeout=600) as client:
+        r = client.post("/v1/sessions", json=session)
+        r.raise_for_status()
+        turn = client.post(f"/v1/sessions/{r.json()['id']}/messages", json={"content": question.question})
+        turn.raise_for_status()
+    out = turn.json()
+    answer = out.get("answer") or ""
+    sources = list((out.get("retrieval") or {}).get("sources") or [])
+    gold = f"{question.section}" if question.answerable else ""
+    return ServedAnswer(
+        id=question.id, qa_set=question.qa_set, question=question.question, answerable=question.answerable,
+        answer=answer, state=out["state"], finish_reason=out.get("finish_reason"), sources=sources,
+        gold_shown=bool(gold) and any(s.endswith(gold) for s in sources),
+        correct=score_answer(answer, question.facts).correct if question.answerable else says_not_found(answer),
+        not_found=says_not_found(answer), completion_tokens=int((out.get("usage") or {}).get("completion_tokens", 0)))
+
+
+def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, seed: int = 0,
+        system: str | None = None, no_match_answer: str | None = None, concurrency: int = 4,
+        workdir: Path | None = None) -> list[ServedAnswer]:
+    """Ask each set's questions (a seeded sample of ``num_questions`` per set, or all) through a server
+    serving that set's docs; returns the records in question order."""
+    from loom.evals.qa import load_set
+
+    session: JSONObject = {"index": True}
+    if system is not None:
+        session["system_prompt"] = system
+    if no_match_answer is not None:
+        session["no_match_answer"] = no_match_answer
+    records: list[ServedAnswer] = []
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        for qa_set in qa_sets:
+            questions = list(load_set(qa_set))
+            if num_questions is not None and num_questions < len(questions):
+                questions = random.Random(seed).sample(questions, num_questions)
+            work = Path(tmp) / qa_set
+            work.mkdir()
+            ingest(qa_set, work / "index")
+            with Served(model, work / "index", work) as server, ThreadPoolExecutor(concurrency) as pool:
+                records += pool.map(lambda q: ask(server.url, q, session), questions)
+    return records
+
+
+def summary(records: Sequence[ServedAnswer]) -> JSONObject:
+    """Per set and in all: accuracy (answerable), not found (unanswerable), gold shown, cut replies, mean tokens."""
+    def block(rs: list[ServedAnswer]) -> JSONObject:
+        ans, una = [r for r in rs if r.answerable], [r for r in rs if not r.answerable]
+        return {"questions": len(rs), "answerable": len(ans),
+                "accuracy": sum(r.correct for r in ans) / len(ans) if ans else None,
+                "unanswerable": len(una), "not_found": sum(r.not_found for r in una) / len(una) if una else None,
+                "false_not_found": sum(r.not_found for r in ans) / len(ans) if ans else None,
+                "gold_shown": sum(r.gold_shown for r in ans) / len(ans) if ans else None,
+                "cut_at_max_tokens": sum(r.finish_reason == "length" for r in rs) / len(rs) if rs else None,
+                "mean_completion_tokens": sum(r.completion_tokens for r in rs) / len(rs) if rs else None}
+
+    sets = sorted({r.qa_set for r in records})
+    return {"all": block(list(records)), **{s: block([r for r in records if r.qa_set == s]) for s in sets}}
+
+
+def pct(value: object) -> str:
+    """A share as a percentage, ``-`` for none."""
+    return "-" if not isinstance(value, (int, float)) else f"{value:.1%}"
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from loom.evals.qa import QA_SETS
+    from loom.runtime.checkpoint.registry import default_model
+
+    parser = argparse.ArgumentParser(prog="python -m loom.evals.serve_qa", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=None, help="model to serve (default: Loom's default model)")
+    parser.add_argument("--qa-sets", default=",".join(QA_SETS), help="comma-separated qa sets")
+    parser.add_argument("--num-questions", type=int, default=None, help="a seeded sample per set (default all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--system", default=None, help="the sessions' system prompt (default none)")
+    parser.add_argument("--no-match-answer", default=None, help="make them documentation-QA sessions")
+    parser.add_argument("--concurrency", type=int, default=4, help="questions in flight")
+    parser.add_argument("--json", default=None, help="write the records and the summary here")
+    args = parser.parse_args(argv)
+    sets = [s.strip() for s in args.qa_sets.split(",") if s.strip()]
+    unknown = [s for s in sets if s not in QA_SETS]
+    if unknown:
+        parser.error(f"--qa-sets: unknown set {unknown[0]!r} (known: {', '.join(QA_SETS)})")
+    records = run(args.model or default_model(), sets, args.num_questions, args.seed, args.system,
+                  args.no_match_answer, args.concurrency)
+    result = summary(records)
+    for name, b in result.items():
+        print(f"{name:7s} accuracy {pct(b['accuracy'])} of {b['answerable']}, not found {pct(b['not_found'])} of "
+              f"{b['unanswerable']}, gold section shown {pct(b['gold_shown'])}, cut at max_tokens "
+              f"{pct(b['cut_at_max_tokens'])}, mean answer {b['mean_completion_tokens'] or 0:.1f} tokens")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"summary": result, "records": [asdict(r) for r in records]}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
