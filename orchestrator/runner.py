@@ -30,7 +30,7 @@ from loom.runtime.errors import InvalidRequestError
 from loom.runtime.sampling_params import SamplingParams
 from loom.tools.base import canonical_json
 
-from loom.orchestrator import approval, compaction_hooks, grounding, memory_view, relevance, tracing
+from loom.orchestrator import answer_check, approval, compaction_hooks, memory_view, relevance, tracing
 from loom.orchestrator import condense as cond
 from loom.orchestrator.events import (
     AgentEvent,
@@ -283,21 +283,6 @@ class TurnRunner:
         finally:
             self._end_span()
 
-    def _checks_grounding(self) -> bool:
-        """Whether this turn's answer must rest on its passages (:mod:`loom.orchestrator.grounding`):
-        a documentation-QA agent (``no_match_answer`` set) whose retrieval showed passages."""
-        return self.parts.no_match_answer is not None and bool(self.result.retrieved)
-
-    def _ungrounded(self, answer: str) -> list[str]:
-        """Why ``answer`` does not rest on what the model was shown (every item of the view but its
-        system prompt: passages, tool results, memory, earlier turns): its unsupported claims, or
-        ``["(restates the question)"]``; empty when it is grounded."""
-        question = next((str(i.get("content") or "") for i in reversed(self.items)
-                         if i["kind"] == "user"), "")
-        shown = [str(i.get("content") or "") for i in self.items if i["kind"] != "user"]
-        g = grounding.check(answer, question, shown)
-        return list(g.unsupported) or (["(restates the question)"] if g.restates_question else [])
-
     async def _answer_without_model(self, text: str, step: int = 0) -> AsyncIterator[AgentEvent]:
         """Answer ``text`` (the agent's ``no_match_answer``) as the reply of ``step`` (0: no model call was
         made), stored as any reply is."""
@@ -398,7 +383,7 @@ class TurnRunner:
                 sp = answer_only(sp, a.format)
             t0 = time.perf_counter()
             span = tracing.chat_span(self._span, a.engine.model_name, sp.max_tokens, sp.temperature)
-            held: list[AgentEvent] | None = [] if self._checks_grounding() else None
+            held: list[AgentEvent] | None = [] if answer_check.applies(self) else None
             try:
                 async for ev in model_call(a.engine, ctx, sp, outcome, self.turn, step, a.prices,
                                            f"agent-{uuid.uuid4().hex[:12]}"):
@@ -415,7 +400,7 @@ class TurnRunner:
             self.ledgers.append(outcome.ledger)
             res.timings.setdefault("ttft", outcome.ledger.ttft_ms)
             if held is not None and not outcome.calls and outcome.finish_reason != "abort":
-                unsupported = self._ungrounded(outcome.parser.content.strip())
+                unsupported = answer_check.reasons(self, outcome.parser.content.strip())
                 if unsupported:
                     res.unsupported = unsupported
                     async for ev in self._answer_without_model(a.no_match_answer or "", step):

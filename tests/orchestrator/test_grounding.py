@@ -1,15 +1,10 @@
 """An answer is grounded when every code name and number it asserts (beyond the question's) occurs in the
 passages, and it says more than the question: ``loom.orchestrator.grounding`` on answers the default model
-gave to the ``qa`` suite, then a documentation-QA agent (scripted stand-in model, ScriptedLLM: the rule is
-the agent's, not the model's) over a real MiniLM index."""
+gave to the ``qa`` suite (the agent's use of it: tests/orchestrator/test_answer_check.py)."""
 
 from __future__ import annotations
 
-from loom.orchestrator import Agent, InMemorySession
-from loom.orchestrator.events import ContentDelta
 from loom.orchestrator.grounding import check
-
-from tests.orchestrator.scripted_llm import ScriptedLLM
 
 JSON_DOCS = ("json.dumps(obj, *, skipkeys=False, ensure_ascii=True, check_circular=True, allow_nan=True, "
              "cls=None, indent=None, separators=None, default=None, sort_keys=False, **kw)\n"
@@ -56,27 +51,3 @@ def test_an_answer_that_restates_the_question_is_not_grounded():
 def test_claims_the_question_names_need_no_support():
     q = "What does json.dumps return?"
     assert check("json.dumps returns a str.", q, ["Serialize obj to a JSON formatted str."]).grounded
-
-
-async def test_a_docs_qa_agent_replaces_an_ungrounded_answer_and_stores_what_it_said(tokenizer, retriever):
-    llm = ScriptedLLM(tokenizer, ["Use `asyncio.shield_all()` for that.", "Call cancel() on the task."])
-    agent = Agent(llm, retriever=retriever, no_match_answer="The indexed documents do not cover this.",
-                  condense_question=False)
-    session = InMemorySession()
-    events = [ev async for ev in agent.stream("How do I cancel an asyncio task?", session=session)]
-    result = events[-1].result
-    deltas = "".join(ev.text for ev in events if isinstance(ev, ContentDelta))
-    assert deltas == result.answer == "The indexed documents do not cover this."  # the made-up name never streamed
-    assert result.unsupported == ["asyncio.shield_all()"] and result.steps == 1 and result.retrieved
-    assert result.usage.completion_tokens > 0  # the model's call is still accounted
-    result = await agent.arun("How do I cancel an asyncio task, then?", session=session)
-    assert result.answer == "Call cancel() on the task." and result.unsupported == []
-    prompt = tokenizer.decode(llm.prompts[-1])
-    assert "The indexed documents do not cover this." in prompt and "shield_all" not in prompt
-
-
-async def test_an_agent_without_no_match_answer_keeps_its_models_answer(tokenizer, retriever):
-    llm = ScriptedLLM(tokenizer, ["Use `asyncio.shield_all()` for that."])
-    agent = Agent(llm, retriever=retriever, condense_question=False)
-    result = await agent.arun("How do I cancel an asyncio task?", session=InMemorySession())
-    assert result.answer == "Use `asyncio.shield_all()` for that." and result.unsupported == []

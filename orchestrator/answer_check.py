@@ -1,0 +1,37 @@
+"""A documentation-QA turn's answer, checked against what the model was shown before anyone sees it.
+
+The runner's side of :mod:`loom.orchestrator.grounding`.  An agent with ``no_match_answer`` set
+(a documentation-QA agent) whose retrieval showed passages this turn (:func:`applies`) holds the
+content of each reply that makes no tool call until :func:`reasons` has judged it: a grounded
+reply is the answer, shown as generated; an ungrounded one (unsupported claims, or a restated
+question) is replaced by ``no_match_answer``, and ``RunResult.unsupported`` says why.
+
+Asking a restating model again was measured and left out: on the 39 ``qa`` questions whose answer
+by Qwen2.5-Coder-0.5B-Instruct only restated the question, one more call shown its reply and "That
+only repeats my question. Answer it with the exact name or value that the documents give." made 7
+of the 31 answerable ones right (1 was before), but gave a wrong name ("positional", "forloop",
+"cli") for 11 others and for 4 of the 8 unanswerable ones, which "not found" answered honestly
+(``loom eval run --suite qa --option questions=<the 39 ids>``).
+"""
+
+from __future__ import annotations
+
+from loom.orchestrator import grounding
+from loom.orchestrator.turn_state import TurnState
+
+#: The reason :func:`reasons` gives for an answer that only restates the question.
+RESTATED = "(restates the question)"
+
+
+def applies(run: TurnState) -> bool:
+    """Whether this turn's answers are checked: ``no_match_answer`` is set and retrieval showed passages."""
+    return run.parts.no_match_answer is not None and bool(run.result.retrieved)
+
+
+def reasons(run: TurnState, answer: str) -> list[str]:
+    """Why ``answer`` does not rest on what the model was shown (every item of the view but its system
+    prompt: passages, tool results, memory, earlier turns): its unsupported claims, or ``[RESTATED]``;
+    empty when it is grounded."""
+    shown = [str(i.get("content") or "") for i in run.items if i["kind"] != "user"]
+    g = grounding.check(answer, run.message, shown)
+    return list(g.unsupported) or ([RESTATED] if g.restates_question else [])
