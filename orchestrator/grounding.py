@@ -134,7 +134,7 @@ def check(answer: str, question: str, passages: Iterable[str]) -> Grounding:
     """The claims of ``answer`` to ``question``, which of them ``passages`` (the texts the model was
     shown) do not support, and whether the answer only restates the question."""
     text = "\n".join(passages)
-    found = claims(answer, question)
+    found = list(dict.fromkeys(claims(answer, question)))  # each claim once, in order
     return Grounding(claims=tuple(c for c, _ in found),
                      unsupported=tuple(c for c, k in found if not supported(c, k, text)),
                      restates_question=restates(answer, question))

@@ -51,3 +51,8 @@ def test_an_answer_that_restates_the_question_is_not_grounded():
 def test_claims_the_question_names_need_no_support():
     q = "What does json.dumps return?"
     assert check("json.dumps returns a str.", q, ["Serialize obj to a JSON formatted str."]).grounded
+
+
+def test_a_claim_made_twice_is_listed_once():
+    g = check("Use `my_list` and then `my_list` again, with 3 and 3.", "How?", ["nothing"])
+    assert g.unsupported == ("my_list", "3")
