@@ -138,7 +138,8 @@ class ApprovalCreate(_Strict):
 class TurnRetrieval(BaseModel):
     """What a turn's search over the owner's documents showed the model (sessions with ``index``)."""
 
-    sources: list[str] = Field(description="The sections shown, `document - section`, in rank order.")
+    sources: list[str] = Field(description="The sections shown, `document - section`, in rank order, each once "
+                               "(a section several of whose chunks were shown is listed at its best rank).")
     no_match: bool = Field(description="Nothing in the index was related to the message (under the retriever's "
                            "similarity cutoff): no section was shown and the answer is not from the documents.")
     searched_as: str | None = Field(default=None, description="The query a follow-up was searched with instead "

@@ -124,3 +124,15 @@ def test_a_memory_posted_with_a_third_party_source_is_kept_for_review_not_rememb
     bad = alice.post("/v1/memories", json={"text": "x", "namespace": ns, "source": "sess_123"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "source"
 
+
+
+def test_a_turns_retrieval_lists_each_section_once_at_its_best_rank():
+    from loom.api.turns import retrieval_field
+    from loom.orchestrator.events import RunResult
+    from loom.retrieval.types import Hit
+
+    def hit(section: str, text: str) -> Hit:
+        return Hit(f"{section}-{text}", text, 0.5, "guide.md", section)
+
+    result = RunResult(retrieved=[hit("For", "a"), hit("Loop Controls", "b"), hit("For", "c")])
+    assert retrieval_field(result)["sources"] == ["guide.md - For", "guide.md - Loop Controls"]
