@@ -163,13 +163,18 @@ def message_item(kind: ItemKind, turn: int, role: str, content: str, token_ids: 
     return cast(Item, item)  # MessageExtras' keys are Item keys; only the Nones were dropped
 
 
+#: The tag that closes each retrieved passage in a retrieval message; a reply that writes it is copying the
+#: passages' markup, so an agent's calls stop there (``TurnRunner._sampling``).
+DOCUMENT_END = "</document>"
+
+
 def format_retrieval(hits: Iterable[SearchHit]) -> str:
     """The text of a retrieval message: one ``<document>`` block per hit, in rank order.
 
     Only stable fields (source, section, text) are shown: no scores or ids, so
     the same hit renders to the same tokens in every turn.
     """
-    blocks = [f'<document source="{source_label(h)}">\n{h.text}\n</document>' for h in hits]
+    blocks = [f'<document source="{source_label(h)}">\n{h.text}\n{DOCUMENT_END}' for h in hits]
     return "Retrieved documents:\n" + "\n".join(blocks)
 
 

@@ -44,7 +44,7 @@ from loom.orchestrator.events import (
 )
 from loom.orchestrator.formats.format import TOOL_RESULT_TAGS, ToolCallFormat
 from loom.orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
-from loom.orchestrator.items import JSON, Item, PendingCall
+from loom.orchestrator.items import DOCUMENT_END, JSON, Item, PendingCall
 from loom.orchestrator.ledger import Ledger
 from loom.orchestrator.parsers import StreamingParser
 from loom.orchestrator.parts import AgentParts
@@ -210,9 +210,12 @@ class TurnRunner:
         if a.retention is not None:  # the session's KV stays pinned through its tool call / its user's reply
             sp = sp.clone(kv_retention=a.retention.retention(self._retention_key()))
         if not forced:
-            if a.registry.schemas() and TOOL_RESULT_TAGS[1] not in sp.stop:  # the answer ends where a copied
-                sp = sp.clone(stop=[*sp.stop, TOOL_RESULT_TAGS[1]])           # result wrapper would close
-            return sp
+            # the answer ends where a copied tool result or retrieved passage would close
+            ends = [TOOL_RESULT_TAGS[1]] if a.registry.schemas() else []
+            ends += [DOCUMENT_END] if a.retriever is not None else []
+            new = [e for e in ends if e not in sp.stop]
+            return sp.clone(stop=[*sp.stop, *new]) if new else sp
+
         name = self.choice["name"] if isinstance(self.choice, dict) else None
         return force_call(sp, a.format, a.registry.schemas(), name, bound=True,
                           min_tokens=min(FORCED_MIN_TOKENS, room),

@@ -24,7 +24,7 @@ COMMANDS = {
     "/help": "this list",
     "/usage": "the session's tokens, time and cost by class so far",
     "/reset": "start a new session",
-    "/exit": "leave (also /quit, Ctrl-D, or Ctrl-C at the prompt)",
+    "/exit": "leave (also /quit, exit, quit, Ctrl-D, or Ctrl-C at the prompt)",
 }
 KEYS = "Ctrl-C while a reply streams stops the reply; the chat and its session go on."
 GREETING = "/help lists the commands · Ctrl-C stops a reply · Ctrl-D or /exit leaves"
@@ -112,6 +112,8 @@ def chat_loop(console: Console, agent: Any, engine: StoppableEngine, read: Calla
                 return
             if not line:
                 continue
+            if line.lower() in ("exit", "quit"):  # what people type to leave a REPL; never a question
+                return
             if line.startswith("/"):
                 if not _command(console, line, chat):
                     return

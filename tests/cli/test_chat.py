@@ -121,6 +121,18 @@ def test_a_reply_cut_at_max_tokens_ends_marked_as_cut(real_model, real_quantizat
     assert console.file.getvalue().rstrip().endswith("[cut at max_tokens]")
 
 
+@pytest.mark.parametrize("word", ["exit", "Quit"])
+def test_exit_or_quit_typed_alone_leaves_without_a_turn(checkpoint_factory, word: str) -> None:
+    llm, agent = _build_agent(str(checkpoint_factory()), None, None, "default", "You are a helpful assistant.", 4)
+    lines = iter([word, "never read"])
+    console = Console(file=io.StringIO(), record=True, width=200, highlight=False)
+    try:
+        chat_loop(console, agent, llm, lambda: next(lines))
+    finally:
+        llm.shutdown()
+    assert next(lines) == "never read" and "assistant>" not in console.export_text()
+
+
 # --- Ctrl-C ------------------------------------------------------------------------------------------------
 LONG = "Write a long story about a dragon who learns to fly."
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from loom.orchestrator import Agent, InMemorySession
+from loom.orchestrator.items import DOCUMENT_END
 from loom.orchestrator.relevance import HIT_MARGIN, NO_MATCH, search_tool, split_relevant
 from loom.retrieval.types import Hit
 from loom.runtime.errors import InvalidRequestError
@@ -136,3 +137,11 @@ async def test_search_tool_with_no_cutoff_shows_every_hit(retriever):
 def test_search_tool_rejects_a_bad_cutoff(retriever):
     with pytest.raises(ValueError, match="similarity_cutoff"):
         search_tool(retriever, similarity_cutoff=2.0)
+
+
+async def test_an_answer_ends_where_it_would_copy_a_passages_closing_tag(tokenizer, retriever):
+    llm = ScriptedLLM(tokenizer, ["Call cancel() on the task.\n</document>\n<document source=\"tasks.md\">"])
+    agent = Agent(llm, retriever=retriever, condense_question=False)
+    result = await agent.arun("How do I cancel an asyncio task?", session=InMemorySession())
+    assert DOCUMENT_END in llm.params[0].stop
+    assert result.answer == "Call cancel() on the task." and "<document" not in result.answer
