@@ -135,7 +135,7 @@ def ask(url: str, question: Any, session: JSONObject) -> ServedAnswer:
     out = turn.json()
     answer = out.get("answer") or ""
     sources = list((out.get("retrieval") or {}).get("sources") or [])
-    gold = f"{question.section}" if question.answerable else ""
+    gold = question.section if question.answerable else ""
     return ServedAnswer(
         id=question.id, qa_set=question.qa_set, question=question.question, answerable=question.answerable,
         answer=answer, state=out["state"], finish_reason=out.get("finish_reason"), sources=sources,

@@ -15,8 +15,8 @@ the turn's retrieval hits (``RunResult.retrieved``: what the model was shown):
    stripped) found in the hit's text.  Hits over ``min_overlap`` with at
    least ``min_shared`` shared words, and within ``relative`` of the best, are
    the answer's sources, at most ``max_sources`` of them (one by default: among
-   sections that tie, the one retrieval ranked higher).  Overlap is evidence of use, not proof; it is shown
-   as a percentage so a reader can judge it.
+   sections that tie, the one retrieval ranked higher).  Overlap is evidence
+   of use, not proof; it is shown as a percentage so a reader can judge it.
 
 Labels: ``title — section`` with the title's prefix dropped from the section
 (stdlib module hits read ``os.path — join``, ``collections — Counter.copy``;
@@ -227,8 +227,8 @@ def attribute(answer: str, hits: Sequence[SearchHit], min_overlap: float = 0.25,
             default 1 breaks a tie by retrieval rank: on all 494 ``qa`` questions (Qwen2.5-Coder-0.5B)
             42 answers tied between two or three sections (short answers whose words all occur in
             sibling API entries such as ``random.shuffle`` and ``random.Random.shuffle``), and the
-            higher-ranked one was the gold section in 28 (in 4 none was); keeping the ties gave 81.6% citation
-            precision, the first of them 88.1%, with the same answers sourced.
+            higher-ranked one was the gold section in 28 (in 4 none was); keeping the ties gave 81.6%
+            citation precision, the first of them 88.1%, with the same answers sourced.
     """
     scored = []
     for label, hit, text in _by_label(hits):

@@ -10,9 +10,10 @@ Guardrails' fact-checking rail), without a model call:
 
 * **Unsupported claims.**  The exact things a documentation answer asserts can be checked
   against the text: code names (backticked spans, calls such as ``product(A, A)``, dotted
-  names, snake_case and camelCase identifiers, ``f()``), quoted literals and numbers.  A claim the question does not already name must occur in
-  the passages the model was shown (a number as a whole number; a dotted name whole, or by its
-  last two or more parts, or by a distinctive last part such as ``help_option_names``).
+  names, snake_case and camelCase identifiers, ``f()``), quoted literals and numbers.  A claim
+  the question does not already name must occur in the passages the model was shown (a number
+  as a whole number; a dotted name whole, or by its last two or more parts, or by a distinctive
+  last part such as ``help_option_names``).
   ``maxdepth``, ``3600``, ``jinja2.ext.case`` occur in none of the passages retrieved for their
   questions; a right answer's ``sort_keys`` does.
 * **A restated question.**  An answer that says nothing the question did not ("The argument of
@@ -21,7 +22,7 @@ Guardrails' fact-checking rail), without a model call:
 
 :func:`check` returns both; an answer with either is *ungrounded*.  An agent with
 ``no_match_answer`` set (a documentation-QA agent) replaces an ungrounded answer to a question
-its retrieval showed passages for with that text (``loom.orchestrator.runner``).
+its retrieval showed passages for with that text (``loom.orchestrator.answer_check``).
 
 Measured with ``loom eval run --suite qa`` (Qwen2.5-Coder-0.5B-Instruct, int8) and the records'
 answers checked against the passages each question retrieved: see docs/evaluations.md.  The
@@ -86,8 +87,9 @@ def _occurs(text: str, s: str, number: bool = False, ignore_case: bool = False) 
 
 def claims(answer: str, question: str) -> list[tuple[str, str]]:
     """``(claim, kind)`` of each code name or number in ``answer`` that ``question`` does not name, in
-    order; kind ``code`` / ``quoted`` / ``dquoted`` / ``call`` / ``name`` / ``ident`` / ``number``.  The question names a number or a code-like
-    name (one with a dot, ``_``, an inner capital or a digit) when it holds it as a whole token; a plain
+    order; kind ``code`` / ``quoted`` / ``dquoted`` / ``call`` / ``name`` / ``ident`` / ``number``.  The
+    question names a number or a code-like name (one with a dot, ``_``, an inner capital or a digit) when
+    it holds it as a whole token; a plain
     word (``cancel()``, `` `markdown` ``) is always a claim, even when the question uses the word."""
     out = []
     for m in _CLAIM.finditer(answer):
@@ -105,7 +107,8 @@ def claims(answer: str, question: str) -> list[tuple[str, str]]:
 def supported(claim: str, kind: str, passages: str) -> bool:
     """Whether ``claim`` occurs in ``passages`` as a whole token (``()`` dropped; case counts but for a
     dotted name, which a sentence may capitalize), or, for a dotted name, by its last two or more parts or
-    by a last part that is distinctive (has ``_``, an inner capital or a digit) or a class name (capitalized)."""
+    by a last part that is distinctive (has ``_``, an inner capital or a digit) or a class name
+    (capitalized)."""
     core = claim.removesuffix("()").strip()
     if not core:
         return True
@@ -116,14 +119,16 @@ def supported(claim: str, kind: str, passages: str) -> bool:
     parts = core.split(".")
     for i in range(1, len(parts)):
         tail = ".".join(parts[i:])
-        if (len(parts) - i >= 2 or _DISTINCTIVE.search(tail) or tail[:1].isupper()) and _occurs(passages, tail):
+        distinctive = len(parts) - i >= 2 or _DISTINCTIVE.search(tail) is not None or tail[:1].isupper()
+        if distinctive and _occurs(passages, tail):
             return True
     return False
 
 
-def restates(answer: str, question: str) -> bool:
-    """The answer names no claim and its words, less :data:`FILLER`, are all the question's."""
-    if claims(answer, question):
+def restates(answer: str, question: str, found: list[tuple[str, str]] | None = None) -> bool:
+    """The answer names no claim (``found``: its :func:`claims`, computed when not given) and its words,
+    less :data:`FILLER`, are all the question's."""
+    if found if found is not None else claims(answer, question):
         return False
     said = {w.lower() for w in _WORD.findall(answer)} - FILLER
     asked = {w.lower() for w in _WORD.findall(question)}
@@ -137,4 +142,4 @@ def check(answer: str, question: str, passages: Iterable[str]) -> Grounding:
     found = list(dict.fromkeys(claims(answer, question)))  # each claim once, in order
     return Grounding(claims=tuple(c for c, _ in found),
                      unsupported=tuple(c for c, k in found if not supported(c, k, text)),
-                     restates_question=restates(answer, question))
+                     restates_question=restates(answer, question, found))

@@ -4,7 +4,8 @@ Both are owner-scoped: documents are indexed with ``metadata.owner`` and ids
 prefixed by the owner, and searches filter on it; memory namespaces are
 prefixed by the owner.  Another owner's documents and memories are invisible
 (404 on delete).  Documents the operator ingested into the server's index with
-``loom ingest`` have no owner: every caller finds them, none can delete them.  Embedding and FAISS work runs in a worker thread.
+``loom ingest`` have no owner: every caller finds them, none can delete them.
+Embedding and FAISS work runs in a worker thread.
 """
 
 from __future__ import annotations

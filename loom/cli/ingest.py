@@ -91,15 +91,7 @@ def search(
     quiet_logs()
 
     try:
-        cutoff_arg: float | str | None = similarity_cutoff.lower()
-        if cutoff_arg == "none":
-            cutoff_arg = None
-        elif cutoff_arg != "auto":
-            try:
-                cutoff_arg = float(similarity_cutoff)
-            except ValueError:
-                raise ValueError(f"--similarity-cutoff: must be auto, none or a number in [-1, 1], "
-                                 f"got {similarity_cutoff!r}") from None
+        cutoff_arg = _cutoff_option(similarity_cutoff)
         r = Retriever.open(index, create=False)
         cutoff = resolve_cutoff(cutoff_arg, r)
         hits = r.search(query, k=k, mode=mode, filters={"document": document} if document else None)
@@ -120,6 +112,21 @@ def search(
         f"related: what an agent shows its model (similarity cutoff {cutoff:.3f})"
         + ("" if any(related) else "; nothing here is related to the query"))
     _print_table(query, hits, related, caption)
+
+
+def _cutoff_option(value: str) -> float | str | None:
+    """``--similarity-cutoff`` as ``resolve_cutoff`` takes it: ``"auto"``, ``None`` for none, or a number.
+
+    Raises:
+        ValueError: anything else (the range is checked by ``resolve_cutoff``).
+    """
+    word = value.strip().lower()
+    if word in ("auto", "none"):
+        return None if word == "none" else word
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"--similarity-cutoff: must be auto, none or a number in [-1, 1], got {value!r}") from None
 
 
 def _print_table(query: str, hits: list, related: list[bool], caption: str = "") -> None:
