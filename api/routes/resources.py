@@ -31,7 +31,7 @@ from loom.api.schemas.resources import (
 )
 from loom.api.schemas.sessions import Deleted
 from loom.api.turns import OwnerRetriever, scoped_namespace
-from loom.runtime.errors import NotFoundError
+from loom.runtime.errors import InvalidRequestError, NotFoundError
 
 router = APIRouter(tags=["documents and memory"], responses=error_responses(400, 401))
 
@@ -45,7 +45,11 @@ def _doc_key(owner: str, doc_id: str) -> str:
 @router.post("/v1/documents", response_model=DocumentOut, summary="Index a document")
 async def create_document(body: DocumentCreate, request: Request,
                           owner: str = Depends(require_owner)) -> DocumentOut:
-    """Chunk, embed and index text; the document belongs to the caller's owner."""
+    """Chunk, embed and index text; the document belongs to the caller's owner.
+
+    A text with nothing to index (only whitespace or invisible characters) is refused with 400:
+    it would yield no chunk, so it could be neither found nor deleted.
+    """
     from loom.retrieval import loaders
 
     services = request.app.state.services
@@ -54,8 +58,11 @@ async def create_document(body: DocumentCreate, request: Request,
     doc = load(body.text, _doc_key(owner, doc_id), body.title or None)
     doc = dataclasses.replace(doc, metadata={**body.metadata, "owner": owner})
     retriever = await anyio.to_thread.run_sync(services.index)
-    stats = await anyio.to_thread.run_sync(retriever.add_documents, [doc])
-    return DocumentOut(id=doc_id, title=doc.title, num_chunks=stats.chunks_added)
+    chunks = await anyio.to_thread.run_sync(retriever.chunker.chunk, doc)
+    if not chunks:
+        raise InvalidRequestError("document has no text to index", param="text")
+    await anyio.to_thread.run_sync(retriever.add_documents, [doc])
+    return DocumentOut(id=doc_id, title=doc.title, num_chunks=len(chunks))
 
 
 @router.delete("/v1/documents/{document_id}", response_model=Deleted, responses=error_responses(404),

@@ -79,3 +79,19 @@ def test_the_openapi_document_declares_every_error_status_with_the_error_body_an
     assert turn["409"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorResponse"}
     assert not [(p, m) for p, ops in spec["paths"].items() for m, op in ops.items() if "422" in op["responses"]]
     assert "HTTPValidationError" not in spec["components"]["schemas"]
+
+
+@pytest.mark.parametrize("text", ["\u00ad", " \n\t ", "\u200b\u200b"])
+def test_a_document_with_nothing_to_index_is_400_not_created_then_undeletable(alice, text):
+    err = _error(alice.post("/v1/documents", json={"text": text, "id": "blank"}), 400)
+    assert err["param"] == "text", err
+    assert alice.delete("/v1/documents/blank").status_code == 404
+
+
+def test_reposting_an_unchanged_document_reports_its_chunks_not_zero(alice):
+    body = {"text": "Loom keeps each session's token ids append-only.", "id": "same"}
+    first = alice.post("/v1/documents", json=body)
+    again = alice.post("/v1/documents", json=body)
+    assert first.status_code == again.status_code == 200, again.text
+    assert again.json()["num_chunks"] == first.json()["num_chunks"] >= 1
+    assert alice.delete("/v1/documents/same").status_code == 200
