@@ -83,11 +83,21 @@ def pytest_sessionstart(session):
     folder = cached_path(spec)
     if not is_complete(folder):  # not pulled: the real_model fixture pulls it when a test needs it
         return
+    quantized = None
+    if spec.quantization is not None:
+        import inspect
+
+        from loom.runtime.quantization.cache import WEIGHTS, cache_dir
+
+        group_size = inspect.signature(load_model).parameters["group_size"].default
+        quantized = cache_dir(folder, spec.quantization, group_size, torch.float32) / WEIGHTS
+    if any(folder.glob("*.safetensors")) and (quantized is None or quantized.is_file()):
+        return  # both written by an earlier session: nothing to load (a load is ~4 s before any worker starts)
     threads = torch.get_num_threads()
     torch.set_num_threads(os.cpu_count() or 1)  # the workers have not started: every core is free
     try:
         ensure_float_weights(folder)
-        if spec.quantization is not None:
+        if quantized is not None and not quantized.is_file():
             load_model(folder, load_hf_config(folder), dtype=torch.float32, device=torch.device("cpu"),
                        quantization=spec.quantization)
     finally:

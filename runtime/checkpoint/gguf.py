@@ -177,13 +177,13 @@ def ensure_float_weights(folder: Path) -> Path:
     Raises:
         GGUFConversionError: the GGUF is missing or transformers cannot read it.
     """
+    gguf = gguf_source(folder)
+    if gguf is None or any(folder.glob("*.safetensors")):
+        return folder
     import torch
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    gguf = gguf_source(folder)
-    if gguf is None or any(folder.glob("*.safetensors")):
-        return folder
     if not gguf.is_file():
         raise GGUFConversionError(f"{folder.name}: its GGUF {gguf} is gone (pull or convert it again)")
     _require_gguf_package()

@@ -12,7 +12,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import pytest
 from rich.console import Console
 
@@ -54,6 +53,8 @@ def spec_run(tiny_model, tmp_path_factory):
 @pytest.fixture(autouse=True)
 def _close_figures():
     yield
+    import matplotlib.pyplot as plt  # here, not at collection (about a second of imports on each worker)
+
     plt.close("all")
 
 
