@@ -11,7 +11,9 @@ does, each step a real command or request:
    (no system prompt unless ``--system``; greedy; 256 answer tokens) and one
    ``POST /v1/sessions/{id}/messages``; ``--no-match-answer TEXT`` makes them documentation-QA
    sessions (``no_match_answer``: the answer when nothing retrieved is related or the model's
-   answer is ungrounded).
+   answer is ungrounded).  ``--questions-per-session K`` asks K consecutive questions in one session
+   instead, one after another, as a user asking on does; the summary then splits accuracy by the
+   question's place (a session's first turn, its later turns).
 
 Each answer is scored as the ``qa`` suite scores it: right when it holds every fact
 (:func:`loom.evals.qa.score_answer`), and for an unanswerable question when it says the documents
@@ -57,6 +59,7 @@ class ServedAnswer:
     correct: bool
     not_found: bool
     completion_tokens: int
+    turn: int = 1  # the question's place in its session (1: a fresh session)
 
 
 def _free_port() -> int:
@@ -121,34 +124,45 @@ class Served:
                 self.proc.kill()
 
 
-def ask(url: str, question: Any, session: JSONObject) -> ServedAnswer:
-    """One new session with ``session`` as its config, one message, the answer scored."""
+def ask(url: str, questions: Sequence[Any], session: JSONObject) -> list[ServedAnswer]:
+    """One new session with ``session`` as its config; each question a message of it, in order, each
+    answer scored."""
     import httpx
 
     from loom.evals.qa import says_not_found, score_answer
 
+    records = []
     with httpx.Client(base_url=url, timeout=600) as client:
         r = client.post("/v1/sessions", json=session)
         r.raise_for_status()
-        turn = client.post(f"/v1/sessions/{r.json()['id']}/messages", json={"content": question.question})
-        turn.raise_for_status()
-    out = turn.json()
-    answer = out.get("answer") or ""
-    sources = list((out.get("retrieval") or {}).get("sources") or [])
-    gold = question.section if question.answerable else ""
-    return ServedAnswer(
-        id=question.id, qa_set=question.qa_set, question=question.question, answerable=question.answerable,
-        answer=answer, state=out["state"], finish_reason=out.get("finish_reason"), sources=sources,
-        gold_shown=bool(gold) and any(s.endswith(gold) for s in sources),
-        correct=score_answer(answer, question.facts).correct if question.answerable else says_not_found(answer),
-        not_found=says_not_found(answer), completion_tokens=int((out.get("usage") or {}).get("completion_tokens", 0)))
+        sid = r.json()["id"]
+        for turn_index, question in enumerate(questions, 1):
+            turn = client.post(f"/v1/sessions/{sid}/messages", json={"content": question.question})
+            turn.raise_for_status()
+            out = turn.json()
+            answer = out.get("answer") or ""
+            sources = list((out.get("retrieval") or {}).get("sources") or [])
+            gold = question.section if question.answerable else ""
+            records.append(ServedAnswer(
+                id=question.id, qa_set=question.qa_set, question=question.question,
+                answerable=question.answerable, answer=answer, state=out["state"],
+                finish_reason=out.get("finish_reason"), sources=sources,
+                gold_shown=bool(gold) and any(s.endswith(gold) for s in sources),
+                correct=(score_answer(answer, question.facts).correct if question.answerable
+                         else says_not_found(answer)),
+                not_found=says_not_found(answer), completion_tokens=int((out.get("usage") or {}).get(
+                    "completion_tokens", 0)), turn=turn_index))
+    return records
 
 
 def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, seed: int = 0,
         system: str | None = None, no_match_answer: str | None = None, concurrency: int = 4,
-        workdir: Path | None = None) -> list[ServedAnswer]:
+        workdir: Path | None = None, questions_per_session: int = 1) -> list[ServedAnswer]:
     """Ask each set's questions (a seeded sample of ``num_questions`` per set, or all) through a server
-    serving that set's docs; returns the records in question order."""
+    serving that set's docs, ``questions_per_session`` consecutive questions in one session (one after
+    another, as a user asking on); returns the records in question order."""
+    if questions_per_session < 1:
+        raise ValueError(f"questions_per_session must be at least 1, got {questions_per_session}")
     from loom.evals.qa import load_set
 
     session: JSONObject = {"index": True}
@@ -166,7 +180,10 @@ def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, se
             work.mkdir()
             ingest(qa_set, work / "index")
             with Served(model, work / "index", work) as server, ThreadPoolExecutor(concurrency) as pool:
-                records += pool.map(lambda q: ask(server.url, q, session), questions)
+                groups = [questions[i:i + questions_per_session]
+                          for i in range(0, len(questions), questions_per_session)]
+                for answers in pool.map(lambda g: ask(server.url, g, session), groups):
+                    records += answers
     return records
 
 
@@ -180,10 +197,18 @@ def summary(records: Sequence[ServedAnswer]) -> JSONObject:
                 "false_not_found": sum(r.not_found for r in ans) / len(ans) if ans else None,
                 "gold_shown": sum(r.gold_shown for r in ans) / len(ans) if ans else None,
                 "cut_at_max_tokens": sum(r.finish_reason == "length" for r in rs) / len(rs) if rs else None,
-                "mean_completion_tokens": sum(r.completion_tokens for r in rs) / len(rs) if rs else None}
+                "mean_completion_tokens": sum(r.completion_tokens for r in rs) / len(rs) if rs else None,
+                "accuracy_first_turn": _accuracy([r for r in ans if r.turn == 1]),
+                "accuracy_later_turns": _accuracy([r for r in ans if r.turn > 1]),
+                "not_found_later_turns_answerable": (sum(r.not_found for r in ans if r.turn > 1)
+                                                     / max(1, sum(r.turn > 1 for r in ans)))}
 
     sets = sorted({r.qa_set for r in records})
     return {"all": block(list(records)), **{s: block([r for r in records if r.qa_set == s]) for s in sets}}
+
+
+def _accuracy(rs: list[ServedAnswer]) -> float | None:
+    return sum(r.correct for r in rs) / len(rs) if rs else None
 
 
 def pct(value: object) -> str:
@@ -202,7 +227,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--system", default=None, help="the sessions' system prompt (default none)")
     parser.add_argument("--no-match-answer", default=None, help="make them documentation-QA sessions")
-    parser.add_argument("--concurrency", type=int, default=4, help="questions in flight")
+    parser.add_argument("--concurrency", type=int, default=4, help="sessions in flight")
+    parser.add_argument("--questions-per-session", type=int, default=1,
+                        help="consecutive questions asked in one session, one after another (default 1)")
     parser.add_argument("--json", default=None, help="write the records and the summary here")
     args = parser.parse_args(argv)
     sets = [s.strip() for s in args.qa_sets.split(",") if s.strip()]
@@ -210,12 +237,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     if unknown:
         parser.error(f"--qa-sets: unknown set {unknown[0]!r} (known: {', '.join(QA_SETS)})")
     records = run(args.model or default_model(), sets, args.num_questions, args.seed, args.system,
-                  args.no_match_answer, args.concurrency)
+                  args.no_match_answer, args.concurrency, questions_per_session=args.questions_per_session)
     result = summary(records)
     for name, b in result.items():
         print(f"{name:7s} accuracy {pct(b['accuracy'])} of {b['answerable']}, not found {pct(b['not_found'])} of "
               f"{b['unanswerable']}, gold section shown {pct(b['gold_shown'])}, cut at max_tokens "
-              f"{pct(b['cut_at_max_tokens'])}, mean answer {b['mean_completion_tokens'] or 0:.1f} tokens")
+              f"{pct(b['cut_at_max_tokens'])}, mean answer {b['mean_completion_tokens'] or 0:.1f} tokens"
+              + (f"; accuracy at a session's first turn {pct(b['accuracy_first_turn'])}, at later turns "
+                 f"{pct(b['accuracy_later_turns'])}" if args.questions_per_session > 1 else ""))
     if args.json:
         Path(args.json).write_text(json.dumps({"summary": result, "records": [asdict(r) for r in records]}, indent=1))
 

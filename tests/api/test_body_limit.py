@@ -1,8 +1,11 @@
 """A request body over the server's limit (``--max-request-body-bytes``, 8 MiB by default) is a 413 before it
 is read whole: from its ``Content-Length`` before a byte arrives, or, chunked, as soon as the count passes the
-limit; the server goes on serving."""
+limit; a client still uploading reads the 413, not a reset connection; the server goes on serving."""
 
 from __future__ import annotations
+
+import asyncio
+import socket
 
 import httpx
 
@@ -20,23 +23,53 @@ def test_a_declared_length_over_the_limit_is_413_before_the_body_arrives(server,
     assert server.health()["status"] == "ok"
 
 
-def test_a_chunked_body_is_counted_and_refused_once_past_the_limit(server, alice, model_name):
-    sent = []
+def _chunked_head(server, key: str) -> bytes:
+    return (f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+            f"Authorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+            "Transfer-Encoding: chunked\r\n\r\n").encode()
 
-    def body():  # 64 x 1 MiB, no Content-Length: chunked
+
+def test_a_chunked_body_is_counted_and_refused_once_past_the_limit(server, keys, alice, model_name):
+    chunk = b"x" * (1 << 20)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(_chunked_head(server, keys["alice"]))
+        for _ in range(LIMIT // len(chunk) + 1):  # one MiB past the limit, and the body not ended
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        answer = b""
+        while not answer.rstrip().endswith(b"}"):
+            answer += sock.recv(65536)
+    status, body = status_and_body(answer)
+    assert status == 413 and body["error"]["code"] == "request_too_large"
+
+    def upload():  # 64 x 1 MiB through httpx, which reads the answer once its upload is done
         yield b'{"model": "m", "messages": [{"role": "user", "content": "'
         for _ in range(64):
-            sent.append(1)
-            yield b"x" * (1 << 20)
+            yield chunk
         yield b'"}]}'
 
-    r = alice.post("/v1/chat/completions", content=body(), headers={"content-type": "application/json"})
+    r = alice.post("/v1/chat/completions", content=upload(), headers={"content-type": "application/json"})
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
-    assert len(sent) < 64  # refused mid-upload: the rest was never read
     small = (b'{"model": "%s", "max_tokens": 2, "messages": [{"role": "user", "content": "hi"}]}'
              % model_name.encode())
     ok = alice.post("/v1/chat/completions", content=iter([small]), headers={"content-type": "application/json"})
     assert ok.status_code == 200, ok.text  # a chunked body under the limit goes through whole
+
+
+async def test_clients_uploading_bodies_over_the_limit_read_the_413_not_a_reset(server, keys):
+    # the server answers before reading; closing at once would reset connections whose upload goes on, and
+    # a reset throws the 413 away (a soak saw 3,548 resets in 3,563 such refusals)
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * LIMIT + b'"}]}'
+    async with httpx.AsyncClient(base_url=server.url, timeout=60,
+                                 headers={"Authorization": f"Bearer {keys['alice']}"}) as c:
+        async def post() -> int | str:
+            try:
+                return (await c.post("/v1/chat/completions", content=body,
+                                     headers={"content-type": "application/json"})).status_code
+            except httpx.TransportError as exc:
+                return type(exc).__name__
+
+        statuses = await asyncio.gather(*(post() for _ in range(16)))
+    assert statuses == [413] * 16, statuses
 
 
 def test_a_prompt_longer_than_the_window_could_hold_is_a_400_without_tokenizing(alice, model_name):
