@@ -73,8 +73,10 @@ def part_of(i: int) -> str:
     return "malformed" if i % 10 == 0 else "hang_up" if i % 4 == 1 else "normal"
 
 
-async def _stream(c: httpx.AsyncClient, run: ClientRun, what: str, url: str, body: dict,
-                  stop_after: int | None = None) -> Record:
+async def stream_request(c: httpx.AsyncClient, run: ClientRun, what: str, url: str, body: dict,
+                         stop_after: int | None = None) -> Record:
+    """POST ``body`` to ``url`` and read its answer (its stream's events, or its error body), recorded in ``run``;
+    ``stop_after``: hang up after that many events."""
     t0 = time.perf_counter()
     rec = Record(run.index, run.part, what, 0)
     try:
@@ -110,7 +112,7 @@ async def _session(c: httpx.AsyncClient, max_tokens: int) -> str:
 async def _turn_with_retry(c: httpx.AsyncClient, run: ClientRun, content: str, deadline_s: float) -> None:
     end = time.monotonic() + deadline_s
     while True:
-        rec = await _stream(c, run, "turn after hang-up", f"/v1/sessions/{run.session_id}/messages",
+        rec = await stream_request(c, run, "turn after hang-up", f"/v1/sessions/{run.session_id}/messages",
                             {"content": content, "stream": True})
         if rec.status != 409 or time.monotonic() > end:
             return
@@ -118,23 +120,24 @@ async def _turn_with_retry(c: httpx.AsyncClient, run: ClientRun, content: str, d
         await asyncio.sleep(0.05)
 
 
-async def _client(c: httpx.AsyncClient, i: int, model: str, turns: int, max_tokens: int) -> ClientRun:
+async def run_client(c: httpx.AsyncClient, i: int, model: str, turns: int, max_tokens: int) -> ClientRun:
+    """Client ``i`` plays its part (:func:`part_of`) to the end."""
     run = ClientRun(i, part_of(i))
     if run.part == "malformed":
         head = [{"role": "user", "content": f"client {i}: what is 1+1?"},
                 {"role": "assistant", "content": None, "tool_calls": [
                     {"id": "call_1", "type": "function", "function": {"name": "calc", "arguments": '{"e": "1+1"}'}}]}]
         for what, tool_msg in MALFORMED_TOOL_RESULTS:
-            await _stream(c, run, f"malformed: {what}", "/v1/chat/completions", {
+            await stream_request(c, run, f"malformed: {what}", "/v1/chat/completions", {
                 "model": model, "messages": [*head, tool_msg], "tools": [CALC], "max_tokens": max_tokens,
                 "stream": True})
         bad_args = [{**head[0]}, {"role": "assistant", "content": None, "tool_calls": [
             {"id": "call_1", "type": "function", "function": {"name": "calc", "arguments": "{bad"}}]},
                     {"role": "tool", "tool_call_id": "call_1", "content": "2"}]
-        await _stream(c, run, "malformed: arguments not JSON", "/v1/chat/completions", {
+        await stream_request(c, run, "malformed: arguments not JSON", "/v1/chat/completions", {
             "model": model, "messages": bad_args, "tools": [CALC], "max_tokens": max_tokens, "stream": True})
         good = [*head, {"role": "tool", "tool_call_id": "call_1", "content": "2"}]
-        await _stream(c, run, "well-formed tool result", "/v1/chat/completions", {
+        await stream_request(c, run, "well-formed tool result", "/v1/chat/completions", {
             "model": model, "messages": good, "tools": [CALC], "max_tokens": max_tokens, "stream": True})
         return run
     long_turn = run.part == "hang_up"
@@ -144,11 +147,11 @@ async def _client(c: httpx.AsyncClient, i: int, model: str, turns: int, max_toke
         run.sent.append(content)
         url = f"/v1/sessions/{run.session_id}/messages"
         if long_turn and t == 0:
-            await _stream(c, run, "hang-up turn", url, {"content": content, "stream": True}, stop_after=2)
+            await stream_request(c, run, "hang-up turn", url, {"content": content, "stream": True}, stop_after=2)
         elif long_turn:
             await _turn_with_retry(c, run, content, deadline_s=30)
         else:
-            await _stream(c, run, "turn", url, {"content": content, "stream": True})
+            await stream_request(c, run, "turn", url, {"content": content, "stream": True})
     return run
 
 
@@ -162,7 +165,7 @@ async def run_load(url: str, key: str, clients: int = 64, turns: int = 2, max_to
                                  limits=limits) as c:
         model = (await c.get("/v1/models")).json()["data"][0]["id"]
         t0 = time.perf_counter()
-        runs = await asyncio.gather(*(_client(c, i, model, turns, max_tokens) for i in range(clients)))
+        runs = await asyncio.gather(*(run_client(c, i, model, turns, max_tokens) for i in range(clients)))
         return list(runs), time.perf_counter() - t0
 
 
@@ -244,7 +247,7 @@ def main() -> None:
     from pathlib import Path
 
     from loom.runtime.checkpoint import ensure_checkpoint
-    from tests.api.server import Server, cli
+    from tests.api.server import keyed_server
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=256)
@@ -252,11 +255,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--num-kv-blocks", type=int, default=2048)
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="loom-load-"))
-    db = f"sqlite:///{work / 'load.db'}"
-    key = cli("keys", "create", "--owner", "load", "--db", db).strip().splitlines()[-1]
-    server = Server(ensure_checkpoint("qwen3", "tiny"), db, work, "--max-model-len", "1024",
-                    "--num-kv-blocks", str(args.num_kv_blocks), "--max-num-seqs", "64").start()
+    server, key = keyed_server(ensure_checkpoint("qwen3", "tiny"), Path(tempfile.mkdtemp(prefix="loom-load-")),
+                               "load", "--max-model-len", "1024", "--num-kv-blocks", str(args.num_kv_blocks),
+                               "--max-num-seqs", "64")
     try:
         runs, wall = asyncio.run(run_load(server.url, key, args.clients, args.turns, args.max_tokens))
         figures = summary(runs, wall)

@@ -17,8 +17,8 @@ While it runs the server's resident set size (RSS, bytes) is sampled every
 ``sample_every_s``.  At the end: every request's status, the same per-session
 checks as the load driver (what was streamed is what was stored, every sent
 message committed in order), the KV blocks free once the server is idle, and
-RSS growth after warm-up: the largest sample of the run's last four fifths over
-the sample at the end of its first fifth.
+RSS growth after warm-up: the largest sample after warm-up (by default the run's
+first fifth) over the last sample of the warm-up.
 
 Run (starts its own server on the tiny random model, prints the figures as JSON)::
 
@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 import psutil
 
-from benchmarks.load import ClientRun, _client, _stream, part_of, problems, summary
+from benchmarks.load import ClientRun, problems, run_client, stream_request, summary
 
 OVERSIZED_EVERY = 5
 
@@ -56,16 +56,16 @@ async def _oversized(c: httpx.AsyncClient, n: int, model: str, max_body_bytes: i
     """A body over the cap (413), then a message too long for the window (400, not stored), then a turn."""
     run = ClientRun(n, "oversized")
     big = "x" * (max_body_bytes + 1024)
-    await _stream(c, run, "oversized body", "/v1/chat/completions",
+    await stream_request(c, run, "oversized body", "/v1/chat/completions",
                   {"model": model, "messages": [{"role": "user", "content": big}], "stream": True})
     r = await c.post("/v1/sessions", json={"sampling": {"temperature": 0.0, "max_tokens": max_tokens}})
     r.raise_for_status()
     run.session_id = r.json()["id"]
     url = f"/v1/sessions/{run.session_id}/messages"
-    await _stream(c, run, "message over the window", url, {"content": "y " * (chars // 2), "stream": True})
+    await stream_request(c, run, "message over the window", url, {"content": "y " * (chars // 2), "stream": True})
     content = f"client {n}: after a refused message"
     run.sent.append(content)
-    await _stream(c, run, "turn", url, {"content": content, "stream": True})
+    await stream_request(c, run, "turn", url, {"content": content, "stream": True})
     return run
 
 
@@ -122,7 +122,7 @@ async def run_soak(url: str, key: str, server_pid: int, duration_s: float, concu
                 if n % OVERSIZED_EVERY == OVERSIZED_EVERY - 1:
                     run = await _oversized(c, n, model, max_body_bytes, oversized_chars, max_tokens)
                 else:
-                    run = await _client(c, n, model, turns, max_tokens)
+                    run = await run_client(c, n, model, turns, max_tokens)
                 soak.runs.append(run)
                 await asyncio.sleep(think_s)
 
@@ -133,18 +133,19 @@ async def run_soak(url: str, key: str, server_pid: int, duration_s: float, concu
     return soak
 
 
-def rss_growth(rss: list[tuple[float, int]], wall_s: float) -> float | None:
-    """Largest RSS sample after warm-up (the first fifth of ``wall_s``) over the last sample of the warm-up,
-    minus 1 (0.03: 3% larger); None with too few samples."""
-    warm = [b for t, b in rss if t <= wall_s / 5]
-    after = [b for t, b in rss if t > wall_s / 5]
+def rss_growth(rss: list[tuple[float, int]], warmup_s: float) -> float | None:
+    """Largest RSS sample after the first ``warmup_s`` seconds over the last sample within them, minus 1
+    (0.03: 3% larger); None with too few samples."""
+    warm = [b for t, b in rss if t <= warmup_s]
+    after = [b for t, b in rss if t > warmup_s]
     if not warm or not after:
         return None
     return max(after) / warm[-1] - 1
 
 
-def figures(soak: SoakRun) -> dict[str, Any]:
-    """The load driver's summary plus the parts' counts and the RSS figures (MiB)."""
+def figures(soak: SoakRun, warmup_s: float | None = None) -> dict[str, Any]:
+    """The load driver's summary plus the parts' counts and the RSS figures (MiB); ``warmup_s`` (default: the
+    first fifth of the run) is left out of the RSS growth."""
     out = summary(soak.runs, soak.wall_s)
     out["parts"] = {p: sum(r.part == p for r in soak.runs) for p in ("normal", "hang_up", "malformed", "oversized")}
     out["status_413"] = sum(r.status == 413 for run in soak.runs for r in run.records)
@@ -152,7 +153,7 @@ def figures(soak: SoakRun) -> dict[str, Any]:
         mib = [b / (1 << 20) for _, b in soak.rss]
         out["rss_mib"] = {"first": round(mib[0], 1), "min": round(min(mib), 1), "max": round(max(mib), 1),
                           "last": round(mib[-1], 1), "samples": len(mib)}
-    growth = rss_growth(soak.rss, soak.wall_s)
+    growth = rss_growth(soak.rss, soak.wall_s / 5 if warmup_s is None else warmup_s)
     out["rss_growth_after_warmup"] = None if growth is None else round(growth, 4)
     return out
 
@@ -163,7 +164,7 @@ def main() -> None:
     from pathlib import Path
 
     from loom.runtime.checkpoint import ensure_checkpoint
-    from tests.api.server import Server, cli
+    from tests.api.server import keyed_server
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--duration", type=float, default=1800, help="seconds")
@@ -172,11 +173,9 @@ def main() -> None:
     ap.add_argument("--think", type=float, default=0.0, help="seconds a worker waits between clients")
     ap.add_argument("--model", default=None, help="a model folder or registered name (default: tiny random qwen3)")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="loom-soak-"))
-    db = f"sqlite:///{work / 'soak.db'}"
-    key = cli("keys", "create", "--owner", "soak", "--db", db).strip().splitlines()[-1]
-    model = args.model or ensure_checkpoint("qwen3", "tiny")
-    server = Server(model, db, work, "--max-model-len", "1024", "--num-kv-blocks", "1024", "--max-num-seqs", "32").start()
+    server, key = keyed_server(args.model or ensure_checkpoint("qwen3", "tiny"),
+                               Path(tempfile.mkdtemp(prefix="loom-soak-")), "soak", "--max-model-len", "1024",
+                               "--num-kv-blocks", "1024", "--max-num-seqs", "32")
     try:
         soak = asyncio.run(run_soak(server.url, key, server.proc.pid, args.duration, args.concurrency,
                                     max_tokens=args.max_tokens, think_s=args.think))

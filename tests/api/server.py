@@ -141,6 +141,14 @@ def hang_up_midway(server: Server, key: str, path: str, body: dict, stream: bool
     return before, server.wait_idle()["engine"]
 
 
+def keyed_server(model: Path | str, workdir: Path, owner: str, *extra: str) -> tuple[Server, str]:
+    """A started ``loom serve`` of ``model`` on a new SQLite database in ``workdir`` (``extra``: more
+    ``loom serve`` flags), and an API key of ``owner`` made with ``loom keys create``."""
+    db = f"sqlite:///{workdir / 'loom.db'}"
+    key = cli("keys", "create", "--owner", owner, "--db", db).strip().splitlines()[-1]
+    return Server(Path(model), db, workdir, *extra).start(), key
+
+
 def raw_request(server: Server, path: str, headers: dict[str, str], sent: bytes, declared: int) -> bytes:
     """Send headers and only ``sent`` of a ``declared``-byte body, then read the answer (2 s at most)."""
     host, port = "127.0.0.1", server.port

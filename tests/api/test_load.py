@@ -19,18 +19,15 @@ import httpx
 import pytest
 
 from benchmarks.load import problems, run_load, summary
-from tests.api.server import Server, cli
+from tests.api.server import Server, keyed_server
 
 CLIENTS, TURNS, MAX_TOKENS = 64, 2, 8
 
 
 @pytest.fixture(scope="module")
 def load_server(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
-    work = tmp_path_factory.mktemp("load")
-    db = f"sqlite:///{work / 'load.db'}"
-    key = cli("keys", "create", "--owner", "load", "--db", db).strip().splitlines()[-1]
-    srv = Server(checkpoint, db, work, "--max-model-len", "1024", "--num-kv-blocks", "1024",
-                 "--max-num-seqs", "64").start()
+    srv, key = keyed_server(checkpoint, tmp_path_factory.mktemp("load"), "load", "--max-model-len", "1024",
+                            "--num-kv-blocks", "1024", "--max-num-seqs", "64")
     yield srv, key
     srv.stop()
 
