@@ -6,8 +6,8 @@ suite's other worker runs meanwhile).
 Nothing answers 5xx, every refused request gets the status the soak's docstring names, every session
 stores what its client was streamed (and nothing of a refused message), every KV block is free once the
 server is idle, and the server's RSS after warm-up (the first half) stays within 5% of where warm-up left
-it.  The full run (30 minutes, no pause) and its figures: ``python -m benchmarks.soak --duration 1800`` (README,
-"Deploying for several users").
+it.  The full run (30 minutes, no pause) and its figures: ``python -m benchmarks.soak --duration 1800``
+(docs/serving.md, "Several users on one server").
 """
 
 from __future__ import annotations
