@@ -1,6 +1,6 @@
 """A short soak of a real ``loom serve`` (benchmarks/soak.py): mixed sessions, streams, hang-ups,
 malformed tool results and oversized bodies at concurrency 16 for ``SOAK_SECONDS`` (60 by default),
-each of the 16 workers pausing two seconds between clients (the server is busy, not saturated: the
+each of the 16 workers pausing four seconds between clients (the server is busy, not saturated: the
 suite's other worker runs meanwhile).
 
 Nothing answers 5xx, every refused request gets the status the soak's docstring names, every session
@@ -40,7 +40,7 @@ def test_a_soak_of_mixed_traffic_has_no_5xx_no_lost_message_no_leaked_block_and_
     assert server.proc is not None
     soak = asyncio.run(run_soak(server.url, key, server.proc.pid, SOAK_SECONDS, concurrency=16,
                                 max_body_bytes=1 << 20, oversized_chars=256 << 10, sample_every_s=1.0,
-                                think_s=2.0))
+                                think_s=4.0))
     out = figures(soak, warmup_s=SOAK_SECONDS / 2)  # the first half warms up (allocator, caches, the database)
     with capsys.disabled():
         print("\nsoak:", json.dumps(out))
