@@ -25,11 +25,11 @@ import anyio
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-LINGER_S = 10.0  # the longest a refused body is read and dropped before the connection closes (s)
-LINGER_READ_S = 2.0  # the longest wait for its next chunk meanwhile (s)
-
 from loom.api.errors import error_body
 from loom.api.text_guard import replay
+
+LINGER_S = 10.0  # the longest a refused body is read and dropped before the connection closes (s)
+LINGER_READ_S = 2.0  # the longest wait for its next chunk meanwhile (s)
 
 
 class BodyLimit:
