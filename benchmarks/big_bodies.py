@@ -65,17 +65,15 @@ def main() -> None:
     from pathlib import Path
 
     from loom.runtime.checkpoint import ensure_checkpoint
-    from tests.api.server import Server, cli
+    from tests.api.server import keyed_server
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=60, help="Probes of each kind per phase.")
     ap.add_argument("--kinds", default="10MB-declared,10MB-chunked,1MB-text",
                     help="Which big requests the storm sends (one client each), comma-separated.")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="loom-bodies-"))
-    db = f"sqlite:///{work / 'bodies.db'}"
-    key = cli("keys", "create", "--owner", "probe", "--db", db).strip().splitlines()[-1]
-    server = Server(ensure_checkpoint("qwen3", "tiny"), db, work, "--max-model-len", "1024").start()
+    server, key = keyed_server(ensure_checkpoint("qwen3", "tiny"), Path(tempfile.mkdtemp(prefix="loom-bodies-")),
+                               "probe", "--max-model-len", "1024")
     try:
         with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {key}"}, timeout=120) as c:
             model = c.get("/v1/models").json()["data"][0]["id"]
