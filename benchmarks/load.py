@@ -241,6 +241,14 @@ def summary(runs: list[ClientRun], wall_s: float) -> dict[str, Any]:
     }
 
 
+def print_with_kv_after(server: Any, figures: dict[str, Any]) -> None:
+    """Wait until ``server`` (a ``tests.api.server.Server``) is idle, add its free / total KV blocks to
+    ``figures`` as ``kv_blocks_free_after``, and print them as JSON."""
+    health = server.wait_idle(timeout=300)["engine"]
+    figures["kv_blocks_free_after"] = f"{health['kv_blocks_free']}/{health['kv_blocks_total']}"
+    print(json.dumps(figures, indent=2))
+
+
 def main() -> None:
     """``python -m benchmarks.load``: start a server on the tiny model, run the load, print the figures."""
     import tempfile
@@ -262,9 +270,7 @@ def main() -> None:
         runs, wall = asyncio.run(run_load(server.url, key, args.clients, args.turns, args.max_tokens))
         figures = summary(runs, wall)
         figures["problems"] = problems(runs, server.url, key)
-        health = server.wait_idle(timeout=300)["engine"]
-        figures["kv_blocks_free_after"] = f"{health['kv_blocks_free']}/{health['kv_blocks_total']}"
-        print(json.dumps(figures, indent=2))
+        print_with_kv_after(server, figures)
     finally:
         server.stop()
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +36,7 @@ from typing import Any
 import httpx
 import psutil
 
-from benchmarks.load import ClientRun, problems, run_client, stream_request, summary
+from benchmarks.load import ClientRun, print_with_kv_after, problems, run_client, stream_request, summary
 
 OVERSIZED_EVERY = 5
 
@@ -181,9 +180,7 @@ def main() -> None:
                                     max_tokens=args.max_tokens, think_s=args.think))
         out = figures(soak)
         out["problems"] = soak_problems(soak, server.url, key)
-        health = server.wait_idle(timeout=300)["engine"]
-        out["kv_blocks_free_after"] = f"{health['kv_blocks_free']}/{health['kv_blocks_total']}"
-        print(json.dumps(out, indent=2))
+        print_with_kv_after(server, out)
     finally:
         server.stop()
 
