@@ -26,9 +26,12 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from tests.api.server import Server
 
 # (what is wrong, the tool message; the assistant turn before it calls "calc" with id call_1)
 MALFORMED_TOOL_RESULTS: list[tuple[str, dict[str, Any]]] = [
@@ -103,7 +106,8 @@ async def stream_request(c: httpx.AsyncClient, run: ClientRun, what: str, url: s
     return rec
 
 
-async def _session(c: httpx.AsyncClient, max_tokens: int) -> str:
+async def create_session(c: httpx.AsyncClient, max_tokens: int) -> str:
+    """A new greedy session answering at most ``max_tokens`` tokens a turn; returns its id."""
     r = await c.post("/v1/sessions", json={"sampling": {"temperature": 0.0, "max_tokens": max_tokens}})
     r.raise_for_status()
     return r.json()["id"]
@@ -113,7 +117,7 @@ async def _turn_with_retry(c: httpx.AsyncClient, run: ClientRun, content: str, d
     end = time.monotonic() + deadline_s
     while True:
         rec = await stream_request(c, run, "turn after hang-up", f"/v1/sessions/{run.session_id}/messages",
-                            {"content": content, "stream": True})
+                                   {"content": content, "stream": True})
         if rec.status != 409 or time.monotonic() > end:
             return
         run.conflicts += 1
@@ -141,7 +145,7 @@ async def run_client(c: httpx.AsyncClient, i: int, model: str, turns: int, max_t
             "model": model, "messages": good, "tools": [CALC], "max_tokens": max_tokens, "stream": True})
         return run
     long_turn = run.part == "hang_up"
-    run.session_id = await _session(c, max_tokens * 8 if long_turn else max_tokens)
+    run.session_id = await create_session(c, max_tokens * 8 if long_turn else max_tokens)
     for t in range(turns):
         content = f"client {i} turn {t}: tell me something"
         run.sent.append(content)
@@ -241,8 +245,8 @@ def summary(runs: list[ClientRun], wall_s: float) -> dict[str, Any]:
     }
 
 
-def print_with_kv_after(server: Any, figures: dict[str, Any]) -> None:
-    """Wait until ``server`` (a ``tests.api.server.Server``) is idle, add its free / total KV blocks to
+def print_with_kv_after(server: Server, figures: dict[str, Any]) -> None:
+    """Wait until ``server`` is idle, add its free / total KV blocks to
     ``figures`` as ``kv_blocks_free_after``, and print them as JSON."""
     health = server.wait_idle(timeout=300)["engine"]
     figures["kv_blocks_free_after"] = f"{health['kv_blocks_free']}/{health['kv_blocks_total']}"

@@ -36,7 +36,15 @@ from typing import Any
 import httpx
 import psutil
 
-from benchmarks.load import ClientRun, print_with_kv_after, problems, run_client, stream_request, summary
+from benchmarks.load import (
+    ClientRun,
+    create_session,
+    print_with_kv_after,
+    problems,
+    run_client,
+    stream_request,
+    summary,
+)
 
 OVERSIZED_EVERY = 5
 
@@ -56,10 +64,8 @@ async def _oversized(c: httpx.AsyncClient, n: int, model: str, max_body_bytes: i
     run = ClientRun(n, "oversized")
     big = "x" * (max_body_bytes + 1024)
     await stream_request(c, run, "oversized body", "/v1/chat/completions",
-                  {"model": model, "messages": [{"role": "user", "content": big}], "stream": True})
-    r = await c.post("/v1/sessions", json={"sampling": {"temperature": 0.0, "max_tokens": max_tokens}})
-    r.raise_for_status()
-    run.session_id = r.json()["id"]
+                         {"model": model, "messages": [{"role": "user", "content": big}], "stream": True})
+    run.session_id = await create_session(c, max_tokens)
     url = f"/v1/sessions/{run.session_id}/messages"
     await stream_request(c, run, "message over the window", url, {"content": "y " * (chars // 2), "stream": True})
     content = f"client {n}: after a refused message"

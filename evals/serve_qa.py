@@ -192,7 +192,7 @@ def summary(records: Sequence[ServedAnswer]) -> JSONObject:
     def block(rs: list[ServedAnswer]) -> JSONObject:
         ans, una = [r for r in rs if r.answerable], [r for r in rs if not r.answerable]
         return {"questions": len(rs), "answerable": len(ans),
-                "accuracy": sum(r.correct for r in ans) / len(ans) if ans else None,
+                "accuracy": _accuracy(ans),
                 "unanswerable": len(una), "not_found": sum(r.not_found for r in una) / len(una) if una else None,
                 "false_not_found": sum(r.not_found for r in ans) / len(ans) if ans else None,
                 "gold_shown": sum(r.gold_shown for r in ans) / len(ans) if ans else None,
@@ -200,15 +200,18 @@ def summary(records: Sequence[ServedAnswer]) -> JSONObject:
                 "mean_completion_tokens": sum(r.completion_tokens for r in rs) / len(rs) if rs else None,
                 "accuracy_first_turn": _accuracy([r for r in ans if r.turn == 1]),
                 "accuracy_later_turns": _accuracy([r for r in ans if r.turn > 1]),
-                "not_found_later_turns_answerable": (sum(r.not_found for r in ans if r.turn > 1)
-                                                     / max(1, sum(r.turn > 1 for r in ans)))}
+                "not_found_later_turns_answerable": _share([r.not_found for r in ans if r.turn > 1])}
 
     sets = sorted({r.qa_set for r in records})
     return {"all": block(list(records)), **{s: block([r for r in records if r.qa_set == s]) for s in sets}}
 
 
+def _share(flags: list[bool]) -> float | None:
+    return sum(flags) / len(flags) if flags else None
+
+
 def _accuracy(rs: list[ServedAnswer]) -> float | None:
-    return sum(r.correct for r in rs) / len(rs) if rs else None
+    return _share([r.correct for r in rs])
 
 
 def pct(value: object) -> str:

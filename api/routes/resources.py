@@ -58,6 +58,8 @@ async def create_document(body: DocumentCreate, request: Request,
     doc = load(body.text, _doc_key(owner, doc_id), body.title or None)
     doc = dataclasses.replace(doc, metadata={**body.metadata, "owner": owner})
     retriever = await anyio.to_thread.run_sync(services.index)
+    # chunked before anything is written (a refusal must leave the index as it was); add_documents chunks a
+    # new document again, which costs little beside embedding its chunks
     chunks = await anyio.to_thread.run_sync(retriever.chunker.chunk, doc)
     if not chunks:
         raise InvalidRequestError("document has no text to index", param="text")
