@@ -4,7 +4,8 @@
 
 * per matrix: the int4 shapes of SmolLM2-135M, Qwen2.5-Coder-0.5B and 1.5B at 1 row (bfloat16 in and out, as
   the fused layer path calls them), both kernels timed one after the other per case: median ms of 30 calls,
-  the ratio, and the bytes read per second (4-bit codes plus bfloat16 scales and zeros, group 32);
+  the ratio, and the bytes read per second (4-bit codes, group 32, plus PyTorch's bfloat16 scales and zeros
+  or Loom's 8-bit codes and exponents);
 * ``--decode``: greedy decode of each model (default: the default model) in int4 at batch 1 and 8, 64 tokens a
   sequence after a short chat prompt, five interleaved rounds with each layer in Loom's tile layout and in
   PyTorch's; median tokens/s and the ratio, and the machine's load average.
@@ -34,9 +35,9 @@ def per_matrix() -> None:
         assert ours.use_tiles()
         x = torch.randn(1, k).bfloat16()
         t_theirs, t_ours = median_ms(lambda: theirs.matmul(x)), median_ms(lambda: ours.matmul(x))
-        gb = n * k * (0.5 + 4 / 32) / 1e9
-        print(f"{name:<18} {t_theirs:>10.3f} {t_ours:>8.3f} {t_theirs / t_ours:>6.2f} {gb / t_theirs * 1e3:>12.1f} "
-              f"{gb / t_ours * 1e3:>9.1f}")
+        gb_theirs, gb_ours = n * k * (0.5 + 4 / 32) / 1e9, n * k * (0.5 + 2 / 32 + 2 / 256) / 1e9
+        print(f"{name:<18} {t_theirs:>10.3f} {t_ours:>8.3f} {t_theirs / t_ours:>6.2f} "
+              f"{gb_theirs / t_theirs * 1e3:>12.1f} {gb_ours / t_ours * 1e3:>9.1f}")
 
 
 def decode(models: list[str], rounds: int = 5, tokens: int = 64, batches: tuple[int, ...] = (1, 8)) -> None:
@@ -55,7 +56,7 @@ def decode(models: list[str], rounds: int = 5, tokens: int = 64, batches: tuple[
 
         def switch(side: str) -> None:
             for m in layers:
-                m.tiles, m.tile_scales_zeros = tiles[id(m)] if side == "loom" else (None, None)
+                m.tiles, m.tile_scales_zeros, m.tile_exponents = tiles[id(m)] if side == "loom" else (None,) * 3
                 m._tile_kernel = cpu_int4_linear()
 
         prompt = chat_prompt(llm)

@@ -167,9 +167,11 @@ def cpu_int4_linear() -> Callable[..., torch.Tensor] | None:
     """The int4 weight-only product of a few activation rows in Loom's tile layout; ``None`` without a build
     or on a CPU without AVX-512 VNNI (``Int4Linear`` then keeps PyTorch's kernel and its layout).
 
-    ``fn(x, tiles, scales_zeros, group_size) -> y``: ``x`` ``[M, K]`` float32, ``tiles`` ``[N / 16, K / 8, 64]``
-    uint8 and ``scales_zeros`` ``[N / 16, K / group_size, 2, 16]`` bfloat16 (``Int4Linear.to_tiles`` builds
-    both from its codes), ``y`` ``[M, N]`` float32 ``= Q8_0(x) @ W^T`` with ``W = (q - 8) * scale + zero``,
+    ``fn(x, tiles, scales_zeros, exponents, group_size) -> y``: ``x`` ``[M, K]`` float32, ``tiles``
+    ``[N / 16, K / 8, 64]`` uint8, ``scales_zeros`` ``[N / 16, K / group_size, 2, 16]`` uint8 codes and
+    ``exponents`` ``[N / 16, ceil(K / group_size / 8), 2, 16]`` int8 (``loom.runtime.quantization.int4.to_tiles``
+    builds them from a layer's codes, scales and zeros), ``y`` ``[M, N]`` float32 ``= Q8_0(x) @ W^T`` with
+    ``W = (q - 8) * scale + zero``,
     ``K`` and ``group_size`` multiples of 32; a bad shape or dtype raises ``RuntimeError``.  The layout and
     the arithmetic are in ``int4_linear_cpu.cpp``: activations rounded to llama.cpp's Q8_0 blocks, as in
     :func:`cpu_int8_linear`, and integer products of the unpacked 4-bit codes (``vpdpbusd``), sixteen output

@@ -3,12 +3,17 @@
 //
 // y[m, n] = sum_k x[m, k] * W[n, k], x float32 or bfloat16 [M, K], y [M, N] in x's dtype, with
 // W[n, k] = (q[n, k] - 8) * scale[n, g] + zero[n, g], g = k / G: the grid of Int4Linear (tinygemm's), the same
-// codes, scales and zero points PyTorch's int4 kernel reads.
+// codes, scales and zero points PyTorch's int4 kernel reads.  Scales and zeros are 8-bit codes under a power-of-two
+// exponent shared by eight groups of a row (Int4Linear's block grid): scale = sc * 2^es, zero = zc * 2^ez.
 //
 // Layout (Int4Linear.tiles), for N a multiple of 16 and K of 32:
 //   tiles [N / 16, K / 8, 64] uint8: tile t, step j holds rows 16t..16t+15 at inputs 8j..8j+7; byte 4r + i
 //       has q[16t + r, 8j + i] in its low nibble and q[16t + r, 8j + 4 + i] in its high one (i < 4);
-//   scales_zeros [N / 16, K / G, 2, 16] bfloat16: a tile's 16 scales, then its 16 zero points, per group.
+//   scales_zeros [N / 16, K / G, 2, 16] uint8: per group, a tile's 16 scale codes sc (unsigned), then its 16 zero
+//       codes zc (two's-complement int8);
+//   exponents [N / 16, ceil(K / G / 8), 2, 16] int8: per block of eight groups, a tile's 16 scale exponents es,
+//       then its 16 zero exponents ez.
+// A group's scales and zeros cost 32 bytes a tile (64 as bfloat16): 4.56 bits a weight at G = 32, not 5.
 // So one 64-byte load gives, after a mask and a shift, two vectors whose 32-bit lane r holds four codes of row
 // r at consecutive inputs: vpdpbusd (codes unsigned, activations signed) multiplies each by the same four
 // activation codes, broadcast, and adds the four products into lane r.  Sixteen output rows at once, two
@@ -33,26 +38,33 @@
 #include <cstdint>
 #include <vector>
 
+constexpr int64_t kExponentGroups = 8;  // groups sharing one exponent (Int4Linear's EXPONENT_GROUPS)
+
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
 #include <immintrin.h>
 
 constexpr int64_t kRows = 4;  // activation rows sharing one pass over a tile
 
-static inline __m512 bf16x16_to_ps(const c10::BFloat16* p) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+static inline __m512 u8x16_to_ps(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+static inline __m512 i8x16_to_ps(const void* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
 // Sixteen outputs of one tile for R activation rows at once (the tile's bytes loaded and unpacked once for all
 // of them): row i's codes xq[i] [K], block scales d[i] [K / 32] and code sums cs[i]; out[i] gets its 16 sums.
 // Each row's operations are the same whatever R is, so its result does not depend on the rows beside it.
 template <int R>
-static inline void tile_dot(const uint8_t* __restrict tile, const c10::BFloat16* __restrict sz,
+static inline void tile_dot(const uint8_t* __restrict tile, const uint8_t* __restrict sz, const int8_t* __restrict ex,
                             const int8_t* const* xq, const float* const* d, const int32_t* const* cs, int64_t K,
                             int64_t G, __m512* out) {
   const __m512i low = _mm512_set1_epi8(0x0F);
   __m512 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+  int64_t e_block = -1;
+  __m512 scale_exp = _mm512_setzero_ps(), zero_exp = _mm512_setzero_ps();
   for (int64_t b = 0; b < K / loom::kQ8Block; ++b) {
     __m512i lo_acc[R], hi_acc[R];
     for (int i = 0; i < R; ++i) lo_acc[i] = hi_acc[i] = _mm512_setzero_si512();
@@ -69,7 +81,14 @@ static inline void tile_dot(const uint8_t* __restrict tile, const c10::BFloat16*
       }
     }
     const int64_t g = b * loom::kQ8Block / G;
-    const __m512 scale = bf16x16_to_ps(sz + g * 32), zero = bf16x16_to_ps(sz + g * 32 + 16);
+    if (g / kExponentGroups != e_block) {  // a new block of eight groups: its exponents, once
+      e_block = g / kExponentGroups;
+      scale_exp = i8x16_to_ps(ex + e_block * 32);
+      zero_exp = i8x16_to_ps(ex + e_block * 32 + 16);
+    }
+    // sc * 2^es and zc * 2^ez: exact, the same values as the bfloat16 scales and zeros PyTorch's kernel reads
+    const __m512 scale = _mm512_scalef_ps(u8x16_to_ps(sz + g * 32), scale_exp);
+    const __m512 zero = _mm512_scalef_ps(i8x16_to_ps(sz + g * 32 + 16), zero_exp);
     const __m512 offset = _mm512_fnmadd_ps(_mm512_set1_ps(8.f), scale, zero);  // zero - 8 scale
     for (int i = 0; i < R; ++i) {
       const __m512 sums = _mm512_cvtepi32_ps(_mm512_add_epi32(lo_acc[i], hi_acc[i]));
@@ -82,7 +101,7 @@ static inline void tile_dot(const uint8_t* __restrict tile, const c10::BFloat16*
 #endif
 
 static at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor& scales_zeros,
-                              int64_t group_size) {
+                              const at::Tensor& exponents, int64_t group_size) {
   TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) &&
                   x.is_contiguous(),
               "int4_linear: x must be a contiguous float32 or bfloat16 [M, K] tensor");
@@ -95,8 +114,13 @@ static at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& tiles, cons
   const int64_t T = tiles.size(0), N = T * 16;
   TORCH_CHECK(scales_zeros.dim() == 4 && scales_zeros.size(0) == T && scales_zeros.size(1) == K / group_size &&
                   scales_zeros.size(2) == 2 && scales_zeros.size(3) == 16 &&
-                  scales_zeros.scalar_type() == at::kBFloat16 && scales_zeros.is_contiguous(),
-              "int4_linear: scales_zeros must be a contiguous bfloat16 [N / 16, K / group_size, 2, 16] tensor");
+                  scales_zeros.scalar_type() == at::kByte && scales_zeros.is_contiguous(),
+              "int4_linear: scales_zeros must be a contiguous uint8 [N / 16, K / group_size, 2, 16] tensor");
+  const int64_t groups = K / group_size, blocks_e = (groups + kExponentGroups - 1) / kExponentGroups;
+  TORCH_CHECK(exponents.dim() == 4 && exponents.size(0) == T && exponents.size(1) == blocks_e &&
+                  exponents.size(2) == 2 && exponents.size(3) == 16 && exponents.scalar_type() == at::kChar &&
+                  exponents.is_contiguous(),
+              "int4_linear: exponents must be a contiguous int8 [N / 16, ceil(K / group_size / 8), 2, 16] tensor");
   at::Tensor y = at::empty({M, N}, x.options());
 #if defined(__AVX512VNNI__) && defined(__AVX512BW__)
   const int64_t blocks = K / loom::kQ8Block;
@@ -111,11 +135,13 @@ static at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& tiles, cons
       loom::quantize_q8_0(x.data_ptr<float>() + m * K, K, &xq[m * K], &d[m * blocks], &cs[m * blocks]);
   }
   const uint8_t* tp = tiles.data_ptr<uint8_t>();
-  const c10::BFloat16* sp = scales_zeros.data_ptr<c10::BFloat16>();
+  const uint8_t* sp = scales_zeros.data_ptr<uint8_t>();
+  const int8_t* ep = exponents.data_ptr<int8_t>();
   at::parallel_for(0, T, 8, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {  // one tile's bytes, from L1 for every row of x
       const uint8_t* tile = tp + t * (K / 8) * 64;
-      const c10::BFloat16* sz = sp + t * (K / group_size) * 32;
+      const uint8_t* sz = sp + t * groups * 32;
+      const int8_t* ex = ep + t * blocks_e * 32;
       for (int64_t m0 = 0; m0 < M; m0 += kRows) {  // kRows rows of x per pass over the tile
         const int rows = static_cast<int>(std::min<int64_t>(kRows, M - m0));
         const int8_t* xr[kRows];
@@ -128,10 +154,10 @@ static at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& tiles, cons
         }
         __m512 out[kRows];
         switch (rows) {
-          case 1: tile_dot<1>(tile, sz, xr, dr, cr, K, group_size, out); break;
-          case 2: tile_dot<2>(tile, sz, xr, dr, cr, K, group_size, out); break;
-          case 3: tile_dot<3>(tile, sz, xr, dr, cr, K, group_size, out); break;
-          default: tile_dot<4>(tile, sz, xr, dr, cr, K, group_size, out); break;
+          case 1: tile_dot<1>(tile, sz, ex, xr, dr, cr, K, group_size, out); break;
+          case 2: tile_dot<2>(tile, sz, ex, xr, dr, cr, K, group_size, out); break;
+          case 3: tile_dot<3>(tile, sz, ex, xr, dr, cr, K, group_size, out); break;
+          default: tile_dot<4>(tile, sz, ex, xr, dr, cr, K, group_size, out); break;
         }
         for (int i = 0; i < rows; ++i) {
           const int64_t m = m0 + i;
@@ -155,7 +181,7 @@ static at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& tiles, cons
 
 // torch.ops.loom.int4_linear (the namespace is defined with paged_attention)
 TORCH_LIBRARY_FRAGMENT(loom, m) {
-  m.def("int4_linear(Tensor x, Tensor tiles, Tensor scales_zeros, int group_size) -> Tensor");
+  m.def("int4_linear(Tensor x, Tensor tiles, Tensor scales_zeros, Tensor exponents, int group_size) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(loom, CPU, m) {

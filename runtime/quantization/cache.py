@@ -9,8 +9,8 @@ atomically (``loom.runtime.checkpoint.cache.build_atomically``).  The key hashes
 the checkpoint folder's path, its weights' identity
 (:func:`~loom.runtime.checkpoint.tensors.weights_stamp`: the GGUF it names, or
 its safetensors files' sizes and modification times), the method, the
-group size, the dtype and the torch version (the int4 packing is PyTorch's
-own layout).  Later loads build the model on the meta
+group size, the dtype, the torch version (the int4 packing is PyTorch's
+own layout) and :data:`FORMAT_VERSION` (what the quantizers put on their grids).  Later loads build the model on the meta
 device (no float weights are allocated), swap in quantized modules of the
 right shapes and assign the cached tensors, so peak memory is about the
 quantized weights.
@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from loom.runtime.models.llama import LlamaForCausalLM
 
 WEIGHTS = "weights.safetensors"
+FORMAT_VERSION = 2
+"""Raised when the quantizers' output changes, so older caches are rebuilt (2: int4 scales and zeros on the
+8-bit block grid)."""
 _TIED = "lm_head.qweight"
 _EMBED = "model.embed_tokens.qweight"
 
@@ -41,7 +44,8 @@ _EMBED = "model.embed_tokens.qweight"
 def cache_dir(path: Path, method: str, group_size: int, dtype: torch.dtype, root: Path | None = None) -> Path:
     """Where the quantized state of the checkpoint at ``path`` is cached (it may not exist yet)."""
     key = hashlib.sha256(
-        f"{path.resolve()}|{weights_stamp(path)}|{method}|{group_size}|{dtype}|{torch.__version__}".encode())
+        f"{path.resolve()}|{weights_stamp(path)}|{method}|{group_size}|{dtype}|{torch.__version__}|"
+        f"{FORMAT_VERSION}".encode())
     return (root or loom_cache_root() / "quantized") / f"{path.name}-{method}-{key.hexdigest()[:12]}"
 
 

@@ -76,7 +76,7 @@ def test_int4_prefill_chunk_through_the_bfloat16_gemm_matches_the_kernel():
     assert _rel(layer(x), x @ layer.dequantize().T + b) < 1e-2
 
 
-def test_int4_reproduces_weights_already_on_a_4bit_grid_up_to_bfloat16_scales():
+def test_int4_reproduces_weights_already_on_a_4bit_grid_up_to_its_scales_8_bit_codes():
     torch.manual_seed(0)
     codes = torch.randint(0, 16, (64, 128)).float()
     codes[:, ::32], codes[:, 1::32] = 0, 15  # every group spans the whole grid, as a Q4_1 block does
@@ -85,18 +85,22 @@ def test_int4_reproduces_weights_already_on_a_4bit_grid_up_to_bfloat16_scales():
     w = codes * step + low
     q, s, z = quantize_int4(w, 32)
     assert torch.equal(q.float(), codes)
-    assert _rel(_dequant_int4(q, s, z, 32), w) < 0.02  # bfloat16 scale and zero, nothing else
+    assert _rel(_dequant_int4(q, s, z, 32), w) < 0.02  # 8-bit scale and zero codes, nothing else
 
 
-def test_int4_clipping_search_is_never_worse_than_min_max():
+def test_int4_clipping_search_is_never_worse_than_min_max_on_the_same_grid():
+    from loom.runtime.quantization.int4 import SCALE_CODE_MAX, ZERO_CODE_MAX, block_exponents, snap_to_block_grid
+
     torch.manual_seed(0)
     w = torch.randn(128, 256) * 0.05
     w[0, 3] = 1.0  # an outlier that min-max would spend the whole grid on
     q, s, z = quantize_int4(w, 32)
     g = w.view(128, 8, 32)
     lo, hi = g.amin(-1), g.amax(-1)
-    scale = ((hi - lo) / 15).to(torch.bfloat16).float()
-    zero = (lo + 8 * scale).to(torch.bfloat16).float()
+    scale = (hi - lo) / 15
+    zero_exp = block_exponents(lo + 8 * scale, ZERO_CODE_MAX)
+    scale = snap_to_block_grid(scale, block_exponents(scale, SCALE_CODE_MAX), 1, SCALE_CODE_MAX)[1]
+    zero = snap_to_block_grid(lo + 8 * scale, zero_exp, -ZERO_CODE_MAX, ZERO_CODE_MAX)[1]
     mm_codes = torch.round((g - zero[..., None]) / scale[..., None] + 8).clamp(0, 15)
     min_max = ((mm_codes - 8) * scale[..., None] + zero[..., None]).view(128, 256)
     err = (_dequant_int4(q, s, z, 32) - w).pow(2).view(128, 8, 32).sum(-1)
@@ -190,3 +194,19 @@ def test_auto_quantization_is_the_registered_models_own_format_on_cpu_only(model
     config = EngineConfig(model=model)
     assert config.resolve_quantization(torch.device(device), dtype) == expected
     assert config.quantization == expected
+
+
+@pytest.mark.parametrize(("k", "group"), [(576, 32), (256, 64), (1536, 128)])
+def test_int4_scales_and_zeros_are_8_bit_codes_under_an_exponent_shared_by_eight_groups(k, group):
+    from loom.runtime.quantization.int4 import EXPONENT_GROUPS
+
+    torch.manual_seed(0)
+    w = torch.randn(32, k) * torch.logspace(-3, 0, 32)[:, None]  # rows of very different magnitudes
+    _, s, z = quantize_int4(w, group)
+    for values, lowest, highest in ((s.float(), 1, 255), (z.float(), -127, 127)):
+        for block in values.split(EXPONENT_GROUPS, dim=1):  # [32, <= 8]: one exponent per row
+            mantissa, e = torch.frexp(block.abs().amax(1, keepdim=True) / highest)
+            e = torch.where(mantissa == 0.5, e - 1, e)  # the least e with max |value| / 2**e <= highest
+            codes = block / torch.ldexp(torch.ones(()), e.float())
+            assert torch.equal(codes, codes.round()), "a scale or zero is not an integer times its block's 2**e"
+            assert codes.min() >= lowest and codes.max() <= highest
