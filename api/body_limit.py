@@ -71,14 +71,23 @@ class BodyLimit:
         response = too_large(self.max_bytes)
         await send({"type": "http.response.start", "status": response.status_code, "headers": response.raw_headers})
         await send({"type": "http.response.body", "body": response.body, "more_body": True})
-        with anyio.move_on_after(LINGER_S):
-            while more:
-                with anyio.move_on_after(LINGER_READ_S) as wait:
-                    message = await receive()
-                if wait.cancelled_caught or message["type"] != "http.request":
-                    break
-                more = message.get("more_body", False)
+        if more:
+            await drop_body(receive)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def drop_body(receive: Receive) -> None:
+    """Read and drop the rest of a refused request body: at most :data:`LINGER_S` in all and
+    :data:`LINGER_READ_S` between chunks, stopping early when the body ends or the client leaves (see the
+    module docstring; the replicas' ingress does the same before its 413)."""
+    with anyio.move_on_after(LINGER_S):
+        more = True
+        while more:
+            with anyio.move_on_after(LINGER_READ_S) as wait:
+                message = await receive()
+            if wait.cancelled_caught or message["type"] != "http.request":
+                break
+            more = message.get("more_body", False)
 
 
 def too_large(max_bytes: int) -> JSONResponse:
