@@ -310,13 +310,7 @@ class KVCacheManager:
             return []
         if request.tier_staged is not None and request.tier_staged[0] == first:
             return request.tier_staged[1]
-        keys = self._tier_keys(request)
-        loaded: list[torch.Tensor] = []
-        for i in range(first, max_blocks):
-            kv = self.tier.get(keys[i])
-            if kv is None:
-                break
-            loaded.append(kv)
+        loaded = self.tier.get_run(self._tier_keys(request)[first:max_blocks])
         request.tier_staged = (first, loaded)
         return loaded
 

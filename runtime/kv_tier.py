@@ -16,9 +16,15 @@ from the model's fingerprint, the request's ``cache_salt`` and every token of
 the prefix up to and including the block (:func:`chain_keys`), so a tenant's
 salted blocks are found only by requests with the same salt, and another
 model, other weights, dtype, block size or KV layout never match.  Each file
-holds a header (magic, fingerprint, tensor shape and dtype, BLAKE2b of the
-payload) and the payload; a file whose header or checksum does not match is
+holds a 64-byte header (magic, fingerprint, tensor shape and dtype, CRC-32 of
+the payload) and the payload; a file whose header or checksum does not match is
 deleted and counted ``corrupt``, and its tokens are recomputed, never served.
+The checksum guards against torn or damaged files, not against a writer (the
+keys already name the exact tokens, and only the server writes the folder), so
+it is CRC-32 (zlib: 15 ms over 39 MiB here) rather than BLAKE2b (58 ms): a
+session's first turn after a restart reads and verifies every block it resumes.
+A block is read straight into the tensor it is returned as (``readinto``, the
+payload 64-byte aligned), with no copy of the file's bytes in between.
 
 The folder has a size budget (``max_bytes``): the least recently used files
 go first.  Files are written atomically (a temporary name, then ``rename``),
@@ -28,9 +34,11 @@ so a crash leaves either the whole file or none.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import struct
+import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -39,9 +47,10 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-_MAGIC = b"LOOMKV01"
+_MAGIC = b"LOOMKV02"  # 01 (BLAKE2b, unaligned header): a mismatch, dropped and recomputed like a corrupt file
 _DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
-_HEADER = struct.Struct("<8s16s16sB6I")  # magic, fingerprint, payload digest, dtype code, shape (6 dims max)
+# magic, fingerprint, payload CRC-32, dtype code, shape (6 dims max), padding to 64 bytes (the payload's alignment)
+_HEADER = struct.Struct("<8s16sIB6I11x")
 
 
 def chain_keys(fingerprint: str, salt: str | None, token_ids: Sequence[int], block_size: int,
@@ -104,10 +113,9 @@ class DiskKVTier:
         if key in self.index:
             self.index.move_to_end(key)
             return
-        payload = kv.detach().to("cpu").contiguous().view(torch.uint8).numpy().tobytes()
+        payload = memoryview(kv.detach().to("cpu").contiguous().view(torch.uint8).reshape(-1).numpy())
         shape = list(kv.shape) + [0] * (6 - kv.dim())
-        header = _HEADER.pack(_MAGIC, self._fp, hashlib.blake2b(payload, digest_size=16).digest(),
-                              _DTYPES[kv.dtype], *shape)
+        header = _HEADER.pack(_MAGIC, self._fp, zlib.crc32(payload), _DTYPES[kv.dtype], *shape)
         path = self._path(key)
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         try:
@@ -127,27 +135,42 @@ class DiskKVTier:
 
     def get(self, key: bytes) -> torch.Tensor | None:
         """The block stored under ``key``, verified; ``None`` when absent or corrupt (then deleted)."""
-        if key not in self.index:
-            return None
-        path = self._path(key)
+        run = self.get_run([key])
+        return run[0] if run else None
+
+    def get_run(self, keys: Sequence[bytes]) -> list[torch.Tensor]:
+        """The blocks of ``keys`` from the first on, as far as the tier holds them in a row and they verify
+        (a corrupt one is deleted and ends the run), one after another: two reader threads took 27 ms for a
+        resumed session's 54 blocks (40 MiB) where one took 16, their fresh pages' faults contending."""
+        blocks: list[torch.Tensor] = []
+        for key in itertools.takewhile(self.index.__contains__, keys):
+            kv = self._read(key)
+            if kv is None:
+                self.corrupt += 1
+                self._drop(key)
+                break
+            self.index.move_to_end(key)
+            self.reads += 1
+            blocks.append(kv)
+        return blocks
+
+    def _read(self, key: bytes) -> torch.Tensor | None:
+        """One file read straight into the tensor returned and verified; ``None`` when it does not verify."""
         try:
-            data = path.read_bytes()
-            magic, fp, digest, code, *dims = _HEADER.unpack_from(data)
-            payload = data[_HEADER.size:]
+            with open(self._path(key), "rb") as f:
+                data = torch.empty(os.fstat(f.fileno()).st_size, dtype=torch.uint8)
+                raw = memoryview(data.numpy())
+                complete = f.readinto(raw) == len(raw)
+            magic, fp, crc, code, *dims = _HEADER.unpack_from(raw)
             dtype = next(d for d, c in _DTYPES.items() if c == code)
             shape = [d for d in dims if d]
-            ok = magic == _MAGIC and fp == self._fp and \
-                hashlib.blake2b(payload, digest_size=16).digest() == digest and \
-                len(payload) == torch.Size(shape).numel() * torch.empty(0, dtype=dtype).element_size()
+            payload = raw[_HEADER.size:]
+            ok = complete and magic == _MAGIC and fp == self._fp and \
+                len(payload) == torch.Size(shape).numel() * torch.empty(0, dtype=dtype).element_size() and \
+                zlib.crc32(payload) == crc
         except (OSError, struct.error, StopIteration, RuntimeError):
             ok = False
-        if not ok:
-            self.corrupt += 1
-            self._drop(key)
-            return None
-        self.index.move_to_end(key)
-        self.reads += 1
-        return torch.frombuffer(bytearray(payload), dtype=dtype).view(shape)
+        return data[_HEADER.size:].view(dtype).view(shape) if ok else None
 
     def _drop(self, key: bytes) -> None:
         self.bytes -= self.index.pop(key, 0)

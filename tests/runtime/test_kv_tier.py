@@ -32,6 +32,23 @@ def test_a_block_round_trips_and_a_corrupt_or_foreign_one_is_refused(tmp_path: P
     assert reopened.stats()["kv_tier_corrupt"] == 1 and not path.exists()
 
 
+def test_a_run_of_blocks_stops_at_the_first_missing_or_corrupt_one(tmp_path: Path):
+    tier = DiskKVTier(tmp_path, "model-a", max_bytes=1 << 22)
+    keys = chain_keys("model-a", None, list(range(100, 100 + 16 * 6)), 16)
+    blocks = [torch.randn(2, 3, 16, 2, 8).to(torch.bfloat16) for _ in keys]
+    for key, kv in zip(keys[:5], blocks[:5], strict=True):  # the sixth is never written
+        tier.put(key, kv)
+    run = tier.get_run(keys)
+    assert len(run) == 5 and all(torch.equal(a, b) for a, b in zip(run, blocks, strict=False))
+    assert run[0].dtype == torch.bfloat16 and run[0].shape == (2, 3, 16, 2, 8)
+    corrupt = tier.folder / f"{keys[2].hex()}.kv"
+    data = bytearray(corrupt.read_bytes())
+    data[70] ^= 0x01  # one bit of the payload
+    corrupt.write_bytes(bytes(data))
+    assert len(tier.get_run(keys)) == 2  # blocks 0-1; block 2 is dropped, and 3-4 are not served after it
+    assert tier.stats()["kv_tier_corrupt"] == 1 and not corrupt.exists()
+
+
 def test_keys_chain_every_token_before_and_the_salt_and_the_budget_drops_the_least_recent(tmp_path: Path):
     a = chain_keys("m", None, PROMPT, 16)
     assert chain_keys("m", "tenant", PROMPT, 16)[0] != a[0]
