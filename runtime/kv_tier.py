@@ -113,7 +113,7 @@ class DiskKVTier:
         if key in self.index:
             self.index.move_to_end(key)
             return
-        payload = memoryview(kv.detach().to("cpu").contiguous().view(torch.uint8).reshape(-1).numpy())
+        payload = kv.detach().to("cpu").contiguous().view(torch.uint8).reshape(-1).numpy().data
         shape = list(kv.shape) + [0] * (6 - kv.dim())
         header = _HEADER.pack(_MAGIC, self._fp, zlib.crc32(payload), _DTYPES[kv.dtype], *shape)
         path = self._path(key)
@@ -159,7 +159,7 @@ class DiskKVTier:
         try:
             with open(self._path(key), "rb") as f:
                 data = torch.empty(os.fstat(f.fileno()).st_size, dtype=torch.uint8)
-                raw = memoryview(data.numpy())
+                raw = data.numpy().data
                 complete = f.readinto(raw) == len(raw)
             magic, fp, crc, code, *dims = _HEADER.unpack_from(raw)
             dtype = next(d for d, c in _DTYPES.items() if c == code)
