@@ -172,3 +172,20 @@ def status_and_body(answer: bytes) -> tuple[int, dict]:
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head, "no answer before the body was complete: the server waited for it"
     return int(head.split()[1]), json.loads(body[body.index(b"{"):])
+
+
+async def concurrent_uploads(url: str, body: bytes, clients: int, headers: dict[str, str] | None = None,
+                             timeout: float = 120) -> list[int | str]:
+    """POST ``body`` to ``url``'s ``/v1/chat/completions`` from ``clients`` connections at once; each one's
+    status code, or the name of the transport error it got instead (a reset: ``ReadError``)."""
+    import asyncio
+
+    async with httpx.AsyncClient(base_url=url, timeout=timeout, headers=headers or {}) as c:
+        async def post() -> int | str:
+            try:
+                return (await c.post("/v1/chat/completions", content=body,
+                                     headers={"content-type": "application/json"})).status_code
+            except httpx.TransportError as exc:
+                return type(exc).__name__
+
+        return list(await asyncio.gather(*(post() for _ in range(clients))))

@@ -4,12 +4,11 @@ limit; a client still uploading reads the 413, not a reset connection; the serve
 
 from __future__ import annotations
 
-import asyncio
 import socket
 
 import httpx
 
-from tests.api.server import raw_request, status_and_body
+from tests.api.server import concurrent_uploads, raw_request, status_and_body
 
 LIMIT = 8 << 20
 
@@ -59,16 +58,7 @@ async def test_clients_uploading_bodies_over_the_limit_read_the_413_not_a_reset(
     # the server answers before reading; closing at once would reset connections whose upload goes on, and
     # a reset throws the 413 away (a soak saw 3,548 resets in 3,563 such refusals)
     body = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * LIMIT + b'"}]}'
-    async with httpx.AsyncClient(base_url=server.url, timeout=60,
-                                 headers={"Authorization": f"Bearer {keys['alice']}"}) as c:
-        async def post() -> int | str:
-            try:
-                return (await c.post("/v1/chat/completions", content=body,
-                                     headers={"content-type": "application/json"})).status_code
-            except httpx.TransportError as exc:
-                return type(exc).__name__
-
-        statuses = await asyncio.gather(*(post() for _ in range(16)))
+    statuses = await concurrent_uploads(server.url, body, 16, {"Authorization": f"Bearer {keys['alice']}"}, 60)
     assert statuses == [413] * 16, statuses
 
 

@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from benchmarks.replicas import ReplicaServer, conversations, replica_pid, run_workload
+from tests.api.server import concurrent_uploads
 
 # the cluster fixture starts Ray, Serve's proxy and two replicas, each loading the model: about 20 s
 # idle, 10 minutes at load 8 on 2 cores (measured), so the per-test limit leaves room for that
@@ -31,7 +32,8 @@ def cluster(checkpoint, tmp_path_factory):
     server = ReplicaServer(checkpoint, tmp_path_factory.mktemp("replicas"), 2, "cache_aware",
                            db=os.environ.get("LOOM_CLUSTER_TEST_DB")).start(timeout=1400)
     yield server
-    assert server.stop() == 0
+    rc = server.stop()
+    assert rc == 0, server.log()[-3000:]
 
 
 def test_stateless_turns_find_their_prefix_on_one_replica(cluster, checkpoint):
@@ -78,19 +80,8 @@ def test_clients_still_uploading_to_the_ingress_read_its_413_not_a_reset(cluster
     # refusing and closing while the upload goes on resets the connection, and a reset throws the 413 away
     # (before the ingress read and dropped the rest: 16 of 16 such clients saw a reset)
     body = b'{"model": "m", "messages": [{"role": "user", "content": "' + b"x" * (9 << 20) + b'"}]}'
-
-    async def main() -> list[int | str]:
-        async with httpx.AsyncClient(base_url=cluster.url, timeout=120) as c:
-            async def post() -> int | str:
-                try:
-                    return (await c.post("/v1/chat/completions", content=body,
-                                         headers={"content-type": "application/json"})).status_code
-                except httpx.TransportError as exc:
-                    return type(exc).__name__
-
-            return await asyncio.gather(*(post() for _ in range(16)))
-
-    assert asyncio.run(main()) == [413] * 16
+    statuses = asyncio.run(concurrent_uploads(cluster.url, body, 16))
+    assert statuses == [413] * 16, statuses
 
 
 def test_metrics_show_each_replica_and_their_sum(cluster):
