@@ -22,6 +22,7 @@ is kept, and the reads are the event loop's ordinary socket reads.
 from __future__ import annotations
 
 import anyio
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -50,21 +51,15 @@ class BodyLimit:
         if length is not None:  # the server reads exactly that many bytes: no counting needed
             await self.app(scope, receive, send)
             return
-        chunks, total, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":  # the client left before its body arrived
-                await self.app(scope, replay([message], receive), send)
-                return
-            body = message.get("body", b"")
-            total += len(body)
-            if total > self.max_bytes:
-                await self._refuse(receive, send, more=message.get("more_body", False))
-                return
-            chunks.append(body)
-            more = message.get("more_body", False)
-        await self.app(scope, replay([{"type": "http.request", "body": b"".join(chunks), "more_body": False}],
-                                      receive), send)
+        try:
+            body, more = await read_capped(receive, self.max_bytes)
+        except ClientDisconnect:  # the client left before its body arrived: the app sees it leave
+            await self.app(scope, replay([{"type": "http.disconnect"}], receive), send)
+            return
+        if body is None:
+            await self._refuse(receive, send, more=more)
+            return
+        await self.app(scope, replay([{"type": "http.request", "body": body, "more_body": False}], receive), send)
 
     async def _refuse(self, receive: Receive, send: Send, more: bool = True) -> None:
         """Send the 413 whole, then drop the rest of the body (bounded, see the module docstring) and end."""
@@ -74,6 +69,31 @@ class BodyLimit:
         if more:
             await drop_body(receive)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def read_capped(receive: Receive, max_bytes: int) -> tuple[bytes | None, bool]:
+    """Read a request body from ``receive`` while it stays within ``max_bytes``.
+
+    Returns:
+        ``(body, False)`` once the body has arrived whole; ``(None, more)`` as soon as the count passes
+        ``max_bytes`` (the part read so far dropped), ``more`` saying whether the client is still sending
+        (then :func:`drop_body` reads the rest).
+
+    Raises:
+        ClientDisconnect: the client left before its body arrived.
+    """
+    chunks, total, more = [], 0, True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            raise ClientDisconnect()
+        more = message.get("more_body", False)
+        chunk = message.get("body", b"")
+        total += len(chunk)
+        if total > max_bytes:
+            return None, more
+        chunks.append(chunk)
+    return b"".join(chunks), False
 
 
 async def drop_body(receive: Receive) -> None:

@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from loom.api.body_limit import drop_body, too_large
+from loom.api.body_limit import drop_body, read_capped, too_large
 from loom.api.cluster.metrics import merge_replica_metrics
 from loom.api.cluster.router import CacheAwareRouter, NoReplicaError, Route
 
@@ -184,19 +184,10 @@ class Ingress:
         if declared is not None and declared.isdigit() and int(declared) > cap:
             await drop_body(request.receive)
             return None
-        chunks, total, more = [], 0, True
-        while more:
-            message = await request.receive()
-            if message["type"] != "http.request":
-                raise ClientDisconnect()
-            more = message.get("more_body", False)
-            total += len(message.get("body", b""))
-            if total > cap:
-                if more:
-                    await drop_body(request.receive)
-                return None
-            chunks.append(message.get("body", b""))
-        return b"".join(chunks)
+        body, more = await read_capped(request.receive, cap)
+        if more:
+            await drop_body(request.receive)
+        return body
 
     async def handle(self, request: Request) -> Response:
         """Answer one HTTP request (see the module docstring); never a bare 500."""
