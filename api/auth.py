@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 import secrets
 
 import anyio
@@ -28,14 +27,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from loom.api.auth_backoff import FailedAuthLimiter
 from loom.api.errors import AuthenticationError, error_body, loom_error_body
+from loom.api.owners import OWNER_NAME
 from loom.api.services import Services
 from loom.api.store import ApiKey, Store
 
 LOCAL_OWNER = "local"
 STATIC_KEY_OWNER = "api-key"
-OWNER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
-"""Owner names: letters, digits and ``. _ @ + -``, at most 128.  Without ``:`` or ``/``, the stored keys
-``owner::namespace`` (memories) and ``owner/id`` (documents) can never be spelled by two owners."""
 KEY_PREFIX = "loom-"
 
 
@@ -48,7 +45,7 @@ def create_key(store: Store, owner: str) -> str:
     """Create a key for ``owner`` and return it in clear (the only time it exists so).
 
     Raises:
-        ValueError: ``owner`` is empty, not an :data:`OWNER_NAME`, or a reserved owner (the static
+        ValueError: ``owner`` is empty, not an ``loom.api.owners.OWNER_NAME``, or a reserved owner (the static
             ``--api-key``'s, ``--no-auth``'s).
     """
     owner = owner.strip()

@@ -51,6 +51,7 @@ class SessionBusyError(LoomError):
 _LOOM_HTTP: tuple[tuple[type[BaseException], int, str], ...] = (
     (AuthenticationError, 401, "authentication_error"),
     (SessionBusyError, 409, "invalid_request_error"),
+    (core.ConflictError, 409, "invalid_request_error"),
     (core.InvalidRequestError, 400, "invalid_request_error"),  # context length, KV capacity too
     (core.NotFoundError, 404, "not_found_error"),
     (core.QueueFullError, 429, "rate_limit_error"),

@@ -270,7 +270,11 @@ class Services:
                 if self._memory is None:
                     from loom.memory import LongTermMemory
 
-                    self._memory = LongTermMemory(url=self.settings.db, embedder=embedder)
+                    from loom.api.owners import split_memory_owners
+
+                    memory = LongTermMemory(url=self.settings.db, embedder=embedder)
+                    split_memory_owners(memory.engine)  # a database of a server before owner columns
+                    self._memory = memory
         return self._memory
 
     def index(self) -> Retriever:

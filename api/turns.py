@@ -36,11 +36,6 @@ if TYPE_CHECKING:  # the orchestrator's agent and sessions load on a session's f
 log = logging.getLogger(__name__)
 
 
-def scoped_namespace(owner: str, namespace: str) -> str:
-    """Memory namespace as stored: owners never see each other's memories."""
-    return f"{owner}::{namespace}"
-
-
 class OwnerRetriever:
     """A retriever view that finds the owner's documents and the shared ones (metadata filter).
 
@@ -88,8 +83,8 @@ def _tools(services: Services, owner: str, cfg: SessionCreate) -> list[Tool]:
         chosen.append(search_tool(OwnerRetriever(services.index(), owner)))
     wanted = {"remember", "recall"} & set(cfg.tools)
     if wanted:
-        ns = scoped_namespace(owner, cfg.memory_namespace or "default")
-        chosen += [t for t in memory_tools(services.memory(), ns) if t.name in wanted]
+        memory = services.memory().for_owner(owner)
+        chosen += [t for t in memory_tools(memory, cfg.memory_namespace or "default") if t.name in wanted]
     chosen += services.mcp_tools(list(cfg.tools))
     from loom.tools.client_tool import ClientTool
 
@@ -138,8 +133,8 @@ def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Agent:
         tool_timeout_s=services.settings.tool_timeout_s,
         tools=_tools(services, owner, cfg),
         retriever=OwnerRetriever(services.index(), owner) if cfg.index else None,
-        memory=services.memory() if ns else None,
-        memory_namespace=scoped_namespace(owner, ns) if ns else None,
+        memory=services.memory().for_owner(owner) if ns else None,  # owners never see each other's memories
+        memory_namespace=ns or None,
         system_prompt=cfg.system_prompt,
         max_steps=cfg.max_steps or services.settings.max_steps,
         sampling=sampling,

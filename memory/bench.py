@@ -34,8 +34,9 @@ def synthetic_facts(n: int, seed: int = 0) -> list[str]:
 def fill(mem: LongTermMemory, namespace: str, facts: list[str], vecs: np.ndarray) -> None:
     """Bulk-insert facts as active memories (bypasses the write policy, for setup only)."""
     now = mem.now()
-    with mem._write(namespace) as (s, _revision):  # the namespace's lock row and the cache invalidation
-        s.add_all(MemoryRow(namespace=namespace, text=t, slot=None, embedding=v.tobytes(), active=True,
+    scope = mem._scope(namespace)
+    with mem._write(scope) as (s, _revision):  # the namespace's lock row and the cache invalidation
+        s.add_all(MemoryRow(owner=scope.owner, namespace=scope.namespace, text=t, slot=None, embedding=v.tobytes(), active=True,
                             created_at=now, updated_at=now, last_used_at=now, use_count=0)
                   for t, v in zip(facts, vecs))
 
@@ -84,7 +85,7 @@ def _table(sizes: list[int], queries: int, adds: int, emb: Embedder, pool: list[
                 t0 = time.perf_counter()
                 mem.search(q, "u", k=5)
                 cached.append(time.perf_counter() - t0)
-                mem._index.invalidate("u")
+                mem._index.invalidate(mem._scope("u"))
                 t0 = time.perf_counter()
                 mem.search(q, "u", k=5)
                 fresh.append(time.perf_counter() - t0)

@@ -24,7 +24,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.pool import StaticPool
 
-from .models import Base, MemoryRow
+from .models import Base, MemoryRow, NamespaceRow
 
 logger = logging.getLogger(__name__)
 
@@ -98,31 +98,72 @@ def _create_schema(engine: Engine) -> None:
 # Columns added after the first release: nullable, no default, so ``ADD COLUMN`` is
 # portable (SQLite, Postgres) and old rows read as "not recorded".
 ADDED_COLUMNS = ("source_kind", "source_detail", "quarantine")
+# Indexes of databases written before ``owner`` was a column (replaced by the owner-first ones).
+OLD_INDEXES = ("ix_memories_namespace_active", "ix_memories_namespace_slot")
 
 
-def _columns(engine: Engine) -> set[str]:
-    return {c["name"] for c in inspect(engine).get_columns(MemoryRow.__tablename__)}
+def _columns(engine: Engine, table: str = MemoryRow.__tablename__) -> set[str]:
+    return {c["name"] for c in inspect(engine).get_columns(table)}
 
 
 def migrate(engine: Engine) -> list[str]:
-    """Add the :data:`ADDED_COLUMNS` a database created by an older Loom lacks; idempotent.
+    """Bring a database written by an older Loom to the current schema; idempotent.
 
-    ``create_all`` creates missing tables only, so a file written before provenance
-    existed would otherwise fail on the first query.  Returns the columns added.
-    A concurrent process adding the same column first is fine (re-checked).
+    ``create_all`` creates missing tables only, so a file written before a column
+    existed would otherwise fail on the first query.  Steps, each skipped when done:
+
+    * add the :data:`ADDED_COLUMNS` (provenance, quarantine);
+    * add ``memories.owner`` (``""``: nobody's, what every older row is), create the
+      owner-first indexes and drop the :data:`OLD_INDEXES`;
+    * rebuild ``memory_namespaces`` with ``(owner, namespace)`` as its key, keeping
+      every revision (a reader's cached snapshot must never look current by mistake).
+
+    Returns the columns added (``"owner"`` among them for the owner step).  A concurrent
+    process migrating the same file first is fine (each step re-checks).
     """
     added: list[str] = []
     for name in ADDED_COLUMNS:
-        if name in _columns(engine):
-            continue
-        column_type = MemoryRow.__table__.c[name].type.compile(engine.dialect)
-        try:
-            with engine.begin() as conn:
-                conn.execute(text(f"ALTER TABLE {MemoryRow.__tablename__} ADD COLUMN {name} {column_type}"))
+        if _add_column(engine, name, ""):
             added.append(name)
-        except DatabaseError:
-            if name not in _columns(engine):
-                raise
+    if _add_column(engine, "owner", " NOT NULL DEFAULT ''"):
+        added.append("owner")
+    for index in Base.metadata.tables[MemoryRow.__tablename__].indexes:
+        index.create(engine, checkfirst=True)
+    with engine.begin() as conn:
+        for old in OLD_INDEXES:
+            conn.execute(text(f"DROP INDEX IF EXISTS {old}"))
+    if "owner" not in _columns(engine, NamespaceRow.__tablename__):
+        _rebuild_namespaces(engine)
     if added:
         logger.info("memory store migrated: added columns %s", added)
     return added
+
+
+def _add_column(engine: Engine, name: str, constraint: str) -> bool:
+    """``ALTER TABLE memories ADD COLUMN`` unless present; whether this call added it."""
+    if name in _columns(engine):
+        return False
+    column_type = MemoryRow.__table__.c[name].type.compile(engine.dialect)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f"ALTER TABLE {MemoryRow.__tablename__} ADD COLUMN {name} {column_type}{constraint}"))
+    except DatabaseError:
+        if name not in _columns(engine):
+            raise
+        return False
+    return True
+
+
+def _rebuild_namespaces(engine: Engine) -> None:
+    """Replace a one-column-key ``memory_namespaces`` by the ``(owner, namespace)`` one, rows kept (owner ``""``)."""
+    table = NamespaceRow.__tablename__
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(f"ALTER TABLE {table} RENAME TO {table}_old"))
+            Base.metadata.tables[table].create(conn)
+            conn.execute(text(f"INSERT INTO {table} (owner, namespace, revision) "
+                              f"SELECT '', namespace, revision FROM {table}_old"))
+            conn.execute(text(f"DROP TABLE {table}_old"))
+    except DatabaseError:
+        if "owner" not in _columns(engine, table):
+            raise

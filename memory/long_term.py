@@ -10,8 +10,10 @@ for ranking and eviction):
   row first in the transaction (portable; ``loom.memory.writes``), so decide-then-
   write is atomic across threads and processes.  Embeddings are computed before
   the transaction, never while holding the lock.
-* Isolation: every statement filters on ``namespace``; ids from another
-  namespace raise :class:`loom.runtime.errors.NotFoundError` exactly like unknown ids.
+* Isolation: every statement filters on the owner and the namespace, two columns
+  (:meth:`LongTermMemory.for_owner` picks the owner, ``""`` by default); ids from
+  another namespace or owner raise :class:`loom.runtime.errors.NotFoundError`
+  exactly like unknown ids.
 * Forgetting: by age (``ttl_s``: active memories not used or written for that
   long are deleted on the next add/search of the namespace, or by
   :meth:`purge_expired`), by capacity (``capacity_per_namespace``: lowest eviction
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import copy
 import logging
 import os
 import time
@@ -47,11 +50,11 @@ from . import writes as W
 from .db import make_engine
 from .embedder import Embedder, default_embedder, encode_checked
 from .extractors import Extractor, RuleBasedExtractor
-from .models import MemoryRow
+from .models import MemoryRow, in_scope
 from .scoring import ScoringConfig
 from .search import rank
 from .snapshot import NamespaceIndex
-from .types import ForgetRequest, MemoryEvent, MemoryHit, MemoryItem, MemorySource
+from .types import OWNER_MAX_CHARS, ForgetRequest, MemoryEvent, MemoryHit, MemoryItem, MemorySource, Scope
 
 logger = logging.getLogger(__name__)
 
@@ -125,15 +128,39 @@ class LongTermMemory:
         self.scoring = scoring or ScoringConfig()
         self.now: Callable[[], float] = now or time.time
         self.model_extraction = model_extraction
+        self.owner = ""
+        self._root = self  # views (for_owner) share the root's lazily loaded embedder
         self._index = NamespaceIndex()
-        self._known_namespaces: set[str] = set()
+        self._known_namespaces: set[Scope] = set()
+
+    def for_owner(self, owner: str) -> LongTermMemory:
+        """This memory as ``owner`` sees it: every method reads and writes ``owner``'s namespaces only.
+
+        The view shares the database, embedder and caches (it is as cheap as a copy of the
+        settings); a server makes one per request for the API key's owner.  Owner and
+        namespace are separate columns (``loom.memory.models``), so no namespace name of one
+        owner can reach another's.
+
+        Raises:
+            ValueError: naming ``owner`` unless a non-empty string of at most 128 characters.
+        """
+        if not isinstance(owner, str) or not owner.strip() or len(owner) > OWNER_MAX_CHARS:
+            raise ValueError(f"owner: expected a non-empty string of at most {OWNER_MAX_CHARS} characters, "
+                             f"got {owner!r:.60}")
+        view = copy.copy(self)
+        view.owner = owner
+        return view
+
+    def _scope(self, namespace: str) -> Scope:
+        return Scope(self.owner, check_namespace(namespace))
 
     @property
     def embedder(self) -> Embedder:
         """The embedder (the default one is loaded on first use)."""
-        if self._embedder is None:
-            self._embedder = default_embedder()
-        return self._embedder
+        root = self._root
+        if root._embedder is None:
+            root._embedder = default_embedder()
+        return root._embedder
 
     # --- writing ------------------------------------------------------------------
 
@@ -160,7 +187,7 @@ class LongTermMemory:
         Raises:
             ValueError: naming ``text`` (empty string), ``messages``, ``namespace`` or ``source``.
         """
-        check_namespace(namespace)
+        scope = self._scope(namespace)
         src = MemorySource.coerce(source)
         if isinstance(text_or_messages, str):
             if not text_or_messages.strip():
@@ -175,43 +202,43 @@ class LongTermMemory:
         if not facts:
             return []
         vecs = encode_checked(self.embedder, facts)
-        with self._write(namespace) as (session, revision):
+        with self._write(scope) as (session, revision):
             now = self.now()
-            snap = self._index.get(session, namespace, revision - 1, vecs.shape[1])
+            snap = self._index.get(session, scope, revision - 1, vecs.shape[1])
             if len(snap) and snap.matrix.shape[1] != vecs.shape[1]:
                 raise ValueError(f"embedder: gives {vecs.shape[1]}-dim vectors, stored memories are "
                                  f"{snap.matrix.shape[1]}-dim; use the embedder the database was written with")
-            deleted, snap = W.purge(session, namespace, now, self.ttl_s, snap)
-            events, snap = W.apply_facts(session, namespace, facts, vecs, src, now, snap,
+            deleted, snap = W.purge(session, scope, now, self.ttl_s, snap)
+            events, snap = W.apply_facts(session, scope, facts, vecs, src, now, snap,
                                          duplicate_threshold=self.duplicate_threshold,
                                          conflict_threshold=self.conflict_threshold)
-            evicted, snap = W.evict(session, namespace, now, self.capacity_per_namespace, self.scoring, snap)
-        self._index.put(namespace, snap.at_revision(revision))
+            evicted, snap = W.evict(session, scope, now, self.capacity_per_namespace, self.scoring, snap)
+        self._index.put(scope, snap.at_revision(revision))
         logger.debug("memory add ns=%s: %s", namespace, [(e.event.value, e.id) for e in events + deleted + evicted])
         return events + deleted + evicted
 
     @contextmanager
-    def _write(self, namespace: str) -> Iterator[tuple[Session, int]]:
+    def _write(self, scope: Scope) -> Iterator[tuple[Session, int]]:
         """:func:`loom.memory.writes.locked_transaction`, dropping the cached snapshot afterwards."""
-        if namespace not in self._known_namespaces:
-            W.ensure_namespace(self.engine, namespace)
-            self._known_namespaces.add(namespace)
+        if scope not in self._known_namespaces:
+            W.ensure_namespace(self.engine, scope)
+            self._known_namespaces.add(scope)
         try:
-            with W.locked_transaction(self.engine, namespace) as (session, revision):
+            with W.locked_transaction(self.engine, scope) as (session, revision):
                 yield session, revision
         finally:
-            self._index.invalidate(namespace)
+            self._index.invalidate(scope)
 
     # --- forgetting ---------------------------------------------------------------
 
     def purge_expired(self, namespace: str) -> list[MemoryEvent]:
         """Delete the namespace's memories older than ``ttl_s`` now; DELETE events (``[]`` without TTL)."""
-        check_namespace(namespace)
+        scope = self._scope(namespace)
         if self.ttl_s is None:
             return []
-        with self._write(namespace) as (session, _):
-            expired = W.expired_rows(session, namespace, self.now(), self.ttl_s)
-            return store.delete_with_history(session, namespace, expired, "ttl") if expired else []
+        with self._write(scope) as (session, _):
+            expired = W.expired_rows(session, scope, self.now(), self.ttl_s)
+            return store.delete_with_history(session, scope, expired, "ttl") if expired else []
 
     def delete(self, id: int, namespace: str) -> list[MemoryEvent]:
         """Delete one memory (an active one with the history it superseded).
@@ -219,20 +246,20 @@ class LongTermMemory:
         Raises:
             NotFoundError: no memory ``id`` in ``namespace`` (ids of other namespaces included).
         """
-        check_namespace(namespace)
-        with self._write(namespace) as (session, _):
+        scope = self._scope(namespace)
+        with self._write(scope) as (session, _):
             row = session.scalars(select(MemoryRow).where(
-                MemoryRow.id == int(id), MemoryRow.namespace == namespace)).first()
+                MemoryRow.id == int(id), in_scope(scope))).first()
             if row is None:
                 raise NotFoundError(f"memory {id} not found in namespace {namespace!r}", param="id")
-            return store.delete_with_history(session, namespace, [row], "request")
+            return store.delete_with_history(session, scope, [row], "request")
 
     def forget(self, namespace: str) -> int:
         """Delete every memory (history included) of ``namespace``; returns the number of rows removed."""
-        check_namespace(namespace)
-        with self._write(namespace) as (session, _):
-            rows = list(session.scalars(select(MemoryRow).where(MemoryRow.namespace == namespace)))
-            return len(store.delete_with_history(session, namespace, rows, "request")) if rows else 0
+        scope = self._scope(namespace)
+        with self._write(scope) as (session, _):
+            rows = list(session.scalars(select(MemoryRow).where(in_scope(scope))))
+            return len(store.delete_with_history(session, scope, rows, "request")) if rows else 0
 
     # --- reading ------------------------------------------------------------------
 
@@ -245,43 +272,43 @@ class LongTermMemory:
         Raises:
             ValueError: naming ``query``, ``namespace`` or ``k``.
         """
-        check_namespace(namespace)
+        scope = self._scope(namespace)
         if not isinstance(query, str) or not query.strip():
             raise ValueError("query: empty query")
         if not isinstance(k, int) or k < 1:
             raise ValueError("k: must be an integer >= 1")
         now = self.now()
-        if self.ttl_s is not None and self._has_expired(namespace, now - self.ttl_s):
+        if self.ttl_s is not None and self._has_expired(scope, now - self.ttl_s):
             self.purge_expired(namespace)
         qvec = encode_checked(self.embedder, [query])[0]
         with Session(self.engine) as session:
-            revision = NamespaceIndex.revision(session, namespace)
+            revision = NamespaceIndex.revision(session, scope)
             if revision is None:
                 return []
-            snap = self._index.get(session, namespace, revision)
+            snap = self._index.get(session, scope, revision)
             if len(snap) == 0:
                 return []
             if snap.matrix.shape[1] != qvec.shape[0]:
                 raise ValueError(f"embedder: query is {qvec.shape[0]}-dim, stored memories "
                                  f"{snap.matrix.shape[1]}-dim; use the embedder the database was written with")
-            hits = rank(session, namespace, snap, qvec, k, min_score, now, self.scoring)
+            hits = rank(session, scope, snap, qvec, k, min_score, now, self.scoring)
         if hits:
-            self._touch(namespace, [h.id for h in hits], now)
+            self._touch(scope, [h.id for h in hits], now)
         return hits
 
-    def _has_expired(self, namespace: str, cutoff: float) -> bool:
+    def _has_expired(self, scope: Scope, cutoff: float) -> bool:
         """Whether an active memory of ``namespace`` was last used before ``cutoff`` (Unix seconds)."""
         with Session(self.engine) as session:
             stmt = select(MemoryRow.id).where(
-                MemoryRow.namespace == namespace, MemoryRow.active.is_(True),
+                in_scope(scope), MemoryRow.active.is_(True),
                 MemoryRow.last_used_at < cutoff).limit(1)
             return session.scalars(stmt).first() is not None
 
-    def _touch(self, namespace: str, ids: list[int], now: float) -> None:
+    def _touch(self, scope: Scope, ids: list[int], now: float) -> None:
         with Session(self.engine) as session, session.begin():
             session.execute(
                 update(MemoryRow)
-                .where(MemoryRow.namespace == namespace, MemoryRow.id.in_(ids))
+                .where(in_scope(scope), MemoryRow.id.in_(ids))
                 .values(last_used_at=now, use_count=MemoryRow.use_count + 1)
                 .execution_options(synchronize_session=False)
             )
@@ -292,10 +319,10 @@ class LongTermMemory:
         Raises:
             NotFoundError: no memory ``id`` in ``namespace``.
         """
-        check_namespace(namespace)
+        scope = self._scope(namespace)
         with Session(self.engine) as session:
             row = session.scalars(select(MemoryRow).where(
-                MemoryRow.id == int(id), MemoryRow.namespace == namespace)).first()
+                MemoryRow.id == int(id), in_scope(scope))).first()
             if row is None:
                 raise NotFoundError(f"memory {id} not found in namespace {namespace!r}", param="id")
             return store.to_item(row)
@@ -304,8 +331,8 @@ class LongTermMemory:
     def list(self, namespace: str, include_inactive: bool = False) -> list[MemoryItem]:
         """Memories of ``namespace`` by id (active only unless ``include_inactive``: then
         superseded and quarantined ones too)."""
-        check_namespace(namespace)
-        stmt = select(MemoryRow).where(MemoryRow.namespace == namespace).order_by(MemoryRow.id)
+        scope = self._scope(namespace)
+        stmt = select(MemoryRow).where(in_scope(scope)).order_by(MemoryRow.id)
         if not include_inactive:
             stmt = stmt.where(MemoryRow.active.is_(True))
         with Session(self.engine) as session:
@@ -318,33 +345,35 @@ class LongTermMemory:
             NotFoundError: no memory ``id`` in ``namespace``.
         """
         head = self.get(id, namespace)
+        scope = self._scope(namespace)
         with Session(self.engine) as session:
-            ids = store.history_ids(session, namespace, head.id)
+            ids = store.history_ids(session, scope, head.id)
             rows = {r.id: r for r in session.scalars(select(MemoryRow).where(
-                MemoryRow.namespace == namespace, MemoryRow.id.in_(ids)))}
+                in_scope(scope), MemoryRow.id.in_(ids)))}
             return [head] + [store.to_item(r) for r in sorted(rows.values(), key=lambda r: -r.id)]
 
     def get_many(self, ids: Sequence[int], namespace: str) -> builtins.list[MemoryItem]:
         """The memories of ``namespace`` among ``ids`` (any state), in the order of ``ids``; unknown ids skipped."""
-        check_namespace(namespace)
+        scope = self._scope(namespace)
         wanted = [int(i) for i in ids]
         with Session(self.engine) as session:
             rows = {r.id: r for r in session.scalars(select(MemoryRow).where(
-                MemoryRow.namespace == namespace, MemoryRow.id.in_(wanted)))} if wanted else {}
+                in_scope(scope), MemoryRow.id.in_(wanted)))} if wanted else {}
             return [store.to_item(rows[i]) for i in wanted if i in rows]
 
     def quarantined(self, namespace: str) -> builtins.list[MemoryItem]:
         """The namespace's quarantined memories by id (kept for audit; ``MemoryItem.quarantine`` says why)."""
-        check_namespace(namespace)
-        stmt = select(MemoryRow).where(MemoryRow.namespace == namespace,
+        scope = self._scope(namespace)
+        stmt = select(MemoryRow).where(in_scope(scope),
                                        MemoryRow.quarantine.is_not(None)).order_by(MemoryRow.id)
         with Session(self.engine) as session:
             return [store.to_item(r) for r in session.scalars(stmt)]
 
     def namespaces(self) -> builtins.list[str]:
-        """Namespaces that hold at least one memory, sorted."""
+        """This owner's namespaces that hold at least one memory, sorted."""
         with Session(self.engine) as session:
-            return list(session.scalars(select(MemoryRow.namespace).distinct().order_by(MemoryRow.namespace)))
+            return list(session.scalars(select(MemoryRow.namespace).where(MemoryRow.owner == self.owner)
+                                        .distinct().order_by(MemoryRow.namespace)))
 
     # --- async and lifecycle --------------------------------------------------------
 

@@ -2,13 +2,14 @@
 
 Two tables:
 
-* ``memories``: one row per fact.  History is kept: when a fact is superseded
+* ``memories``: one row per fact, in the namespace ``namespace`` of the owner ``owner``
+  (two columns; ``""`` when nobody owns it: a library user's memory).  History is kept: when a fact is superseded
   (UPDATE) the old row stays with ``active = False`` and ``superseded_by_id``
   pointing at its successor, whose ``supersedes_id`` points back.
   A quarantined memory (instruction-like text, or text from an untrusted
   source) is a row with ``active = False`` and ``quarantine`` set: searches,
   snapshots, TTL and capacity only ever read active rows.
-* ``memory_namespaces``: one row per namespace; writers lock it (``UPDATE ...
+* ``memory_namespaces``: one row per (owner, namespace); writers lock it (``UPDATE ...
   SET revision = revision + 1``) at the start of every write transaction, which
   serialises writers of one namespace on any database (a row lock on Postgres,
   the database write lock on SQLite) without dialect-specific SQL.  ``revision``
@@ -20,8 +21,10 @@ of a float32 vector (``D * 4`` bytes, L2-normalised).
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Double, ForeignKey, Index, Integer, LargeBinary, String, Text
+from sqlalchemy import Boolean, ColumnElement, Double, ForeignKey, Index, Integer, LargeBinary, String, Text, and_
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from .types import OWNER_MAX_CHARS, Scope
 
 
 class Base(DeclarativeBase):
@@ -33,14 +36,16 @@ class MemoryRow(Base):
 
     __tablename__ = "memories"
     __table_args__ = (
-        Index("ix_memories_namespace_active", "namespace", "active"),
-        Index("ix_memories_namespace_slot", "namespace", "slot"),
+        Index("ix_memories_owner_namespace_active", "owner", "namespace", "active"),
+        Index("ix_memories_owner_namespace_slot", "owner", "namespace", "slot"),
         # Never reuse the id of a deleted memory (SQLite's default rowid would): prompts
         # name shown memories by id, and a reused id would make a deleted fact look live.
         {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    # "" = nobody's (a library user's memory); db.migrate adds the column to older files.
+    owner: Mapped[str] = mapped_column(String(OWNER_MAX_CHARS), nullable=False, default="", server_default="")
     namespace: Mapped[str] = mapped_column(String(255), nullable=False)
     text: Mapped[str] = mapped_column(Text, nullable=False)
     # Normalised subject slot ("name", "location", "favourite colour") when the fact has one.
@@ -67,13 +72,25 @@ class MemoryRow(Base):
     )
 
     def __repr__(self) -> str:
-        return f"MemoryRow(id={self.id}, namespace={self.namespace!r}, active={self.active}, text={self.text!r})"
+        return (f"MemoryRow(id={self.id}, owner={self.owner!r}, namespace={self.namespace!r}, "
+                f"active={self.active}, text={self.text!r})")
 
 
 class NamespaceRow(Base):
-    """Per-namespace lock row and content revision counter."""
+    """Per-(owner, namespace) lock row and content revision counter."""
 
     __tablename__ = "memory_namespaces"
 
+    owner: Mapped[str] = mapped_column(String(OWNER_MAX_CHARS), primary_key=True, default="")
     namespace: Mapped[str] = mapped_column(String(255), primary_key=True)
     revision: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+
+
+def in_scope(scope: Scope) -> ColumnElement[bool]:
+    """The ``WHERE`` clause of ``scope``'s memories: owner and namespace both match."""
+    return and_(MemoryRow.owner == scope.owner, MemoryRow.namespace == scope.namespace)
+
+
+def namespace_row_in(scope: Scope) -> ColumnElement[bool]:
+    """The ``WHERE`` clause of ``scope``'s lock row."""
+    return and_(NamespaceRow.owner == scope.owner, NamespaceRow.namespace == scope.namespace)

@@ -15,33 +15,33 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from .models import MemoryRow
+from .models import MemoryRow, in_scope
 from .scoring import ScoringConfig
 from .snapshot import Snapshot
-from .types import MemoryHit
+from .types import MemoryHit, Scope
 
 _IN_CHUNK = 500  # ids per IN (...) list, well under every database's parameter limit
 _ALL_STATS_ABOVE = 1000  # beyond this many ids one plain namespace scan is cheaper than IN lists
 
 
-def use_stats(session: Session, namespace: str, ids: list[int] | None) -> dict[int, tuple[float, int]]:
+def use_stats(session: Session, scope: Scope, ids: list[int] | None) -> dict[int, tuple[float, int]]:
     """``id -> (last_used_at, use_count)`` for active memories among ``ids`` (``None`` = all of them)."""
     out: dict[int, tuple[float, int]] = {}
     if ids is None:
         stmt = select(MemoryRow.id, MemoryRow.last_used_at, MemoryRow.use_count).where(
-            MemoryRow.namespace == namespace, MemoryRow.active.is_(True))
+            in_scope(scope), MemoryRow.active.is_(True))
         return {i: (last, uses) for i, last, uses in session.execute(stmt)}
     for start in range(0, len(ids), _IN_CHUNK):
         chunk = ids[start:start + _IN_CHUNK]
         for i, last, uses in session.execute(
             select(MemoryRow.id, MemoryRow.last_used_at, MemoryRow.use_count)
-            .where(MemoryRow.namespace == namespace, MemoryRow.active.is_(True), MemoryRow.id.in_(chunk))
+            .where(in_scope(scope), MemoryRow.active.is_(True), MemoryRow.id.in_(chunk))
         ):
             out[i] = (last, uses)
     return out
 
 
-def rank(session: Session, namespace: str, snap: Snapshot, qvec: np.ndarray, k: int, min_score: float,
+def rank(session: Session, scope: Scope, snap: Snapshot, qvec: np.ndarray, k: int, min_score: float,
          now: float, scoring: ScoringConfig) -> list[MemoryHit]:
     """Top ``k`` memories by blended score (ties: lower id first) among those with cosine >= ``min_score``.
 
@@ -54,7 +54,7 @@ def rank(session: Session, namespace: str, snap: Snapshot, qvec: np.ndarray, k: 
         return []
     ids = snap.ids
     top = eligible[np.argsort(-sims[eligible], kind="stable")[:k]]
-    stats = use_stats(session, namespace, ids[top].tolist())
+    stats = use_stats(session, scope, ids[top].tolist())
     if eligible.size > k:
         known = [j for j in top if int(ids[j]) in stats]
         floor = -np.inf
@@ -64,7 +64,7 @@ def rank(session: Session, namespace: str, snap: Snapshot, qvec: np.ndarray, k: 
                 np.array([stats[int(ids[j])][1] for j in known]), now)))
         bound = scoring.w_sim * sims[eligible] + scoring.w_recency + scoring.w_use
         more = [int(ids[j]) for j in eligible[bound >= floor - 1e-9] if int(ids[j]) not in stats]
-        stats.update(use_stats(session, namespace, more if len(more) <= _ALL_STATS_ABOVE else None))
+        stats.update(use_stats(session, scope, more if len(more) <= _ALL_STATS_ABOVE else None))
     cand = np.array([j for j in eligible if int(ids[j]) in stats], dtype=np.int64)
     if cand.size == 0:
         return []

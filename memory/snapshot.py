@@ -23,13 +23,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from . import text as T
-from .models import MemoryRow, NamespaceRow
-from .types import MemorySource
+from .models import MemoryRow, NamespaceRow, in_scope, namespace_row_in
+from .types import MemorySource, Scope
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Active memories of one namespace, newest id first.
+    """Active memories of one scope, newest id first.
 
     Attributes:
         revision: namespace revision this snapshot reflects.
@@ -106,7 +106,7 @@ class Snapshot:
                         self.sources)
 
 
-def load_snapshot(session: Session, namespace: str, revision: int, dim: int | None = None) -> Snapshot:
+def load_snapshot(session: Session, scope: Scope, revision: int, dim: int | None = None) -> Snapshot:
     """Read the namespace's active memories into a snapshot.
 
     Raises:
@@ -115,7 +115,7 @@ def load_snapshot(session: Session, namespace: str, revision: int, dim: int | No
     rows = session.execute(
         select(MemoryRow.id, MemoryRow.text, MemoryRow.slot, MemoryRow.created_at, MemoryRow.embedding,
                MemoryRow.source_kind, MemoryRow.source_session_id, MemoryRow.source_turn)
-        .where(MemoryRow.namespace == namespace, MemoryRow.active.is_(True))
+        .where(in_scope(scope), MemoryRow.active.is_(True))
         .order_by(MemoryRow.id.desc())
     ).all()
     blobs = [r.embedding for r in rows]
@@ -132,33 +132,33 @@ def load_snapshot(session: Session, namespace: str, revision: int, dim: int | No
 
 
 class NamespaceIndex:
-    """Thread-safe cache ``namespace -> Snapshot``, verified against the stored revision on every use."""
+    """Thread-safe cache ``Scope -> Snapshot`` (one per owner and namespace), verified against the stored revision on every use."""
 
     def __init__(self) -> None:
-        self._snapshots: dict[str, Snapshot] = {}
+        self._snapshots: dict[Scope, Snapshot] = {}
         self._lock = threading.Lock()
 
-    def invalidate(self, namespace: str) -> None:
+    def invalidate(self, scope: Scope) -> None:
         with self._lock:
-            self._snapshots.pop(namespace, None)
+            self._snapshots.pop(scope, None)
 
-    def put(self, namespace: str, snapshot: Snapshot) -> None:
+    def put(self, scope: Scope, snapshot: Snapshot) -> None:
         with self._lock:
-            current = self._snapshots.get(namespace)
+            current = self._snapshots.get(scope)
             if current is None or current.revision <= snapshot.revision:
-                self._snapshots[namespace] = snapshot
+                self._snapshots[scope] = snapshot
 
-    def get(self, session: Session, namespace: str, revision: int, dim: int | None = None) -> Snapshot:
+    def get(self, session: Session, scope: Scope, revision: int, dim: int | None = None) -> Snapshot:
         """The snapshot at ``revision``: cached when it matches, else loaded through ``session``."""
         with self._lock:
-            cached = self._snapshots.get(namespace)
+            cached = self._snapshots.get(scope)
         if cached is not None and cached.revision == revision:
             return cached
-        snap = load_snapshot(session, namespace, revision, dim)
-        self.put(namespace, snap)
+        snap = load_snapshot(session, scope, revision, dim)
+        self.put(scope, snap)
         return snap
 
     @staticmethod
-    def revision(session: Session, namespace: str) -> int | None:
+    def revision(session: Session, scope: Scope) -> int | None:
         """The namespace's stored revision (``None`` when it was never written)."""
-        return session.scalar(select(NamespaceRow.revision).where(NamespaceRow.namespace == namespace))
+        return session.scalar(select(NamespaceRow.revision).where(namespace_row_in(scope)))

@@ -22,6 +22,23 @@ class EventType(str, enum.Enum):
     QUARANTINE = "QUARANTINE"  # kept for audit only: instruction-like or from an untrusted source, never shown
 
 
+OWNER_MAX_CHARS = 128  # the ``owner`` column's width
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a memory lives: an owner and one of the owner's namespaces, stored as two columns.
+
+    A server sets ``owner`` to the API key's owner (``LongTermMemory.for_owner``); a
+    library user needs none (``""``).  Two owners' namespaces of the same name never
+    meet: every statement filters on both columns, so no spelling of a name reaches
+    across (as a joined ``"owner::namespace"`` string could).
+    """
+
+    owner: str
+    namespace: str
+
+
 class ForgetRequest(str):
     """A statement the user asked to forget ("forget that I live in Paris").
 

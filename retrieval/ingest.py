@@ -1,6 +1,7 @@
 """Ingestion into a :class:`~loom.retrieval.retriever.Retriever`: add, replace, delete, reconcile.
 
-A document is replaced as a whole: its new chunks are diffed against the
+A document is replaced as a whole, and only by a document of the same owner
+(``metadata.owner``; ``loom.retrieval.store``): its new chunks are diffed against the
 chunks stored for the same document id; chunks with an unchanged content-hash
 id are kept (not re-embedded), vanished ones are removed, new ones embedded.
 A document whose content hash is unchanged is skipped before chunking, so
@@ -34,13 +35,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from loom.json_types import JSONObject
-from loom.runtime.errors import NotFoundError
+from loom.runtime.errors import ConflictError, NotFoundError
 from loom.retrieval.bm25 import bm25_tokenize
 from loom.retrieval.chunking import Chunker
 from loom.retrieval.embedder import Embedder
 from loom.retrieval.index import VectorIndex
 from loom.retrieval.loaders import DEFAULT_PATTERNS, iter_files, load_path
-from loom.retrieval.store import ChunkStore
+from loom.retrieval.store import ChunkStore, owner_of
 from loom.retrieval.types import Chunk, Document, embedding_text
 
 logger = logging.getLogger(__name__)
@@ -160,6 +161,7 @@ def add_documents(r: IndexTarget, documents: Iterable[Document],
     stats.documents_unchanged = len(docs) - len(changed)
     plan = [(d, r.chunker.chunk(d)) for d in changed]
     with r.writer(), _progress(sum(len(c) for _, c in plan), show_progress) as bar:
+        _check_owners(r.store, docs)
         group: list[tuple[Document, list[Chunk]]] = []
         for item in plan:
             group.append(item)
@@ -171,6 +173,19 @@ def add_documents(r: IndexTarget, documents: Iterable[Document],
     stats.chunks_total = len(r)
     stats.seconds = time.perf_counter() - t0
     return stats
+
+
+def _check_owners(store: ChunkStore, docs: list[Document]) -> None:
+    """Refuse to replace a stored document whose owner differs (``store.owner_of``: ``None`` is shared).
+
+    Raises:
+        ConflictError: (param ``id``) naming the first such document; nothing is written.
+        ValueError: for a malformed ``metadata.owner``.
+    """
+    wanted = {d.id: owner_of(d.metadata) for d in docs}
+    for doc_id, stored in store.document_owners(wanted).items():
+        if stored != wanted[doc_id]:
+            raise ConflictError(f"document {doc_id!r} belongs to another owner; choose another id", param="id")
 
 
 def _flush(r: IndexTarget, group: list[tuple[Document, list[Chunk]]], hashes: dict[str, str],

@@ -8,6 +8,14 @@ lists FAISS ids that were deleted from an index type that cannot remove
 vectors (HNSW); search filters them out until the next rebuild.  ``meta``
 holds the index settings (model, dimension, chunk sizes) and a generation
 counter bumped by every change (used to validate the on-disk BM25 cache).
+
+Owners: a document's metadata may name an ``owner`` (a server's API key owner;
+none: a shared document).  The store keeps it in an indexed ``owner`` column of
+``documents`` and ``chunks`` as well, the one place ownership is read from:
+search filters on the column (``None`` matches a shared document), and
+``loom.retrieval.ingest`` refuses to replace a document whose stored owner
+differs.  Indexes written before the column existed get it on open, filled from
+their metadata (:meth:`ChunkStore.migrate`).
 """
 
 from __future__ import annotations
@@ -19,11 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (JSON, BigInteger, DateTime, ForeignKey, Integer, String, Text,
-                        create_engine, delete, event, func, select, update)
+                        create_engine, delete, event, func, inspect, or_, select, text, update)
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from loom.json_types import JSONObject
 from loom.retrieval.types import Chunk, chunk_faiss_id
+
+
+OWNER_MAX_CHARS = 128  # width of the owner columns
 
 
 class Base(DeclarativeBase):
@@ -40,6 +52,7 @@ class DocumentRow(Base):
     num_chunks: Mapped[int] = mapped_column(Integer, default=0)
     meta: Mapped[JSONObject] = mapped_column("metadata", JSON, default=dict)
     ingested_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    owner: Mapped[str | None] = mapped_column(String(OWNER_MAX_CHARS), nullable=True, index=True)
 
 
 class ChunkRow(Base):
@@ -56,6 +69,7 @@ class ChunkRow(Base):
     num_tokens: Mapped[int] = mapped_column(Integer)
     bm25_tokens: Mapped[str] = mapped_column(Text, default="")
     meta: Mapped[JSONObject] = mapped_column("metadata", JSON, default=dict)
+    owner: Mapped[str | None] = mapped_column(String(OWNER_MAX_CHARS), nullable=True, index=True)
 
 
 class Tombstone(Base):
@@ -69,6 +83,20 @@ class MetaRow(Base):
 
     key: Mapped[str] = mapped_column(String, primary_key=True)
     value: Mapped[str] = mapped_column(Text)
+
+
+def owner_of(metadata: JSONObject | None) -> str | None:
+    """A document's or chunk's owner: its metadata's ``owner`` (``None``: shared).
+
+    Raises:
+        ValueError: (naming ``metadata.owner``) for an owner that is not a string of 1 to 128 characters.
+    """
+    owner = (metadata or {}).get("owner")
+    if owner is None:
+        return None
+    if not isinstance(owner, str) or not owner or len(owner) > OWNER_MAX_CHARS:
+        raise ValueError(f"metadata.owner: expected a string of 1 to {OWNER_MAX_CHARS} characters, got {owner!r:.60}")
+    return owner
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
@@ -91,7 +119,31 @@ class ChunkStore:
         self.engine = create_engine(f"sqlite:///{self.path}")
         event.listen(self.engine, "connect", _sqlite_pragmas)
         Base.metadata.create_all(self.engine)
+        self.migrate()
         self.session = sessionmaker(self.engine, expire_on_commit=False)
+
+    def migrate(self) -> bool:
+        """Add the ``owner`` columns (and their indexes) to a store written before them, filled from
+        each row's ``metadata.owner``; idempotent.  Returns whether anything was added."""
+        done = False
+        tables = [Base.metadata.tables[name] for name in (DocumentRow.__tablename__, ChunkRow.__tablename__)]
+        for table in tables:
+            if "owner" in {c["name"] for c in inspect(self.engine).get_columns(table.name)}:
+                continue
+            try:
+                with self.engine.begin() as conn:
+                    conn.execute(text(f"ALTER TABLE {table.name} ADD COLUMN owner VARCHAR({OWNER_MAX_CHARS})"))
+                    conn.execute(text(f"UPDATE {table.name} SET owner = json_extract(metadata, '$.owner') "
+                                      "WHERE json_type(metadata, '$.owner') = 'text'"))
+            except OperationalError:  # another process added it first (its transaction filled it too)
+                if "owner" not in {c["name"] for c in inspect(self.engine).get_columns(table.name)}:
+                    raise
+                continue
+            done = True
+        for table in tables:
+            for index in table.indexes:
+                index.create(self.engine, checkfirst=True)
+        return done
 
     # -- meta ---------------------------------------------------------------
     def get_meta(self) -> JSONObject:
@@ -125,10 +177,20 @@ class ChunkStore:
     def chunk_faiss_ids_of(self, s: Session, document: str) -> list[int]:
         return list(s.scalars(select(ChunkRow.faiss_id).where(ChunkRow.document == document)))
 
+    def document_owners(self, ids: Iterable[str]) -> dict[str, str | None]:
+        """``id -> owner`` (``None``: shared) of the stored documents among ``ids``."""
+        ids = list(ids)
+        out: dict[str, str | None] = {}
+        with self.session() as s:
+            for i in range(0, len(ids), 500):
+                out.update((doc_id, owner) for doc_id, owner in s.execute(
+                    select(DocumentRow.id, DocumentRow.owner).where(DocumentRow.id.in_(ids[i:i + 500]))))
+        return out
+
     def upsert_document(self, s: Session, doc_id: str, title: str, source: str,
                         content_hash: str, num_chunks: int, metadata: JSONObject) -> None:
         s.merge(DocumentRow(id=doc_id, title=title, source=source, content_hash=content_hash,
-                            num_chunks=num_chunks, meta=metadata,
+                            num_chunks=num_chunks, meta=metadata, owner=owner_of(metadata),
                             ingested_at=datetime.now(timezone.utc)))
 
     def delete_document(self, s: Session, doc_id: str) -> None:
@@ -140,7 +202,7 @@ class ChunkStore:
         s.add_all(ChunkRow(
             faiss_id=chunk_faiss_id(c.chunk_id), chunk_id=c.chunk_id, document=c.document,
             position=c.position, title=c.title, section=c.section, text=c.text,
-            num_tokens=c.num_tokens, bm25_tokens=t, meta=c.metadata,
+            num_tokens=c.num_tokens, bm25_tokens=t, meta=c.metadata, owner=owner_of(c.metadata),
         ) for c, t in zip(chunks, bm25_tokens))
 
     def delete_chunks(self, s: Session, faiss_ids: Sequence[int]) -> None:
@@ -203,18 +265,21 @@ class ChunkStore:
     def filter_faiss_ids(self, filters: JSONObject) -> set[int]:
         """FAISS ids of chunks matching every filter.
 
-        Keys ``document``, ``section``, ``title`` match the columns; any other
-        key matches the chunk's metadata field.  A value may be a scalar or a
-        list (any of).  ``document_prefix`` matches documents by prefix.
+        Keys ``document``, ``section``, ``title``, ``owner`` match the columns
+        (``None`` matches an owner-less, shared chunk); any other key matches
+        the chunk's metadata field.  A value may be a scalar or a list (any of).
+        ``document_prefix`` matches documents by prefix.
         """
         cols = {"document": ChunkRow.document, "section": ChunkRow.section,
-                "title": ChunkRow.title}
+                "title": ChunkRow.title, "owner": ChunkRow.owner}
         stmt = select(ChunkRow.faiss_id, ChunkRow.meta)
         meta_filters: dict[str, list[Any]] = {}
         for key, val in filters.items():
             vals = list(val) if isinstance(val, (list, tuple, set)) else [val]
             if key in cols:
-                stmt = stmt.where(cols[key].in_(vals))
+                present = [v for v in vals if v is not None]
+                match = cols[key].in_(present)
+                stmt = stmt.where(or_(match, cols[key].is_(None)) if len(present) < len(vals) else match)
             elif key == "document_prefix":
                 stmt = stmt.where(ChunkRow.document.startswith(str(val), autoescape=True))
             else:

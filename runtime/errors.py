@@ -49,6 +49,12 @@ class NotFoundError(LoomError):
     code = "not_found"
 
 
+class ConflictError(LoomError):
+    """A write that would take over something that belongs to another caller (a document id another owner holds)."""
+
+    code = "conflict"
+
+
 class QueueFullError(LoomError):
     """The engine's waiting queue is full; retry later."""
 

@@ -1,9 +1,11 @@
 """``/v1/documents`` + ``/v1/search`` (the index) and ``/v1/memories`` (long-term memory).
 
-Both are owner-scoped: documents are indexed with ``metadata.owner`` and ids
-prefixed by the owner, and searches filter on it; memory namespaces are
-prefixed by the owner.  Another owner's documents and memories are invisible
-(404 on delete).  Documents the operator ingested into the server's index with
+Both are owner-scoped: documents are indexed with ``metadata.owner`` (the
+chunk store keeps it in a column of its own) and ids prefixed by the owner, and
+searches filter on it; memories are read and written through
+``LongTermMemory.for_owner``, owner and namespace being separate columns.
+Another owner's documents and memories are invisible (404 on delete); a
+document id that would replace a document another owner holds is a 409.  Documents the operator ingested into the server's index with
 ``loom ingest`` have no owner: every caller finds them, none can delete them.
 Embedding and FAISS work runs in a worker thread.
 """
@@ -30,8 +32,8 @@ from loom.api.schemas.resources import (
     SearchResults,
 )
 from loom.api.schemas.sessions import Deleted
-from loom.api.turns import OwnerRetriever, scoped_namespace
-from loom.runtime.errors import InvalidRequestError, NotFoundError
+from loom.api.turns import OwnerRetriever
+from loom.runtime.errors import ConflictError, InvalidRequestError, NotFoundError
 
 router = APIRouter(tags=["documents and memory"], responses=error_responses(400, 401))
 
@@ -63,7 +65,10 @@ async def create_document(body: DocumentCreate, request: Request,
     chunks = await anyio.to_thread.run_sync(retriever.chunker.chunk, doc)
     if not chunks:
         raise InvalidRequestError("document has no text to index", param="text")
-    await anyio.to_thread.run_sync(retriever.add_documents, [doc])
+    try:
+        await anyio.to_thread.run_sync(retriever.add_documents, [doc])
+    except ConflictError:  # an operator's shared document whose id happens to start with the owner's name
+        raise ConflictError(f"document id {doc_id!r} is taken; choose another id", param="id") from None
     return DocumentOut(id=doc_id, title=doc.title, num_chunks=len(chunks))
 
 
@@ -98,10 +103,9 @@ async def create_memory(body: MemoryCreate, request: Request,
                         owner: str = Depends(require_owner)) -> MemoryList:
     """Store ``text`` as a fact in the namespace; returns the write events (ADD / UPDATE / NOOP / DELETE)."""
     services = request.app.state.services
-    memory = await anyio.to_thread.run_sync(services.memory)
-    ns = scoped_namespace(owner, body.namespace)
+    memory = (await anyio.to_thread.run_sync(services.memory)).for_owner(owner)
     source = None if body.source is None else {"kind": body.source}
-    events = await anyio.to_thread.run_sync(lambda: memory.add(body.text, ns, source=source))
+    events = await anyio.to_thread.run_sync(lambda: memory.add(body.text, body.namespace, source=source))
     return MemoryList(data=[MemoryOut(id=e.id, text=e.text, namespace=body.namespace,
                                       event=getattr(e.event, "value", str(e.event))) for e in events])
 
@@ -112,13 +116,12 @@ async def list_memories(request: Request, namespace: str = Query("default", min_
                         k: int = Query(10, ge=1, le=100), owner: str = Depends(require_owner)) -> MemoryList:
     """Active memories of a namespace (oldest first), or the ``k`` best for ``q``."""
     services = request.app.state.services
-    memory = await anyio.to_thread.run_sync(services.memory)
-    ns = scoped_namespace(owner, namespace)
+    memory = (await anyio.to_thread.run_sync(services.memory)).for_owner(owner)
     if q:
-        hits = await anyio.to_thread.run_sync(lambda: memory.search(q, ns, k=k))
+        hits = await anyio.to_thread.run_sync(lambda: memory.search(q, namespace, k=k))
         return MemoryList(data=[MemoryOut(id=h.id, text=h.text, namespace=namespace, score=float(h.score))
                                 for h in hits])
-    rows = await anyio.to_thread.run_sync(lambda: memory.list(ns))
+    rows = await anyio.to_thread.run_sync(lambda: memory.list(namespace))
     return MemoryList(data=[MemoryOut(id=r.id, text=r.text, namespace=namespace) for r in rows])
 
 
@@ -130,6 +133,6 @@ async def delete_memory(memory_id: Annotated[int, Path(ge=0, le=2**63 - 1, descr
                         owner: str = Depends(require_owner)) -> Deleted:
     """Delete a memory of the caller's namespace (404 when it is not theirs)."""
     services = request.app.state.services
-    memory = await anyio.to_thread.run_sync(services.memory)
-    await anyio.to_thread.run_sync(lambda: memory.delete(memory_id, scoped_namespace(owner, namespace)))
+    memory = (await anyio.to_thread.run_sync(services.memory)).for_owner(owner)
+    await anyio.to_thread.run_sync(lambda: memory.delete(memory_id, namespace))
     return Deleted(id=str(memory_id), object="memory")

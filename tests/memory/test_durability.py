@@ -106,9 +106,10 @@ def test_second_writer_waits_for_the_namespace_lock_and_sees_the_first_writers_f
     fact = "User lives in Paris"
     vec = embedder.encode([fact])
     results = []
-    with first._write("u1") as (session, revision):  # the first writer: decided, not yet committed
-        snap = first._index.get(session, "u1", revision - 1)
-        apply_facts(session, "u1", [fact], vec, MemorySource(), first.now(), snap,
+    scope = first._scope("u1")
+    with first._write(scope) as (session, revision):  # the first writer: decided, not yet committed
+        snap = first._index.get(session, scope, revision - 1)
+        apply_facts(session, scope, [fact], vec, MemorySource(), first.now(), snap,
                     duplicate_threshold=first.duplicate_threshold, conflict_threshold=first.conflict_threshold)
         t = threading.Thread(target=lambda: results.append(second.add(fact, "u1")))
         t.start()

@@ -196,3 +196,24 @@ def test_deleting_one_history_row_keeps_the_chain_linked(make_memory):
     assert [m.id for m in mem.history(cy, "u1")] == [cy, ada]
     assert (mem.get(ada, "u1").superseded_by_id, mem.get(cy, "u1").supersedes_id) == (cy, ada)
     assert [m.text for m in mem.list("u1")] == ["My name is Cy"]
+
+
+def test_owners_are_a_column_of_their_own_so_no_namespace_name_reaches_another_owner(make_memory):
+    """Owner and namespace are two columns: ``alice``'s namespace ``x::y`` and ``alice::x``'s namespace ``y`` (the
+    two read the same when joined with ``::``) stay apart, and a library user's (no owner) stays apart from both."""
+    mem = make_memory()
+    alice, alice_x = mem.for_owner("alice"), mem.for_owner("alice::x")
+    [a] = alice.add("User lives in Paris", "x::y")
+    [b] = alice_x.add("User lives in Rome", "y")
+    [c] = mem.add("User lives in Oslo", "alice::x::y")
+    assert [m.text for m in alice.list("x::y")] == ["User lives in Paris"]
+    assert [m.text for m in alice_x.list("y")] == ["User lives in Rome"]
+    assert [m.text for m in mem.list("alice::x::y")] == ["User lives in Oslo"]
+    assert [h.id for h in alice_x.search("where does the user live?", "y", k=5)] == [b.id]
+    for view, other in ((alice, b.id), (alice_x, a.id), (mem, a.id)):
+        with pytest.raises(NotFoundError):
+            view.delete(other, "y" if view is alice_x else "x::y")
+    assert (alice.namespaces(), alice_x.namespaces(), mem.namespaces()) == (["x::y"], ["y"], ["alice::x::y"])
+    assert mem.get(c.id, "alice::x::y").text == "User lives in Oslo"
+    with pytest.raises(ValueError, match="owner"):
+        mem.for_owner("")
