@@ -49,6 +49,19 @@ def test_a_run_of_blocks_stops_at_the_first_missing_or_corrupt_one(tmp_path: Pat
     assert tier.stats()["kv_tier_corrupt"] == 1 and not corrupt.exists()
 
 
+@pytest.mark.parametrize("damage", ["torn", "empty", "header only", "older format"])
+def test_a_torn_empty_or_older_format_file_is_refused_and_dropped(tmp_path: Path, damage: str):
+    tier = DiskKVTier(tmp_path, "model-a", max_bytes=1 << 20)
+    key = chain_keys("model-a", None, PROMPT, 16)[0]
+    tier.put(key, torch.randn(2, 3, 16, 2, 8))
+    path = next(tier.folder.glob("*.kv"))
+    data = path.read_bytes()
+    path.write_bytes({"torn": data[: len(data) // 2], "empty": b"", "header only": data[:64],
+                      "older format": b"LOOMKV02" + data[8:]}[damage])
+    reopened = DiskKVTier(tmp_path, "model-a", max_bytes=1 << 20)
+    assert reopened.get(key) is None and reopened.stats()["kv_tier_corrupt"] == 1 and not path.exists()
+
+
 def test_keys_chain_every_token_before_and_the_salt_and_the_budget_drops_the_least_recent(tmp_path: Path):
     a = chain_keys("m", None, PROMPT, 16)
     assert chain_keys("m", "tenant", PROMPT, 16)[0] != a[0]
