@@ -14,7 +14,7 @@ export TOKENIZERS_PARALLELISM := false
 # uv installs without compiling bytecode; Python writes it on first import, once, for the modules used.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup model test-model demo test bench bench-env bench-cpu bfcl-env clean
+.PHONY: setup model test-model demo test bench bench-env bench-cpu bench-llama-server bfcl-env clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -70,6 +70,17 @@ $(BENCH_VENV)/.installed:
 	touch $@
 
 bench-env: $(BENCH_VENV)/.installed
+
+# llama.cpp's own server, from the same vendored sources, for `loom bench agents --llama-server`
+# (the llama.cpp + LangGraph peer): about 10 minutes on 2 cores.
+LLAMA_SERVER := $(BENCH_VENV)/llama-build/bin/llama-server
+$(LLAMA_SERVER): $(BENCH_VENV)/.installed
+	cmake -S $(BENCH_VENV)/sdist/llama_cpp_python-$(LLAMA_CPP_VERSION)/vendor/llama.cpp -B $(BENCH_VENV)/llama-build \
+		-DGGML_NATIVE=ON -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+		-DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BENCH_VENV)/llama-build --target llama-server -j2
+
+bench-llama-server: $(LLAMA_SERVER)
 
 bench-cpu: model bench-env
 	$(BIN)/loom bench cpu --llama-cpp-python $(BENCH_VENV)/bin/python \

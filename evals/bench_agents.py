@@ -1,7 +1,7 @@
 """``loom bench agents``: concurrent agent sessions whose turns wait on tools and users, on a KV pool smaller
 than their working set, with the engine's LRU against KV retention.
 
-Workload (synthetic, seeded, stated here so runs compare): ``--sessions`` sessions run at once, each
+Workload (synthetic, seeded, stated here so runs compare; :mod:`loom.evals.agent_workload`): ``--sessions`` sessions run at once, each
 ``--turns`` turns.  A turn is a tool loop: the agent retrieves ``--k`` chunks of stdlib documentation for
 the user's question (FAISS + MiniLM; ``--k 0``: none), calls the ``lookup`` tool (forced, so any model
 makes the call), whose latency is drawn from a log-normal distribution (median ``--tool-ms``, sigma 0.5),
@@ -24,8 +24,12 @@ needs.  For each system and pool it prints: prompt tokens computed per call agai
 reply), the cache hit rate over turns 2+, TTFT p50 / p99, the job completion time (wall time until the
 last session ends), and why computed tokens missed (evicted, expired, new).
 
-Not measured here: llama.cpp's server driven by a LangGraph agent (the stack a user would build
-instead).
+With ``--llama-server`` (a ``llama-server`` binary: ``make bench-llama-server`` builds one), each pool also
+runs the stack a user would build instead, on the same workload and the model's GGUF: llama.cpp's server
+driven by a LangGraph agent (:mod:`loom.evals.bench_agents_peer`), its KV buffer as many tokens as Loom's
+pool; its row shows the prompt tokens it computed per call and its job time, and the last column Loom's
+job time over its.  Loom runs the weights in ``--quantization`` (vLLM's flag; ``int4`` is the closest to the
+GGUFs' 4-bit formats).
 
 Example::
 
@@ -38,7 +42,6 @@ import asyncio
 import contextvars
 import json
 import math
-import random
 import statistics
 import tempfile
 import time
@@ -48,16 +51,12 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from loom.evals import agent_workload as W
 from loom.json_types import JSONObject
 
 if TYPE_CHECKING:
     from loom.orchestrator.ledger import Ledger
 
-QUESTIONS = [
-    "How do I run coroutines concurrently?", "How does json.dumps sort keys?", "What does OrderedDict.move_to_end do?",
-    "How can I cancel a task?", "How do I read a file line by line?", "What is a deque good for?",
-    "How do I parse command line options?", "How does a Counter count items?",
-]
 SYSTEMS = ("lru", "retention", "retention+disk")
 _TOOL_DELAY_MS: contextvars.ContextVar[float] = contextvars.ContextVar("tool_delay_ms", default=0.0)
 
@@ -73,10 +72,13 @@ class Run:
     def figures(self) -> JSONObject:
         """Per-run figures (see the module docstring)."""
         computed, new, tier, cached, prompt, ttft = [], [], [], 0, 0, []
+        computed_all = prompt_all = 0
         misses: dict[str, int] = {}
         for session in self.calls:
             for i, c in enumerate(session):
                 ttft.append(c.ttft_ms)
+                computed_all += c.prompt_tokens - c.cached_tokens
+                prompt_all += c.prompt_tokens
                 for reason, n in c.prompt_misses.items():
                     misses[reason] = misses.get(reason, 0) + n
                 if i == 0:
@@ -92,6 +94,7 @@ class Run:
                 "new_per_call": statistics.mean(new) if new else 0.0,
                 "disk_per_call": statistics.mean(tier) if tier else 0.0,
                 "hit_rate_after_first": cached / prompt if prompt else 0.0,
+                "computed_tokens": computed_all, "prompt_tokens": prompt_all,
                 "ttft_p50_ms": _percentile(ttft, 50), "ttft_p99_ms": _percentile(ttft, 99),
                 "prompt_misses": misses}
 
@@ -101,10 +104,6 @@ def _percentile(values: list[float], q: float) -> float:
         return 0.0
     s = sorted(values)
     return s[min(len(s) - 1, max(0, math.ceil(q / 100 * len(s)) - 1))]
-
-
-def _draw_ms(rng: random.Random, median_ms: float) -> float:
-    return median_ms * math.exp(rng.gauss(0.0, 0.5)) if median_ms > 0 else 0.0
 
 
 async def _workload(llm: Any, retriever: Any, cfg: JSONObject, cache_ttl_s: float) -> Run:
@@ -131,14 +130,13 @@ async def _workload(llm: Any, retriever: Any, cfg: JSONObject, cache_ttl_s: floa
     run = Run(calls=[[] for _ in range(cfg["sessions"])])
 
     async def session(s: int) -> None:
-        rng = random.Random(cfg["seed"] * 1000 + s)
+        rng = W.session_rng(cfg["seed"], s)
         store = InMemorySession(f"bench-{s}")
         for t in range(cfg["turns"]):
-            question = f"{QUESTIONS[(s + t) % len(QUESTIONS)]} (session {s}, turn {t})"
-            _TOOL_DELAY_MS.set(_draw_ms(rng, cfg["tool_ms"]))  # the tool task inherits this context
-            result = await agent.arun(question, session=store, tool_choice="required")
+            _TOOL_DELAY_MS.set(W.draw_ms(rng, cfg["tool_ms"]))  # the tool task inherits this context
+            result = await agent.arun(W.question(s, t), session=store, tool_choice="required")
             run.calls[s] += result.usage.calls
-            await asyncio.sleep(_draw_ms(rng, cfg["think_ms"]) / 1000)
+            await asyncio.sleep(W.draw_ms(rng, cfg["think_ms"]) / 1000)
 
     t0 = time.perf_counter()
     await asyncio.gather(*(session(s) for s in range(cfg["sessions"])))
@@ -146,21 +144,38 @@ async def _workload(llm: Any, retriever: Any, cfg: JSONObject, cache_ttl_s: floa
     return run
 
 
-def _engine(model: str, blocks: int, max_model_len: int, tier_dir: str | None = None) -> Any:
+def _engine(model: str, blocks: int, max_model_len: int, tier_dir: str | None = None,
+            quantization: str | None = None) -> Any:
     from loom.runtime import AsyncLLM
 
-    return AsyncLLM(model, max_model_len=max_model_len, num_kv_blocks=blocks, block_size=16, kv_tier_dir=tier_dir)
+    return AsyncLLM(model, max_model_len=max_model_len, num_kv_blocks=blocks, block_size=16, kv_tier_dir=tier_dir,
+                    quantization=quantization)
 
 
 def _run(model: str, blocks: int, retriever: Any, cfg: JSONObject, cache_ttl_s: float, disk: bool = False) -> Run:
     with tempfile.TemporaryDirectory(prefix="loom-bench-tier-") as tier:
-        llm = _engine(model, blocks, cfg["max_model_len"], tier if disk else None)
+        llm = _engine(model, blocks, cfg["max_model_len"], tier if disk else None, cfg["quantization"])
         try:
             run = asyncio.run(_workload(llm, retriever, cfg, cache_ttl_s))
         finally:
             llm.shutdown()
     run.blocks = blocks
     return run
+
+
+def _peer_gguf(model: str | None, gguf: Path | None) -> Path:
+    """The GGUF the peer loads: ``gguf``, else the registered model's (pulled with it).
+
+    Raises:
+        typer.BadParameter: naming ``--gguf`` when neither is there.
+    """
+    from loom.runtime.checkpoint.registry import SMALL_MODEL, gguf_path, lookup
+
+    registered = lookup(model or SMALL_MODEL)
+    path = gguf or (gguf_path(registered) if registered is not None else None)
+    if path is None or not Path(path).is_file():
+        raise typer.BadParameter(f"no GGUF for llama-server ({path or model}); pass one", param_hint="--gguf")
+    return Path(path)
 
 
 def _working_set(run: Run, block_size: int = 16) -> int:
@@ -182,6 +197,9 @@ def agents(
     seed: int = typer.Option(0, help="Seed of the latencies."),
     max_model_len: int = typer.Option(2048, help="Context window (tokens)."),
     index: Path = typer.Option(None, help="Index folder (built from stdlib docs when missing)."),
+    quantization: str = typer.Option(None, help="Loom's weight format: int8, int4 (default: the checkpoint's)."),
+    llama_server: Path = typer.Option(None, help="A llama-server binary: also run llama.cpp + LangGraph."),
+    gguf: Path = typer.Option(None, help="The GGUF llama-server loads (default: the registered model's)."),
     json_out: Path = typer.Option(None, help="Write the figures as JSON here."),
 ) -> None:
     """Agent sessions with tool and user waits on a small KV pool: LRU against KV retention.
@@ -201,7 +219,8 @@ def agents(
     path = str(ensure_checkpoint("qwen3", preset) if preset else ensure_model(model or SMALL_MODEL))
     cfg: JSONObject = dict(model=path, sessions=num_sessions, turns=turns, max_tokens=max_tokens, k=k,
                            tool_ms=tool_ms, think_ms=think_ms, keep_s=keep_s, seed=seed, max_model_len=max_model_len,
-                           torch_threads=torch.get_num_threads())
+                           torch_threads=torch.get_num_threads(), quantization=quantization)
+    peer_gguf = _peer_gguf(model, gguf) if llama_server else None
     retriever = _index(index) if k else None
     probe = _run(path, num_sessions * max_model_len // 16 + 64, retriever, cfg, 0.0)
     working = _working_set(probe)
@@ -214,8 +233,9 @@ def agents(
     table = Table(title=f"loom bench agents ({Path(path).name}, {num_sessions} sessions x {turns} turns, "
                   f"tools ~{tool_ms:.0f} ms, users ~{think_ms:.0f} ms)")
     for col in ("pool", "system", "blocks", "computed / call", "new / call", "from disk / call", "hit rate 2+",
+                "computed / sent, all calls",
                 "TTFT p50 ms",
-                "TTFT p99 ms", "job s", "misses evicted/expired/new"):
+                "TTFT p99 ms", "job s", "misses evicted/expired/new", "Loom job / peer job"):
         table.add_column(col, justify="right")
     for pct in (int(p) for p in pools.split(",")):
         blocks = max(one_request + 2, working * pct // 100)
@@ -226,9 +246,20 @@ def agents(
             m = f["prompt_misses"]
             table.add_row(f"{pct}%", system, str(blocks), f"{f['computed_per_call']:.1f}", f"{f['new_per_call']:.1f}",
                           f"{f['disk_per_call']:.1f}",
-                          f"{f['hit_rate_after_first']:.3f}", f"{f['ttft_p50_ms']:.0f}", f"{f['ttft_p99_ms']:.0f}",
+                          f"{f['hit_rate_after_first']:.3f}", f"{f['computed_tokens']} / {f['prompt_tokens']}",
+                          f"{f['ttft_p50_ms']:.0f}", f"{f['ttft_p99_ms']:.0f}",
                           f"{f['job_completion_s']:.1f}",
-                          f"{m.get('evicted', 0)}/{m.get('expired', 0)}/{m.get('new', 0)}")
+                          f"{m.get('evicted', 0)}/{m.get('expired', 0)}/{m.get('new', 0)}", "")
+        if llama_server is not None and peer_gguf is not None:
+            from loom.evals.bench_agents_peer import run_peer
+
+            peer = run_peer(llama_server, peer_gguf, retriever, cfg, blocks * 16, budget).figures()
+            figures[f"{pct}%/llama.cpp+langgraph"] = peer
+            ours = min(figures[f"{pct}%/{s}"]["job_completion_s"] for s in SYSTEMS)
+            table.add_row(f"{pct}%", "llama.cpp + LangGraph", str(blocks * 16) + " tok",
+                          "", "", "", "", f"{peer['computed_tokens']} / {peer['prompt_tokens']}",
+                          "", "", f"{peer['job_completion_s']:.1f}",
+                          f"failed calls: {peer['failed_calls']}", f"{ours / peer['job_completion_s']:.2f}x")
     console.print(table)
     if json_out is not None:
         json_out.write_text(json.dumps(figures, indent=2))
