@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 
 from loom.evals import agent_workload as W
+from loom.evals.subprocess_server import terminate, wait_until_healthy
 from loom.json_types import JSONObject
 
 _METRIC = re.compile(r"^llamacpp:(prompt_tokens_total|tokens_predicted_total)\s+([0-9.eE+-]+)$", re.M)
@@ -93,16 +94,8 @@ class LlamaServer:
             if not Path(path).is_file():
                 raise FileNotFoundError(f"{what}: {path} does not exist")
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                break
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
+        if wait_until_healthy(self.proc, f"{self.url}/health", timeout_s):
+            return self
         self.stop()
         raise RuntimeError(f"llama-server did not start: {Path(self._log.name).read_text()[-2000:]}")
 
@@ -112,13 +105,7 @@ class LlamaServer:
         return {name: float(value) for name, value in _METRIC.findall(text)}
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
         self._log.close()
         os.unlink(self._log.name)
 

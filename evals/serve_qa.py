@@ -33,13 +33,13 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from loom.evals.subprocess_server import terminate, wait_until_healthy
 from loom.json_types import JSONObject
 
 
@@ -99,29 +99,15 @@ class Served:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Served:
-        import httpx
-
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 600
-        while True:
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.__exit__()
-                raise RuntimeError(f"loom serve did not start: {self.log.read_text()[-1500:]}")
-            time.sleep(1)
+        if wait_until_healthy(self.proc, self.url + "/health", timeout_s=600, poll_s=1):
+            return self
+        self.__exit__()
+        raise RuntimeError(f"loom serve did not start: {self.log.read_text()[-1500:]}")
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        terminate(self.proc)
 
 
 def ask(url: str, questions: Sequence[Any], session: JSONObject) -> list[ServedAnswer]:
