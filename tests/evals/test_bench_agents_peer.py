@@ -15,17 +15,6 @@ from loom.evals.bench_agents import _peer_gguf
 from loom.evals.bench_agents_peer import LlamaServer, _workload
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model, tmp_path_factory):
-    from tests.api.server import Server
-
-    work = tmp_path_factory.mktemp("peer")
-    srv = Server(tiny_model, f"sqlite:///{work / 'loom.db'}", work, "--no-auth", "--num-kv-blocks", "256",
-                 "--max-model-len", "1024").start()
-    yield srv
-    srv.stop()
-
-
 def test_the_langgraph_agent_calls_the_tool_then_answers_and_keeps_each_sessions_messages(server):
     cfg = {"sessions": 2, "turns": 2, "k": 0, "tool_ms": 50.0, "think_ms": 10.0, "seed": 0, "max_tokens": 4}
     wall, calls, prompt, errors = asyncio.run(_workload(server.url, None, cfg, forced_tokens=48))

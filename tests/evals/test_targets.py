@@ -7,17 +7,6 @@ import pytest
 from loom import evals
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model, tmp_path_factory):
-    from tests.api.server import Server
-
-    work = tmp_path_factory.mktemp("serve")
-    srv = Server(tiny_model, f"sqlite:///{work / 'loom.db'}", work, "--no-auth", "--num-kv-blocks", "512",
-                 "--max-model-len", "2048").start()
-    yield srv
-    srv.stop()
-
-
 def test_http_target_streams_sessions_with_usage_and_cached_tokens(server, tiny_model, tmp_path):
     res = evals.run("sessions", model=tiny_model, target=server.url, out=tmp_path, num_requests=2, warmup=0,
                     options={"turns": 2, "system_tokens": 64, "user_tokens": 32, "output_tokens": 6},
