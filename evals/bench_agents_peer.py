@@ -3,8 +3,11 @@ LangGraph agent, on the same workload.
 
 The server is ``llama-server`` built from the llama.cpp sources the ``llama-cpp-python`` sdist vendors
 (``make bench-llama-server``), on the model's registered GGUF, as its README recommends for several
-clients: one slot per session (``--parallel``), one unified KV buffer of as many tokens as Loom's pool
-(``--kv-unified``, ``--ctx-size``), prompt caching on (its default, with its host-memory prompt cache,
+clients: one slot per session (``--parallel``), each slot twice Loom's context window (``--ctx-size`` = sessions x 2 x window):
+a LangGraph agent keeps every turn's retrieved chunks in its messages, so by the third turn its prompts
+outgrow Loom's window (2,082-2,204 tokens against 2,048, answered 400), and with a unified buffer as
+small as Loom's pool, or one slot's share of it, the server answers turns past the first with 500
+"Context size has been exceeded" instead of queueing them; prompt caching on (its default, with its host-memory prompt cache,
 ``--cache-ram``), ``--jinja`` chat templates (tool calls), 2 threads, metrics on.
 
 The agent is what LangGraph's documentation builds for a forced tool call: a ``StateGraph`` over
@@ -75,8 +78,8 @@ class LlamaServer:
         RuntimeError: (from :meth:`start`) the server exited or was not healthy in ``timeout_s``, with its log's tail.
     """
 
-    def __init__(self, binary: Path, gguf: Path, slots: int, ctx_tokens: int, threads: int = 2) -> None:
-        self.binary, self.gguf, self.slots, self.ctx_tokens, self.threads = binary, gguf, slots, ctx_tokens, threads
+    def __init__(self, binary: Path, gguf: Path, slots: int, slot_tokens: int, threads: int = 2) -> None:
+        self.binary, self.gguf, self.slots, self.slot_tokens, self.threads = binary, gguf, slots, slot_tokens, threads
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -85,7 +88,7 @@ class LlamaServer:
     def command(self) -> list[str]:
         """The server's command line."""
         return [str(self.binary), "-m", str(self.gguf), "--host", "127.0.0.1", "--port", str(self.port),
-                "--parallel", str(self.slots), "--kv-unified", "--ctx-size", str(self.ctx_tokens),
+                "--parallel", str(self.slots), "--ctx-size", str(self.slots * self.slot_tokens),
                 "--threads", str(self.threads), "--threads-batch", str(self.threads), "--jinja", "--metrics",
                 "--no-webui"]
 
@@ -197,18 +200,16 @@ async def _workload(base_url: str, retriever: Any, cfg: JSONObject,
     return time.perf_counter() - t0, counts["calls"], counts["prompt"], errors
 
 
-def run_peer(binary: Path, gguf: Path, retriever: Any, cfg: JSONObject, ctx_tokens: int,
-             forced_tokens: int) -> PeerRun:
+def run_peer(binary: Path, gguf: Path, retriever: Any, cfg: JSONObject, forced_tokens: int) -> PeerRun:
     """Start ``llama-server``, run the workload through the LangGraph agent, stop the server.
 
     Args:
-        ctx_tokens: the server's unified KV buffer (tokens); Loom's pool holds as many.
         forced_tokens: ``max_tokens`` of the forced tool call (Loom's forced-call minimum).
 
     Raises:
         FileNotFoundError, RuntimeError: as :meth:`LlamaServer.start`.
     """
-    server = LlamaServer(binary, gguf, int(cfg["sessions"]), ctx_tokens).start()
+    server = LlamaServer(binary, gguf, int(cfg["sessions"]), 2 * int(cfg["max_model_len"])).start()
     try:
         before = server.metrics()
         wall, calls, prompt, errors = asyncio.run(_workload(server.url, retriever, cfg, forced_tokens))

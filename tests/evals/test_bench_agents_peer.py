@@ -25,6 +25,6 @@ def test_the_langgraph_agent_calls_the_tool_then_answers_and_keeps_each_sessions
 
 def test_a_missing_llama_server_or_gguf_is_one_clear_error(tmp_path: Path):
     with pytest.raises(FileNotFoundError, match="llama-server"):
-        LlamaServer(tmp_path / "llama-server", tmp_path / "m.gguf", slots=1, ctx_tokens=256).start()
+        LlamaServer(tmp_path / "llama-server", tmp_path / "m.gguf", slots=1, slot_tokens=256).start()
     with pytest.raises(typer.BadParameter, match="no GGUF"):
         _peer_gguf("no-such-model", None)
