@@ -167,7 +167,7 @@ def memory_tools(
         """Search long-term memory for facts stored in earlier conversations.
 
         Args:
-            query: what to look for.
+            query: the subject to look up, in the words of the user's message.
             k: how many memories to return.
         """
         hits = memory.search(query, namespace, k=k)
