@@ -503,7 +503,7 @@ class KVCacheManager:
         }
 
     def take_blocks_to_save(self) -> list[tuple[int, bytes]]:
-        """(block, tier key) of the pinned blocks this step evicts: write them before the step runs."""
+        """(block, tier key) of the cached full blocks this step evicts: write them before the step runs."""
         saves, self.blocks_to_save = self.blocks_to_save, []
         return saves
 
@@ -728,8 +728,8 @@ class KVCacheManager:
         self._expired.discard(block_id)
         block = self.blocks[block_id]
         if self.tier is not None and block.tier_key is not None and block.block_hash is not None \
-                and (pinned or cause == "expired") and block.tier_key not in self.tier:
-            self.blocks_to_save.append((block_id, block.tier_key))  # a session's block: to disk, not dropped
+                and block.tier_key not in self.tier:
+            self.blocks_to_save.append((block_id, block.tier_key))  # a cached block: to disk, not dropped
         self._drop_tail(block)
         if block.block_hash is not None:
             self.evicted[block.block_hash] = cause

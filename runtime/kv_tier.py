@@ -1,10 +1,11 @@
-"""A second KV tier on disk: pinned blocks that must leave the pool, and every pinned block at shutdown.
+"""A second KV tier on disk: cached blocks that must leave the pool, and every pinned block at shutdown.
 
 The pool (``loom.runtime.kv_cache_manager``) evicts a block when nothing else
-is free; a block a session pinned (``loom.runtime.kv_retention``) would then
-be recomputed on the session's next call, and every block is lost when the
-process stops.  With a tier, such a block's K and V (every layer) are written
-to a file first, and a later prefix miss on the same tokens loads the file
+is free; a cached block, a session's pinned one (``loom.runtime.kv_retention``)
+or any other full block the prefix cache holds, would then be recomputed on its
+next use, and every block is lost when the process stops.  With a tier, an
+evicted full block's K and V (every layer) are written to a file first (as a
+hierarchical cache writes back: SGLang's HiCache, vLLM's KV offloading), and a later prefix miss on the same tokens loads the file
 into a fresh block instead of recomputing it; after ``loom serve`` restarts on
 the same tier folder a session's next turn reads its KV from disk.  Loading a
 block reads ``kv_bytes_per_block`` bytes (SmolLM2-135M in float32: 720 KiB,

@@ -118,6 +118,24 @@ def test_a_pinned_session_evicted_under_pressure_is_loaded_from_disk_and_decodes
     assert list(again.token_ids) == _reference(model, follow)
 
 
+def test_an_unpinned_cached_block_the_pool_evicts_goes_to_disk_and_is_loaded_back(model, tmp_path):
+    """Not only a session's pinned blocks: any full cached block that must leave the pool is written, and a
+    later prefix miss on it loads it (a plain LRU user of the tier keeps its prefixes through pressure too)."""
+    llm = _llm(model, tmp_path)
+    try:
+        first = llm.generate(prompt_token_ids=[PROMPT], sampling_params=_greedy(), use_tqdm=False)[0]
+        follow = PROMPT + list(first.token_ids) + [5, 6, 7]
+        # 12 blocks: the 180-token request (and its 8 output tokens) takes all of them, so the 4 full blocks of
+        # PROMPT are evicted (and its partial last block, never full, dropped)
+        llm.generate(prompt_token_ids=[list(range(1000, 1180))], sampling_params=_greedy(), use_tqdm=False)
+        assert llm.stats()["kv_tier_writes"] == 4
+        again = llm.generate(prompt_token_ids=[follow], sampling_params=_greedy(), use_tqdm=False)[0]
+    finally:
+        llm.shutdown()
+    assert again.kv_tier_tokens >= 48 and again.num_cached_tokens >= again.kv_tier_tokens
+    assert list(again.token_ids) == _reference(model, follow)
+
+
 def test_a_restarted_engine_reads_a_sessions_kv_from_the_tier_and_decodes_the_same(model, tmp_path):
     llm = _llm(model, tmp_path, blocks=32)
     try:
