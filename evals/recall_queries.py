@@ -15,13 +15,14 @@ written before the tool's description was changed to be measured by them.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from loom.evals.script_args import model_script_parser, write_records
 
 DATA = Path(__file__).with_name("data") / "recall_queries.json"
 
@@ -90,18 +91,13 @@ def summary(records: list[RecallQuery]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m loom.evals.recall_queries", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct", help="any model Loom loads")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads")
-    parser.add_argument("--json", type=Path, default=None, help="write the records here")
-    args = parser.parse_args(argv)
+    args = model_script_parser("python -m loom.evals.recall_queries", __doc__.split("\n")[0], "qwen2.5-coder-0.5b-instruct").parse_args(argv)
     records = asyncio.run(run(args.model, args.threads))
     for r in records:
         print(f"{'ok ' if r.found else '-- '}{r.message[:48]:48} | query {r.query[:40]!r:42} | {r.first[:40]}")
     s = summary(records)
     print(f"{args.model}: {s['questions']} questions · found {s['found']:.1%} · echoed the description {s['echo']:.1%}")
-    if args.json:
-        args.json.write_text(json.dumps({"summary": s, "records": [asdict(r) for r in records]}, indent=1))
+    write_records(args.json, s, records)
 
 
 if __name__ == "__main__":

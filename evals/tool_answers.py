@@ -21,13 +21,13 @@ the tools suite (:mod:`loom.evals.toolcalls`) scores the calls themselves.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import re
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
+
+from loom.evals.script_args import model_script_parser, write_records
 
 NUMBER = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
 MARKUP = re.compile(r"<tool_call>|<tool_response>|\"name\"\s*:|\"arguments\"\s*:")
@@ -97,11 +97,7 @@ def summary(records: list[ToolAnswer]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m loom.evals.tool_answers", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smollm2-135m-instruct", help="any model Loom loads")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads")
-    parser.add_argument("--json", type=Path, default=None, help="write the records here")
-    args = parser.parse_args(argv)
+    args = model_script_parser("python -m loom.evals.tool_answers", __doc__.split("\n")[0], "smollm2-135m-instruct").parse_args(argv)
     records = asyncio.run(run(args.model, args.threads))
     for r in records:
         mark = "ok " if r.states_result and r.no_markup else "-- "
@@ -109,8 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     s = summary(records)
     print(f"{args.model}: {s['turns']} turns · answered {s['answered']:.1%} · no markup {s['no_markup']:.1%} · "
           f"states the result {s['states_result']:.1%}")
-    if args.json:
-        args.json.write_text(json.dumps({"summary": s, "records": [asdict(r) for r in records]}, indent=1))
+    write_records(args.json, s, records)
 
 
 if __name__ == "__main__":
