@@ -12,9 +12,9 @@ def tiny_model() -> str:
     return str(ensure_checkpoint("qwen3", "tiny"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def server(tiny_model, tmp_path_factory):
-    """A real ``loom serve`` of the tiny checkpoint on loopback, no auth (one per test module)."""
+    """A real ``loom serve`` of the tiny checkpoint on loopback, no auth (one per test worker that asks)."""
     from tests.api.server import Server
 
     work = tmp_path_factory.mktemp("serve")
