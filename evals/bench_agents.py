@@ -29,8 +29,8 @@ with the stack a user would build instead, on the same workload and the model's 
 driven by a LangGraph agent (:mod:`loom.evals.bench_agents_peer`), each of its slots twice Loom's context
 window (its agent's prompts outgrow one; a shared buffer of Loom's pool size fails its requests); its row
 shows the prompt tokens it computed against those it was sent and its job time, and the last column
-Loom's job time at each pool over its.  Loom runs the weights in ``--quantization`` (vLLM's flag; ``int4`` is the closest to the
-GGUFs' 4-bit formats).
+Loom's job time at each pool over its.  Loom runs the weights in ``--quantization`` (vLLM's flag; ``int4``
+is the closest to the GGUFs' 4-bit formats).
 
 Example::
 

@@ -3,11 +3,13 @@ LangGraph agent, on the same workload.
 
 The server is ``llama-server`` built from the llama.cpp sources the ``llama-cpp-python`` sdist vendors
 (``make bench-llama-server``), on the model's registered GGUF, as its README recommends for several
-clients: one slot per session (``--parallel``), each slot twice Loom's context window (``--ctx-size`` = sessions x 2 x window):
+clients: one slot per session (``--parallel``), each slot twice Loom's context window
+(``--ctx-size`` = sessions x 2 x window):
 a LangGraph agent keeps every turn's retrieved chunks in its messages, so by the third turn its prompts
 outgrow Loom's window (2,082-2,204 tokens against 2,048, answered 400), and with a unified buffer as
 small as Loom's pool, or one slot's share of it, the server answers turns past the first with 500
-"Context size has been exceeded" instead of queueing them; prompt caching on (its default, with its host-memory prompt cache,
+"Context size has been exceeded" instead of queueing them; prompt caching on (its default, with its
+host-memory prompt cache,
 ``--cache-ram``), ``--jinja`` chat templates (tool calls), 2 threads, metrics on.
 
 The agent is what LangGraph's documentation builds for a forced tool call: a ``StateGraph`` over

@@ -91,12 +91,15 @@ def summary(records: list[RecallQuery]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = model_script_parser("python -m loom.evals.recall_queries", __doc__.split("\n")[0], "qwen2.5-coder-0.5b-instruct").parse_args(argv)
+    parser = model_script_parser("python -m loom.evals.recall_queries", __doc__.split("\n")[0],
+                                 "qwen2.5-coder-0.5b-instruct")
+    args = parser.parse_args(argv)
     records = asyncio.run(run(args.model, args.threads))
     for r in records:
         print(f"{'ok ' if r.found else '-- '}{r.message[:48]:48} | query {r.query[:40]!r:42} | {r.first[:40]}")
     s = summary(records)
-    print(f"{args.model}: {s['questions']} questions · found {s['found']:.1%} · echoed the description {s['echo']:.1%}")
+    print(f"{args.model}: {s['questions']} questions · found {s['found']:.1%} · "
+          f"echoed the description {s['echo']:.1%}")
     write_records(args.json, s, records)
 
 

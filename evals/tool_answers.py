@@ -97,7 +97,8 @@ def summary(records: list[ToolAnswer]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = model_script_parser("python -m loom.evals.tool_answers", __doc__.split("\n")[0], "smollm2-135m-instruct").parse_args(argv)
+    parser = model_script_parser("python -m loom.evals.tool_answers", __doc__.split("\n")[0], "smollm2-135m-instruct")
+    args = parser.parse_args(argv)
     records = asyncio.run(run(args.model, args.threads))
     for r in records:
         mark = "ok " if r.states_result and r.no_markup else "-- "

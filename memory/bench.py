@@ -36,7 +36,8 @@ def fill(mem: LongTermMemory, namespace: str, facts: list[str], vecs: np.ndarray
     now = mem.now()
     scope = mem._scope(namespace)
     with mem._write(scope) as (s, _revision):  # the namespace's lock row and the cache invalidation
-        s.add_all(MemoryRow(owner=scope.owner, namespace=scope.namespace, text=t, slot=None, embedding=v.tobytes(), active=True,
+        s.add_all(MemoryRow(owner=scope.owner, namespace=scope.namespace, text=t, slot=None, embedding=v.tobytes(),
+                            active=True,
                             created_at=now, updated_at=now, last_used_at=now, use_count=0)
                   for t, v in zip(facts, vecs))
 

@@ -345,7 +345,7 @@ class LongTermMemory:
             NotFoundError: no memory ``id`` in ``namespace``.
         """
         head = self.get(id, namespace)
-        scope = self._scope(namespace)
+        scope = Scope(self.owner, namespace)  # checked by get
         with Session(self.engine) as session:
             ids = store.history_ids(session, scope, head.id)
             rows = {r.id: r for r in session.scalars(select(MemoryRow).where(

@@ -132,7 +132,8 @@ def load_snapshot(session: Session, scope: Scope, revision: int, dim: int | None
 
 
 class NamespaceIndex:
-    """Thread-safe cache ``Scope -> Snapshot`` (one per owner and namespace), verified against the stored revision on every use."""
+    """Thread-safe cache ``Scope -> Snapshot`` (one per owner and namespace), verified against the stored
+    revision on every use."""
 
     def __init__(self) -> None:
         self._snapshots: dict[Scope, Snapshot] = {}

@@ -55,7 +55,8 @@ def locked_transaction(engine: Engine, scope: Scope) -> Iterator[tuple[Session, 
         )
         revision = NamespaceIndex.revision(session, scope)
         if revision is None:
-            raise RuntimeError(f"memory namespace {scope.namespace!r} of owner {scope.owner!r} has no lock row (ensure_namespace first)")
+            raise RuntimeError(f"memory namespace {scope.namespace!r} of owner {scope.owner!r} has no lock row "
+                               "(ensure_namespace first)")
         yield session, revision
 
 
@@ -98,7 +99,8 @@ def apply_facts(session: Session, scope: Scope, facts: list[str], vecs: np.ndarr
                                        .where(in_ns, MemoryRow.id.in_(d.targets))) or 0
         slot = (T.slot_of(fact) or (None,))[0]
         row = MemoryRow(
-            owner=scope.owner, namespace=scope.namespace, text=fact, slot=slot, embedding=vec.astype(np.float32).tobytes(),
+            owner=scope.owner, namespace=scope.namespace, text=fact, slot=slot,
+            embedding=vec.astype(np.float32).tobytes(),
             active=True, created_at=now, updated_at=now, last_used_at=now, use_count=inherited,
             source_session_id=src.session_id, source_turn=src.turn, source_kind=src.kind,
             source_detail=_detail(src), supersedes_id=d.targets[0] if d.targets else None,
@@ -139,7 +141,8 @@ def _quarantine(session: Session, scope: Scope, fact: str, vec: np.ndarray, src:
     same = session.scalars(select(MemoryRow.id).where(
         in_scope(scope), MemoryRow.quarantine.is_not(None), MemoryRow.text == text)).first()
     if same is None:
-        row = MemoryRow(owner=scope.owner, namespace=scope.namespace, text=text, slot=None, embedding=vec.astype(np.float32).tobytes(),
+        row = MemoryRow(owner=scope.owner, namespace=scope.namespace, text=text, slot=None,
+                        embedding=vec.astype(np.float32).tobytes(),
                         active=False, created_at=now, updated_at=now, last_used_at=now, use_count=0,
                         source_session_id=src.session_id, source_turn=src.turn, source_kind=src.kind,
                         source_detail=_detail(src), quarantine=reason[:255])

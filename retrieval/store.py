@@ -125,10 +125,13 @@ class ChunkStore:
     def migrate(self) -> bool:
         """Add the ``owner`` columns (and their indexes) to a store written before them, filled from
         each row's ``metadata.owner``; idempotent.  Returns whether anything was added."""
+        def has_owner(name: str) -> bool:
+            return "owner" in {c["name"] for c in inspect(self.engine).get_columns(name)}
+
         done = False
         tables = [Base.metadata.tables[name] for name in (DocumentRow.__tablename__, ChunkRow.__tablename__)]
         for table in tables:
-            if "owner" in {c["name"] for c in inspect(self.engine).get_columns(table.name)}:
+            if has_owner(table.name):
                 continue
             try:
                 with self.engine.begin() as conn:
@@ -136,7 +139,7 @@ class ChunkStore:
                     conn.execute(text(f"UPDATE {table.name} SET owner = json_extract(metadata, '$.owner') "
                                       "WHERE json_type(metadata, '$.owner') = 'text'"))
             except OperationalError:  # another process added it first (its transaction filled it too)
-                if "owner" not in {c["name"] for c in inspect(self.engine).get_columns(table.name)}:
+                if not has_owner(table.name):
                     raise
                 continue
             done = True

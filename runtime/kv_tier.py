@@ -5,7 +5,8 @@ is free; a cached block, a session's pinned one (``loom.runtime.kv_retention``)
 or any other full block the prefix cache holds, would then be recomputed on its
 next use, and every block is lost when the process stops.  With a tier, an
 evicted full block's K and V (every layer) are written to a file first (as a
-hierarchical cache writes back: SGLang's HiCache, vLLM's KV offloading), and a later prefix miss on the same tokens loads the file
+hierarchical cache writes back: SGLang's HiCache, vLLM's KV offloading), and a
+later prefix miss on the same tokens loads the file
 into a fresh block instead of recomputing it; after ``loom serve`` restarts on
 the same tier folder a session's next turn reads its KV from disk.  Loading a
 block reads ``kv_bytes_per_block`` bytes (SmolLM2-135M in float32: 720 KiB,

@@ -1,13 +1,14 @@
 """``/v1/documents`` + ``/v1/search`` (the index) and ``/v1/memories`` (long-term memory).
 
-Both are owner-scoped: documents are indexed with ``metadata.owner`` (the
-chunk store keeps it in a column of its own) and ids prefixed by the owner, and
+Both are owner-scoped: documents are indexed with ``metadata.owner`` (the chunk
+store keeps it in a column of its own) and ids prefixed by the owner, and
 searches filter on it; memories are read and written through
 ``LongTermMemory.for_owner``, owner and namespace being separate columns.
 Another owner's documents and memories are invisible (404 on delete); a
-document id that would replace a document another owner holds is a 409.  Documents the operator ingested into the server's index with
-``loom ingest`` have no owner: every caller finds them, none can delete them.
-Embedding and FAISS work runs in a worker thread.
+document id that would replace a document another owner holds is a 409.
+Documents the operator ingested into the server's index with ``loom ingest``
+have no owner: every caller finds them, none can delete them. Embedding and
+FAISS work runs in a worker thread.
 """
 
 from __future__ import annotations

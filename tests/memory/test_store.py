@@ -35,7 +35,8 @@ def test_tables_compile_for_postgres():
     assert "embedding BYTEA NOT NULL" in ddl
     assert "created_at DOUBLE PRECISION NOT NULL" in ddl
     assert "FOREIGN KEY(superseded_by_id) REFERENCES memories (id) ON DELETE SET NULL" in ddl
-    assert "PRIMARY KEY (owner, namespace)" in str(CreateTable(NamespaceRow.__table__).compile(dialect=postgresql.dialect()))
+    namespaces = str(CreateTable(NamespaceRow.__table__).compile(dialect=postgresql.dialect()))
+    assert "PRIMARY KEY (owner, namespace)" in namespaces
 
 
 def test_embeddings_are_stored_as_float32_bytes(make_memory, embedder):
