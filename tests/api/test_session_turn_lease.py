@@ -144,12 +144,15 @@ def test_of_sixteen_racing_claims_from_two_pools_exactly_one_wins(stores):
 
 def test_an_expired_lease_of_a_worker_on_another_host_is_taken_over_and_its_turn_interrupted(stores):
     a, b, sid = stores
-    assert a.claim_lease(sid, "otherhost:1:abc", ttl_s=0.2)
-    stale = a.start_turn(sid, "lost turn")
-    assert not b.claim_lease(sid, new_holder(), ttl_s=30)  # live: refused
     import time
 
-    time.sleep(0.3)
+    # 2 s: long enough that a loaded machine's two SQLite writes below never outlast it (0.2 s did once,
+    # in a fresh-clone `make test`), short enough to wait out
+    claimed = time.monotonic()
+    assert a.claim_lease(sid, "otherhost:1:abc", ttl_s=2.0)
+    stale = a.start_turn(sid, "lost turn")
+    assert not b.claim_lease(sid, new_holder(), ttl_s=30)  # live: refused
+    time.sleep(max(0.0, claimed + 2.1 - time.monotonic()))
     mine = new_holder()
     assert b.claim_lease(sid, mine, ttl_s=30)  # expired: taken over
     assert not a.renew_lease(sid, "otherhost:1:abc", ttl_s=30)  # the old holder learns it lost it
