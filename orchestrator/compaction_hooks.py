@@ -50,6 +50,7 @@ from loom.orchestrator.step import StepOutcome, model_call
 from loom.orchestrator.summarize import summarize_turns
 from loom.orchestrator.turn_state import TurnState
 from loom.runtime.errors import LoomError
+from loom.runtime.kv_retention import KVRetention
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +85,12 @@ async def before_call(runner: TurnState) -> None:
     logger.info("compacted session view at turn %d: hid %d items", runner.turn, sum(map(len, plan.groups)))
 
 
-async def prefill(parts: AgentParts, items: list[Item], turn: int) -> Ledger:
+async def prefill(parts: AgentParts, items: list[Item], turn: int,
+                  retention: KVRetention | None = None) -> Ledger:
     """Prefill the prompt turn ``turn`` will start with (its view up to the history's end), ``max_tokens=1``.
+
+    ``retention``: the session's idle pin; the compacted prompt's blocks are then pinned for the
+    user's return and the blocks the compaction hid are evicted first (``KVRetention.supersede``).
 
     Returns:
         the request's ledger (classes of the prompt it prefilled; one output token).
@@ -96,7 +101,7 @@ async def prefill(parts: AgentParts, items: list[Item], turn: int) -> Ledger:
     ctx = parts.builder.build(items, turn)
     gen = ctx.segments.pop()  # the generation prompt: the next turn goes on with its own messages
     del ctx.token_ids[gen.start:]
-    sp = parts.sampling.clone(max_tokens=1, skip_special_tokens=False)
+    sp = parts.sampling.clone(max_tokens=1, skip_special_tokens=False, kv_retention=retention)
     outcome = StepOutcome()
     outcome.parser.parse_tools = False
     async for _ in model_call(parts.engine, ctx, sp, outcome, turn, 0, parts.prices,
@@ -162,7 +167,8 @@ async def after_turn(runner: TurnState) -> Ledger | None:
         logger.info("compacted session view after turn %d: hid %d items (%d whole turns)",
                     runner.turn, sum(map(len, plan.groups)), len(plan.turns))
         t0 = time.perf_counter()
-        ledgers.append(await prefill(a, runner.items, nxt))
+        idle = a.retention.idle_retention(runner._retention_key()) if a.retention is not None else None
+        ledgers.append(await prefill(a, runner.items, nxt, idle))
         res.timings["compaction_prefill"] = (time.perf_counter() - t0) * 1000.0
     except Exception as exc:  # noqa: BLE001 - work for the next turn must never fail this one
         logger.warning("after-turn compaction stopped: %s", exc)

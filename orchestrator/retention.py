@@ -9,7 +9,12 @@ called a tool (the session is back as soon as the tool returns) or answered
 session asks for the longest of its two ttls, and once its reply is parsed
 :func:`after_reply` re-times the session's pins: the tool wait for a tool
 call, the idle ttl (``cache_ttl_s``) for an answer, or releases them when
-there is none, so a finished turn's blocks go back to the LRU pool.  This is
+there is none, so a finished turn's blocks go back to the LRU pool.  A
+session's pins *supersede* each other (``KVRetention.supersede``): when a
+compaction hides history, the next call's pin no longer names the hidden
+blocks, and the engine evicts them before anything that may be read again
+(the after-turn compaction's prefill is such a call, pinned for the user's
+return).  This is
 InferCept's and Continuum's pin-through-the-tool-call (arXiv 2511.02230), and
 the client-set ttl of Anthropic's and NVIDIA Dynamo's ``cache_control``.
 """
@@ -60,6 +65,11 @@ class RetentionPolicy:
         """The ``SamplingParams.kv_retention`` of a model call of session ``key`` (a tool wait until the
         reply says otherwise, when tools are pinned for)."""
         return KVRetention(key, self.request_ttl_s, waiting_on_tool=self.tool_wait_s is not None)
+
+    def idle_retention(self, key: str) -> KVRetention | None:
+        """The ``kv_retention`` of a call made once the turn answered (the after-turn compaction's prefill):
+        pinned for the user's return; ``None`` when the session is not pinned while its user is away."""
+        return KVRetention(key, self.idle_s) if self.idle_s else None
 
     def after_reply(self, called_tools: bool) -> tuple[float, bool]:
         """(seconds, waiting on a tool) to re-time the session's pins to once the reply is read

@@ -115,3 +115,40 @@ async def test_a_session_is_pinned_while_its_tool_runs_and_released_after_its_an
             break
         await asyncio.sleep(0.02)
     assert llm.stats()["kv_blocks_pinned"] == 0  # answered, no cache_ttl_s: back to the LRU pool
+
+
+@pytest.fixture(scope="module")
+def window_512():
+    """A 512-token window, so a few long turns make the agent compact its history after a turn."""
+    from loom.runtime import AsyncLLM
+    from loom.runtime.checkpoint import ensure_checkpoint
+
+    engine = AsyncLLM(str(ensure_checkpoint("qwen3", "tiny")), max_model_len=512, block_size=16, num_kv_blocks=96)
+    yield engine
+    engine.shutdown()
+
+
+async def test_history_a_compaction_hid_is_evicted_first_and_the_compacted_prefix_stays_pinned(window_512):
+    import asyncio
+
+    llm = window_512
+    agent = Agent(llm, system_prompt="You keep long notes.", max_steps=1, cache_ttl_s=300,
+                  sampling=SamplingParams(temperature=0.0, max_tokens=8), budget=ContextBudget(reserved_output=8))
+    session = InMemorySession("compacting")
+    results = []
+    for i in range(4):
+        results.append(await agent.arun(f"Note {i}: " + "long words here " * 30, session=session))
+        if results[-1].compactions:
+            break
+    done = results[-1]
+    assert done.compactions and done.after_turn_usage is not None  # compacted and prefilled after the turn
+    while llm.engine.has_unfinished_requests():
+        await asyncio.sleep(0.05)
+    kv = llm.engine.kv  # read while the engine thread idles
+    assert kv.dead and set(list(kv.free_queue)[:len(kv.dead)]) == kv.dead  # hidden history: evicted first
+    key = next(k for k in kv.pinned_by_key if k.endswith("/session/compacting"))
+    prefilled = done.after_turn_usage.prompt_tokens
+    assert len(kv.pinned_by_key[key]) == -(-prefilled // 16)  # the compacted prompt, its partial block too
+    assert not kv.dead & set(kv.pinned_by_key[key])
+    nxt = await agent.arun("And one more note.", session=session)
+    assert nxt.usage.cached_tokens >= prefilled - 1  # the next turn starts on the pinned, compacted prefix
