@@ -605,7 +605,8 @@ class KVCacheManager:
             if tail.tail_parent is not None:
                 chosen.append(tail.block_id)
         chosen = chosen[:self.retention_max_blocks]
-        superseded = [b for b in self.pinned_by_key.get(retention.key, ()) if b not in chosen] \
+        kept = set(chosen)
+        superseded = [b for b in self.pinned_by_key.get(retention.key, ()) if b not in kept] \
             if retention.supersede else []
         self.release_pins(retention.key)
         now = self.clock()
