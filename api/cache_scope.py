@@ -48,4 +48,4 @@ def kv_retention(owner: str, cache_control: CacheControl | None) -> KVRetention 
     the latest call's (``None`` without ``cache_control``)."""
     if cache_control is None:
         return None
-    return KVRetention(f"owner/{owner}", cache_control.ttl_s, supersede=False)  # an owner's chats share the key
+    return KVRetention(f"owner/{owner}", cache_control.ttl_s)

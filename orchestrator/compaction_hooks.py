@@ -90,7 +90,8 @@ async def prefill(parts: AgentParts, items: list[Item], turn: int,
     """Prefill the prompt turn ``turn`` will start with (its view up to the history's end), ``max_tokens=1``.
 
     ``retention``: the session's idle pin; the compacted prompt's blocks are then pinned for the
-    user's return and the blocks the compaction hid are evicted first (``KVRetention.supersede``).
+    user's return in place of the turn's last call's (whose blocks past the cut the session never
+    reads again).
 
     Returns:
         the request's ledger (classes of the prompt it prefilled; one output token).

@@ -9,12 +9,12 @@ called a tool (the session is back as soon as the tool returns) or answered
 session asks for the longest of its two ttls, and once its reply is parsed
 :func:`after_reply` re-times the session's pins: the tool wait for a tool
 call, the idle ttl (``cache_ttl_s``) for an answer, or releases them when
-there is none, so a finished turn's blocks go back to the LRU pool.  A
-session's pins *supersede* each other (``KVRetention.supersede``): when a
-compaction hides history, the next call's pin no longer names the hidden
-blocks, and the engine evicts them before anything that may be read again
-(the after-turn compaction's prefill is such a call, pinned for the user's
-return).  This is
+there is none, so a finished turn's blocks go back to the LRU pool.  The
+prefill an after-turn compaction makes (:mod:`loom.orchestrator.compaction_hooks`)
+is pinned like an answer (:meth:`RetentionPolicy.idle_retention`): its pin
+replaces the turn's, so while the user is away the session holds the
+compacted prompt its next turn starts with, not the history the compaction
+hid.  This is
 InferCept's and Continuum's pin-through-the-tool-call (arXiv 2511.02230), and
 the client-set ttl of Anthropic's and NVIDIA Dynamo's ``cache_control``.
 """

@@ -79,17 +79,6 @@ an idle wait, and for how long.  A pin whose deadline passes
 most ``retention_max_fraction`` of the pool (the leading blocks, which every
 later call of the session shares); a ttl is capped at ``retention_max_ttl_s``.
 
-Eviction by expected reuse: what will not be read again goes first.  A key
-whose ``kv_retention.supersede`` is true (a session: its calls form one
-context that only grows or is cut) has moved past every block its previous
-pin named and its new pin does not: a compaction hid that history, an edit or
-a regenerate replaced that reply.  Such a block, once nobody holds or pins
-it, goes to the *head* of the free queue, before every block that may still
-be read, and is *dead*: evicting it writes nothing to the disk tier.  A hit
-on it before then makes it live again.  Free blocks are thus evicted in this
-order: dead, expired, unpinned (least recently freed first), then pinned ones
-as above.
-
 Misses are accounted by cause: at each admission the prompt tokens that were
 not served are classed ``evicted`` (their block was cached and evicted under
 pressure), ``expired`` (evicted after its pin expired) or ``new`` (never cached
@@ -240,11 +229,9 @@ class KVCacheManager:
         self.retained: dict[int, None] = {}  # free blocks under a live pin, out of the free queue
         self.pins: dict[int, dict[str, Pin]] = {}  # block -> {key: that key's pin}
         self.key_pins: dict[str, Pin] = {}
-        self.pinned_by_key: dict[str, dict[int, None]] = {}  # key -> its pinned blocks, in token order
+        self.pinned_by_key: dict[str, set[int]] = {}
         self._next_expiry = math.inf
         self._expired: set[int] = set()  # free blocks whose pin expired (an eviction then counts as "expired")
-        # free blocks their session moved past (``KVRetention.supersede``): evicted first, never to the tier
-        self.dead: set[int] = set()
         self.evicted: OrderedDict[int, str] = OrderedDict()  # block hash -> "evicted" | "expired"
         self.miss_tokens = dict.fromkeys(MISS_REASONS, 0)
         # the disk tier (loom.runtime.kv_tier): blocks to write before the step overwrites them, blocks to load
@@ -575,7 +562,7 @@ class KVCacheManager:
     def _unpin_key(self, key: str) -> set[int]:
         """Drop ``key``'s pin; blocks no other key pins leave ``retained`` for the free queue's tail."""
         self.key_pins.pop(key, None)
-        blocks = set(self.pinned_by_key.pop(key, ()))
+        blocks = self.pinned_by_key.pop(key, set())
         for block_id in blocks:
             keys = self.pins.get(block_id)
             if keys is None:
@@ -605,9 +592,6 @@ class KVCacheManager:
             if tail.tail_parent is not None:
                 chosen.append(tail.block_id)
         chosen = chosen[:self.retention_max_blocks]
-        kept = set(chosen)
-        superseded = [b for b in self.pinned_by_key.get(retention.key, ()) if b not in kept] \
-            if retention.supersede else []
         self.release_pins(retention.key)
         now = self.clock()
         pin = Pin(now + min(retention.ttl_s, self.retention_max_ttl_s), retention.waiting_on_tool, now)
@@ -615,16 +599,11 @@ class KVCacheManager:
         for block_id in chosen:
             self.pins.setdefault(block_id, {})[retention.key] = pin
             self._expired.discard(block_id)
-            self.dead.discard(block_id)
             if block_id in self.free_queue:  # a canonical block another request left free
                 del self.free_queue[block_id]
                 self.retained[block_id] = None
-        self.pinned_by_key[retention.key] = dict.fromkeys(chosen)
+        self.pinned_by_key[retention.key] = set(chosen)
         self._next_expiry = min(self._next_expiry, pin.deadline)
-        for block_id in superseded:  # the session moved past them: evicted first, the last tokens first
-            if block_id in self.free_queue:
-                self.free_queue.move_to_end(block_id, last=False)
-                self.dead.add(block_id)
 
     def _victims(self) -> Iterator[int]:
         """Retained blocks in the order they are evicted when nothing else is free: blocks only idle
@@ -642,7 +621,7 @@ class KVCacheManager:
         """``block_id`` was evicted: it leaves ``key``'s pinned set (the key keeps its other blocks)."""
         held = self.pinned_by_key.get(key)
         if held is not None:
-            held.pop(block_id, None)
+            held.discard(block_id)
 
     def _release(self, block_id: int, evict_first: bool = False) -> None:
         """A block nobody holds any more: retained while pinned, else into the free queue."""
@@ -660,7 +639,6 @@ class KVCacheManager:
         else:
             del self.free_queue[block_id]
         self._expired.discard(block_id)
-        self.dead.discard(block_id)
 
     def check_invariants(self, requests: Iterable[Request]) -> None:
         """Assert the pool is consistent with the block tables of ``requests``.
@@ -748,11 +726,9 @@ class KVCacheManager:
                 self._unkey(key, block_id)
         cause = "expired" if block_id in self._expired else "evicted"
         self._expired.discard(block_id)
-        dead = block_id in self.dead
-        self.dead.discard(block_id)
         block = self.blocks[block_id]
         if self.tier is not None and block.tier_key is not None and block.block_hash is not None \
-                and not dead and block.tier_key not in self.tier:
+                and block.tier_key not in self.tier:
             self.blocks_to_save.append((block_id, block.tier_key))  # a cached block: to disk, not dropped
         self._drop_tail(block)
         if block.block_hash is not None:

@@ -13,9 +13,7 @@ A request carries ``SamplingParams.kv_retention``: who holds the pin (``key``,
 a session) and for how long (``ttl_s`` from the request's end).  When the
 request finishes, ``loom.runtime.kv_cache_manager.KVCacheManager`` pins its
 blocks (prompt and output, the partial last block included) under the key
-until the deadline; the key's next request replaces the key's pins, and the
-blocks it no longer names are evicted first (``supersede``: a session that
-compacted its history will not read the hidden part again).  Pinned
+until the deadline; the key's next request replaces the key's pins.  Pinned
 blocks nobody holds are evicted only when no unpinned block is left (the pool
 would otherwise stall), furthest deadline first: a session expected back in
 five minutes gives way before one whose tool returns in two seconds.  The
@@ -50,12 +48,6 @@ class KVRetention:
             engine caps it at ``EngineConfig.kv_retention_max_ttl_s``).
         waiting_on_tool: the caller expects the blocks back when a tool returns (soon); such
             pins are evicted after those of callers waiting for a user (idle waits).
-        supersede: the key's requests are one context that only grows or is cut (a session), so
-            when this request's pin replaces the key's previous one, the blocks the previous pin
-            named and this one does not (history a compaction hid, a reply an edit replaced) will
-            not be read again: they are evicted before any other block and never written to the
-            disk tier.  ``False`` for a key shared by unrelated contexts (the server's per-owner
-            ``cache_control`` pin): those blocks then join the LRU pool as recently used.
 
     Raises:
         InvalidRequestError: an empty or long key, or a ttl that is not a positive finite number
@@ -65,12 +57,10 @@ class KVRetention:
     key: str
     ttl_s: float
     waiting_on_tool: bool = False
-    supersede: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("waiting_on_tool", "supersede"):
-            if not isinstance(getattr(self, name), bool):
-                raise InvalidRequestError(f"kv_retention.{name}: must be a bool", param="kv_retention")
+        if not isinstance(self.waiting_on_tool, bool):
+            raise InvalidRequestError("kv_retention.waiting_on_tool: must be a bool", param="kv_retention")
         if not isinstance(self.key, str) or not 0 < len(self.key) <= 256:
             raise InvalidRequestError("kv_retention.key: must be a string of 1 to 256 characters",
                                       param="kv_retention")
