@@ -15,15 +15,20 @@ from tests.orchestrator.sample_tools import add
 POOL = 24  # blocks of 16 tokens: three other sessions' long turns overflow it
 
 
-@pytest.fixture(scope="module")
-def llm():
+def _tiny_engine(max_model_len: int, num_kv_blocks: int):
+    """The random-weight tiny Qwen3 on an ``AsyncLLM`` with a pool of ``num_kv_blocks`` blocks of 16 tokens."""
     from loom.runtime import AsyncLLM
     from loom.runtime.checkpoint import ensure_checkpoint
 
-    engine = AsyncLLM(str(ensure_checkpoint("qwen3", "tiny")), max_model_len=1024, block_size=16,
-                      num_kv_blocks=POOL)
+    engine = AsyncLLM(str(ensure_checkpoint("qwen3", "tiny")), max_model_len=max_model_len, block_size=16,
+                      num_kv_blocks=num_kv_blocks)
     yield engine
     engine.shutdown()
+
+
+@pytest.fixture(scope="module")
+def llm():
+    yield from _tiny_engine(1024, POOL)
 
 
 async def _second_turn_after_a_flood(llm, cache_ttl_s: float | None):
@@ -74,12 +79,7 @@ def test_tools_pin_through_the_tool_call_by_default_and_a_bad_ttl_is_refused(llm
 @pytest.fixture(scope="module")
 def roomy():
     """A pool that holds a forced tool call's whole output budget (320 tokens) beside its prompt."""
-    from loom.runtime import AsyncLLM
-    from loom.runtime.checkpoint import ensure_checkpoint
-
-    engine = AsyncLLM(str(ensure_checkpoint("qwen3", "tiny")), max_model_len=1024, block_size=16, num_kv_blocks=64)
-    yield engine
-    engine.shutdown()
+    yield from _tiny_engine(1024, 64)
 
 
 async def test_a_session_is_pinned_while_its_tool_runs_and_released_after_its_answer(roomy):
@@ -120,12 +120,7 @@ async def test_a_session_is_pinned_while_its_tool_runs_and_released_after_its_an
 @pytest.fixture(scope="module")
 def window_512():
     """A 512-token window, so a few long turns make the agent compact its history after a turn."""
-    from loom.runtime import AsyncLLM
-    from loom.runtime.checkpoint import ensure_checkpoint
-
-    engine = AsyncLLM(str(ensure_checkpoint("qwen3", "tiny")), max_model_len=512, block_size=16, num_kv_blocks=96)
-    yield engine
-    engine.shutdown()
+    yield from _tiny_engine(512, 96)
 
 
 async def test_after_a_compaction_the_session_holds_the_compacted_prompt_pinned_for_its_next_turn(window_512):
