@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from loom.runtime.errors import InvalidRequestError
 from loom.runtime.kv_retention import KVRetention
 
+from loom.orchestrator.session import InMemorySession
+
 
 @dataclass(frozen=True)
 class RetentionPolicy:
@@ -78,6 +80,15 @@ class RetentionPolicy:
         return ttl or 0.0, called_tools and ttl is not None
 
 
-def session_key(cache_salt: str | None, session_id: object) -> str:
-    """The engine's pin key of a session (salted like its prefix cache: owners never share keys)."""
-    return f"{cache_salt or ''}/session/{session_id}"
+def session_key(cache_salt: str | None, session: object) -> str:
+    """The engine's pin key of a session (salted like its prefix cache: owners never share keys).
+
+    A stored session is its ``session_id`` (workers of one database serve the same conversation); an
+    :class:`~loom.orchestrator.session.InMemorySession` is the object itself, since two of them with one
+    id are two conversations (every ``Agent.arun`` without a session gets a fresh ``"default"`` one, and
+    concurrent runs sharing a key would replace each other's pins during their tool calls).
+    """
+    sid = getattr(session, "session_id", None)
+    if sid is None or isinstance(session, InMemorySession):
+        sid = f"{sid}@{id(session):x}"
+    return f"{cache_salt or ''}/session/{sid}"

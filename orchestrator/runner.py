@@ -431,8 +431,7 @@ class TurnRunner:
             await memory_view.write_back(self)
 
     def _retention_key(self) -> str:
-        return session_key(getattr(self.parts.engine, "cache_salt", None),
-                           getattr(self.session, "session_id", id(self.session)))
+        return session_key(getattr(self.parts.engine, "cache_salt", None), self.session)
 
     async def _retime_pins(self, outcome: StepOutcome) -> None:
         """Now that the reply is read: keep the session's KV for its tool, or its user, or let it go."""

@@ -140,7 +140,7 @@ async def test_after_a_compaction_the_session_holds_the_compacted_prompt_pinned_
     while llm.engine.has_unfinished_requests():
         await asyncio.sleep(0.05)
     kv = llm.engine.kv  # read while the engine thread idles
-    key = next(k for k in kv.pinned_by_key if k.endswith("/session/compacting"))
+    key = next(k for k in kv.pinned_by_key if "/session/compacting@" in k)
     prefilled = done.after_turn_usage.prompt_tokens
     assert len(kv.pinned_by_key[key]) == -(-prefilled // 16)  # the compacted prompt, its partial block too
     # the turn's last call's blocks past the cut are no longer pinned: the pool may take them first
@@ -151,3 +151,32 @@ async def test_after_a_compaction_the_session_holds_the_compacted_prompt_pinned_
         await flood.arun(f"Neighbour {i}: " + "many other words " * 80, session=InMemorySession(f"n{i}"))
     nxt = await agent.arun("And one more note.", session=session)
     assert nxt.usage.cached_tokens >= prefilled - 1  # the next turn starts on the pinned, compacted prefix
+
+
+async def test_concurrent_runs_without_a_session_each_hold_a_pin_of_their_own(roomy):
+    """Every ``arun`` without a session gets a fresh in-memory one named "default": two at once are two
+    conversations, so each keeps its own pin through its tool call (one key would release the other's)."""
+    import asyncio
+
+    from loom.tools import tool
+
+    llm, arrived, keys = roomy, [], []
+
+    @tool(timeout_s=20)
+    async def wait_for_both(x: int) -> int:
+        """Wait until both runs are in their tool call.
+
+        Args:
+            x: anything.
+        """
+        arrived.append(x)
+        deadline = time.monotonic() + 15
+        while len(arrived) < 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        keys.append(len(llm.engine.kv.key_pins))  # both calls finished (and pinned) before their tools ran
+        return x
+
+    agent = Agent(llm, tools=[wait_for_both], system_prompt="Two at once.", max_steps=2,
+                  sampling=SamplingParams(temperature=0.0), budget=ContextBudget(reserved_output=8))
+    await asyncio.gather(*(agent.arun(f"Call the tool with {i}.", tool_choice="required") for i in range(2)))
+    assert len(arrived) == 2 and keys and max(keys) == 2
