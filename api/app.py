@@ -106,7 +106,9 @@ def create_app(settings: Settings) -> FastAPI:
     for module in (chat, completions, responses, embeddings, tokenize, sessions, forks, resources, system):
         app.include_router(module.router)
     app.add_middleware(TextGuard)  # lone surrogates: a 400 before any route (loom.api.text_guard)
-    app.add_middleware(BodyLimit, max_bytes=settings.max_request_body_bytes)  # 413 before a big body is read
+    # 413 before a big body is read; large bodies read within a shared rate (loom.api.body_rate)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_body_bytes,
+                       bytes_per_s=settings.large_body_bytes_per_s)
     app.add_middleware(AuthGate, services=services)  # 401 from the headers, before any body is read
     app.add_middleware(_Accounting, services=services)
     if settings.allowed_origins:

@@ -7,7 +7,8 @@ before a byte of it is read; a body without a length (chunked) is counted as
 it arrives and refused as soon as the count passes the cap (the part read so
 far is dropped).  Either way the answer is ``413 request_too_large`` with
 OpenAI's error body, naming the cap, sent at once and whole, and the connection
-is then closed.
+is then closed.  Body bytes past the first 256 KiB are read within the server's shared
+read-rate budget (``loom.api.body_rate``), the drain of a refused body included.
 
 Before closing, the rest of the body is read and dropped, for at most
 :data:`LINGER_S` in all and :data:`LINGER_READ_S` between two chunks (nginx's
@@ -26,6 +27,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from loom.api.body_rate import BodyRate
 from loom.api.errors import error_body
 from loom.api.text_guard import replay
 
@@ -34,16 +36,20 @@ LINGER_READ_S = 2.0  # the longest wait for its next chunk meanwhile (s)
 
 
 class BodyLimit:
-    """Refuse request bodies over ``max_bytes`` with a 413 (see the module docstring)."""
+    """Refuse request bodies over ``max_bytes`` with a 413, and read large ones within ``bytes_per_s``
+    (all requests together; 0: no rate budget).  See the module docstring."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, bytes_per_s: int = 0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.rate = BodyRate(bytes_per_s) if bytes_per_s else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if self.rate is not None:
+            receive = self.rate.meter(receive)
         length = _content_length(scope)
         if length is not None and length > self.max_bytes:
             await self._refuse(receive, send)

@@ -120,6 +120,11 @@ class Settings(BaseSettings):
     max_request_body_bytes: int = Field(
         default=8 << 20, gt=0, description="Largest request body (bytes); a larger one is a 413 before it is read."
     )
+    large_body_bytes_per_s: int = Field(
+        default=16 << 20, ge=0, description="Body bytes past each request's first 256 KiB that the server reads "
+        "a second, all requests together (a token bucket holding one second; 0: no limit), so clients sending "
+        "large bodies back to back cannot take the event loop from everyone else."
+    )
     auth_max_failures: int = Field(
         default=20, gt=0, description="Wrong API keys one client may send within a minute; then its "
         "authenticated requests get 429 with Retry-After for a minute."

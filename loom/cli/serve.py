@@ -115,6 +115,9 @@ def serve(
     max_waiting: Optional[int] = typer.Option(None, "--max-waiting", help="Waiting queue cap (then 429)."),
     max_request_body_bytes: Optional[int] = typer.Option(None, "--max-request-body-bytes", help="Largest request "
                                                          "body; larger ones get 413 unread (default 8 MiB)."),
+    large_body_bytes_per_s: Optional[int] = typer.Option(
+        None, "--large-body-bytes-per-s", help="Read rate of body bytes past each request's first 256 KiB, all "
+        "requests together (default 16 MiB/s; 0: no limit)."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Sampling seed (default 0)."),
     speculative_config: Optional[str] = typer.Option(None, "--speculative-config", help='JSON as vLLM\'s: '
                                                      '\'{"method": "ngram", "num_speculative_tokens": 4}\' or '
@@ -162,7 +165,7 @@ def serve(
         kv_retention_max_ttl_s=kv_retention_max_ttl, kv_retention_max_fraction=kv_retention_max_fraction,
         kv_tier_dir=kv_tier_dir, kv_tier_bytes=kv_tier_bytes,
         prefix_cache_scope=prefix_cache_scope, max_waiting=max_waiting,
-        max_request_body_bytes=max_request_body_bytes, seed=seed,
+        max_request_body_bytes=max_request_body_bytes, large_body_bytes_per_s=large_body_bytes_per_s, seed=seed,
         tensor_parallel_size=tensor_parallel_size, replicas=replicas,
         routing_policy=routing_policy, ray_address=ray_address,
         speculative_config=_json("--speculative-config", speculative_config, dict),

@@ -19,6 +19,7 @@ from tests.api.server import Server, cli
 STATIC_KEY = "static-test-key-0123456789"
 ORIGIN = "http://app.example"
 SPEC = {"method": "ngram", "num_speculative_tokens": 2}
+BODY_RATE = 1 << 20  # --large-body-bytes-per-s: 1 MiB a second (the bucket holds one second)
 
 
 class PositionalServer(Server):
@@ -49,7 +50,7 @@ def options_server(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -
         "--max-model-len", "512", "--num-kv-blocks", "64", "--max-num-seqs", "4", "--gpu-memory-utilization", "0.5",
         "--dtype", "float32", "--quantization", "int8", "--speculative-config", json.dumps(SPEC), "--api-key", STATIC_KEY,
         "--allowed-origins", json.dumps([ORIGIN]), "--root-path", "/loom", "--disable-uvicorn-access-log",
-        "--generation-config", str(work / "gen"),
+        "--generation-config", str(work / "gen"), "--large-body-bytes-per-s", str(BODY_RATE),
     ).start()
     yield srv, db_key
     srv.stop()
@@ -72,6 +73,37 @@ def test_engine_flags_reach_the_engine_config_reported_by_health(options_server)
     assert config["speculative_config"]["num_speculative_tokens"] == 2
     assert health["engine"]["kv_blocks_total"] == 64
     assert "64 blocks x 32 tokens" in srv.log()  # the pool the engine built
+
+
+def test_large_bodies_are_read_within_the_rate_budget_while_small_requests_do_not_wait(options_server) -> None:
+    """A 3.25 MiB body pays for the 3 MiB past its free 256 KiB: at 1 MiB/s with one second in the bucket it takes
+    at least 2 s to arrive; a small request sent meanwhile is answered before it (and the big one gets its 400:
+    the message cannot fit the 512-token window)."""
+    import threading
+    import time
+
+    srv, key = options_server
+    headers = {"Authorization": f"Bearer {STATIC_KEY}", "content-type": "application/json"}
+    model = httpx.get(srv.url + "/loom/v1/models", headers=headers, timeout=10).json()["data"][0]["id"]
+    big = b'{"model": "%s", "messages": [{"role": "user", "content": "%s"}]}' % (model.encode(), b"x" * (13 << 18))
+    done: dict[str, float] = {}
+
+    def post_big() -> None:
+        t0 = time.monotonic()
+        r = httpx.post(srv.url + "/loom/v1/chat/completions", content=big, headers=headers, timeout=60)
+        done["big"], done["big_status"] = time.monotonic() - t0, r.status_code
+
+    thread = threading.Thread(target=post_big)
+    start = time.monotonic()
+    thread.start()
+    time.sleep(0.5)  # the big body is arriving, over budget
+    r = httpx.post(srv.url + "/loom/tokenize", json={"prompt": "hi"}, headers=headers, timeout=60)
+    small_at = time.monotonic() - start
+    thread.join()
+    assert r.status_code == 200, r.text
+    assert done["big_status"] == 400
+    assert done["big"] >= 1.8, done  # 3 MiB paid, 1 MiB in the bucket: 2 s at 1 MiB/s
+    assert small_at < done["big"], (small_at, done)  # the small request did not queue behind the big one
 
 
 def test_generation_config_sets_the_sampling_of_requests_that_set_none(options_server) -> None:

@@ -39,3 +39,11 @@ def test_lone_surrogate_in_a_key_is_a_400_naming_it_escaped_and_the_connection_k
     ok = alice.post("/v1/chat/completions", json={"model": model_name, "max_tokens": 2,
                                                  "messages": [{"role": "user", "content": "hi"}]})
     assert ok.status_code == 200, ok.text
+
+
+def test_lone_surrogate_escape_in_a_utf16_body_is_a_400_too(alice, model_name):
+    """JSON may come in UTF-16, where the escape's bytes differ from UTF-8's: such a body is always parsed."""
+    body = '{"model": "%s", "max_tokens": 2, "messages": [{"role": "user", "content": "hi \\ud800"}]}' % model_name
+    err = _error(alice.post("/v1/chat/completions", content=body.encode("utf-16-le"),
+                            headers={"Content-Type": "application/json"}))
+    assert err["param"] == "messages.0.content" and "surrogate" in err["message"]
