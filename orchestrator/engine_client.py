@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import inspect
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 from loom.json_types import JSONObject
@@ -86,7 +86,7 @@ class EngineClient:
         return None
 
     async def stream(self, prompt_token_ids: list[int], sampling_params: SamplingParams,
-                     request_id: str | None = None) -> AsyncIterator[RequestOutput]:
+                     request_id: str | None = None) -> AsyncGenerator[RequestOutput, None]:
         """Yield ``RequestOutput``s of one request; the last has ``finished=True``.
 
         Raises:
@@ -99,9 +99,15 @@ class EngineClient:
         if self.cache_salt is not None:
             sampling_params = dataclasses.replace(sampling_params, cache_salt=self.cache_salt)
         if self._async is not None:
-            async for out in self._async.generate(prompt_token_ids=prompt_token_ids,
-                                                  sampling_params=sampling_params, request_id=request_id):
-                yield out
+            outs = self._async.generate(prompt_token_ids=prompt_token_ids, sampling_params=sampling_params,
+                                        request_id=request_id)
+            try:
+                async for out in outs:
+                    yield out
+            finally:  # closed with this stream: a consumer that stops early aborts the request now, not at collection
+                aclose = getattr(outs, "aclose", None)
+                if aclose is not None:
+                    await aclose()
             return
         sync = self._sync
         assert sync is not None

@@ -12,7 +12,7 @@ these, so each method is declared once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, Union, runtime_checkable
 
 from loom.runtime.outputs import RequestOutput
@@ -71,7 +71,7 @@ class ModelClient(Protocol):
     def model_name(self) -> str | None: ...
 
     def stream(self, prompt_token_ids: list[int], sampling_params: SamplingParams,
-               request_id: str | None = None) -> AsyncIterator[RequestOutput]: ...
+               request_id: str | None = None) -> AsyncGenerator[RequestOutput, None]: ...
 
     async def retain_kv(self, key: str, ttl_s: float, waiting_on_tool: bool = False) -> None: ...
 

@@ -5,16 +5,31 @@ strings cut, eos left out) is fed to the streaming parser; each generated
 token gets an output class from the parser state around the text it produced
 (:mod:`loom.orchestrator.classify`); the classes drive the ledger's decode-time
 split and the reasoning mask of the stored reply.
+
+A reply ends at its first call that repeats an earlier call of the same reply
+(same name, same arguments): the engine request is aborted there, the repeat is
+dropped, and the stored reply's tokens end after the last call kept.  Small
+models asked for several calls in one reply (``parallel_tool_calls``, forced)
+write the right ones and then repeat them until ``max_tokens``: SmolLM2-135M
+wrote 6-10 calls for BFCL entries that need 2-4, every one after the first
+repeats a repeat (Loom never runs a call twice in a turn anyway, see
+``loom.orchestrator.runner``).  So that a consumer of the stream never sees
+part of a call that is then dropped, the deltas of a call whose tool an earlier
+call of the reply used are held until the call is complete; calls of other
+tools stream as they come.
 """
 
 from __future__ import annotations
 
 import json
+import time
+from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 from loom.json_types import JSONObject
 from loom.runtime.sampling_params import SamplingParams
+from loom.tools.base import canonical_json
 
 from loom.orchestrator.context import Context
 from loom.orchestrator.classify import OutputClassifier
@@ -55,6 +70,58 @@ class StepOutcome:
                 for c in self.calls]
 
 
+@dataclass
+class _RepeatGuard:
+    """Finds a call that repeats an earlier call of the same reply, holding back its deltas meanwhile."""
+
+    kept: set[tuple[str, str]] = field(default_factory=set)  # (name, canonical arguments) of complete calls
+    names: set[str] = field(default_factory=set)  # their tools
+    held: dict[int, list[ParserEvent]] = field(default_factory=dict)  # call index -> its deltas, held
+    streaming: set[int] = field(default_factory=set)  # calls whose deltas go out as they come
+    def filter(self, events: list[ParserEvent]) -> tuple[list[ParserEvent], ParsedToolCall | None]:
+        """The events to pass on, and the repeating call when one completed (the events before it only)."""
+        out: list[ParserEvent] = []
+        for e in events:
+            if e.kind == "tool_call_delta":
+                held = self.held.get(e.index)
+                if held is not None:
+                    held.append(e)
+                    if e.name is not None and e.name not in self.names:  # another tool: cannot repeat
+                        out += self.held.pop(e.index)
+                        self.streaming.add(e.index)
+                elif e.index not in self.streaming and self.names and (e.name is None or e.name in self.names):
+                    self.held[e.index] = [e]
+                else:
+                    self.streaming.add(e.index)
+                    out.append(e)
+                continue
+            if e.kind == "tool_call" and e.call is not None:
+                c = e.call
+                key = (c.name, canonical_json(c.arguments)) if c.error is None and c.name else None
+                if key is not None and key in self.kept:
+                    self.held.pop(c.index, None)
+                    return out, c
+                out += self.held.pop(c.index, [])
+                if key is not None:
+                    self.kept.add(key)
+                    self.names.add(key[0])
+            out.append(e)
+        return out, None
+
+
+def _kept_tokens(tokenizer: Any, output_ids: list[int], close: str, calls: int) -> int:
+    """The fewest of ``output_ids`` whose text holds ``calls`` ``close`` markers (a binary search over prefixes:
+    the engine's text deltas lag their tokens wherever a stop string may be starting)."""
+    lo, hi = 0, len(output_ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if tokenizer.decode(output_ids[:mid], skip_special_tokens=False).count(close) >= calls:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def _to_events(events: list[ParserEvent], outcome: StepOutcome) -> list[AgentEvent]:
     out: list[AgentEvent] = []
     for e in events:
@@ -84,28 +151,44 @@ async def model_call(engine: ModelClient, ctx: Context, sampling_params: Samplin
         whatever the engine raises at submission.
     """
     classifier = OutputClassifier(outcome.parser, output_class)
+    fmt = outcome.parser.fmt
+    # a repeat can be cut from the stored reply only where each call closes its own block
+    guard = _RepeatGuard() if fmt.call_close is not None and not fmt.array else None
     last = None
-    async for out in engine.stream(ctx.token_ids, sampling_params, request_id):
-        last = out
-        events = classifier.feed(out.new_text, len(out.new_token_ids))
-        outcome.output_ids += out.new_token_ids
-        for ev in _to_events(events, outcome):
+    repeat: ParsedToolCall | None = None
+    async with aclosing(engine.stream(ctx.token_ids, sampling_params, request_id)) as stream:
+        async for out in stream:  # leaving the loop early closes the stream, which aborts the request
+            last = out
+            events = classifier.feed(out.new_text, len(out.new_token_ids))
+            outcome.output_ids += out.new_token_ids
+            if guard is not None:
+                events, repeat = guard.filter(events)
+            for ev in _to_events(events, outcome):
+                yield ev
+            if repeat is not None:
+                break
+    if repeat is None:
+        for ev in _to_events(classifier.finish(cut_off=last is not None and last.finish_reason == "length"),
+                             outcome):
             yield ev
-    for ev in _to_events(classifier.finish(cut_off=last is not None and last.finish_reason == "length"), outcome):
-        yield ev
     outcome.classes = classifier.classes
     if last is None:
         return
-    if len(outcome.output_ids) != len(last.token_ids):  # engine gave no per-step deltas
+    if repeat is None and len(outcome.output_ids) != len(last.token_ids):  # engine gave no per-step deltas
         outcome.output_ids = list(last.token_ids)
         outcome.classes = (outcome.classes + [output_class or "output"] * len(last.token_ids))[: len(last.token_ids)]
-    outcome.finish_reason = last.finish_reason
+    outcome.finish_reason = last.finish_reason if repeat is None else "stop"
     outcome.num_cached_tokens = last.num_cached_tokens
     outcome.ledger = Ledger.for_call(
         ctx.spans(), last.num_cached_tokens, outcome.classes,
         arrival_time=last.arrival_time, first_token_time=last.first_token_time,
-        token_times=last.token_times, finish_time=last.finish_time,
+        token_times=last.token_times, finish_time=last.finish_time if repeat is None else time.monotonic(),
         spec_rejected=max(0, last.num_draft_tokens - last.num_accepted_tokens),
         recompute_tokens=last.num_recompute_tokens, recompute_cached_tokens=last.num_recompute_cached_tokens,
         prompt_misses=getattr(last, "kv_miss_tokens", None), tier_tokens=getattr(last, "kv_tier_tokens", 0),
         prices=prices)
+    if repeat is not None:  # the ledger counted every token made; the reply keeps those up to the last call kept
+        outcome.parser.calls = [c for c in outcome.parser.calls if c.index != repeat.index]
+        assert fmt.call_close is not None
+        kept = _kept_tokens(engine.tokenizer, outcome.output_ids, fmt.call_close, len(outcome.parser.calls))
+        del outcome.output_ids[kept:], outcome.classes[kept:]

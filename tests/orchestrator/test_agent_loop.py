@@ -415,3 +415,33 @@ def test_an_answer_step_keeps_a_reasoning_models_think_block_and_a_callers_gramm
     assert thinking.structured_output is None and thinking.stop == ["<tool_call>"]
     schema = StructuredOutputParams(json={"type": "object"})
     assert answer_only(SamplingParams(structured_output=schema), HERMES).structured_output is schema
+
+
+async def test_a_reply_ends_at_its_first_repeated_call_and_the_repeat_is_neither_run_nor_stored(tokenizer) -> None:
+    """Orchestration logic with a scripted model: the third call repeats the first, so the reply stops there
+    (the fourth, another tool, never comes) and the stored reply ends after the second call."""
+    from loom.orchestrator.events import ToolCallEvent
+
+    add, runs = _recording_add()
+
+    @tool
+    def echo(text: str) -> str:
+        """Echo text.
+
+        Args:
+            text: what to echo.
+        """
+        return text
+
+    calls = [call("add", '{"a": 1, "b": 2}'), call("add", '{"a": 3, "b": 4}'), call("add", '{"a": 1, "b": 2}'),
+             call("echo", '{"text": "never"}')]
+    llm = ScriptedLLM(tokenizer, ["\n".join(calls), "3 and 7."])
+    session = InMemorySession()
+    events = [ev async for ev in Agent(llm, tools=[add, echo]).stream("add twice", session=session)]
+    assert runs == [(1, 2), (3, 4)]
+    streamed = {ev.index for ev in events if isinstance(ev, ToolCallEvent)}
+    assert streamed == {0, 1}  # nothing of the repeat (index 2) reached the stream
+    reply = next(it for it in session.get_items() if it["kind"] == "assistant")
+    assert len(reply["tool_calls"]) == 2
+    text = tokenizer.decode(reply["token_ids"])
+    assert text.count("<tool_call>") == 2 and "never" not in text
