@@ -167,9 +167,11 @@ async def model_call(engine: ModelClient, ctx: Context, sampling_params: Samplin
                 yield ev
             if repeat is not None:
                 break
-    if repeat is None:
-        for ev in _to_events(classifier.finish(cut_off=last is not None and last.finish_reason == "length"),
-                             outcome):
+    if repeat is None:  # the reply's end may complete its last call: through the guard as well
+        events = classifier.finish(cut_off=last is not None and last.finish_reason == "length")
+        if guard is not None:
+            events, repeat = guard.filter(events)
+        for ev in _to_events(events, outcome):
             yield ev
     outcome.classes = classifier.classes
     if last is None:

@@ -445,3 +445,15 @@ async def test_a_reply_ends_at_its_first_repeated_call_and_the_repeat_is_neither
     assert len(reply["tool_calls"]) == 2
     text = tokenizer.decode(reply["token_ids"])
     assert text.count("<tool_call>") == 2 and "never" not in text
+
+
+async def test_a_second_call_of_the_same_tool_streams_its_deltas_once_complete(tokenizer) -> None:
+    """Orchestration logic with a scripted model: deltas held while a call might repeat are all streamed once it
+    is known not to, also when it is the reply's last."""
+    add, runs = _recording_add()
+    reply = "\n".join([call("add", '{"a": 1, "b": 2}'), call("add", '{"a": 3, "b": 4}')])
+    events = [ev async for ev in Agent(ScriptedLLM(tokenizer, [reply, "3 and 7."]), tools=[add]).stream("add twice")]
+    deltas = "".join(ev.arguments_delta for ev in events
+                     if isinstance(ev, ToolCallEvent) and ev.index == 1 and ev.arguments is None)
+    assert runs == [(1, 2), (3, 4)]
+    assert deltas.replace(" ", "") == '{"a":3,"b":4}', deltas
