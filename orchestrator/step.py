@@ -78,6 +78,7 @@ class _RepeatGuard:
     names: set[str] = field(default_factory=set)  # their tools
     held: dict[int, list[ParserEvent]] = field(default_factory=dict)  # call index -> its deltas, held
     streaming: set[int] = field(default_factory=set)  # calls whose deltas go out as they come
+
     def filter(self, events: list[ParserEvent]) -> tuple[list[ParserEvent], ParsedToolCall | None]:
         """The events to pass on, and the repeating call when one completed (the events before it only)."""
         out: list[ParserEvent] = []
