@@ -51,6 +51,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from loom.python_ast import parse as parse_python
+
 WALK_UP = 5
 MAX_HOPS = 8
 
@@ -233,7 +235,7 @@ def _parse(path: str, mtime_ns: int) -> ast.Module | None:
     modules (SQLAlchemy's docs touch 154, whose trees hold about 170 MB) re-parse
     in about 7 ms each."""
     try:
-        return ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+        return parse_python(Path(path).read_text(encoding="utf-8"), filename=path)
     except (SyntaxError, ValueError, OSError, UnicodeDecodeError):
         return None
 

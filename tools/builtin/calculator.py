@@ -27,6 +27,7 @@ from simpleeval import (
     SimpleEval,
 )
 
+from loom.python_ast import parse as parse_python
 from loom.tools.base import ToolError
 from loom.tools.function_tool import tool
 
@@ -116,7 +117,7 @@ def evaluate(expression: str) -> int | float:
     if len(text) > MAX_EXPRESSION_CHARS:
         raise ToolError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
     try:
-        tree = ast.parse(text, mode="eval")
+        tree = parse_python(text, mode="eval")
         value = _ArithmeticEval().eval(text, previously_parsed=tree.body)
     except SyntaxError as exc:
         raise ToolError(f"invalid syntax in {text!r}: {exc.msg}") from None
