@@ -13,6 +13,11 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Weights are not moved into huge pages (loom.runtime.host_memory): the kernel's compaction for them
+# cost 1.4 s of CPU per SmolLM2 load on a 2-core VM, paid by every test that loads it; only where
+# they are decode's bandwidth matters.  tests/runtime/test_host_memory.py and the load-memory
+# tests turn them on.
+os.environ.setdefault("LOOM_HUGE_PAGES", "0")
 os.environ["LOOM_MODEL"] = "smollm2-135m-instruct"  # == loom.runtime.checkpoint.registry.SMALL_MODEL (checked below)
 
 

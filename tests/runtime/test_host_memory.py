@@ -3,13 +3,22 @@ and layout, and the arena is marked for transparent huge pages (the kernel's ``h
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 from torch import nn
 
 from loom.runtime.host_memory import ALIGN, HUGE_PAGE, enabled, release_free_memory, use_huge_pages
 
-pytestmark = pytest.mark.skipif(not enabled(), reason="huge pages are Linux-only")
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="huge pages are Linux-only")
+
+
+@pytest.fixture(autouse=True)
+def _huge_pages_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On, as for a user: the suite turns them off elsewhere (tests/conftest.py)."""
+    monkeypatch.setenv("LOOM_HUGE_PAGES", "1")
+    assert enabled()
 
 
 class _TiedModel(nn.Module):
