@@ -198,14 +198,15 @@ def result_fields(result: RunResult) -> dict[str, JSON]:
 def retrieval_field(result: RunResult) -> dict[str, JSON] | None:
     """The stored ``retrieval`` of a turn: the sections shown (each once, in rank order), whether nothing in
     the index was related (``RunResult.no_match``), the query a follow-up was searched with and why an answer
-    was replaced by the session's ``no_match_answer`` (``RunResult.unsupported``); ``None`` when it searched
-    nothing."""
+    was replaced by the session's ``no_match_answer`` (``RunResult.unsupported``, ``RunResult.unknown_terms``);
+    ``None`` when it searched nothing."""
     from loom.orchestrator.items import source_label
 
     if not result.retrieved and not result.no_match:
         return None
     return {"sources": list(dict.fromkeys(source_label(h) for h in result.retrieved)), "no_match": result.no_match,
-            "searched_as": result.rewritten_query, "unsupported": list(result.unsupported)}
+            "searched_as": result.rewritten_query, "unsupported": list(result.unsupported),
+            "unknown_terms": list(result.unknown_terms)}
 
 
 def after_turn_ledger(result: RunResult) -> dict[str, JSON] | None:

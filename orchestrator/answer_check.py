@@ -6,6 +6,11 @@ content of each reply that makes no tool call until :func:`reasons` has judged i
 reply is the answer, shown as generated; an ungrounded one (unsupported claims, or a restated
 question) is replaced by ``no_match_answer``, and ``RunResult.unsupported`` says why.
 
+Before that, a question that names a term the index never uses (:func:`unknown_terms`,
+``loom.retrieval.terms``: "punycode" asked of the ``urllib.parse`` docs) is answered
+``no_match_answer`` with no model call, as a search that found nothing related is; the retriever
+must be able to list its words (``retrieval.Retriever.index_terms``), else the step is skipped.
+
 Asking a restating model again was measured and left out: on the 39 ``qa`` questions whose answer
 by Qwen2.5-Coder-0.5B-Instruct only restated the question, one more call shown its reply and "That
 only repeats my question. Answer it with the exact name or value that the documents give." made 7
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 from loom.orchestrator import grounding
 from loom.orchestrator.turn_state import TurnState
+from loom.retrieval import terms
 
 #: The reason :func:`reasons` gives for an answer that only restates the question.
 RESTATED = "(restates the question)"
@@ -26,6 +32,16 @@ RESTATED = "(restates the question)"
 def applies(run: TurnState) -> bool:
     """Whether this turn's answers are checked: ``no_match_answer`` is set and retrieval showed passages."""
     return run.parts.no_match_answer is not None and bool(run.result.retrieved)
+
+
+def unknown_terms(run: TurnState) -> list[str]:
+    """The words of the turn's message that its retriever's index never uses (``loom.retrieval.terms``):
+    a question the documents cannot answer, answered ``no_match_answer`` before any model call.  Empty
+    when the turn is not checked (:func:`applies`) or the retriever cannot list its words."""
+    index_terms = getattr(run.parts.retriever, "index_terms", None)
+    if not applies(run) or index_terms is None:
+        return []
+    return terms.unknown_terms(run.message, index_terms(), ignore=grounding.FILLER)
 
 
 def reasons(run: TurnState, answer: str) -> list[str]:

@@ -146,6 +146,10 @@ class RunResult:
             passages was ungrounded (``loom.orchestrator.grounding``: these claims of it occur in
             none of the passages, or ``["(restates the question)"]``), so ``answer`` is
             ``no_match_answer`` instead; empty otherwise.
+        unknown_terms: with ``no_match_answer`` set, what the message names that the index never uses
+            (``loom.retrieval.terms``: code names no chunk holds, words that are not common English and
+            whose stem no chunk holds), so the documents cannot answer it: ``answer`` is
+            ``no_match_answer`` and no model call was made; empty otherwise.
     """
 
     answer: str = ""
@@ -165,6 +169,7 @@ class RunResult:
     finish_reason: str | None = None
     no_match: bool = False
     unsupported: list[str] = field(default_factory=list)
+    unknown_terms: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -277,7 +277,8 @@ class TurnRunner:
         self._start_span()
         try:
             await self._prepare()
-            if self.result.no_match and self.parts.no_match_answer is not None:
+            self.result.unknown_terms = answer_check.unknown_terms(self)
+            if (self.result.no_match or self.result.unknown_terms) and self.parts.no_match_answer is not None:
                 async for ev in self._answer_without_model(self.parts.no_match_answer):
                     yield ev
                 return

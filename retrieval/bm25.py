@@ -137,6 +137,10 @@ class BM25Index:
         order = top[np.lexsort((self.ids[top], -scores[top]))]
         return scores[order], self.ids[order]
 
+    def vocabulary(self) -> list[str]:
+        """Every distinct token of the indexed chunks (:func:`bm25_tokenize`'s, lowercased)."""
+        return [t for t in self.model.vocab_dict if t] if self.model is not None else []
+
     def save(self, folder: str | Path, generation: int) -> None:
         """Write the index and the store generation it was built from."""
         folder = Path(folder)

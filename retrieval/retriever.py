@@ -36,6 +36,7 @@ from loom.retrieval.index import VectorIndex
 from loom.retrieval.ingest import IngestStats, add_documents, delete_documents, load_documents, reconcile
 from loom.retrieval.loaders import DEFAULT_PATTERNS
 from loom.retrieval.objects import ObjectIndex
+from loom.retrieval.terms import IndexTerms
 from loom.retrieval.store import ChunkStore
 from loom.retrieval.types import Document, Hit
 
@@ -98,6 +99,7 @@ class Retriever:
         self._bm25: BM25Index | None = None
         self._objects: ObjectIndex | None = None
         self._tombstones: set[int] | None = None
+        self._terms: tuple[BM25Index, IndexTerms] | None = None
         self._chunker: Chunker | None = None
         # _lock guards the loaded parts: lazy loads, FAISS mutation and search
         # (FAISS is not safe for add/remove during a search); _write_lock makes
@@ -397,6 +399,15 @@ class Retriever:
         """Cosine similarity under which a hit is unrelated to its query (the embedder's measured
         cutoff, :data:`loom.retrieval.embedder.SIMILARITY_CUTOFFS`); ``None``: not measured."""
         return self.embedder.similarity_cutoff
+
+    def index_terms(self) -> IndexTerms:
+        """The words the indexed chunks use and their stems (``loom.retrieval.terms``), for
+        :func:`~loom.retrieval.terms.unknown_terms`; worked out once per version of the index."""
+        bm25 = self.bm25_index()
+        with self._lock:
+            if self._terms is None or self._terms[0] is not bm25:
+                self._terms = (bm25, IndexTerms.from_tokens(bm25.vocabulary()))
+            return self._terms[1]
 
     def documents(self) -> list[str]:
         """Ids of every document in the index, sorted."""

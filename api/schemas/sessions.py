@@ -148,6 +148,9 @@ class TurnRetrieval(BaseModel):
     unsupported: list[str] = Field(default_factory=list, description="With `no_match_answer`: why the model's "
                                    "answer was replaced by it (its claims that no shown section holds, or "
                                    "`(restates the question)`); empty when it was not.")
+    unknown_terms: list[str] = Field(default_factory=list, description="With `no_match_answer`: the words of "
+                                     "the message that no indexed section uses (not code, not common English), "
+                                     "for which it was answered `no_match_answer` without a model call.")
 
 
 class TurnOut(BaseModel):

@@ -178,7 +178,8 @@ class QATarget(ScoredAgentTarget):
         sources = [list(hit_gold_key(s.hit, root)) for s in check_answer(out.text, hits).sources] if hits else []
         context = "\n".join(h.text for h in hits)
         copy = copy_baseline(context, self.tokenizer, max_tokens)
-        fields: JSONObject = {"retrieved_sections": keys, "sources": sources, "copy_not_found": says_not_found(copy)}
+        fields: JSONObject = {"retrieved_sections": keys, "sources": sources, "copy_not_found": says_not_found(copy),
+                              "unknown_terms": list(getattr(result, "unknown_terms", None) or [])}
         if q.answerable:
             gold = list(q.gold)
             # Was the answer in what the model was shown? (Separates retrieval misses from model misses.)

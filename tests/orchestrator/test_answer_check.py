@@ -44,3 +44,24 @@ async def test_an_answer_that_restates_the_question_is_the_no_match_answer(token
     agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False)
     result = await agent.arun("How do I cancel an asyncio task?", session=InMemorySession())
     assert (result.answer, result.unsupported, len(llm.prompts)) == (NOT_FOUND, [RESTATED], 1)
+
+
+async def test_a_question_naming_a_term_no_document_uses_is_the_no_match_answer_without_a_model_call(
+        tokenizer, retriever):
+    llm = ScriptedLLM(tokenizer, ["Call cancel() on the task."])
+    agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False)
+    session = InMemorySession()
+    result = await agent.arun("How do I make an asyncio task write its result to syslog?", session=session)
+    assert (result.answer, result.unknown_terms, result.steps, llm.prompts) == (NOT_FOUND, ["syslog"], 0, [])
+    assert result.retrieved and not result.no_match  # the search was related: the term decided
+    await agent.arun("How do I cancel an asyncio task?", session=session)
+    prompt = tokenizer.decode(llm.prompts[-1])  # the answer was kept in the session as any answer is
+    assert prompt.index("syslog") < prompt.index(NOT_FOUND) < prompt.index("How do I cancel")
+
+
+async def test_common_words_and_the_documents_own_words_in_other_forms_are_not_unknown(tokenizer, retriever):
+    llm = ScriptedLLM(tokenizer, ["Call cancel() on the task."])
+    agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False)
+    # "cancelling" and "scheduled" are the documents' "cancel" and "schedules"; "happens" is common English
+    result = await agent.arun("What happens when cancelling a scheduled asyncio task?", session=InMemorySession())
+    assert (result.answer, result.unknown_terms, len(llm.prompts)) == ("Call cancel() on the task.", [], 1)
