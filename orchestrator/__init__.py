@@ -8,13 +8,36 @@
 - sessions: :class:`InMemorySession`, :class:`SQLSession`.
 """
 
-from loom.orchestrator.agent import Agent
-from loom.orchestrator.budget import ContextBudget
-from loom.orchestrator.context import Context, ContextBuilder, Segment
-from loom.orchestrator.events import RunResult
-from loom.orchestrator.ledger import Ledger, PriceTable
-from loom.orchestrator.parsers import StreamingParser
-from loom.orchestrator.session import InMemorySession, Session, SQLSession
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names as type checkers see them; at run time each loads on first use
+    from loom.orchestrator.agent import Agent
+    from loom.orchestrator.budget import ContextBudget
+    from loom.orchestrator.context import Context, ContextBuilder, Segment
+    from loom.orchestrator.events import RunResult
+    from loom.orchestrator.ledger import Ledger, PriceTable
+    from loom.orchestrator.parsers import StreamingParser
+    from loom.orchestrator.session import InMemorySession, Session, SQLSession
+
+# Imported lazily, so that a light module (``loom.orchestrator.ledger``, ``.relevance``) does not load
+# the agent loop and with it torch: ``loom eval report`` reads records with no model in sight.
+_EXPORTS = {
+    "Agent": "loom.orchestrator.agent",
+    "ContextBudget": "loom.orchestrator.budget",
+    "Context": "loom.orchestrator.context",
+    "ContextBuilder": "loom.orchestrator.context",
+    "Segment": "loom.orchestrator.context",
+    "RunResult": "loom.orchestrator.events",
+    "Ledger": "loom.orchestrator.ledger",
+    "PriceTable": "loom.orchestrator.ledger",
+    "StreamingParser": "loom.orchestrator.parsers",
+    "InMemorySession": "loom.orchestrator.session",
+    "Session": "loom.orchestrator.session",
+    "SQLSession": "loom.orchestrator.session",
+}
 
 __all__ = [
     "Agent",
@@ -30,3 +53,9 @@ __all__ = [
     "Session",
     "StreamingParser",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'loom.orchestrator' has no attribute {name!r}")
