@@ -56,3 +56,12 @@ def test_common_words_are_berts_whole_words():
     assert {"happens", "treat", "port"} <= words and not {"punycode", "syslog", "gzip"} & words
     terms = IndexTerms.from_tokens(["parses", "parsing", "3.11", "os.path", "path"])
     assert terms.stems == frozenset({"pars", "path"}) and "os.path" in terms.words
+
+
+def test_a_misspelled_word_of_the_index_is_not_unknown_but_a_short_neighbour_is(index):
+    terms = index.index_terms()
+    # one edit from "splits" / "scheme" (a swap, a dropped letter): typos, not new subjects
+    assert unknown_terms("Which argument spilts the URL, and what is its shceme?", terms) == []
+    # under 5 letters one edit reaches too many other words ("gzip", "zip"): "hots" stays unknown
+    assert unknown_terms("Does the netloc hold the hots name?", terms) == ["hots"]
+    assert unknown_terms("Which argument converts to punycode?", terms) == ["punycode"]  # two edits from nothing
