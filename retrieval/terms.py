@@ -11,7 +11,7 @@ documents.  A term counts when it is
   English books and Wikipedia; "happens", "made", "treat" are in it, "punycode", "syslog",
   "interquartile", "gzip", "asyncio" are not;
 - **not code**: words inside backticks, dotted names, snake_case or camelCase identifiers and calls are
-  left to the grounding check (``loom.orchestrator.grounding``);
+  not read as words (the names are checked as names, below);
 - **absent from the index**: no token of any chunk (the BM25 vocabulary, ``retrieval.bm25``) has its
   Snowball English stem (the Snowball project's ``snowballstemmer``), so "deduces" matches "deduce"
   and "replayed" matches "replay";
@@ -19,7 +19,8 @@ documents.  A term counts when it is
   edit (optimal string alignment distance, ``rapidfuzz``) from an indexed word is that word, so
   "argumnet" or "paramter" in a question does not make it unanswerable.
 
-A question's **code names** count as well when the index never uses them: neither the whole name
+A question's **code names** (``retrieval.bm25.query_identifiers``) count as well when the index never
+uses them: neither the whole name
 (lowercased, as the BM25 tokenizer keeps dotted names whole) nor its last part (``max_width`` asked of
 ``textwrap.shorten``, which has ``width``; ``click.secret_option``, which Click does not have).
 
@@ -39,14 +40,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from loom.retrieval.bm25 import query_identifiers
+
 MIN_LETTERS = 4  # shorter words ("rate", "url") are too often abbreviations or parts of names
 TYPO_MIN_LETTERS = 5  # one edit from a shorter word is too often another word ("gzip", "zip")
 
-# Code, masked before words are read: backticked spans, calls (the callee is the name), dotted names,
-# snake_case and dunder names, camelCase/CamelCase identifiers.
-_CODE = re.compile(r"`([^`\n]*)`|\b([A-Za-z_][\w.]*)\([^()\n]*\)|\b(\w+(?:\.\w+)+)|\b(\w*_\w*)"
-                   r"|\b([a-z]+[A-Z]\w*|[A-Z][a-z]+[A-Z]\w*)")
-_NAME = re.compile(r"[A-Za-z_][\w.]*")
+# Code, masked before words are read: backticked spans, calls, dotted names, snake_case and dunder
+# names, camelCase/CamelCase identifiers.
+_CODE = re.compile(r"`[^`\n]*`|\b[A-Za-z_][\w.]*\([^()\n]*\)|\b\w+(?:\.\w+)+|\b\w*_\w*"
+                   r"|\b[a-z]+[A-Z]\w*|\b[A-Z][a-z]+[A-Z]\w*")
 _WORD = re.compile(r"(?<![\w'-])[A-Za-z]+(?![\w'])")
 
 
@@ -114,12 +116,8 @@ def unknown_terms(text: str, terms: IndexTerms, ignore: Iterable[str] = ()) -> l
     (it knows no words at all)."""
     if not terms.words:
         return []
-    names, out = [], []
-    for m in _CODE.finditer(text):
-        name = next(g for g in m.groups() if g is not None).strip().removesuffix("()")
-        if _NAME.fullmatch(name) and not name.replace(".", "").replace("_", "").isdigit():
-            names.append(name)
-    for name in dict.fromkeys(names):
+    out = []
+    for name in query_identifiers(text):  # the names the BM25 tokenizer also keeps whole
         last = name.rsplit(".", 1)[-1].lower()
         if not ({name.lower(), last, last.strip("_")} & terms.words):
             out.append(name)
