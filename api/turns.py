@@ -143,6 +143,7 @@ def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Agent:
         condense_question=cfg.condense_question,
         similarity_cutoff=cfg.similarity_cutoff,
         no_match_answer=cfg.no_match_answer if cfg.index else None,
+        first_answer_k=cfg.first_answer_k,
         tool_call_parser=services.tool_format,
         approval=cfg.approval,
         cache_salt=cache_salt(services.settings.prefix_cache_scope, owner),
@@ -198,7 +199,8 @@ def result_fields(result: RunResult) -> dict[str, JSON]:
 def retrieval_field(result: RunResult) -> dict[str, JSON] | None:
     """The stored ``retrieval`` of a turn: the sections shown (each once, in rank order), whether nothing in
     the index was related (``RunResult.no_match``), the query a follow-up was searched with and why an answer
-    was replaced by the session's ``no_match_answer`` (``RunResult.unsupported``, ``RunResult.unknown_terms``);
+    was replaced by the session's ``no_match_answer`` (``RunResult.unsupported``, ``RunResult.unknown_terms``)
+    and whether the answer was made again from every related section (``RunResult.widened``);
     ``None`` when it searched nothing."""
     from loom.orchestrator.items import source_label
 
@@ -206,7 +208,7 @@ def retrieval_field(result: RunResult) -> dict[str, JSON] | None:
         return None
     return {"sources": list(dict.fromkeys(source_label(h) for h in result.retrieved)), "no_match": result.no_match,
             "searched_as": result.rewritten_query, "unsupported": list(result.unsupported),
-            "unknown_terms": list(result.unknown_terms)}
+            "unknown_terms": list(result.unknown_terms), "widened": result.widened}
 
 
 def after_turn_ledger(result: RunResult) -> dict[str, JSON] | None:

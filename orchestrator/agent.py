@@ -113,6 +113,12 @@ class Agent:
             off-topic question with invented facts whatever they are told.  Default ``None``:
             the model answers, told the documents do not cover the message (an agent with tools
             or memory must, since a calculation or a greeting matches no document either).
+            Such an agent also checks each answer against the passages it was shown
+            (``loom.orchestrator.answer_check``).
+        first_answer_k: with ``no_match_answer`` set, the relevant hits the turn's first answer is
+            made from (default 1, the top one); when the check rejects that answer, the model
+            answers once more from all of them before ``no_match_answer`` is given
+            (``loom.orchestrator.answer_check``).  ``None``: all of them from the start.
         memory_k: memories to fetch per turn.
         tool_timeout_s: default tool timeout (seconds).
         memory_write_back: add each user message to long-term memory.
@@ -161,7 +167,7 @@ class Agent:
                  condense_tokens: int = DEFAULT_CONDENSE_TOKENS, parallel_tool_calls: bool | None = None,
                  approval: Iterable[str] = (), cache_salt: str | None = None,
                  cache_ttl_s: float | None = None, similarity_cutoff: float | str | None = "auto",
-                 no_match_answer: str | None = None) -> None:
+                 no_match_answer: str | None = None, first_answer_k: int | None = 1) -> None:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
         try:
@@ -178,6 +184,10 @@ class Agent:
         if no_match_answer is not None and (not isinstance(no_match_answer, str) or not no_match_answer.strip()):
             raise InvalidRequestError(f"no_match_answer: must be a non-empty string or None, got {no_match_answer!r}",
                                       param="no_match_answer")
+        if first_answer_k is not None and (isinstance(first_answer_k, bool) or not isinstance(first_answer_k, int)
+                                           or first_answer_k < 1):
+            raise InvalidRequestError(f"first_answer_k: must be an int >= 1 or None, got {first_answer_k!r}",
+                                      param="first_answer_k")
         try:
             mode = condense_mode(condense_question)
         except ValueError as exc:
@@ -193,6 +203,7 @@ class Agent:
             eos_token_ids=eos_token_ids(llm), retriever=retriever, memory=memory, max_steps=max_steps,
             auto_retrieve=auto_retrieve, memory_namespace=memory_namespace or "default",
             retrieval_k=retrieval_k, similarity_cutoff=cutoff, no_match_answer=no_match_answer,
+            first_answer_k=first_answer_k,
             memory_k=memory_k, memory_write_back=memory_write_back,
             condense_question=mode, condense_tokens=condense_tokens,
             parallel_tool_calls=None if parallel_tool_calls is None else bool(parallel_tool_calls),

@@ -6,6 +6,15 @@ content of each reply that makes no tool call until :func:`reasons` has judged i
 reply is the answer, shown as generated; an ungrounded one (unsupported claims, or a restated
 question) is replaced by ``no_match_answer``, and ``RunResult.unsupported`` says why.
 
+**The top passage first.**  Such a turn's first answer is made from the top ``first_answer_k`` (default 1)
+related hits alone (``Agent(first_answer_k=...)``); only when :func:`reasons` rejects it does the model
+answer again, shown every related hit, the turn's inputs taken back from the session and stored again
+with them (``RunResult.widened``); a second rejection gives ``no_match_answer``.  Shown three
+neighbouring sections, a small model often names the wrong one (``os.path.exists`` for broken symbolic
+links, whose section, ``os.path.lexists``, ranked first); shown the top one, it answers from that, and a
+question the top hit does not answer fails the check and gets the wider view.  Measured on the 494
+``qa`` questions (docs/evaluations.md), one question at a time so that runs repeat exactly.
+
 Before that, a question that names a term the index never uses (:func:`unknown_terms`,
 ``loom.retrieval.terms``: "punycode" asked of the ``urllib.parse`` docs) is answered
 ``no_match_answer`` with no model call, as a search that found nothing related is; the retriever

@@ -150,6 +150,9 @@ class RunResult:
             (``loom.retrieval.terms``: code names no chunk holds, words that are not common English and
             whose stem no chunk holds), so the documents cannot answer it: ``answer`` is
             ``no_match_answer`` and no model call was made; empty otherwise.
+        widened: with ``no_match_answer`` set, the model's first answer, made from the top
+            ``first_answer_k`` relevant hits, was ungrounded, so it answered again shown every relevant
+            hit (``retrieved``; ``loom.orchestrator.answer_check``): two model calls in ``usage``.
     """
 
     answer: str = ""
@@ -170,6 +173,7 @@ class RunResult:
     no_match: bool = False
     unsupported: list[str] = field(default_factory=list)
     unknown_terms: list[str] = field(default_factory=list)
+    widened: bool = False
 
 
 @dataclass

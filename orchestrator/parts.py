@@ -54,6 +54,7 @@ class AgentParts:
     retrieval_k: int = 4
     similarity_cutoff: float | None = None  # hits under it are not shown (loom.orchestrator.relevance)
     no_match_answer: str | None = None  # the answer, without a model call, when no hit is relevant
+    first_answer_k: int | None = 1  # with no_match_answer: hits shown to the first answer (loom.orchestrator.answer_check)
     memory_k: int = 4
     memory_write_back: bool = True
     condense_question: str | None = "history"  # loom.orchestrator.condense.MODES, None: off

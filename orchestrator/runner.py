@@ -47,6 +47,7 @@ from loom.orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
 from loom.orchestrator.items import DOCUMENT_END, JSON, Item, PendingCall
 from loom.orchestrator.ledger import Ledger
 from loom.orchestrator.parsers import StreamingParser
+from loom.orchestrator.context import RetrievalFit
 from loom.orchestrator.parts import AgentParts
 from loom.orchestrator.protocols import MemoryHit, MultiQueryRetriever, SearchHit
 from loom.orchestrator.retention import session_key
@@ -107,6 +108,9 @@ class TurnRunner:
         self._repeated = False  # a reply of this turn repeated a call it had the result of
         self._answer_next = False  # the next model call is an answer step (module docstring)
         self._span: Span | None = None  # the turn's invoke_agent span (loom.orchestrator.tracing)
+        self._memories: list[MemoryHit] = []  # this turn's new memory hits
+        self._wide_fit: RetrievalFit | None = None  # every relevant hit, while the model was shown fewer
+        self._inputs_at = self._inputs_end = 0  # where this turn's inputs sit in ``items``
 
     def _store(self, new: list[Item]) -> None:
         self.session.add_items(new)
@@ -144,10 +148,35 @@ class TurnRunner:
         hits, related = await self._search() if a.retriever is not None and a.auto_retrieve else ([], None)
         fit = b.fit_retrieval(hits, a.similarity_cutoff, related)
         self.result.no_match = fit.no_match
+        n = a.first_answer_k
+        if a.no_match_answer is not None and n is not None and len(fit.shown) > n:
+            # a documentation-QA turn answers from its top hits first (loom.orchestrator.answer_check)
+            self._wide_fit = fit
+            fit = b.fit_retrieval(relevance.split_relevant(hits, a.similarity_cutoff, related)[0][:n])
+        self._memories = memories
+        self._show(fit)
+
+    def _show(self, fit: RetrievalFit) -> None:
+        """Store this turn's inputs (its retrieval message showing ``fit``, new memories, the user message)."""
         self.budget_cut = {"retrieval": fit.cut_tokens} if fit.cut_tokens else {}
-        new = b.turn_items(self.items, self.turn, self.message, fit, memories)
         self.result.retrieved = list(fit.shown)
-        self._store(new)
+        self._inputs_at = len(self.items)
+        self._store(self.parts.builder.turn_items(self.items, self.turn, self.message, fit, self._memories))
+        self._inputs_end = len(self.items)
+
+    def _widen(self) -> bool:
+        """Show the turn's model every relevant hit instead of the top ones its rejected first answer was made
+        from: its inputs are taken back from the session and stored again (the rejected reply was never
+        stored).  ``False`` when there is nothing to widen or something was stored after the inputs."""
+        wide, self._wide_fit = self._wide_fit, None
+        if wide is None or len(self.items) != self._inputs_end:
+            return False
+        for _ in range(self._inputs_end - self._inputs_at):
+            self.session.pop_item()
+        del self.items[self._inputs_at:]
+        self.result.widened = True
+        self._show(wide)
+        return True
 
     async def _search(self) -> tuple[Sequence[SearchHit], bool | None]:
         """This turn's hits, and whether the search is related to the message when that is decided here
@@ -375,41 +404,45 @@ class TurnRunner:
         res.final_state = "max_steps"
         for step in range(first_step, a.max_steps + 1):
             await compaction_hooks.before_call(self)
-            ctx = a.builder.build(self.items, self.turn)
-            forced = step == 1 and (self.choice == "required" or isinstance(self.choice, dict))
-            answer = self._answer_next
-            # no tools, no calls: a reply's call-like markup is its text (as a chat completion without tools)
-            parse_tools = self.choice != "none" and bool(a.registry.names) and not answer
-            outcome = StepOutcome(parser=StreamingParser(parse_tools=parse_tools, fmt=a.format,
-                                                         tool_names=frozenset(a.registry.names)))
-            sp = self._sampling(forced, len(ctx.token_ids))
-            if answer:
-                sp = answer_only(sp, a.format)
-            t0 = time.perf_counter()
-            span = tracing.chat_span(self._span, a.engine.model_name, sp.max_tokens, sp.temperature)
-            held: list[AgentEvent] | None = [] if answer_check.applies(self) else None
-            try:
-                async for ev in model_call(a.engine, ctx, sp, outcome, self.turn, step, a.prices,
-                                           f"agent-{uuid.uuid4().hex[:12]}"):
-                    if held is not None and isinstance(ev, ContentDelta):
-                        held.append(ev)  # shown once the answer is known to rest on the passages
-                    else:
-                        yield ev
-            finally:
-                tracing.end_chat(span, outcome.ledger, outcome.finish_reason)
-            res.timings["model"] += (time.perf_counter() - t0) * 1000.0
-            res.steps = step
-            if step == 1:
-                outcome.ledger.budget_cut.update(self.budget_cut)
-            self.ledgers.append(outcome.ledger)
-            res.timings.setdefault("ttft", outcome.ledger.ttft_ms)
-            if held is not None and not outcome.calls and outcome.finish_reason != "abort":
-                unsupported = answer_check.reasons(self, outcome.parser.content.strip())
-                if unsupported:
-                    res.unsupported = unsupported
-                    async for ev in self._answer_without_model(a.no_match_answer or "", step):
-                        yield ev
-                    return
+            while True:  # once more after _widen
+                ctx = a.builder.build(self.items, self.turn)
+                forced = step == 1 and (self.choice == "required" or isinstance(self.choice, dict))
+                answer = self._answer_next
+                # no tools, no calls: a reply's call-like markup is its text (as a chat completion without tools)
+                parse_tools = self.choice != "none" and bool(a.registry.names) and not answer
+                outcome = StepOutcome(parser=StreamingParser(parse_tools=parse_tools, fmt=a.format,
+                                                             tool_names=frozenset(a.registry.names)))
+                sp = self._sampling(forced, len(ctx.token_ids))
+                if answer:
+                    sp = answer_only(sp, a.format)
+                t0 = time.perf_counter()
+                span = tracing.chat_span(self._span, a.engine.model_name, sp.max_tokens, sp.temperature)
+                held: list[AgentEvent] | None = [] if answer_check.applies(self) else None
+                try:
+                    async for ev in model_call(a.engine, ctx, sp, outcome, self.turn, step, a.prices,
+                                               f"agent-{uuid.uuid4().hex[:12]}"):
+                        if held is not None and isinstance(ev, ContentDelta):
+                            held.append(ev)  # shown once the answer is known to rest on the passages
+                        else:
+                            yield ev
+                finally:
+                    tracing.end_chat(span, outcome.ledger, outcome.finish_reason)
+                res.timings["model"] += (time.perf_counter() - t0) * 1000.0
+                res.steps = step
+                if step == 1:
+                    outcome.ledger.budget_cut.update(self.budget_cut)
+                self.ledgers.append(outcome.ledger)
+                res.timings.setdefault("ttft", outcome.ledger.ttft_ms)
+                if held is not None and not outcome.calls and outcome.finish_reason != "abort":
+                    unsupported = answer_check.reasons(self, outcome.parser.content.strip())
+                    if unsupported and self._widen():
+                        continue  # answered again, shown every relevant hit
+                    if unsupported:
+                        res.unsupported = unsupported
+                        async for ev in self._answer_without_model(a.no_match_answer or "", step):
+                            yield ev
+                        return
+                break
             for ev in held or ():
                 yield ev
             self._store_reply(outcome, step)

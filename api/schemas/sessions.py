@@ -73,6 +73,10 @@ class SessionCreate(_Strict):
         "text is the answer when nothing retrieved is related to the message (no model call), and replaces an "
         "answer that names code, quoted values or numbers none of the shown sections holds, or only restates "
         "the question (held until checked, also when streamed); null: the model always answers.")
+    first_answer_k: Annotated[int, Field(ge=1, le=64)] | None = Field(
+        default=1, description="With no_match_answer: the top related sections the first answer is made from; "
+        "when that answer is replaced, the model answers once more from every related section before "
+        "no_match_answer is given (a second model call); null: every section from the start.")
     condense_question: bool | Literal["history", "model"] = Field(
         default="history", description="With index, how a turn after the first is searched: `history` (or true: "
         "the previous user message and this one joined, no model call), `model` (the model rewrites it into a "
@@ -151,6 +155,9 @@ class TurnRetrieval(BaseModel):
     unknown_terms: list[str] = Field(default_factory=list, description="With `no_match_answer`: the words of "
                                      "the message that no indexed section uses (not code, not common English), "
                                      "for which it was answered `no_match_answer` without a model call.")
+    widened: bool = Field(default=False, description="With `no_match_answer`: the first answer, made from the "
+                          "top `first_answer_k` sections, was replaced, and the model answered again from every "
+                          "related section (`sources`).")
 
 
 class TurnOut(BaseModel):

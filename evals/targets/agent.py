@@ -113,19 +113,22 @@ class QATarget(ScoredAgentTarget):
             of another set is then off topic, right when answered "not found".
         similarity_cutoff: the agent's ``similarity_cutoff`` (``"auto"``: the retriever's measured one).
         no_match_answer: the agent's ``no_match_answer`` (``None``: the model answers off-topic questions too).
+        first_answer_k: the agent's ``first_answer_k`` (hits its first answer is made from; ``None``: all).
     """
 
     name = "qa"
 
     def __init__(self, llm: Any, retrievers: dict[str, tuple[Any, Any]] | None = None, retrieval_k: int = 3,
                  max_retrieval_tokens: int = 640, budget: JSONObject | None = None, index_set: str = "",
-                 similarity_cutoff: float | str | None = "auto", no_match_answer: str | None = None) -> None:
+                 similarity_cutoff: float | str | None = "auto", no_match_answer: str | None = None,
+                 first_answer_k: int | None = 1) -> None:
         from loom.evals.qa import question_by_id
 
         super().__init__(llm, budget)
         self.retrievers = dict(retrievers or {})
         self.retrieval_k, self.max_retrieval_tokens = retrieval_k, max_retrieval_tokens
         self.index_set, self.similarity_cutoff, self.no_match_answer = index_set, similarity_cutoff, no_match_answer
+        self.first_answer_k = first_answer_k
         self.questions = question_by_id()
         self.index_info: JSONObject | None = None
 
@@ -142,7 +145,7 @@ class QATarget(ScoredAgentTarget):
     def agent_kwargs(self, scope: str = "") -> dict[str, Any]:
         retriever = self.retrievers[scope][0] if scope in self.retrievers else None
         return {"retriever": retriever, "retrieval_k": self.retrieval_k, "similarity_cutoff": self.similarity_cutoff,
-                "no_match_answer": self.no_match_answer,
+                "no_match_answer": self.no_match_answer, "first_answer_k": self.first_answer_k,
                 "budget": {"max_retrieval_tokens": self.max_retrieval_tokens}}
 
     def score(self, conv: Conversation, out: Outcome, result: Any) -> JSONObject | None:
@@ -179,7 +182,8 @@ class QATarget(ScoredAgentTarget):
         context = "\n".join(h.text for h in hits)
         copy = copy_baseline(context, self.tokenizer, max_tokens)
         fields: JSONObject = {"retrieved_sections": keys, "sources": sources, "copy_not_found": says_not_found(copy),
-                              "unknown_terms": list(getattr(result, "unknown_terms", None) or [])}
+                              "unknown_terms": list(getattr(result, "unknown_terms", None) or []),
+                              "widened": bool(getattr(result, "widened", False))}
         if q.answerable:
             gold = list(q.gold)
             # Was the answer in what the model was shown? (Separates retrieval misses from model misses.)
@@ -253,7 +257,8 @@ async def make_agent_target(workload: Workload, model: str, engine: JSONObject, 
             retrievers, info = await asyncio.to_thread(open_qa_indexes, workload)
         llm = await asyncio.to_thread(AsyncLLM.from_config, EngineConfig(model=model, **engine))
         qa = QATarget(llm, retrievers, p["retrieval_k"], p["max_retrieval_tokens"], budget, p.get("index") or "",
-                      settings.get("similarity_cutoff", "auto"), settings.get("no_match_answer", NOT_FOUND_ANSWER))
+                      settings.get("similarity_cutoff", "auto"), settings.get("no_match_answer", NOT_FOUND_ANSWER),
+                      settings.get("first_answer_k", 1))
         qa.index_info = info
         return qa
     if workload.suite == "tools":

@@ -35,7 +35,7 @@ def test_session_with_index_retrieves_the_owners_documents(alice):
     assert turn["ledger"]["prompt"]["retrieval"]["tokens"] > 0
     # DOC covers three topics in one chunk: "When do backups run?" scores 0.21 against it, under MiniLM's cutoff
     assert turn["retrieval"] == {"sources": [], "no_match": True, "searched_as": None, "unsupported": [],
-                                 "unknown_terms": []}
+                                 "unknown_terms": [], "widened": False}
     focused = alice.post("/v1/sessions", json={"index": True, "similarity_cutoff": None,
                                                "sampling": {"temperature": 0, "max_tokens": 8}}).json()["id"]
     turn = alice.post(f"/v1/sessions/{focused}/messages", json={"content": "When do backups run?"}).json()
@@ -51,7 +51,7 @@ def test_a_docs_qa_session_answers_a_question_naming_a_term_no_document_uses_as_
     turn = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "Does the gateway speak IPv6 multicast?"}).json()
     assert turn["state"] == "done" and turn["answer"] == "Not documented."
     assert turn["retrieval"]["sources"] and turn["retrieval"]["unknown_terms"] == ["multicast"]
-    assert turn["usage"]["completion_tokens"] == 0  # answered without a model call
+    assert turn["usage"]["completion_tokens"] == 0 and not turn["retrieval"]["widened"]  # answered without a model call
     stored = alice.get(f"/v1/sessions/{sid}/messages").json()["data"][0]
     assert stored["retrieval"] == turn["retrieval"]
 
@@ -61,7 +61,7 @@ def test_a_turn_says_when_nothing_in_the_index_was_related_and_the_stored_turn_k
     sid = alice.post("/v1/sessions", json={"index": True, "sampling": {"temperature": 0, "max_tokens": 8}}).json()["id"]
     turn = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "What is the capital of Peru?"}).json()
     assert turn["retrieval"] == {"sources": [], "no_match": True, "searched_as": None, "unsupported": [],
-                                 "unknown_terms": []}
+                                 "unknown_terms": [], "widened": False}
     stored = alice.get(f"/v1/sessions/{sid}/messages").json()["data"][0]
     assert stored["retrieval"] == turn["retrieval"]
     plain = alice.post("/v1/sessions", json={"sampling": {"temperature": 0, "max_tokens": 4}}).json()["id"]

@@ -168,7 +168,9 @@ def test_qa_records_are_scored_by_their_facts_as_whole_tokens(qa_run):
             assert sum(r["classes"][c]["tokens"] for c in PROMPT_CLASSES) == r["prompt_tokens"]
             # a question naming a term the index never uses is answered "not found" with no model call
             model_called = not r.get("unknown_terms")
-            assert sum(r["classes"][c]["tokens"] for c in OUTPUT_CLASSES) == r["output_tokens"] <= 32
+            # 32 tokens a call: a second call when the answer from the top hit was rejected (``widened``)
+            output = sum(r["classes"][c]["tokens"] for c in OUTPUT_CLASSES)
+            assert output == r["output_tokens"] <= 32 * (1 + r.get("widened", False))
             assert (r["output_tokens"] > 0) == model_called
         quality = qa_run.variants[res.name]["quality"]
         assert quality["questions"] + quality["unanswerable"] == len(QUESTIONS)

@@ -5,9 +5,12 @@ over a real MiniLM index."""
 
 from __future__ import annotations
 
+import pytest
+
 from loom.orchestrator import Agent, InMemorySession
 from loom.orchestrator.answer_check import RESTATED
 from loom.orchestrator.events import ContentDelta
+from loom.runtime.errors import InvalidRequestError
 
 from tests.orchestrator.scripted_llm import ScriptedLLM
 
@@ -15,7 +18,8 @@ NOT_FOUND = "The indexed documents do not cover this."
 
 
 async def test_a_docs_qa_agent_replaces_an_ungrounded_answer_and_stores_what_it_said(tokenizer, retriever):
-    llm = ScriptedLLM(tokenizer, ["Use `asyncio.shield_all()` for that.", "Call cancel() on the task."])
+    # ungrounded from the top hit, then again from every hit: the no_match_answer
+    llm = ScriptedLLM(tokenizer, ["Use `asyncio.shield_all()` for that."] * 2 + ["Call cancel() on the task."])
     agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND,
                   condense_question=False)
     session = InMemorySession()
@@ -24,11 +28,47 @@ async def test_a_docs_qa_agent_replaces_an_ungrounded_answer_and_stores_what_it_
     deltas = "".join(ev.text for ev in events if isinstance(ev, ContentDelta))
     assert deltas == result.answer == "The indexed documents do not cover this."  # the made-up name never streamed
     assert result.unsupported == ["asyncio.shield_all()"] and result.steps == 1 and result.retrieved
-    assert result.usage.completion_tokens > 0  # the model's call is still accounted
+    assert result.widened and len(result.usage.calls) == 2  # both of the model's calls are accounted
     result = await agent.arun("How do I cancel an asyncio task, then?", session=session)
     assert result.answer == "Call cancel() on the task." and result.unsupported == []
     prompt = tokenizer.decode(llm.prompts[-1])
     assert "The indexed documents do not cover this." in prompt and "shield_all" not in prompt
+
+
+async def test_the_first_answer_is_made_from_the_top_hit_and_made_again_from_every_hit_when_it_is_ungrounded(
+        tokenizer, retriever):
+    # asyncio.Queue is in queues.md, not in the top hit (Tasks > Cancellation); no cutoff, so every hit is relevant
+    llm = ScriptedLLM(tokenizer, ["Use `asyncio.Queue` for that."] * 2 + ["Call cancel() on it."])
+    agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False,
+                  similarity_cutoff=None)
+    session = InMemorySession()
+    result = await agent.arun("How do I cancel an asyncio task?", session=session)
+    narrow, wide = (tokenizer.decode(p) for p in llm.prompts)
+    assert narrow.count("<document source=") == 1 and "cancel()" in narrow and "Queue" not in narrow
+    assert wide.count("<document source=") == len(result.retrieved) == 4
+    assert (result.answer, result.widened, result.unsupported, result.steps) == (
+        "Use `asyncio.Queue` for that.", True, [], 1)
+    assert len(result.usage.calls) == 2
+    await agent.arun("How do I cancel it twice?", session=session)
+    assert tokenizer.decode(llm.prompts[-1]).startswith(wide)  # the session holds the wide turn, not the narrow one
+
+
+@pytest.mark.parametrize("first_answer_k", [1, None])
+async def test_a_grounded_first_answer_is_the_answer_after_one_call(tokenizer, retriever, first_answer_k):
+    llm = ScriptedLLM(tokenizer, ["Call cancel() on the task."])
+    agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False,
+                  similarity_cutoff=None, first_answer_k=first_answer_k)
+    result = await agent.arun("How do I cancel an asyncio task?", session=InMemorySession())
+    shown = 1 if first_answer_k else 4
+    assert (result.answer, result.widened, len(llm.prompts), len(result.retrieved)) == (
+        "Call cancel() on the task.", False, 1, shown)
+    assert tokenizer.decode(llm.prompts[0]).count("<document source=") == shown
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_first_answer_k_must_be_a_positive_int_or_none(tokenizer, bad):
+    with pytest.raises(InvalidRequestError, match="first_answer_k"):
+        Agent(ScriptedLLM(tokenizer, []), first_answer_k=bad)
 
 
 async def test_an_agent_without_no_match_answer_keeps_its_models_answer(tokenizer, retriever):
@@ -40,10 +80,10 @@ async def test_an_agent_without_no_match_answer_keeps_its_models_answer(tokenize
 
 
 async def test_an_answer_that_restates_the_question_is_the_no_match_answer(tokenizer, retriever):
-    llm = ScriptedLLM(tokenizer, ["You cancel an asyncio task."])
+    llm = ScriptedLLM(tokenizer, ["You cancel an asyncio task."] * 2)  # from the top hit, then from every hit
     agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False)
     result = await agent.arun("How do I cancel an asyncio task?", session=InMemorySession())
-    assert (result.answer, result.unsupported, len(llm.prompts)) == (NOT_FOUND, [RESTATED], 1)
+    assert (result.answer, result.unsupported, len(llm.prompts)) == (NOT_FOUND, [RESTATED], 2)
 
 
 async def test_a_question_naming_a_term_no_document_uses_is_the_no_match_answer_without_a_model_call(
@@ -61,7 +101,7 @@ async def test_a_question_naming_a_term_no_document_uses_is_the_no_match_answer_
 
 async def test_common_words_and_the_documents_own_words_in_other_forms_are_not_unknown(tokenizer, retriever):
     llm = ScriptedLLM(tokenizer, ["Call cancel() on the task."])
-    agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False)
+    agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False, first_answer_k=None)
     # "cancelling" and "scheduled" are the documents' "cancel" and "schedules"; "happens" is common English
     result = await agent.arun("What happens when cancelling a scheduled asyncio task?", session=InMemorySession())
     assert (result.answer, result.unknown_terms, len(llm.prompts)) == ("Call cancel() on the task.", [], 1)
