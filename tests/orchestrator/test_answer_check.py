@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from loom.orchestrator import Agent, InMemorySession
+from loom.orchestrator import Agent, InMemorySession, SQLSession
 from loom.orchestrator.answer_check import RESTATED
 from loom.orchestrator.events import ContentDelta
 from loom.runtime.errors import InvalidRequestError
@@ -35,13 +35,14 @@ async def test_a_docs_qa_agent_replaces_an_ungrounded_answer_and_stores_what_it_
     assert "The indexed documents do not cover this." in prompt and "shield_all" not in prompt
 
 
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
 async def test_the_first_answer_is_made_from_the_top_hit_and_made_again_from_every_hit_when_it_is_ungrounded(
-        tokenizer, retriever):
+        tokenizer, retriever, tmp_path, store):
     # asyncio.Queue is in queues.md, not in the top hit (Tasks > Cancellation); no cutoff, so every hit is relevant
     llm = ScriptedLLM(tokenizer, ["Use `asyncio.Queue` for that."] * 2 + ["Call cancel() on it."])
     agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False,
                   similarity_cutoff=None)
-    session = InMemorySession()
+    session = InMemorySession() if store == "memory" else SQLSession("docs-qa", url=f"sqlite:///{tmp_path}/s.db")
     result = await agent.arun("How do I cancel an asyncio task?", session=session)
     narrow, wide = (tokenizer.decode(p) for p in llm.prompts)
     assert narrow.count("<document source=") == 1 and "cancel()" in narrow and "Queue" not in narrow
