@@ -239,7 +239,8 @@ class Services:
             )
 
     async def stop(self) -> None:
-        """Drain in-flight requests (up to ``drain_timeout_s``), then stop the engine."""
+        """Drain in-flight requests (up to ``drain_timeout_s``), then stop the engine and close the database
+        connections (store, memory, sessions), so a SQLite database is left without ``-wal`` / ``-shm`` files."""
         deadline = time.monotonic() + self.settings.drain_timeout_s
         while self.in_flight > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -249,8 +250,13 @@ class Services:
             self.engine.shutdown()
         for server in (self._mcp or {}).values():
             await asyncio.to_thread(server.close)
+        if self._memory is not None:
+            self._memory.close()
         if self.store is not None:
             self.store.close()
+        from loom.orchestrator.session import dispose_engines
+
+        dispose_engines()  # the sessions' connections: uvicorn re-raises SIGTERM after this, so atexit never runs
 
     # lazily loaded parts ------------------------------------------------------------
     def embedder(self) -> Embedder:

@@ -16,6 +16,7 @@ rewrites stored items.
 
 from __future__ import annotations
 
+import atexit
 import copy
 import json
 import uuid
@@ -118,6 +119,15 @@ def _engine(url: str) -> Any:
         _Base.metadata.create_all(eng)
         _ENGINES[url] = eng
     return _ENGINES[url]
+
+
+@atexit.register
+def dispose_engines() -> None:
+    """Close the pooled connections of every ``SQLSession`` database: a SQLite connection left open when the
+    process ends leaves its ``-wal`` and ``-shm`` files beside the database.  Registered with ``atexit``; the
+    REST server also calls it on shutdown, since uvicorn re-raises SIGTERM after it and ``atexit`` never runs."""
+    for eng in _ENGINES.values():
+        eng.dispose()
 
 
 class SQLSession:

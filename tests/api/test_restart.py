@@ -111,3 +111,18 @@ def test_sessions_survive_restart_and_kill(checkpoint: Path, tmp_path: Path):
             assert t4["state"] == "done" and t4["index"] == 3
     finally:
         third.stop()
+
+
+def test_a_graceful_stop_closes_every_database_connection_leaving_no_wal_file(checkpoint: Path, tmp_path: Path):
+    db = f"sqlite:///{tmp_path / 'stop.db'}"
+    key = cli("keys", "create", "--owner", "dora", "--db", db).strip().splitlines()[-1]
+    server = Server(checkpoint, db, tmp_path, *ENGINE_FLAGS).start()
+    try:
+        with _client(server, key) as c:  # a session turn opens the sessions' own connections too
+            sid = c.post("/v1/sessions", json={"sampling": {"temperature": 0.0, "max_tokens": 4}}).json()["id"]
+            assert c.post(f"/v1/sessions/{sid}/messages", json={"content": "Hi"}).json()["state"] == "done"
+        assert list(tmp_path.glob("stop.db-*"))  # WAL mode: the files exist while connections are open
+        assert server.stop() in (0, -15)
+    finally:
+        server.kill()
+    assert list(tmp_path.glob("stop.db*")) == [tmp_path / "stop.db"]
