@@ -7,6 +7,10 @@ here.
 Items are written to the session as soon as they exist (this turn's inputs
 before the first call, each reply together with its tool results), so an
 interrupted turn loses nothing and never leaves a tool call without results.
+The one exception is a documentation-QA turn whose first answer, made from its
+top hits, fails the answer check: its inputs are taken back and stored again
+showing every relevant hit before the model answers once more
+(``loom.orchestrator.answer_check``).
 
 A call the model already made in this turn with the same arguments (and which
 succeeded) is not run again: it gets the earlier result with a note to answer,
@@ -32,6 +36,7 @@ from loom.tools.base import canonical_json
 
 from loom.orchestrator import answer_check, approval, compaction_hooks, memory_view, relevance, tracing
 from loom.orchestrator import condense as cond
+from loom.orchestrator.context import RetrievalFit
 from loom.orchestrator.events import (
     AgentEvent,
     ApprovalRequiredEvent,
@@ -47,7 +52,6 @@ from loom.orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
 from loom.orchestrator.items import DOCUMENT_END, JSON, Item, PendingCall
 from loom.orchestrator.ledger import Ledger
 from loom.orchestrator.parsers import StreamingParser
-from loom.orchestrator.context import RetrievalFit
 from loom.orchestrator.parts import AgentParts
 from loom.orchestrator.protocols import MemoryHit, MultiQueryRetriever, SearchHit
 from loom.orchestrator.retention import session_key
@@ -119,10 +123,14 @@ class TurnRunner:
     def forget_stored(self) -> None:
         """Take back every item this turn stored: its first model call was refused (a message too long for
         the window, say), and a refused turn must not stay in the history every later turn reloads."""
-        for _ in range(len(self.items) - self._start_len):
-            self.session.pop_item()
-        del self.items[self._start_len:]
+        self._take_back(self._start_len)
         self._pending = []
+
+    def _take_back(self, at: int) -> None:
+        """Remove ``items[at:]`` from the session and from ``items`` (they are the session's last items)."""
+        for _ in range(len(self.items) - at):
+            self.session.pop_item()
+        del self.items[at:]
 
     async def _timed(self, key: str, fn: Callable[..., T], *args: Any) -> T:
         t0 = time.perf_counter()
@@ -171,9 +179,7 @@ class TurnRunner:
         wide, self._wide_fit = self._wide_fit, None
         if wide is None or len(self.items) != self._inputs_end:
             return False
-        for _ in range(self._inputs_end - self._inputs_at):
-            self.session.pop_item()
-        del self.items[self._inputs_at:]
+        self._take_back(self._inputs_at)
         self.result.widened = True
         self._show(wide)
         return True
