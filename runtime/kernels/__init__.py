@@ -154,18 +154,36 @@ def cpu_int8_linear() -> Callable[..., torch.Tensor] | None:
 
 def int8_linear_quantizes_activations(k: int) -> bool:
     """Whether :func:`cpu_int8_linear` rounds ``x`` to int8 blocks for an input size of ``k`` (the kernel is
-    built with ``-march=native``: AVX-512 VNNI and BW on this CPU, and ``k`` a multiple of 64)."""
-    return _cpu_has_vnni() and k % 64 == 0
+    built with ``-march=native``: integer dot products on this CPU, :func:`cpu_integer_dot`, and ``k`` a
+    multiple of 64)."""
+    return cpu_integer_dot() is not None and k % 64 == 0
 
 
-def _cpu_has_vnni() -> bool:
+def cpu_integer_dot() -> str | None:
+    """Which integer dot product the kernels use on this CPU: ``"avx512_vnni"`` (``vpdpbusd``, 64 bytes an
+    instruction), ``"avx2"`` (``vpmaddubsw`` + ``vpmaddwd``, as llama.cpp's AVX2 paths: Zen 1-3 and Intel's
+    client cores, which have no AVX-512), or ``None`` (float32 loops in the int8 kernel; no int4 kernel)."""
     flags = _cpu_flags().split()
-    return "avx512_vnni" in flags and "avx512bw" in flags
+    if "avx512_vnni" in flags and "avx512bw" in flags:
+        return "avx512_vnni"
+    if "avx2" in flags and "fma" in flags:
+        return "avx2"
+    return None
+
+
+def cpu_native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX): there PyTorch's bfloat16 GEMM is
+    the fastest for a quantized layer's prefill chunk; elsewhere oneDNN emulates it (on an AVX2 Zen 3, a
+    ``[512, 896] x [896, 4864]`` product took 340 ms in bfloat16 against 71 ms in float32), and the layers
+    dequantize to float32 instead (:func:`loom.runtime.quantization.int8.prefill_dtype`)."""
+    flags = _cpu_flags().split()
+    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 def cpu_int4_linear() -> Callable[..., torch.Tensor] | None:
     """The int4 weight-only product of a few activation rows in Loom's tile layout; ``None`` without a build
-    or on a CPU without AVX-512 VNNI (``Int4Linear`` then keeps PyTorch's kernel and its layout).
+    or on a CPU with neither AVX-512 VNNI nor AVX2 (:func:`cpu_integer_dot`; ``Int4Linear`` then keeps
+    PyTorch's kernel and its layout).
 
     ``fn(x, tiles, scales_zeros, exponents, group_size) -> y``: ``x`` ``[M, K]`` float32, ``tiles``
     ``[N / 16, K / 8, 64]`` uint8, ``scales_zeros`` ``[N / 16, K / group_size, 2, 16]`` uint8 codes and
@@ -174,14 +192,14 @@ def cpu_int4_linear() -> Callable[..., torch.Tensor] | None:
     ``W = (q - 8) * scale + zero``,
     ``K`` and ``group_size`` multiples of 32; a bad shape or dtype raises ``RuntimeError``.  The layout and
     the arithmetic are in ``int4_linear_cpu.cpp``: activations rounded to llama.cpp's Q8_0 blocks, as in
-    :func:`cpu_int8_linear`, and integer products of the unpacked 4-bit codes (``vpdpbusd``), sixteen output
-    rows a pass.
+    :func:`cpu_int8_linear`, and integer products of the unpacked 4-bit codes (``vpdpbusd``; on AVX2
+    ``vpmaddubsw`` + ``vpmaddwd``), sixteen output rows a pass.
 
     Why a kernel of Loom's own: PyTorch's ``_weight_int4pack_mm_for_cpu`` widens every weight to float
     and read SmolLM2's int4 layers at about 14 GB/s at batch 1 and 2 threads, under the 30-36 GB/s
     the cores read; it was half of the int4 step (3.9 of 7.9 ms a token).
     """
-    if not _cpu_has_vnni() or not _library():
+    if cpu_integer_dot() is None or not _library():
         return None
     kernel: Callable[..., torch.Tensor] = torch.ops.loom.int4_linear.default
     return kernel

@@ -44,6 +44,7 @@ constexpr int64_t kExponentGroups = 8;  // groups sharing one exponent (Int4Line
 #include <immintrin.h>
 
 constexpr int64_t kRows = 4;  // activation rows sharing one pass over a tile
+#define LOOM_INT4_ROWS_4 1
 
 static inline __m512 u8x16_to_ps(const uint8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
@@ -59,7 +60,7 @@ static inline __m512 i8x16_to_ps(const void* p) {
 template <int R>
 static inline void tile_dot(const uint8_t* __restrict tile, const uint8_t* __restrict sz, const int8_t* __restrict ex,
                             const int8_t* const* xq, const float* const* d, const int32_t* const* cs, int64_t K,
-                            int64_t G, __m512* out) {
+                            int64_t G, float* __restrict out) {
   const __m512i low = _mm512_set1_epi8(0x0F);
   __m512 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
@@ -96,8 +97,85 @@ static inline void tile_dot(const uint8_t* __restrict tile, const uint8_t* __res
       acc[i] = _mm512_fmadd_ps(offset, _mm512_set1_ps(d[i][b] * static_cast<float>(cs[i][b])), acc[i]);
     }
   }
-  for (int i = 0; i < R; ++i) out[i] = acc[i];
+  for (int i = 0; i < R; ++i) _mm512_storeu_ps(out + 16 * i, acc[i]);
 }
+#define LOOM_INT4_KERNEL 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+// AVX2 without VNNI (Zen 1-3, Intel client cores), as llama.cpp's AVX2 Q4 products: a tile's 64 bytes are two
+// 32-byte halves (rows 0-7, rows 8-15), and vpmaddubsw (codes unsigned, activations signed) multiplies pairs of
+// codes by pairs of activation codes into int16 lanes, which vpmaddwd sums in pairs into int32 lane r of its
+// half: row r's four products, as vpdpbusd's lane.  A Q8_0 block's four steps of lo and hi halves add up in
+// int16 first (at most 8 * 2 * 15 * 127 = 30,480, no saturation), one vpmaddwd a block.  Two activation rows a
+// pass: AVX2 has 16 vector registers, and four rows' accumulators spill.
+constexpr int64_t kRows = 2;  // activation rows sharing one pass over a tile
+
+static inline __m256 u8x8_to_ps(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
+static inline __m256i i8x8_to_epi32(const void* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+
+// 2^e for int32 lanes e in [-126, 127] (Int4Linear's exponents are clamped there): exact, as vscalefps's factor.
+static inline __m256 pow2(__m256i e) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23));
+}
+
+template <int R>
+static inline void tile_dot(const uint8_t* __restrict tile, const uint8_t* __restrict sz, const int8_t* __restrict ex,
+                            const int8_t* const* xq, const float* const* d, const int32_t* const* cs, int64_t K,
+                            int64_t G, float* __restrict out) {
+  const __m256i low = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+  __m256 acc[R][2];
+  for (int i = 0; i < R; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+  int64_t e_block = -1;
+  __m256 scale_exp[2], zero_exp[2];
+  for (int64_t b = 0; b < K / loom::kQ8Block; ++b) {
+    __m256i sum16[R][2];
+    for (int i = 0; i < R; ++i) sum16[i][0] = sum16[i][1] = _mm256_setzero_si256();
+    for (int64_t s = 0; s < loom::kQ8Block / 8; ++s) {  // four steps of 8 inputs
+      const int64_t j = b * (loom::kQ8Block / 8) + s;
+      for (int h = 0; h < 2; ++h) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tile + j * 64 + 32 * h));
+        const __m256i lo = _mm256_and_si256(v, low), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+        for (int i = 0; i < R; ++i) {
+          int32_t x_lo, x_hi;  // the four activation codes each half multiplies, as one 32-bit word
+          __builtin_memcpy(&x_lo, xq[i] + 8 * j, 4);
+          __builtin_memcpy(&x_hi, xq[i] + 8 * j + 4, 4);
+          const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(x_lo)),
+                                             _mm256_maddubs_epi16(hi, _mm256_set1_epi32(x_hi)));
+          sum16[i][h] = _mm256_add_epi16(sum16[i][h], p);
+        }
+      }
+    }
+    const int64_t g = b * loom::kQ8Block / G;
+    if (g / kExponentGroups != e_block) {  // a new block of eight groups: its exponents, once
+      e_block = g / kExponentGroups;
+      for (int h = 0; h < 2; ++h) {
+        scale_exp[h] = pow2(i8x8_to_epi32(ex + e_block * 32 + 8 * h));
+        zero_exp[h] = pow2(i8x8_to_epi32(ex + e_block * 32 + 16 + 8 * h));
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      // sc * 2^es and zc * 2^ez: exact, the same values as the bfloat16 scales and zeros PyTorch's kernel reads
+      const __m256 scale = _mm256_mul_ps(u8x8_to_ps(sz + g * 32 + 8 * h), scale_exp[h]);
+      const __m256 zero = _mm256_mul_ps(_mm256_cvtepi32_ps(i8x8_to_epi32(sz + g * 32 + 16 + 8 * h)), zero_exp[h]);
+      const __m256 offset = _mm256_fnmadd_ps(_mm256_set1_ps(8.f), scale, zero);  // zero - 8 scale
+      for (int i = 0; i < R; ++i) {
+        const __m256 sums = _mm256_cvtepi32_ps(_mm256_madd_epi16(sum16[i][h], ones));
+        acc[i][h] = _mm256_fmadd_ps(_mm256_mul_ps(scale, _mm256_set1_ps(d[i][b])), sums, acc[i][h]);
+        acc[i][h] = _mm256_fmadd_ps(offset, _mm256_set1_ps(d[i][b] * static_cast<float>(cs[i][b])), acc[i][h]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    _mm256_storeu_ps(out + 16 * i, acc[i][0]);
+    _mm256_storeu_ps(out + 16 * i + 8, acc[i][1]);
+  }
+}
+#define LOOM_INT4_KERNEL 1
 #endif
 
 static at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor& scales_zeros,
@@ -122,7 +200,7 @@ static at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& tiles, cons
                   exponents.is_contiguous(),
               "int4_linear: exponents must be a contiguous int8 [N / 16, ceil(K / group_size / 8), 2, 16] tensor");
   at::Tensor y = at::empty({M, N}, x.options());
-#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+#if defined(LOOM_INT4_KERNEL)
   const int64_t blocks = K / loom::kQ8Block;
   std::vector<int8_t> xq(static_cast<size_t>(M * K));
   std::vector<float> d(static_cast<size_t>(M * blocks));
@@ -152,29 +230,30 @@ static at::Tensor int4_linear(const at::Tensor& x, const at::Tensor& tiles, cons
           dr[i] = &d[(m0 + i) * blocks];
           cr[i] = &cs[(m0 + i) * blocks];
         }
-        __m512 out[kRows];
+        alignas(64) float out[kRows * 16];
         switch (rows) {
           case 1: tile_dot<1>(tile, sz, ex, xr, dr, cr, K, group_size, out); break;
+#if defined(LOOM_INT4_ROWS_4)
           case 2: tile_dot<2>(tile, sz, ex, xr, dr, cr, K, group_size, out); break;
           case 3: tile_dot<3>(tile, sz, ex, xr, dr, cr, K, group_size, out); break;
-          default: tile_dot<4>(tile, sz, ex, xr, dr, cr, K, group_size, out); break;
+#endif
+          default: tile_dot<kRows>(tile, sz, ex, xr, dr, cr, K, group_size, out); break;
         }
         for (int i = 0; i < rows; ++i) {
           const int64_t m = m0 + i;
+          const float* f = out + 16 * i;
           if (bf16) {  // round to nearest even, as a float32 -> bfloat16 cast does
-            alignas(64) float f[16];
-            _mm512_store_ps(f, out[i]);
             c10::BFloat16* yb = y.data_ptr<c10::BFloat16>() + m * N + t * 16;
             for (int e = 0; e < 16; ++e) yb[e] = c10::BFloat16(f[e]);
           } else {
-            _mm512_storeu_ps(y.data_ptr<float>() + m * N + t * 16, out[i]);
+            std::copy(f, f + 16, y.data_ptr<float>() + m * N + t * 16);
           }
         }
       }
     }
   });
 #else
-  TORCH_CHECK(false, "int4_linear: this build has no AVX-512 VNNI (Int4Linear uses PyTorch's kernel then)");
+  TORCH_CHECK(false, "int4_linear: this build has neither AVX-512 VNNI nor AVX2 (Int4Linear uses PyTorch's kernel then)");
 #endif
   return y;
 }

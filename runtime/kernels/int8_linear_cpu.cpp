@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <vector>
 
 #if defined(__AVX512F__)
@@ -106,6 +107,34 @@ static inline float dot_vnni(const int8_t* __restrict xq, const float* __restric
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
 #define LOOM_INT8_VNNI 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+// AVX2 without VNNI (Zen 1-3, Intel client cores): the same Q8_0 activations and integer products, as
+// llama.cpp's AVX2 Q8_0 dot product computes them.  vpmaddubsw takes one unsigned operand, so a block's
+// products are |xq| * (q * sign(xq)): 32 products summed in pairs into 16 int16 lanes (at most 2 * 127 * 127,
+// no saturation), vpmaddwd sums those pairs into 8 int32 lanes, and each block's sum is scaled by its block's
+// scale into float32 accumulators.  Exact integer sums, as vpdpbusd's; only the float32 order differs.
+// xq_abs [K] = |xq| (unsigned), computed once a row of x; K a multiple of 64.
+static inline float dot_avx2(const int8_t* __restrict xq, const uint8_t* __restrict xq_abs,
+                             const float* __restrict block_scale, const int8_t* __restrict q, int64_t K) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int64_t k = 0; k < K; k += 64) {
+    for (int j = 0; j < 2; ++j) {
+      const int64_t o = k + 32 * j;
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + o));
+      const __m256i w = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + o)), x);
+      const __m256i ax = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq_abs + o));
+      const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, w), ones);
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(block_scale[o / 32]), acc[j]);
+    }
+  }
+  const __m256 a = _mm256_add_ps(acc[0], acc[1]);
+  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
+  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+}
+#define LOOM_INT8_AVX2 1
 #endif
 
 static at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale) {
@@ -135,6 +164,29 @@ static at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at
         const float s = static_cast<float>(sp[n]);
         for (int64_t m = 0; m < M; ++m)
           yp[m * N + n] = (dot_vnni(&xq[m * K], &lane_scale[m * K / 4], qp + n * K, K) - offset[m]) * s;
+      }
+    });
+    return bf16 ? y.to(at::kBFloat16) : y;
+  }
+#elif defined(LOOM_INT8_AVX2)
+  if (K % 64 == 0) {
+    const int64_t blocks = K / loom::kQ8Block;
+    std::vector<int8_t> xq(static_cast<size_t>(M * K));
+    std::vector<uint8_t> xq_abs(xq.size());
+    std::vector<float> d(static_cast<size_t>(M * blocks));
+    std::vector<int32_t> code_sum(d.size());
+    for (int64_t m = 0; m < M; ++m) {
+      if (bf16)
+        loom::quantize_q8_0(x.data_ptr<c10::BFloat16>() + m * K, K, &xq[m * K], &d[m * blocks], &code_sum[m * blocks]);
+      else
+        loom::quantize_q8_0(x.data_ptr<float>() + m * K, K, &xq[m * K], &d[m * blocks], &code_sum[m * blocks]);
+    }
+    for (size_t i = 0; i < xq.size(); ++i) xq_abs[i] = static_cast<uint8_t>(std::abs(static_cast<int>(xq[i])));
+    at::parallel_for(0, N, 256, [&](int64_t n0, int64_t n1) {
+      for (int64_t n = n0; n < n1; ++n) {  // one weight row, from L1 for every row of x
+        const float s = static_cast<float>(sp[n]);
+        for (int64_t m = 0; m < M; ++m)
+          yp[m * N + n] = dot_avx2(&xq[m * K], &xq_abs[m * K], &d[m * blocks], qp + n * K, K) * s;
       }
     });
     return bf16 ? y.to(at::kBFloat16) : y;

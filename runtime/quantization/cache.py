@@ -9,8 +9,9 @@ atomically (``loom.runtime.checkpoint.cache.build_atomically``).  The key hashes
 the checkpoint folder's path, its weights' identity
 (:func:`~loom.runtime.checkpoint.tensors.weights_stamp`: the GGUF it names, or
 its safetensors files' sizes and modification times), the method, the
-group size, the dtype, the torch version (the int4 packing is PyTorch's
-own layout) and :data:`FORMAT_VERSION` (what the quantizers put on their grids).  Later loads build the model on the meta
+group size, the dtype, the torch version and, for int4, the packed layout's block rows (the int4 packing
+is PyTorch's own layout, and its AVX-512 and AVX2 builds pack differently:
+:func:`~loom.runtime.quantization.int4.packed_block_rows`) and :data:`FORMAT_VERSION` (what the quantizers put on their grids).  Later loads build the model on the meta
 device (no float weights are allocated), swap in quantized modules of the
 right shapes and assign the cached tensors, so peak memory is about the
 quantized weights.
@@ -26,6 +27,7 @@ import torch
 
 from loom.runtime.checkpoint.cache import build_atomically, loom_cache_root
 from loom.runtime.checkpoint.tensors import weights_stamp
+from loom.runtime.quantization.int4 import packed_block_rows
 from loom.runtime.quantization.stream import quantize_checkpoint, quantized_skeleton
 
 if TYPE_CHECKING:
@@ -43,9 +45,10 @@ _EMBED = "model.embed_tokens.qweight"
 
 def cache_dir(path: Path, method: str, group_size: int, dtype: torch.dtype, root: Path | None = None) -> Path:
     """Where the quantized state of the checkpoint at ``path`` is cached (it may not exist yet)."""
+    layout = f"|packed{packed_block_rows()}" if method == "int4" else ""  # a cache read on another CPU kind
     key = hashlib.sha256(
         f"{path.resolve()}|{weights_stamp(path)}|{method}|{group_size}|{dtype}|{torch.__version__}|"
-        f"{FORMAT_VERSION}".encode())
+        f"{FORMAT_VERSION}{layout}".encode())
     return (root or loom_cache_root() / "quantized") / f"{path.name}-{method}-{key.hexdigest()[:12]}"
 
 

@@ -7,13 +7,15 @@ scales_and_zeros [K / group_size, N, 2])`` computes ``x @ W^T`` with
 ``W[n, k] = (q[n, k] - 8) * scale[g, n] + zero[g, n]``, ``g = k // group_size``.
 
 PyTorch's kernel is a decode kernel (few rows).  From :data:`GEMM_MIN_ROWS` rows on
-(prefill chunks) :class:`Int4Linear` then unpacks its codes to a bfloat16 weight and
-calls the bfloat16 GEMM, as :class:`~loom.runtime.quantization.int8.Int8Linear`
-does.  Unpacking reads the packed layout of PyTorch's AVX-512 CPU kernel: per
-block of 64 output rows, per input channel, 32 bytes whose low nibbles are rows
-0-31 and high nibbles rows 32-63.  :func:`packed_layout_is_known` checks that
-layout once per process on a probe, so a build that packs differently keeps
-the kernel path for every row count instead of computing with wrong weights.
+(prefill chunks) :class:`Int4Linear` then unpacks its codes to a weight in
+:func:`~loom.runtime.quantization.int8.prefill_dtype` (bfloat16 where the CPU multiplies
+it natively, else float32) and calls that GEMM, as
+:class:`~loom.runtime.quantization.int8.Int8Linear` does.  Unpacking reads the packed
+layout of PyTorch's CPU kernel: per block of 64 output rows (its AVX-512 build; 32 in its
+AVX2 build), per input channel, 32 (16) bytes whose low nibbles are the block's first
+half of rows and high nibbles its second.  :func:`packed_block_rows` finds that layout
+once per process on a probe, so a build that packs otherwise keeps the kernel path for
+every row count instead of computing with wrong weights.
 
 Scales and zeros live on an 8-bit block grid (:func:`snap_to_block_grid`): each is an
 integer code (scales in [1, 255], zeros in [-127, 127]) times a power of two that
@@ -45,7 +47,7 @@ import torch
 from torch import nn
 
 from loom.runtime.quantization.cuda import tinygemm_dequantize, tinygemm_matmul, tinygemm_pack
-from loom.runtime.quantization.int8 import ACT_DTYPE, GEMM_MIN_ROWS
+from loom.runtime.quantization.int8 import ACT_DTYPE, GEMM_MIN_ROWS, gemm, prefill_dtype
 
 GROUP_SIZES = (32, 64, 128)
 # Fractions of a group's [min, max] range tried by the clipping search; 1.0 is plain min-max.
@@ -56,16 +58,19 @@ _TILE_ROWS = 16  # output rows per tile of Loom's int4 kernel
 EXPONENT_GROUPS = 8  # groups of a row whose scale (and zero) codes share one power-of-two exponent
 SCALE_CODE_MAX = 255  # scale codes are uint8 in [1, 255]
 ZERO_CODE_MAX = 127  # zero codes are int8 in [-127, 127]
-_layout_known: bool | None = None
+_layout_rows: int | None = None  # packed_block_rows(), 0 once probed and unknown
 logger = logging.getLogger(__name__)
 
 
-def unpack_codes(packed: torch.Tensor, n: int, k: int) -> torch.Tensor:
+def unpack_codes(packed: torch.Tensor, n: int, k: int, block_rows: int | None = None) -> torch.Tensor:
     """The ``[N, K]`` uint8 codes in [0, 15] of ``packed`` (``_convert_weight_to_int4pack_for_cpu``'s ``[N, K / 2]``
-    uint8), for ``N`` divisible by 64; a layout other than the AVX-512 one gives wrong codes
-    (see :func:`packed_layout_is_known`)."""
-    blocks = packed.view(n // _PACK_ROWS, k, _PACK_ROWS // 2)
-    codes = torch.cat([blocks & 15, blocks >> 4], dim=2)  # [N / 64, K, 64]
+    uint8), for ``N`` divisible by 64.  PyTorch packs blocks of ``block_rows`` output rows (its AVX-512 build 64,
+    its AVX2 build 32: per input channel, ``block_rows / 2`` bytes whose low nibbles are the block's first half of
+    rows and high nibbles its second); ``None`` takes this build's (:func:`packed_block_rows`).  Another layout
+    gives wrong codes (see :func:`packed_layout_is_known`)."""
+    rows = block_rows or packed_block_rows() or _PACK_ROWS
+    blocks = packed.view(n // rows, k, rows // 2)
+    codes = torch.cat([blocks & 15, blocks >> 4], dim=2)  # [N / rows, K, rows]
     return codes.transpose(1, 2).reshape(n, k)
 
 
@@ -131,16 +136,26 @@ def from_tiles(tiles: torch.Tensor, scale_zero_codes: torch.Tensor,
 
 def packed_layout_is_known() -> bool:
     """Whether this PyTorch build packs int4 codes as :func:`unpack_codes` reads them (probed once)."""
-    global _layout_known
-    if _layout_known is None:
+    return packed_block_rows() is not None
+
+
+def packed_block_rows() -> int | None:
+    """Rows per block of PyTorch's packed CPU int4 layout in this build and on this CPU: 64 (AVX-512), 32 (AVX2),
+    or ``None`` when a probe packs in neither (probed once)."""
+    global _layout_rows
+    if _layout_rows is None:
         probe = torch.randint(0, 16, (2 * _PACK_ROWS, 64), dtype=torch.int32, generator=torch.Generator().manual_seed(0))
+        _layout_rows = 0
         try:
             packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(probe, 1)
-            _layout_known = packed.shape == (probe.shape[0], probe.shape[1] // 2) and torch.equal(
-                unpack_codes(packed, *probe.shape).to(torch.int32), probe)
         except RuntimeError:
-            _layout_known = False
-    return _layout_known
+            return None
+        for rows in (64, 32):
+            if packed.shape == (probe.shape[0], probe.shape[1] // 2) and torch.equal(
+                    unpack_codes(packed, *probe.shape, block_rows=rows).to(torch.int32), probe):
+                _layout_rows = rows
+                break
+    return _layout_rows or None
 
 
 def quantize_int4(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -347,13 +362,13 @@ class Int4Linear(nn.Module):
             self.bias = self.bias.to(device)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        """``x [T, K]`` bfloat16 -> ``x W^T`` ``[T, N]`` bfloat16, without the bias: Loom's int4 kernel for every
-        row count after :meth:`use_tiles`; else PyTorch's, and from ``gemm_min_rows`` rows the bfloat16 GEMM of
-        the unpacked weight."""
+        """``x [T, K]`` bfloat16 -> ``x W^T`` ``[T, N]`` bfloat16, without the bias: Loom's int4 kernel after
+        :meth:`use_tiles` (every row count where the CPU has VNNI); else PyTorch's; from ``gemm_min_rows`` rows
+        the GEMM of the unpacked weight in :func:`~loom.runtime.quantization.int8.prefill_dtype`."""
         if self.tinygemm:
             return tinygemm_matmul(x, self.packed, self.group_size, self.scales_and_zeros)
         if self.gemm_min_rows is not None and x.shape[0] >= self.gemm_min_rows:
-            return torch.nn.functional.linear(x, self.dequantize(ACT_DTYPE))
+            return gemm(x, self.dequantize(prefill_dtype()))
         if self.tiles is not None:
             return self.tile_matmul(x.contiguous())
         return torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group_size, self.scales_and_zeros)

@@ -9,9 +9,12 @@ and 365.6 at batch 8, Qwen2.5-Coder-0.5B int8 46.0 and 149.1 (the kernel's docst
 Without a build, PyTorch's ``torch.ops.aten._weight_int8pack_mm(x [M, K], q [N, K] int8, scales [N]) ->
 [M, N]`` computes ``x @ (q * scales[:, None]).T`` on bfloat16 activations (where it is fastest on CPU;
 ~2e-2 relative error against float32 sums, against the kernel's ~5e-3 with int8 blocks and ~2e-6
-without).  From :data:`GEMM_MIN_ROWS` rows on (prefill chunks) the layer dequantizes its weight to bfloat16 and calls the bfloat16 GEMM, which on a 2-core
-AVX-512 CPU was 2.5x faster than PyTorch's kernel and 1.8x faster than float32 at 512 rows (SmolLM2's
-shapes; 1.4x / 1.2x at 64, and slower than the kernel at 16).
+without).  From :data:`GEMM_MIN_ROWS` rows on (prefill chunks) the layer dequantizes its weight to
+:func:`prefill_dtype` and calls that GEMM: bfloat16 where the CPU multiplies it natively (on a 2-core
+AVX-512 BF16 CPU 2.5x faster than PyTorch's kernel and 1.8x faster than float32 at 512 rows, SmolLM2's
+shapes; 1.4x / 1.2x at 64, and slower than the kernel at 16), else float32: on an AVX2 CPU oneDNN
+emulates bfloat16, and the bfloat16 GEMM made Qwen2.5-Coder-0.5B int8's 500-token prefill 5.4x slower
+than float32's (19.3 s against 3.6 s on a 2-core Zen 3).
 
 On a CUDA device every row count takes Loom's Triton kernel instead (:mod:`loom.runtime.kernels.cuda_int8_linear`:
 bfloat16 products on the tensor cores, the weight read once), prefill chunks included.
@@ -27,6 +30,22 @@ from torch import nn
 
 ACT_DTYPE = torch.bfloat16
 GEMM_MIN_ROWS = 64
+
+@functools.cache
+def prefill_dtype() -> torch.dtype:
+    """The dtype of a quantized layer's prefill GEMM (its dequantized weight and activations): bfloat16 where the
+    CPU multiplies it natively (:func:`loom.runtime.kernels.cpu_native_bf16`), else float32 (see the module
+    docstring).  The layer's output stays in its input's dtype either way."""
+    from loom.runtime.kernels import cpu_native_bf16
+
+    return torch.bfloat16 if cpu_native_bf16() else torch.float32
+
+
+def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``x [T, K] @ weight [N, K]^T`` in :func:`prefill_dtype` (both cast), returned in ``x``'s dtype."""
+    dtype = prefill_dtype()
+    return torch.nn.functional.linear(x.to(dtype), weight.to(dtype)).to(x.dtype)
+
 
 @functools.cache
 def _decode_kernel() -> Callable[..., torch.Tensor] | None:
@@ -102,13 +121,13 @@ class Int8Linear(nn.Module):
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """``x [T, K]`` bfloat16 -> ``x (q * scales)^T`` ``[T, N]`` bfloat16, without the bias: Loom's decode
         kernel (see the module docstring; PyTorch's int8 kernel without a build), or from
-        :data:`GEMM_MIN_ROWS` rows on the bfloat16 GEMM of the dequantized weight."""
+        :data:`GEMM_MIN_ROWS` rows on the GEMM of the weight dequantized to :func:`prefill_dtype`."""
         decode = self._decode(x.shape[0])
         if decode is not None:
             return decode(x.contiguous(), self.qweight, self.scales)  # bfloat16 in and out
         if x.shape[0] >= GEMM_MIN_ROWS:
-            weight = self.qweight.to(ACT_DTYPE) * self.scales[:, None]  # exact codes, bfloat16 products
-            return torch.nn.functional.linear(x, weight)
+            dtype = prefill_dtype()
+            return gemm(x, self.qweight.to(dtype) * self.scales.to(dtype)[:, None])  # exact codes
         return torch.ops.aten._weight_int8pack_mm(x, self.qweight, self.scales)
 
     def dequantize(self) -> torch.Tensor:

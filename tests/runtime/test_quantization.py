@@ -32,7 +32,7 @@ def test_int8_linear_computes_x_times_its_dequantized_weight_within_bfloat16_rou
     assert _rel(layer.dequantize(), w) < 1e-2  # per-channel int8 error of a gaussian matrix
 
 
-def test_int8_prefill_rows_take_the_bfloat16_gemm_and_agree_with_the_decode_kernel():
+def test_int8_prefill_rows_take_the_prefill_gemm_and_agree_with_the_decode_kernel():
     from loom.runtime.quantization.int8 import GEMM_MIN_ROWS
 
     torch.manual_seed(0)
@@ -53,9 +53,9 @@ def test_int4_linear_computes_x_times_its_dequantized_weight(group):
 
 
 def test_int4_unpacks_the_kernels_layout_to_the_codes_it_was_given():
-    from loom.runtime.quantization.int4 import packed_layout_is_known
+    from loom.runtime.quantization.int4 import packed_block_rows
 
-    assert packed_layout_is_known()  # else prefill chunks fall back to the kernel (slower, still right)
+    assert packed_block_rows() in (64, 32)  # AVX-512 or AVX2 build; else prefill chunks take the kernel (slower)
     torch.manual_seed(0)
     q, s, z = quantize_int4(torch.randn(192, 256) * 0.05, 64)
     layer = Int4Linear.from_codes(q, s, z, 64, None)
@@ -63,7 +63,31 @@ def test_int4_unpacks_the_kernels_layout_to_the_codes_it_was_given():
     assert _rel(layer.dequantize(torch.bfloat16).float(), layer.dequantize()) < 4e-3  # one bfloat16 rounding
 
 
-def test_int4_prefill_chunk_through_the_bfloat16_gemm_matches_the_kernel():
+def test_int4_unpacks_both_of_pytorchs_block_layouts():
+    from loom.runtime.quantization.int4 import unpack_codes
+
+    codes = torch.randint(0, 16, (64, 8), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    for rows in (64, 32):  # per block of rows, per input: low nibbles the first half of rows, high the second
+        blocks = codes.view(64 // rows, rows, 8).transpose(1, 2)  # [blocks, K, rows]
+        packed = (blocks[..., :rows // 2] | (blocks[..., rows // 2:] << 4)).reshape(64, 4)
+        assert torch.equal(unpack_codes(packed, 64, 8, block_rows=rows), codes), rows
+
+
+@pytest.mark.parametrize(("flags", "dtype"), [("fma avx2", torch.float32), ("avx2 avx512f avx512_bf16", torch.bfloat16),
+                                              ("avx2 amx_bf16", torch.bfloat16), ("avx512f avx512_vnni", torch.float32)])
+def test_prefill_gemm_runs_in_bfloat16_only_where_the_cpu_multiplies_it_natively(monkeypatch, flags, dtype):
+    from loom.runtime import kernels
+    from loom.runtime.quantization import int8
+
+    monkeypatch.setattr(kernels, "_cpu_flags", lambda: f"flags : {flags}")
+    int8.prefill_dtype.cache_clear()
+    try:
+        assert int8.prefill_dtype() == dtype  # emulated bfloat16 GEMMs were 4.8x slower than float32 (AVX2)
+    finally:
+        int8.prefill_dtype.cache_clear()
+
+
+def test_int4_prefill_chunk_through_the_prefill_gemm_matches_the_kernel():
     from loom.runtime.quantization.int8 import GEMM_MIN_ROWS
 
     torch.manual_seed(0)
