@@ -134,6 +134,31 @@ static inline float dot_avx2(const int8_t* __restrict xq, const uint8_t* __restr
   const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
   return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
 }
+
+// Four weight rows q[0..3] against one activation row: the activation block is loaded once for the four, four
+// rows stream from memory at once, and one horizontal reduction serves all four (a small layer's rows are
+// 576-1,536 bytes, where one reduction per row was a tenth of the work).  Each row's arithmetic is dot_avx2's
+// with one accumulator instead of two, so it is its own whatever the rows beside it.
+static inline __m128 dot4_avx2(const int8_t* __restrict xq, const uint8_t* __restrict xq_abs,
+                               const float* __restrict block_scale, const int8_t* const* q, int64_t K) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  const char* next = reinterpret_cast<const char*>(q[0] + 8 * K);  // the rows two groups on, read while these are
+  for (int64_t k = 0; k < K; k += 32) {
+    _mm_prefetch(next + 4 * k, _MM_HINT_T0);
+    _mm_prefetch(next + 4 * k + 64, _MM_HINT_T0);
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + k));
+    const __m256i ax = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq_abs + k));
+    const __m256 d = _mm256_set1_ps(block_scale[k / 32]);
+    for (int r = 0; r < 4; ++r) {
+      const __m256i w = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[r] + k)), x);
+      const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, w), ones);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), d, acc[r]);
+    }
+  }
+  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));  // the four rows' sums
+}
 #define LOOM_INT8_AVX2 1
 #endif
 
@@ -182,11 +207,23 @@ static at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at
         loom::quantize_q8_0(x.data_ptr<float>() + m * K, K, &xq[m * K], &d[m * blocks], &code_sum[m * blocks]);
     }
     for (size_t i = 0; i < xq.size(); ++i) xq_abs[i] = static_cast<uint8_t>(std::abs(static_cast<int>(xq[i])));
-    at::parallel_for(0, N, 256, [&](int64_t n0, int64_t n1) {
-      for (int64_t n = n0; n < n1; ++n) {  // one weight row, from L1 for every row of x
-        const float s = static_cast<float>(sp[n]);
-        for (int64_t m = 0; m < M; ++m)
-          yp[m * N + n] = dot_avx2(&xq[m * K], &xq_abs[m * K], &d[m * blocks], qp + n * K, K) * s;
+    at::parallel_for(0, (N + 3) / 4, 64, [&](int64_t g0, int64_t g1) {
+      for (int64_t n = 4 * g0; n < std::min(N, 4 * g1); n += 4) {  // four weight rows, from L1 for every row of x
+        if (n + 4 <= N) {
+          const int8_t* rows[4] = {qp + n * K, qp + (n + 1) * K, qp + (n + 2) * K, qp + (n + 3) * K};
+          const __m128 s = _mm_setr_ps(static_cast<float>(sp[n]), static_cast<float>(sp[n + 1]),
+                                       static_cast<float>(sp[n + 2]), static_cast<float>(sp[n + 3]));
+          for (int64_t m = 0; m < M; ++m) {
+            alignas(16) float out[4];
+            _mm_store_ps(out, _mm_mul_ps(dot4_avx2(&xq[m * K], &xq_abs[m * K], &d[m * blocks], rows, K), s));
+            std::copy(out, out + 4, yp + m * N + n);
+          }
+        } else {
+          for (int64_t r = n; r < N; ++r)
+            for (int64_t m = 0; m < M; ++m)
+              yp[m * N + r] = dot_avx2(&xq[m * K], &xq_abs[m * K], &d[m * blocks], qp + r * K, K) *
+                              static_cast<float>(sp[r]);
+        }
       }
     });
     return bf16 ? y.to(at::kBFloat16) : y;
