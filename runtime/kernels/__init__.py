@@ -129,10 +129,10 @@ def cpu_int8_linear() -> Callable[..., torch.Tensor] | None:
     ``q`` ``[N, K]`` int8, ``scale`` ``[N]`` bfloat16 (all contiguous) and ``y`` ``[M, N]`` float32, one
     dot product per row and output whatever ``M`` is (a row's result does not depend on its batch); a bad
     shape or dtype raises ``RuntimeError``.  Where :func:`int8_linear_quantizes_activations` says so (AVX-512
-    VNNI, ``K`` a multiple of 64) ``x`` is first rounded to int8 in blocks of 32 with a float32 scale each
+    VNNI or AVX2, ``K`` a multiple of 64) ``x`` is first rounded to int8 in blocks of 32 with a float32 scale each
     (llama.cpp's Q8_0, the activation format of its own Q8_0 and Q4 products) and the products are integer
-    (``vpdpbusd``): about 0.5% relative error against the float32 product for Gaussian rows, and on SmolLM2
-    int8 a perplexity of 14.947 against 14.934 with float32 activations (float32's own: 14.863), every
+    (``vpdpbusd``; AVX2: ``vpmaddubsw`` + ``vpmaddwd``, four weight rows a pass): about 0.5% relative error
+    against the float32 product for Gaussian rows, and on SmolLM2 int8 a perplexity of 14.947 against 14.934 with float32 activations (float32's own: 14.863), every
     position decoded through it.  Otherwise the weights are widened to float32 and summed in float32
     (an error of ~2e-6).
 
@@ -143,8 +143,10 @@ def cpu_int8_linear() -> Callable[..., torch.Tensor] | None:
     the memory's rate: decode at 2 threads, medians of 5 interleaved rounds (float32 loop -> int8
     activations), SmolLM2 int8 84.7 -> 98.0 tok/s at batch 1 and 235.0 -> 365.6 at batch 8,
     Qwen2.5-Coder-0.5B int8 37.8 -> 46.0 and 77.8 -> 149.1, and the int4 formats, whose head is int8,
-    1.03-1.06x at batch 1 and 1.13-1.27x at batch 8.  ``python -m benchmarks.int8_linear [THREADS]`` times
-    it per matrix against PyTorch's.
+    1.03-1.06x at batch 1 and 1.13-1.27x at batch 8.  On an AVX2 Zen 3 (no AVX-512), where the float32 loop
+    was the only path, integer products took Qwen2.5-Coder-0.5B int8 from 20.3 to 31.5-37 tok/s at batch 1
+    (a 27 MiB matrix at copy bandwidth: 0.87-0.9 ms against PyTorch's 2.6-3.3 ms).
+    ``python -m benchmarks.int8_linear [THREADS]`` times it per matrix against PyTorch's.
     """
     if not _library():
         return None
