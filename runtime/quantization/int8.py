@@ -23,6 +23,7 @@ bfloat16 products on the tensor cores, the weight read once), prefill chunks inc
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 
 import torch
@@ -39,6 +40,34 @@ def prefill_dtype() -> torch.dtype:
     from loom.runtime.kernels import cpu_native_bf16
 
     return torch.bfloat16 if cpu_native_bf16() else torch.float32
+
+
+SCRATCH_MAX_ELEMENTS = 1 << 25
+"""Largest weight (elements; 128 MiB in float32) a prefill GEMM dequantizes into the thread's reused scratch
+buffer; a larger one (an LM head scoring ``prompt_logprobs``) gets a buffer of its own, freed after the call."""
+
+
+class _Scratch(threading.local):
+    buffer: torch.Tensor | None = None
+
+
+_scratch = _Scratch()
+
+
+def dequantize_rows(qweight: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``qweight [N, K]`` int8 times ``scales [N]`` in ``dtype``, written into this thread's scratch buffer (valid
+    until the next call on the thread; see :data:`SCRATCH_MAX_ELEMENTS`).  A copy and an in-place scale into
+    memory already mapped: on a Zen 3, 1.7 ms for ``[9728, 896]`` against 27.8 ms for ``q.float() * s`` into
+    fresh tensors (page faults on every prefill chunk's every layer, 1.5 s of a 0.5B model's 512-token chunk)."""
+    n = qweight.numel()
+    if n > SCRATCH_MAX_ELEMENTS:
+        out = torch.empty(qweight.shape, dtype=dtype)
+    else:
+        buffer = _scratch.buffer
+        if buffer is None or buffer.numel() < n or buffer.dtype != dtype:
+            buffer = _scratch.buffer = torch.empty(max(n, buffer.numel() if buffer is not None else 0), dtype=dtype)
+        out = buffer[:n].view(qweight.shape)
+    return out.copy_(qweight).mul_(scales.to(dtype)[:, None])
 
 
 def gemm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -126,8 +155,7 @@ class Int8Linear(nn.Module):
         if decode is not None:
             return decode(x.contiguous(), self.qweight, self.scales)  # bfloat16 in and out
         if x.shape[0] >= GEMM_MIN_ROWS:
-            dtype = prefill_dtype()
-            return gemm(x, self.qweight.to(dtype) * self.scales.to(dtype)[:, None])  # exact codes
+            return gemm(x, dequantize_rows(self.qweight, self.scales, prefill_dtype()))  # exact codes
         return torch.ops.aten._weight_int8pack_mm(x, self.qweight, self.scales)
 
     def dequantize(self) -> torch.Tensor:
