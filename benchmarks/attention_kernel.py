@@ -16,7 +16,7 @@ import torch
 from loom.runtime.attention import PagedAttention
 from tests.runtime.test_attention_kernel import _case, _reference, _run_kernel
 
-CASES = [(1, 1024, 16), (4, 1024, 16), (8, 1024, 16), (16, 544, 1), (32, 544, 1), (64, 576, 1),
+CASES = [(1, 64, 1), (1, 1024, 1), (1, 1024, 16), (4, 1024, 16), (8, 1024, 16), (16, 544, 1), (32, 544, 1), (64, 576, 1),
          (128, 640, 1), (512, 1024, 1), (32, 2048, 1), (256, 2048, 1)]  # (query tokens, context, batch)
 
 
