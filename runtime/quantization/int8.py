@@ -65,7 +65,11 @@ def dequantize_rows(qweight: torch.Tensor, scales: torch.Tensor, dtype: torch.dt
     else:
         buffer = _scratch.buffer
         if buffer is None or buffer.numel() < n or buffer.dtype != dtype:
-            buffer = _scratch.buffer = torch.empty(max(n, buffer.numel() if buffer is not None else 0), dtype=dtype)
+            # a normal tensor even when first needed under inference_mode (the engine's), so a later call
+            # outside it may still write it in place
+            with torch.inference_mode(False):
+                buffer = torch.empty(max(n, buffer.numel() if buffer is not None else 0), dtype=dtype)
+            _scratch.buffer = buffer
         out = buffer[:n].view(qweight.shape)
     return out.copy_(qweight).mul_(scales.to(dtype)[:, None])
 

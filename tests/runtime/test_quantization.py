@@ -234,3 +234,15 @@ def test_int4_scales_and_zeros_are_8_bit_codes_under_an_exponent_shared_by_eight
             codes = block / torch.ldexp(torch.ones(()), e.float())
             assert torch.equal(codes, codes.round()), "a scale or zero is not an integer times its block's 2**e"
             assert codes.min() >= lowest and codes.max() <= highest
+
+
+def test_int8_prefill_scratch_first_filled_under_inference_mode_serves_calls_outside_it():
+    from loom.runtime.quantization import int8
+
+    torch.manual_seed(0)
+    layer = Int8Linear.from_float(torch.randn(96, 128) * 0.05, None)
+    x = torch.randn(int8.GEMM_MIN_ROWS, 128)
+    int8._scratch.buffer = None  # this thread's buffer: made by the first call below
+    with torch.inference_mode():
+        inside = layer(x)  # the engine's steps run under inference_mode
+    assert torch.equal(layer(x), inside)  # an in-place write to an inference tensor would raise here
