@@ -159,6 +159,40 @@ static inline __m128 dot4_avx2(const int8_t* __restrict xq, const uint8_t* __res
   const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
   return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));  // the four rows' sums
 }
+
+// dot4_avx2 for two activation rows at once (batched decode): each weight block is loaded once for both, and
+// each (weight row, activation row) pair goes through exactly dot4_avx2's operations, so a row's result is
+// the same whether its neighbour in the batch shares the pass or not.
+static inline void dot4x2_avx2(const int8_t* const* xq, const uint8_t* const* xq_abs, const float* const* block_scale,
+                               const int8_t* const* q, int64_t K, __m128* out) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[2][4];
+  for (int m = 0; m < 2; ++m)
+    for (int r = 0; r < 4; ++r) acc[m][r] = _mm256_setzero_ps();
+  const char* next = reinterpret_cast<const char*>(q[0] + 8 * K);
+  for (int64_t k = 0; k < K; k += 32) {
+    _mm_prefetch(next + 4 * k, _MM_HINT_T0);
+    _mm_prefetch(next + 4 * k + 64, _MM_HINT_T0);
+    __m256i x[2], ax[2];
+    __m256 d[2];
+    for (int m = 0; m < 2; ++m) {
+      x[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[m] + k));
+      ax[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq_abs[m] + k));
+      d[m] = _mm256_set1_ps(block_scale[m][k / 32]);
+    }
+    for (int r = 0; r < 4; ++r) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[r] + k));
+      for (int m = 0; m < 2; ++m) {
+        const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[m], _mm256_sign_epi8(w, x[m])), ones);
+        acc[m][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), d[m], acc[m][r]);
+      }
+    }
+  }
+  for (int m = 0; m < 2; ++m) {
+    const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(acc[m][0], acc[m][1]), _mm256_hadd_ps(acc[m][2], acc[m][3]));
+    out[m] = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  }
+}
 #define LOOM_INT8_AVX2 1
 #endif
 
@@ -213,7 +247,20 @@ static at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at
           const int8_t* rows[4] = {qp + n * K, qp + (n + 1) * K, qp + (n + 2) * K, qp + (n + 3) * K};
           const __m128 s = _mm_setr_ps(static_cast<float>(sp[n]), static_cast<float>(sp[n + 1]),
                                        static_cast<float>(sp[n + 2]), static_cast<float>(sp[n + 3]));
-          for (int64_t m = 0; m < M; ++m) {
+          int64_t m = 0;
+          for (; m + 2 <= M; m += 2) {  // two activation rows a pass over the four weight rows
+            const int8_t* xr[2] = {&xq[m * K], &xq[(m + 1) * K]};
+            const uint8_t* ar[2] = {&xq_abs[m * K], &xq_abs[(m + 1) * K]};
+            const float* dr[2] = {&d[m * blocks], &d[(m + 1) * blocks]};
+            __m128 sums[2];
+            dot4x2_avx2(xr, ar, dr, rows, K, sums);
+            for (int i = 0; i < 2; ++i) {
+              alignas(16) float out[4];
+              _mm_store_ps(out, _mm_mul_ps(sums[i], s));
+              std::copy(out, out + 4, yp + (m + i) * N + n);
+            }
+          }
+          for (; m < M; ++m) {
             alignas(16) float out[4];
             _mm_store_ps(out, _mm_mul_ps(dot4_avx2(&xq[m * K], &xq_abs[m * K], &d[m * blocks], rows, K), s));
             std::copy(out, out + 4, yp + m * N + n);
