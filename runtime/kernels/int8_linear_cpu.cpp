@@ -114,83 +114,41 @@ static inline float dot_vnni(const int8_t* __restrict xq, const float* __restric
 // products are |xq| * (q * sign(xq)): 32 products summed in pairs into 16 int16 lanes (at most 2 * 127 * 127,
 // no saturation), vpmaddwd sums those pairs into 8 int32 lanes, and each block's sum is scaled by its block's
 // scale into float32 accumulators.  Exact integer sums, as vpdpbusd's; only the float32 order differs.
-// xq_abs [K] = |xq| (unsigned), computed once a row of x; K a multiple of 64.
-static inline float dot_avx2(const int8_t* __restrict xq, const uint8_t* __restrict xq_abs,
-                             const float* __restrict block_scale, const int8_t* __restrict q, int64_t K) {
+// Four weight rows q[0..3] against R activation rows (xq, xq_abs = |xq| unsigned, computed once a row of x, and
+// block scales; K a multiple of 32): each weight block is loaded once for the R rows, four weight rows stream
+// from memory at once with the rows two groups on prefetched, and one horizontal reduction serves all four (a
+// small layer's rows are 576-1,536 bytes, where one reduction a row was a tenth of the work).  Every (weight
+// row, activation row) pair goes through the same operations whatever R is, so a row's result does not depend
+// on the rows decoded beside it.
+template <int R>
+static inline void dot4_avx2(const int8_t* const* xq, const uint8_t* const* xq_abs, const float* const* block_scale,
+                             const int8_t* const* q, int64_t K, __m128* out) {
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int64_t k = 0; k < K; k += 64) {
-    for (int j = 0; j < 2; ++j) {
-      const int64_t o = k + 32 * j;
-      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + o));
-      const __m256i w = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + o)), x);
-      const __m256i ax = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq_abs + o));
-      const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, w), ones);
-      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_set1_ps(block_scale[o / 32]), acc[j]);
-    }
-  }
-  const __m256 a = _mm256_add_ps(acc[0], acc[1]);
-  const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  const __m128 h2 = _mm_add_ps(h, _mm_movehl_ps(h, h));
-  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
-}
-
-// Four weight rows q[0..3] against one activation row: the activation block is loaded once for the four, four
-// rows stream from memory at once, and one horizontal reduction serves all four (a small layer's rows are
-// 576-1,536 bytes, where one reduction per row was a tenth of the work).  Each row's arithmetic is dot_avx2's
-// with one accumulator instead of two, so it is its own whatever the rows beside it.
-static inline __m128 dot4_avx2(const int8_t* __restrict xq, const uint8_t* __restrict xq_abs,
-                               const float* __restrict block_scale, const int8_t* const* q, int64_t K) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+  __m256 acc[R][4];
+  for (int m = 0; m < R; ++m)
+    for (int r = 0; r < 4; ++r) acc[m][r] = _mm256_setzero_ps();
   const char* next = reinterpret_cast<const char*>(q[0] + 8 * K);  // the rows two groups on, read while these are
   for (int64_t k = 0; k < K; k += 32) {
     _mm_prefetch(next + 4 * k, _MM_HINT_T0);
     _mm_prefetch(next + 4 * k + 64, _MM_HINT_T0);
-    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + k));
-    const __m256i ax = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq_abs + k));
-    const __m256 d = _mm256_set1_ps(block_scale[k / 32]);
-    for (int r = 0; r < 4; ++r) {
-      const __m256i w = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[r] + k)), x);
-      const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, w), ones);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), d, acc[r]);
-    }
-  }
-  const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
-  return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));  // the four rows' sums
-}
-
-// dot4_avx2 for two activation rows at once (batched decode): each weight block is loaded once for both, and
-// each (weight row, activation row) pair goes through exactly dot4_avx2's operations, so a row's result is
-// the same whether its neighbour in the batch shares the pass or not.
-static inline void dot4x2_avx2(const int8_t* const* xq, const uint8_t* const* xq_abs, const float* const* block_scale,
-                               const int8_t* const* q, int64_t K, __m128* out) {
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[2][4];
-  for (int m = 0; m < 2; ++m)
-    for (int r = 0; r < 4; ++r) acc[m][r] = _mm256_setzero_ps();
-  const char* next = reinterpret_cast<const char*>(q[0] + 8 * K);
-  for (int64_t k = 0; k < K; k += 32) {
-    _mm_prefetch(next + 4 * k, _MM_HINT_T0);
-    _mm_prefetch(next + 4 * k + 64, _MM_HINT_T0);
-    __m256i x[2], ax[2];
-    __m256 d[2];
-    for (int m = 0; m < 2; ++m) {
+    __m256i x[R], ax[R];
+    __m256 d[R];
+    for (int m = 0; m < R; ++m) {
       x[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[m] + k));
       ax[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq_abs[m] + k));
       d[m] = _mm256_set1_ps(block_scale[m][k / 32]);
     }
     for (int r = 0; r < 4; ++r) {
       const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[r] + k));
-      for (int m = 0; m < 2; ++m) {
+      for (int m = 0; m < R; ++m) {
         const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(ax[m], _mm256_sign_epi8(w, x[m])), ones);
         acc[m][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), d[m], acc[m][r]);
       }
     }
   }
-  for (int m = 0; m < 2; ++m) {
+  for (int m = 0; m < R; ++m) {
     const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(acc[m][0], acc[m][1]), _mm256_hadd_ps(acc[m][2], acc[m][3]));
-    out[m] = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+    out[m] = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));  // the four rows' sums
   }
 }
 #define LOOM_INT8_AVX2 1
@@ -243,33 +201,30 @@ static at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at
     for (size_t i = 0; i < xq.size(); ++i) xq_abs[i] = static_cast<uint8_t>(std::abs(static_cast<int>(xq[i])));
     at::parallel_for(0, (N + 3) / 4, 64, [&](int64_t g0, int64_t g1) {
       for (int64_t n = 4 * g0; n < std::min(N, 4 * g1); n += 4) {  // four weight rows, from L1 for every row of x
-        if (n + 4 <= N) {
-          const int8_t* rows[4] = {qp + n * K, qp + (n + 1) * K, qp + (n + 2) * K, qp + (n + 3) * K};
-          const __m128 s = _mm_setr_ps(static_cast<float>(sp[n]), static_cast<float>(sp[n + 1]),
-                                       static_cast<float>(sp[n + 2]), static_cast<float>(sp[n + 3]));
-          int64_t m = 0;
-          for (; m + 2 <= M; m += 2) {  // two activation rows a pass over the four weight rows
-            const int8_t* xr[2] = {&xq[m * K], &xq[(m + 1) * K]};
-            const uint8_t* ar[2] = {&xq_abs[m * K], &xq_abs[(m + 1) * K]};
-            const float* dr[2] = {&d[m * blocks], &d[(m + 1) * blocks]};
-            __m128 sums[2];
-            dot4x2_avx2(xr, ar, dr, rows, K, sums);
-            for (int i = 0; i < 2; ++i) {
-              alignas(16) float out[4];
-              _mm_store_ps(out, _mm_mul_ps(sums[i], s));
-              std::copy(out, out + 4, yp + (m + i) * N + n);
-            }
-          }
-          for (; m < M; ++m) {
+        const int64_t valid = std::min<int64_t>(4, N - n);  // the last group repeats its last row
+        const int8_t* rows[4];
+        alignas(16) float sc[4];
+        for (int r = 0; r < 4; ++r) {
+          const int64_t row = n + std::min<int64_t>(r, valid - 1);
+          rows[r] = qp + row * K;
+          sc[r] = static_cast<float>(sp[row]);
+        }
+        const __m128 s = _mm_load_ps(sc);
+        for (int64_t m = 0; m < M; m += 2) {  // two activation rows a pass over the four weight rows
+          const int R = M - m >= 2 ? 2 : 1;
+          const int8_t* xr[2] = {&xq[m * K], &xq[(m + R - 1) * K]};
+          const uint8_t* ar[2] = {&xq_abs[m * K], &xq_abs[(m + R - 1) * K]};
+          const float* dr[2] = {&d[m * blocks], &d[(m + R - 1) * blocks]};
+          __m128 sums[2];
+          if (R == 2)
+            dot4_avx2<2>(xr, ar, dr, rows, K, sums);
+          else
+            dot4_avx2<1>(xr, ar, dr, rows, K, sums);
+          for (int i = 0; i < R; ++i) {
             alignas(16) float out[4];
-            _mm_store_ps(out, _mm_mul_ps(dot4_avx2(&xq[m * K], &xq_abs[m * K], &d[m * blocks], rows, K), s));
-            std::copy(out, out + 4, yp + m * N + n);
+            _mm_store_ps(out, _mm_mul_ps(sums[i], s));
+            std::copy(out, out + valid, yp + (m + i) * N + n);
           }
-        } else {
-          for (int64_t r = n; r < N; ++r)
-            for (int64_t m = 0; m < M; ++m)
-              yp[m * N + r] = dot_avx2(&xq[m * K], &xq_abs[m * K], &d[m * blocks], qp + r * K, K) *
-                              static_cast<float>(sp[r]);
         }
       }
     });

@@ -40,7 +40,7 @@ def test_the_kernel_builds_where_a_compiler_exists():
     assert kernel is not None, "cpu_int8_linear() returned None: the build failed (see the log)"
 
 
-@pytest.mark.parametrize(("n", "k"), [HEAD, (1536, 576), (576, 1536), (7, 13), (300, 1)])
+@pytest.mark.parametrize(("n", "k"), [HEAD, (1536, 576), (576, 1536), (7, 128), (7, 13), (300, 1)])
 @pytest.mark.parametrize("m", [1, 3])
 def test_rows_equal_the_product_of_the_dequantized_weight_and_the_activations_it_reads(n, k, m):
     layer, weight = _layer(n, k)
