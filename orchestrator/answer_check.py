@@ -3,8 +3,8 @@
 The runner's side of :mod:`loom.orchestrator.grounding`.  An agent with ``no_match_answer`` set
 (a documentation-QA agent) whose retrieval showed passages this turn (:func:`applies`) holds the
 content of each reply that makes no tool call until :func:`reasons` has judged it: a grounded
-reply is the answer, shown as generated; an ungrounded one (unsupported claims, or a restated
-question) is replaced by ``no_match_answer``, and ``RunResult.unsupported`` says why.
+reply is the answer, shown as generated; an ungrounded one (unsupported claims, a restated
+question, or no number for a question about a quantity) is replaced by ``no_match_answer``, and ``RunResult.unsupported`` says why.
 
 **The top passage first.**  Such a turn's first answer is made from the top ``first_answer_k`` (default 1)
 related hits alone (``Agent(first_answer_k=...)``); only when :func:`reasons` rejects it does the model
@@ -36,6 +36,8 @@ from loom.retrieval import terms
 
 #: The reason :func:`reasons` gives for an answer that only restates the question.
 RESTATED = "(restates the question)"
+#: The reason :func:`reasons` gives for an answer to a question about a quantity that states none.
+NO_QUANTITY = "(gives no number)"
 
 
 def applies(run: TurnState) -> bool:
@@ -55,8 +57,8 @@ def unknown_terms(run: TurnState) -> list[str]:
 
 def reasons(run: TurnState, answer: str) -> list[str]:
     """Why ``answer`` does not rest on what the model was shown (every item of the view but its system
-    prompt: passages, tool results, memory, earlier turns): its unsupported claims, or ``[RESTATED]``;
-    empty when it is grounded."""
+    prompt: passages, tool results, memory, earlier turns): its unsupported claims, ``[RESTATED]``, or
+    ``[NO_QUANTITY]`` (a question about a quantity answered without one); empty when it is grounded."""
     shown = [str(i.get("content") or "") for i in run.items if i["kind"] != "user"]
     g = grounding.check(answer, run.message, shown)
-    return list(g.unsupported) or ([RESTATED] if g.restates_question else [])
+    return list(g.unsupported) or ([RESTATED] if g.restates_question else []) or ([NO_QUANTITY] if g.no_quantity else [])

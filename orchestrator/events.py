@@ -153,6 +153,9 @@ class RunResult:
         widened: with ``no_match_answer`` set, the model's first answer, made from the top
             ``first_answer_k`` relevant hits, was ungrounded, so it answered again shown every relevant
             hit (``retrieved``; ``loom.orchestrator.answer_check``): two model calls in ``usage``.
+        rejected: with ``no_match_answer`` set, the model's answers that the check refused, in order
+            (the narrow one before ``widened``, then the wide one when ``unsupported``): never shown
+            nor stored in the session, kept here to see why a turn said ``no_match_answer``.
     """
 
     answer: str = ""
@@ -174,6 +177,7 @@ class RunResult:
     unsupported: list[str] = field(default_factory=list)
     unknown_terms: list[str] = field(default_factory=list)
     widened: bool = False
+    rejected: list[str] = field(default_factory=list)
 
 
 @dataclass

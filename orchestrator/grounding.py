@@ -10,17 +10,24 @@ Guardrails' fact-checking rail), without a model call:
 
 * **Unsupported claims.**  The exact things a documentation answer asserts can be checked
   against the text: code names (backticked spans, calls such as ``product(A, A)``, dotted
-  names, snake_case and camelCase identifiers, ``f()``), quoted literals and numbers.  A claim
+  names, snake_case and camelCase identifiers, ``f()``), quoted literals and numbers (with a unit
+  written on, ``1MB`` or ``30s``, the number and its unit, together or a space apart).  A claim
   the question does not already name must occur in the passages the model was shown (a number
   as a whole number; a dotted name whole, or by its last two or more parts, or by a distinctive
   last part such as ``help_option_names``).
   ``maxdepth``, ``3600``, ``jinja2.ext.case`` occur in none of the passages retrieved for their
   questions; a right answer's ``sort_keys`` does.
+* **No number for a question about a quantity.**  "How many worker threads does heapq.merge use by
+  default?" answered "a default number of worker threads, determined by the system's CPU" names no
+  claim to check, yet does not answer: a question that asks for a quantity (:func:`asks_quantity`:
+  "How many / how much / how long ..." unless it asks "Which ...", "What is the default / maximum / minimum number / port /
+  timeout / size / length ...", "In which year ...") is answered only by an answer that gives one (a
+  number, a number word such as "once", or no limit: "None", "unlimited").
 * **A restated question.**  An answer that says nothing the question did not ("The argument of
   click.option sets a regular expression that the value must match.") names no claim and adds
   no word but function words: it is not an answer.
 
-:func:`check` returns both; an answer with either is *ungrounded*.  An agent with
+:func:`check` returns all three; an answer with any is *ungrounded*.  An agent with
 ``no_match_answer`` set (a documentation-QA agent) replaces an ungrounded answer to a question
 its retrieval showed passages for with that text (``loom.orchestrator.answer_check``).
 
@@ -43,7 +50,9 @@ _CLAIM = re.compile(
     r"|(?P<call>\b[A-Za-z_][\w.]*\([^()\n]{1,40}\))"
     r"|(?P<name>\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?|\b[A-Za-z_]\w*\(\))"
     r"|(?P<ident>\b[A-Za-z]\w*_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z]+[A-Z]\w*\b)"
-    r"|(?P<number>(?<![\w.])\d+(?:\.\d+)?(?![\w]|\.\d))")
+    r"|(?P<number>(?<![\w.])\d+(?:\.\d+)?(?:[A-Za-z]{1,3}(?!\w))?(?!\w|\.\d))")
+# A number with its unit written on (``1MB``, ``30s``, ``64KiB``): the unit may stand apart in the passages.
+_UNIT = re.compile(r"(?P<value>\d+(?:\.\d+)?)(?P<unit>[A-Za-z]+)")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_']+")
 _DISTINCTIVE = re.compile(r"_|[a-z][A-Z]|\d")
 
@@ -67,16 +76,39 @@ class Grounding:
         claims: the answer's checkable claims (code names, quoted literals, numbers) that its question does not name.
         unsupported: those of ``claims`` that occur in none of the passages.
         restates_question: the answer names no claim and adds no word but :data:`FILLER` to its question's.
+        no_quantity: the question asks for a quantity (:func:`asks_quantity`) and the answer gives none.
     """
 
     claims: tuple[str, ...]
     unsupported: tuple[str, ...]
     restates_question: bool
+    no_quantity: bool = False
 
     @property
     def grounded(self) -> bool:
-        """No unsupported claim, and more than the question restated."""
-        return not self.unsupported and not self.restates_question
+        """No unsupported claim, more than the question restated, and a quantity when one is asked for."""
+        return not self.unsupported and not self.restates_question and not self.no_quantity
+
+
+_QUANTITY_QUESTION = re.compile(
+    r"^(?!\s*(?:which|what)\b).*\bhow (?:many|much|long|often)\b|^\s*(?:in )?(?:which|what) year\b"
+    r"|^\s*what is the (?:\w+ )?(?:default|maximum|minimum|max|min)(?: \w+)? (?:number|count|port|timeout|size"
+    r"|length|depth|limit|precision)\b", re.I)
+_QUANTITY = re.compile(
+    r"\d|\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|dozen|hundred|thousand|million"
+    r"|once|twice|none|no limit|no maximum|unlimited|unbounded|infinite|infinitely|any number|arbitrary)\b", re.I)
+
+
+def asks_quantity(question: str) -> bool:
+    """Whether ``question`` asks for a quantity ("How many ...?", "Into how many parts ...?", "What is the
+    default port ...?", "In which year ...?"), which only an answer giving a number (or "none",
+    "unlimited") answers.  "Which argument limits how many ...?" asks for a name, not a quantity."""
+    return _QUANTITY_QUESTION.search(question) is not None
+
+
+def gives_quantity(answer: str) -> bool:
+    """Whether ``answer`` states a quantity: a digit, a number word ("six", "once"), or no limit."""
+    return _QUANTITY.search(answer) is not None
 
 
 def _occurs(text: str, s: str, number: bool = False, ignore_case: bool = False) -> bool:
@@ -113,7 +145,11 @@ def supported(claim: str, kind: str, passages: str) -> bool:
     if not core:
         return True
     if kind == "number":
-        return _occurs(passages, core, number=True)
+        unit = _UNIT.fullmatch(core)
+        if unit is None:
+            return _occurs(passages, core, number=True)
+        pattern = rf"(?<![\w.]){re.escape(unit['value'])}\s?{re.escape(unit['unit'])}(?!\w)"
+        return re.search(pattern, passages, re.I) is not None
     if _occurs(passages, core, ignore_case="." in core):
         return True
     parts = core.split(".")
@@ -137,9 +173,11 @@ def restates(answer: str, question: str, found: list[tuple[str, str]] | None = N
 
 def check(answer: str, question: str, passages: Iterable[str]) -> Grounding:
     """The claims of ``answer`` to ``question``, which of them ``passages`` (the texts the model was
-    shown) do not support, and whether the answer only restates the question."""
+    shown) do not support, whether the answer only restates the question, and whether it leaves a
+    quantity the question asks for unstated."""
     text = "\n".join(passages)
     found = list(dict.fromkeys(claims(answer, question)))  # each claim once, in order
     return Grounding(claims=tuple(c for c, _ in found),
                      unsupported=tuple(c for c, k in found if not supported(c, k, text)),
-                     restates_question=restates(answer, question, found))
+                     restates_question=restates(answer, question, found),
+                     no_quantity=asks_quantity(question) and not gives_quantity(answer))

@@ -441,6 +441,8 @@ class TurnRunner:
                 res.timings.setdefault("ttft", outcome.ledger.ttft_ms)
                 if held is not None and not outcome.calls and outcome.finish_reason != "abort":
                     unsupported = answer_check.reasons(self, outcome.parser.content.strip())
+                    if unsupported:
+                        res.rejected.append(outcome.parser.content.strip())
                     if unsupported and self._widen():
                         continue  # answered again, shown every relevant hit
                     if unsupported:

@@ -171,7 +171,8 @@ class QATarget(ScoredAgentTarget):
         return fields
 
     def _grounding(self, q: Any, out: Outcome, result: Any, max_tokens: int) -> JSONObject:
-        """Where the answer came from: the retrieved sections, the cited ones (gold or not), the copy baseline."""
+        """Where the answer came from: the retrieved sections, the cited ones (gold or not), the copy baseline,
+        and the answers the agent's check refused (``rejected``)."""
         from loom.evals.qa import hit_gold_key, says_not_found, score_answer
         from loom.orchestrator.citations import check_answer
 
@@ -183,7 +184,8 @@ class QATarget(ScoredAgentTarget):
         copy = copy_baseline(context, self.tokenizer, max_tokens)
         fields: JSONObject = {"retrieved_sections": keys, "sources": sources, "copy_not_found": says_not_found(copy),
                               "unknown_terms": list(getattr(result, "unknown_terms", None) or []),
-                              "widened": bool(getattr(result, "widened", False))}
+                              "widened": bool(getattr(result, "widened", False)),
+                              "rejected": list(getattr(result, "rejected", None) or [])}
         if q.answerable:
             gold = list(q.gold)
             # Was the answer in what the model was shown? (Separates retrieval misses from model misses.)

@@ -1,6 +1,6 @@
 """A documentation-QA agent (``no_match_answer`` set) shows an answer only once it rests on the passages it was
-shown (``loom.orchestrator.answer_check``): an ungrounded one (an unsupported claim, a restated question)
-becomes ``no_match_answer``.  A scripted stand-in model (ScriptedLLM: the rule is the agent's, not the model's)
+shown (``loom.orchestrator.answer_check``): an ungrounded one (an unsupported claim, a restated question, no
+number for a question about a quantity) becomes ``no_match_answer``.  A scripted stand-in model (ScriptedLLM: the rule is the agent's, not the model's)
 over a real MiniLM index."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from loom.orchestrator import Agent, InMemorySession, SQLSession
-from loom.orchestrator.answer_check import RESTATED
+from loom.orchestrator.answer_check import NO_QUANTITY, RESTATED
 from loom.orchestrator.events import ContentDelta
 from loom.runtime.errors import InvalidRequestError
 
@@ -29,6 +29,7 @@ async def test_a_docs_qa_agent_replaces_an_ungrounded_answer_and_stores_what_it_
     assert deltas == result.answer == "The indexed documents do not cover this."  # the made-up name never streamed
     assert result.unsupported == ["asyncio.shield_all()"] and result.steps == 1 and result.retrieved
     assert result.widened and len(result.usage.calls) == 2  # both of the model's calls are accounted
+    assert result.rejected == ["Use `asyncio.shield_all()` for that."] * 2  # kept to see why, never shown
     result = await agent.arun("How do I cancel an asyncio task, then?", session=session)
     assert result.answer == "Call cancel() on the task." and result.unsupported == []
     prompt = tokenizer.decode(llm.prompts[-1])
@@ -47,8 +48,8 @@ async def test_the_first_answer_is_made_from_the_top_hit_and_made_again_from_eve
     narrow, wide = (tokenizer.decode(p) for p in llm.prompts)
     assert narrow.count("<document source=") == 1 and "cancel()" in narrow and "Queue" not in narrow
     assert wide.count("<document source=") == len(result.retrieved) == 4
-    assert (result.answer, result.widened, result.unsupported, result.steps) == (
-        "Use `asyncio.Queue` for that.", True, [], 1)
+    assert (result.answer, result.widened, result.unsupported, result.steps, result.rejected) == (
+        "Use `asyncio.Queue` for that.", True, [], 1, ["Use `asyncio.Queue` for that."])
     assert len(result.usage.calls) == 2
     await agent.arun("How do I cancel it twice?", session=session)
     assert tokenizer.decode(llm.prompts[-1]).startswith(wide)  # the session holds the wide turn, not the narrow one
@@ -61,8 +62,8 @@ async def test_a_grounded_first_answer_is_the_answer_after_one_call(tokenizer, r
                   similarity_cutoff=None, first_answer_k=first_answer_k)
     result = await agent.arun("How do I cancel an asyncio task?", session=InMemorySession())
     shown = 1 if first_answer_k else 4
-    assert (result.answer, result.widened, len(llm.prompts), len(result.retrieved)) == (
-        "Call cancel() on the task.", False, 1, shown)
+    assert (result.answer, result.widened, len(llm.prompts), len(result.retrieved), result.rejected) == (
+        "Call cancel() on the task.", False, 1, shown, [])
     assert tokenizer.decode(llm.prompts[0]).count("<document source=") == shown
 
 
@@ -85,6 +86,15 @@ async def test_an_answer_that_restates_the_question_is_the_no_match_answer(token
     agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False)
     result = await agent.arun("How do I cancel an asyncio task?", session=InMemorySession())
     assert (result.answer, result.unsupported, len(llm.prompts)) == (NOT_FOUND, [RESTATED], 2)
+
+
+async def test_a_question_about_a_quantity_answered_without_a_number_is_the_no_match_answer(tokenizer, retriever):
+    vague = "Tasks are cancelled after a default number of seconds set by the event loop."
+    llm = ScriptedLLM(tokenizer, [vague] * 2)
+    agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False)
+    result = await agent.arun("How many seconds does an asyncio task wait before it is cancelled?",
+                              session=InMemorySession())
+    assert (result.answer, result.unsupported, result.rejected) == (NOT_FOUND, [NO_QUANTITY], [vague] * 2)
 
 
 async def test_a_question_naming_a_term_no_document_uses_is_the_no_match_answer_without_a_model_call(

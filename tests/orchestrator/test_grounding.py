@@ -28,6 +28,28 @@ def test_a_number_counts_only_as_a_whole_number():
     assert check("It holds 36001 bytes.", "How many bytes?", passages).grounded
 
 
+def test_a_number_with_its_unit_written_on_is_a_claim_found_with_or_without_a_space():
+    q = "What chunk size does shutil.rmtree use by default when deleting large files?"
+    made_up = check("shutil.rmtree uses a chunk size of 1MB by default.", q, ["shutil.rmtree(path): delete 10 files"])
+    assert made_up.unsupported == ("1MB",)
+    assert check("It uses 1MB.", q, ["a buffer of 1 MB is used"]).grounded
+    assert check("It waits 30s, then 2.5ms.", q, ["timeout=30 s, then 2.5MS"]).grounded
+    assert check("It waits 30s.", q, ["timeout=300 s"]).unsupported == ("30s",)
+
+
+def test_a_question_about_a_quantity_needs_an_answer_that_gives_one():
+    q = "How many worker threads does heapq.merge use by default?"
+    vague = check("heapq.merge uses a default number of worker threads, set by the CPU.", q, ["heapq.merge(*iterables)"])
+    assert vague.no_quantity and not vague.grounded
+    assert check("It uses 4 worker threads.", q, ["merges 4 inputs"]).grounded
+    assert check("It can be used once.", "How many times can nargs=-1 be used?", ["nargs=-1"]).grounded
+    assert check("There is no limit: the cycle is unlimited.", "How many strings can loop.cycle take?", []).grounded
+    assert check("The default port is none: it has no server.", "What is the default port of the server?", []).grounded
+    # "Which argument limits how many ...?" asks for a name, not a quantity
+    assert not check("The `memo` argument.", "Which argument of copy.deepcopy limits how many levels deep it goes?",
+                     ["copy.deepcopy(x, memo=None)"]).no_quantity
+
+
 def test_a_dotted_name_is_found_by_its_last_parts_when_they_are_distinctive():
     passages = ["Context.help_option_names: the names of the help options."]
     q = "Which setting names the help options?"
