@@ -4,7 +4,8 @@ The runner's side of :mod:`loom.orchestrator.grounding`.  An agent with ``no_mat
 (a documentation-QA agent) whose retrieval showed passages this turn (:func:`applies`) holds the
 content of each reply that makes no tool call until :func:`reasons` has judged it: a grounded
 reply is the answer, shown as generated; an ungrounded one (unsupported claims, a restated
-question, or no number for a question about a quantity) is replaced by ``no_match_answer``, and ``RunResult.unsupported`` says why.
+question, or no number for a question about a quantity) is replaced by ``no_match_answer``, and
+``RunResult.unsupported`` says why (``RunResult.rejected`` keeps the refused answers).
 
 **The top passage first.**  Such a turn's first answer is made from the top ``first_answer_k`` (default 1)
 related hits alone (``Agent(first_answer_k=...)``); only when :func:`reasons` rejects it does the model
@@ -61,4 +62,6 @@ def reasons(run: TurnState, answer: str) -> list[str]:
     ``[NO_QUANTITY]`` (a question about a quantity answered without one); empty when it is grounded."""
     shown = [str(i.get("content") or "") for i in run.items if i["kind"] != "user"]
     g = grounding.check(answer, run.message, shown)
-    return list(g.unsupported) or ([RESTATED] if g.restates_question else []) or ([NO_QUANTITY] if g.no_quantity else [])
+    if g.unsupported:
+        return list(g.unsupported)
+    return [RESTATED] if g.restates_question else [NO_QUANTITY] if g.no_quantity else []

@@ -19,10 +19,11 @@ Guardrails' fact-checking rail), without a model call:
   questions; a right answer's ``sort_keys`` does.
 * **No number for a question about a quantity.**  "How many worker threads does heapq.merge use by
   default?" answered "a default number of worker threads, determined by the system's CPU" names no
-  claim to check, yet does not answer: a question that asks for a quantity (:func:`asks_quantity`:
-  "How many / how much / how long ..." unless it asks "Which ...", "What is the default / maximum / minimum number / port /
-  timeout / size / length ...", "In which year ...") is answered only by an answer that gives one (a
-  number, a number word such as "once", or no limit: "None", "unlimited").
+  claim to check, yet does not answer.  A question that asks for a quantity (:func:`asks_quantity`:
+  "How many / how much / how long ...", "What is the default / maximum port, timeout, size, number
+  ...", "In which year ..."; not "Which argument limits how many ...?", which asks for a name) is
+  answered only by an answer that gives one: a number, a number word such as "once", or no limit
+  ("None", "unlimited").
 * **A restated question.**  An answer that says nothing the question did not ("The argument of
   click.option sets a regular expression that the value must match.") names no claim and adds
   no word but function words: it is not an answer.

@@ -440,9 +440,10 @@ class TurnRunner:
                 self.ledgers.append(outcome.ledger)
                 res.timings.setdefault("ttft", outcome.ledger.ttft_ms)
                 if held is not None and not outcome.calls and outcome.finish_reason != "abort":
-                    unsupported = answer_check.reasons(self, outcome.parser.content.strip())
+                    reply = outcome.parser.content.strip()
+                    unsupported = answer_check.reasons(self, reply)
                     if unsupported:
-                        res.rejected.append(outcome.parser.content.strip())
+                        res.rejected.append(reply)
                     if unsupported and self._widen():
                         continue  # answered again, shown every relevant hit
                     if unsupported:

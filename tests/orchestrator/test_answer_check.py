@@ -1,7 +1,7 @@
 """A documentation-QA agent (``no_match_answer`` set) shows an answer only once it rests on the passages it was
-shown (``loom.orchestrator.answer_check``): an ungrounded one (an unsupported claim, a restated question, no
-number for a question about a quantity) becomes ``no_match_answer``.  A scripted stand-in model (ScriptedLLM: the rule is the agent's, not the model's)
-over a real MiniLM index."""
+shown (``loom.orchestrator.answer_check``): an ungrounded one (an unsupported claim, a restated question,
+no number for a question about a quantity) becomes ``no_match_answer``.  A scripted stand-in model
+(ScriptedLLM: the rule is the agent's, not the model's) over a real MiniLM index."""
 
 from __future__ import annotations
 

@@ -39,7 +39,8 @@ def test_a_number_with_its_unit_written_on_is_a_claim_found_with_or_without_a_sp
 
 def test_a_question_about_a_quantity_needs_an_answer_that_gives_one():
     q = "How many worker threads does heapq.merge use by default?"
-    vague = check("heapq.merge uses a default number of worker threads, set by the CPU.", q, ["heapq.merge(*iterables)"])
+    vague = check("heapq.merge uses a default number of worker threads, set by the CPU.", q,
+                  ["heapq.merge(*iterables)"])
     assert vague.no_quantity and not vague.grounded
     assert check("It uses 4 worker threads.", q, ["merges 4 inputs"]).grounded
     assert check("It can be used once.", "How many times can nargs=-1 be used?", ["nargs=-1"]).grounded
