@@ -112,6 +112,8 @@ class Question:
         section: gold section key (:func:`section_key`), ``""`` if none.
         first_sentence: the facts are all in the gold section's :func:`first_sentence` (which
             copying the retrieved text also gets); ``False``: a later part holds one of them.
+        also_gold: other ``(document, section)`` pairs that state the whole answer too (data key
+            ``also_gold``), checked by hand: a citation of one is as right as one of the gold section.
     """
 
     id: str
@@ -121,6 +123,7 @@ class Question:
     document: str = ""
     section: str = ""
     first_sentence: bool = False
+    also_gold: tuple[tuple[str, str], ...] = ()
 
     @property
     def answerable(self) -> bool:
@@ -130,6 +133,11 @@ class Question:
     def gold(self) -> tuple[str, str]:
         """``(document, section)`` the facts are written in."""
         return self.document, self.section
+
+    @property
+    def golds(self) -> tuple[tuple[str, str], ...]:
+        """Every section that states the answer: :attr:`gold`, then :attr:`also_gold`."""
+        return (self.gold, *self.also_gold) if self.answerable else ()
 
     @property
     def module(self) -> str:
@@ -220,14 +228,17 @@ def _parse(item: Any, qa_set: str) -> Question:
         document = f"module/{item['module']}"
     else:
         document = item.get("document", "")
+    also = tuple((str(d), str(k)) for d, k in item.get("also_gold", ()))
     q = Question(item["id"], item["question"], facts, qa_set, document, item.get("section", ""),
-                 bool(item.get("first_sentence")))
+                 bool(item.get("first_sentence")), also)
     if any(not alts for alts in q.facts):
         raise TypeError("a fact without alternatives")
     if bool(item.get("unanswerable")) == q.answerable:
         raise TypeError("needs facts, or 'unanswerable': true and no facts")
     if q.answerable != bool(q.document and q.section):
         raise TypeError("an answerable question needs document and section; an unanswerable one neither")
+    if q.gold in also or (also and not q.answerable):
+        raise TypeError("also_gold: other sections of an answerable question only")
     return q
 
 
@@ -327,14 +338,15 @@ def hit_gold_key(hit: Any, root: Path | None) -> tuple[str, str]:
 
 
 def gold_sections(name: str) -> dict[tuple[str, str], str]:
-    """Text of every section of set ``name``'s gold documents as Loom ingests them, by ``(document, key)``;
-    sections sharing a key (text after an API entry, under the same heading) are joined."""
+    """Text of every section of set ``name``'s gold documents (``gold`` and ``also_gold``) as Loom ingests
+    them, by ``(document, key)``; sections sharing a key (text after an API entry, under the same heading)
+    are joined."""
     from loom.retrieval.loaders import load_file
     from loom.retrieval.stdlib import load_stdlib
 
     root = docs_root(name)
     out: dict[tuple[str, str], str] = {}
-    for document in sorted({q.document for q in load_set(name) if q.document}):
+    for document in sorted({d for q in load_set(name) for d, _ in q.golds}):
         docs = load_stdlib(document) if root is None else [load_file(root / document)]
         for doc in docs:
             for s in doc.sections:

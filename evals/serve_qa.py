@@ -128,12 +128,11 @@ def ask(url: str, questions: Sequence[Any], session: JSONObject) -> list[ServedA
             out = turn.json()
             answer = out.get("answer") or ""
             sources = list((out.get("retrieval") or {}).get("sources") or [])
-            gold = question.section if question.answerable else ""
             records.append(ServedAnswer(
                 id=question.id, qa_set=question.qa_set, question=question.question,
                 answerable=question.answerable, answer=answer, state=out["state"],
                 finish_reason=out.get("finish_reason"), sources=sources,
-                gold_shown=bool(gold) and any(s.endswith(gold) for s in sources),
+                gold_shown=any(s.endswith(key) for _, key in question.golds for s in sources),
                 correct=(score_answer(answer, question.facts).correct if question.answerable
                          else says_not_found(answer)),
                 not_found=says_not_found(answer), completion_tokens=int((out.get("usage") or {}).get(

@@ -187,9 +187,10 @@ class QATarget(ScoredAgentTarget):
                               "widened": bool(getattr(result, "widened", False)),
                               "rejected": list(getattr(result, "rejected", None) or [])}
         if q.answerable:
-            gold = list(q.gold)
+            golds = [list(g) for g in q.golds]  # the gold section, and any other that states the answer
             # Was the answer in what the model was shown? (Separates retrieval misses from model misses.)
-            fields.update(section_retrieved=gold in keys, sources_gold=sum(s == gold for s in sources),
+            fields.update(section_retrieved=any(g in keys for g in golds),
+                          sources_gold=sum(s in golds for s in sources),
                           facts_in_context=bool(hits) and score_answer(context, q.facts).correct,
                           copy_correct=bool(hits) and score_answer(copy, q.facts).correct)
         return fields

@@ -46,6 +46,16 @@ def test_every_fact_is_written_in_the_section_the_question_names(sections):
     assert missing == []  # as whole tokens, as answers are scored
 
 
+def test_every_also_gold_section_exists_and_states_every_fact_of_its_question(sections):
+    also = [(q, key) for q in load_questions() for key in q.also_gold]
+    assert len(also) >= 10
+    for q, key in also:
+        text = sections[q.qa_set].get(key)
+        assert text is not None, f"{q.id}: no also_gold section {key} in {q.qa_set}"
+        assert score_answer(text, q.facts).correct, f"{q.id}: {key} does not state every fact"
+    assert all(q.gold not in q.also_gold for q, _ in also)
+
+
 def test_first_sentence_marks_exactly_the_questions_answered_by_the_gold_sections_first_sentence(sections):
     wrong = [q.id for q in load_questions() if q.answerable and q.first_sentence
              != score_answer(first_sentence(sections[q.qa_set][q.gold]), q.facts).correct]
