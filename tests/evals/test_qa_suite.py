@@ -101,6 +101,32 @@ def test_gold_keys_of_hits_are_paths_under_the_docs_root_and_object_names(tmp_pa
     assert hit_gold_key(mod, None) == ("module/json", "json.dumps") == question_by_id()["json-sort-keys"].gold
 
 
+def test_a_cited_also_gold_section_counts_as_gold_and_as_the_gold_section_shown(real_model):
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from loom.evals.targets.agent import QATarget
+
+    q = question_by_id()["uuid-random"]
+    assert q.gold == ("module/uuid", "uuid") and ("module/uuid", "uuid.uuid4") in q.also_gold
+    target = QATarget(SimpleNamespace(tokenizer=AutoTokenizer.from_pretrained(str(real_model))))
+    uuid4 = Hit("c1", "uuid.uuid4()\n\nGenerate a random UUID.", 1.0, "stdlib:module/uuid", "uuid.uuid4", "uuid",
+                {"object": "uuid.uuid4"})
+    uuid1 = Hit("c2", "uuid.uuid1(node=None, clock_seq=None)\n\nGenerate a UUID from a host ID and the time.", 0.9,
+                "stdlib:module/uuid", "uuid.uuid1", "uuid", {"object": "uuid.uuid1"})
+
+    def grounding(answer: str, hits: list[Hit]) -> dict:
+        return target._grounding(q, SimpleNamespace(text=answer), SimpleNamespace(retrieved=hits), 32)
+
+    right = grounding("The uuid4 function generates a random UUID.", [uuid4, uuid1])
+    assert right["sources"] == [["module/uuid", "uuid.uuid4"]] and right["sources_gold"] == 1
+    assert right["section_retrieved"] is True
+    other = grounding("uuid1 generates a UUID from a host ID and the time.", [uuid1])
+    assert other["sources"] == [["module/uuid", "uuid.uuid1"]] and other["sources_gold"] == 0
+    assert other["section_retrieved"] is False
+
+
 def test_workload_is_every_question_by_default_or_a_seeded_sample_or_named_ids():
     from loom.evals.qa import QA_SETS, load_questions
     from loom.evals.workloads import build
