@@ -6,9 +6,12 @@ Streams the reply (reasoning dimmed, tool calls shown as they happen), then,
 with an index, the sections retrieved for the turn and the ``Sources:`` line
 (each source checked against what was retrieved, :mod:`loom.orchestrator.citations`).
 The session is append-only, so every turn after the first is served mostly from
-the prefix cache.  Slash commands: ``/usage`` prints the session's ledger so
-far (tokens, time and cost by class), ``/reset`` starts a new session,
-``/help`` lists them, ``/exit`` leaves (as do Ctrl-D and Ctrl-C at the prompt);
+the prefix cache.  ``--no-match-answer TEXT`` makes it a documentation-QA chat, as the REST
+session field of that name does: with ``--index``, a question nothing retrieved is related to, or
+whose answer names code, values or numbers none of the shown sections holds (or only restates the
+question), is answered TEXT instead (:mod:`loom.orchestrator.answer_check`).
+Slash commands: ``/usage`` prints the session's ledger so far (tokens, time and cost by class),
+``/reset`` starts a new session, ``/help`` lists them, ``/exit`` leaves (as do Ctrl-D and Ctrl-C at the prompt);
 Ctrl-C during a reply stops the reply and keeps the chat (:mod:`loom.cli.chat_loop`).
 
 Everything a turn needs (model, embedder, FAISS and BM25 index, memory) loads
@@ -43,7 +46,8 @@ def _first_line(exc: BaseException) -> str:
 
 def _build_agent(model: str, index: Path | None, db: str | None, namespace: str, system: str,
                  max_tokens: int, condense_question: str | None = "history",
-                 quantization: str | None = "auto") -> tuple[StoppableEngine, Any]:
+                 quantization: str | None = "auto",
+                 no_match_answer: str | None = None) -> tuple[StoppableEngine, Any]:
     """The engine (stoppable by Ctrl-C) and the agent over ``index`` and ``db``, every lazy part loaded now.
 
     Raises:
@@ -83,7 +87,7 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
     agent = Agent(llm, tools=tools, retriever=retriever, memory=memory, memory_namespace=namespace,
                   system_prompt=system, budget=ContextBudget(reserved_output=max_tokens),
                   sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens),
-                  condense_question=condense_question)
+                  condense_question=condense_question, no_match_answer=no_match_answer if index is not None else None)
     return llm, agent
 
 
@@ -104,6 +108,12 @@ def chat(
                                           "off (as typed)."),
     no_condense_question: bool = typer.Option(False, "--no-condense-question",
                                               help="Same as --condense-question off."),
+    no_match_answer: Optional[str] = typer.Option(None, "--no-match-answer",
+                                                  help="With --index, a documentation-QA chat: the answer when "
+                                                  "nothing retrieved is related, or when the model's answer names "
+                                                  "code or values no shown section holds (e.g. \"The indexed "
+                                                  "documents do not cover this.\"). Default: the model always "
+                                                  "answers."),
 ) -> None:
     """Chat with the agent in the terminal (streaming; /help lists the commands; Ctrl-C stops a reply).
 
@@ -121,6 +131,9 @@ def chat(
     if mode not in ("history", "model", "off"):
         print_error(f"--condense-question: must be history, model or off, got {condense_question!r}")
         raise typer.Exit(2)
+    if no_match_answer is not None and not no_match_answer.strip():
+        print_error("--no-match-answer: must be a non-empty text")
+        raise typer.Exit(2)
     path = resolve_model(console, model, "Without --model, loom chat runs Loom's default model, a real one.")
     if system is None:
         system = DEFAULT_SYSTEM + (" Answer from the retrieved documents when they help. " + CITE_INSTRUCTION
@@ -129,7 +142,7 @@ def chat(
         with spinner("Loading model, embedder and index…"):
             # the name, not the folder: quantization "auto" reads the registered model's format
             llm, agent = _build_agent(model or default_model(), index, db, namespace, system, max_tokens,
-                                      None if mode == "off" else mode, quantization)
+                                      None if mode == "off" else mode, quantization, no_match_answer)
     except SetupError as exc:
         print_error(str(exc))
         raise typer.Exit(2) from None

@@ -2,7 +2,8 @@
 rewrite is shown before the retrieved sections, and --no-condense-question turns it off; run as a
 subprocess, no library log line lands in a streamed answer, and ``-v`` logs the loading, all of it
 before the first prompt.  Ctrl-C during a reply stops the reply (its request aborted, its KV blocks
-freed, the reply so far kept in the session) and the chat goes on; Ctrl-C at the prompt leaves."""
+freed, the reply so far kept in the session) and the chat goes on; Ctrl-C at the prompt leaves.
+With --no-match-answer, a question naming a term the index never uses gets that text."""
 
 from __future__ import annotations
 
@@ -49,6 +50,29 @@ def _chat(real_model, quantization, index, condense: str | None) -> str:
     finally:
         llm.shutdown()
     return console.export_text()
+
+
+def test_no_match_answer_is_the_reply_to_a_question_naming_a_term_the_index_never_uses(
+        real_model, real_quantization, index) -> None:
+    from loom.orchestrator.relevance import NOT_FOUND_ANSWER
+
+    llm, agent = _build_agent(str(real_model), index, None, "default", "You are a helpful assistant.", 24,
+                              quantization=real_quantization, no_match_answer=NOT_FOUND_ANSWER)
+    lines = iter(["Which zipfile argument turns on punycode file names?"])
+
+    def read() -> str:
+        try:
+            return next(lines)
+        except StopIteration:
+            raise EOFError from None
+
+    console = Console(file=io.StringIO(), record=True, width=200, highlight=False)
+    try:
+        chat_loop(console, agent, llm, read)
+    finally:
+        llm.shutdown()
+    out = console.export_text()
+    assert f"assistant> {NOT_FOUND_ANSWER}" in out, out
 
 
 def test_follow_up_shows_what_it_was_searched_as(real_model, real_quantization, index) -> None:
