@@ -33,10 +33,13 @@ def index(tmp_path_factory):
     return path
 
 
-def _chat(real_model, quantization, index, condense: str | None) -> str:
+def _chat(real_model, quantization, index, condense: str | None = "history",
+          questions: tuple[str, ...] = ("How do I extract all members of a zip archive?", "and for tar files?"),
+          no_match_answer: str | None = None) -> str:
+    """The text ``chat_loop`` prints for ``questions`` typed one after another (then end of input)."""
     llm, agent = _build_agent(str(real_model), index, None, "default", "You are a helpful assistant.", 24,
-                              condense_question=condense, quantization=quantization)
-    lines = iter(["How do I extract all members of a zip archive?", "and for tar files?"])
+                              condense_question=condense, quantization=quantization, no_match_answer=no_match_answer)
+    lines = iter(questions)
 
     def read() -> str:
         try:
@@ -56,22 +59,8 @@ def test_no_match_answer_is_the_reply_to_a_question_naming_a_term_the_index_neve
         real_model, real_quantization, index) -> None:
     from loom.orchestrator.relevance import NOT_FOUND_ANSWER
 
-    llm, agent = _build_agent(str(real_model), index, None, "default", "You are a helpful assistant.", 24,
-                              quantization=real_quantization, no_match_answer=NOT_FOUND_ANSWER)
-    lines = iter(["Which zipfile argument turns on punycode file names?"])
-
-    def read() -> str:
-        try:
-            return next(lines)
-        except StopIteration:
-            raise EOFError from None
-
-    console = Console(file=io.StringIO(), record=True, width=200, highlight=False)
-    try:
-        chat_loop(console, agent, llm, read)
-    finally:
-        llm.shutdown()
-    out = console.export_text()
+    question = "Which zipfile argument turns on punycode file names?"
+    out = _chat(real_model, real_quantization, index, questions=(question,), no_match_answer=NOT_FOUND_ANSWER)
     assert f"assistant> {NOT_FOUND_ANSWER}" in out, out
 
 
