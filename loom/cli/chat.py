@@ -87,7 +87,7 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
     agent = Agent(llm, tools=tools, retriever=retriever, memory=memory, memory_namespace=namespace,
                   system_prompt=system, budget=ContextBudget(reserved_output=max_tokens),
                   sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens),
-                  condense_question=condense_question, no_match_answer=no_match_answer if index is not None else None)
+                  condense_question=condense_question, no_match_answer=no_match_answer)
     return llm, agent
 
 
@@ -131,8 +131,9 @@ def chat(
     if mode not in ("history", "model", "off"):
         print_error(f"--condense-question: must be history, model or off, got {condense_question!r}")
         raise typer.Exit(2)
-    if no_match_answer is not None and not no_match_answer.strip():
-        print_error("--no-match-answer: must be a non-empty text")
+    if no_match_answer is not None and (index is None or not no_match_answer.strip()):
+        print_error("--no-match-answer: needs --index and a non-empty text (the reply when the documents "
+                    "do not hold the answer)")
         raise typer.Exit(2)
     path = resolve_model(console, model, "Without --model, loom chat runs Loom's default model, a real one.")
     if system is None:

@@ -15,7 +15,10 @@ from tests.cli.helpers import run_all
 CASES = {
     "serve_unknown_model": (["serve", "no-such-model-xyz", "--no-auth", "--port", "0"], 2, "no-such-model-xyz"),
     "chat_missing_index": (["chat", "--index", "{tmp}/no-index"], 2, "no retrieval index"),
-    "chat_blank_no_match_answer": (["chat", "--no-match-answer", " "], 2, "--no-match-answer: must be a non-empty"),
+    "chat_blank_no_match_answer": (["chat", "--index", "{tmp}", "--no-match-answer", " "], 2,
+                                   "--no-match-answer: needs --index and a non-empty text"),
+    "chat_no_match_answer_without_index": (["chat", "--no-match-answer", "Not in the docs."], 2,
+                                           "--no-match-answer: needs --index"),
     "ingest_missing_path": (["ingest", "{tmp}/no/such/file.md", "--index", "{tmp}/index"], 2, "does not exist"),
     "model_pull_unknown": (["model", "pull", "no-such-model-xyz"], 2, "unknown model 'no-such-model-xyz'"),
     "model_pull_near_miss": (["model", "pull", "smollm2"], 2, "did you mean smollm2-135m-instruct?"),

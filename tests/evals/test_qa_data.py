@@ -5,6 +5,8 @@ prompt's checks refer to real tools and arguments."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from loom.evals.qa import (QA_SETS, contains_fact, first_sentence, gold_sections, load_questions, load_set,
@@ -53,7 +55,17 @@ def test_every_also_gold_section_exists_and_states_every_fact_of_its_question(se
         text = sections[q.qa_set].get(key)
         assert text is not None, f"{q.id}: no also_gold section {key} in {q.qa_set}"
         assert score_answer(text, q.facts).correct, f"{q.id}: {key} does not state every fact"
-    assert all(q.gold not in q.also_gold for q, _ in also)
+
+
+def test_an_also_gold_naming_the_gold_section_itself_is_a_malformed_entry(tmp_path):
+    item = {"id": "x", "question": "Which?", "facts": [["y"]], "module": "json", "section": "json.dumps",
+            "also_gold": [["module/json", "json.dumps"]]}
+    (tmp_path / "qa.json").write_text(json.dumps([item]))
+    with pytest.raises(ValueError, match="entry 0 is malformed"):
+        load_set("stdlib", tmp_path / "qa.json")
+    (tmp_path / "ok.json").write_text(json.dumps([{**item, "also_gold": [["module/json", "json.loads"]]}]))
+    assert load_set("stdlib", tmp_path / "ok.json")[0].golds == (("module/json", "json.dumps"),
+                                                                  ("module/json", "json.loads"))
 
 
 def test_first_sentence_marks_exactly_the_questions_answered_by_the_gold_sections_first_sentence(sections):
