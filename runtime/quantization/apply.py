@@ -28,6 +28,12 @@ QUANTIZATION_METHODS = ("int8", "int4")
 PROJECTIONS = (("self_attn", "qkv_proj"), ("self_attn", "o_proj"), ("mlp", "gate_up_proj"), ("mlp", "down_proj"))
 
 
+def check_method(method: str) -> None:
+    """Raises ValueError unless ``method`` is one of :data:`QUANTIZATION_METHODS`."""
+    if method not in QUANTIZATION_METHODS:
+        raise ValueError(f"quantization: must be one of {QUANTIZATION_METHODS}, got {method!r}")
+
+
 def quantize_model(model: LlamaForCausalLM, method: str, group_size: int = 32) -> LlamaForCausalLM:
     """Quantize ``model``'s linear layers, head and embedding in place (weight-only).
 
@@ -47,8 +53,7 @@ def quantize_model(model: LlamaForCausalLM, method: str, group_size: int = 32) -
             is computed and packed on CPU; :func:`use_cuda_layouts`
             then moves it to a GPU).
     """
-    if method not in QUANTIZATION_METHODS:
-        raise ValueError(f"quantization: must be one of {QUANTIZATION_METHODS}, got {method!r}")
+    check_method(method)
     if model.lm_head.weight.device.type != "cpu":
         raise ValueError("quantization: quantize the model on CPU, then move it (use_cuda_layouts)")
     with torch.no_grad():

@@ -27,6 +27,7 @@ import torch
 
 from loom.runtime.checkpoint.cache import build_atomically, loom_cache_root
 from loom.runtime.checkpoint.tensors import weights_stamp
+from loom.runtime.quantization.apply import check_method
 from loom.runtime.quantization.int4 import packed_block_rows
 from loom.runtime.quantization.stream import quantize_checkpoint, quantized_skeleton
 
@@ -65,9 +66,11 @@ def load_quantized(path: Path, hf_config: PretrainedConfig, *, method: str, grou
         root: cache folder (default ``$LOOM_CACHE/quantized``).
 
     Raises:
-        ValueError: as ``quantize_checkpoint``; OSError: the cache cannot be written.
+        ValueError: an unknown ``method`` (before any cache folder is made), or as ``quantize_checkpoint``;
+            OSError: the cache cannot be written.
         FileNotFoundError / GGUFConversionError: as ``quantize_checkpoint``.
     """
+    check_method(method)
     folder = cache_dir(path, method, group_size, dtype, root)
     if (folder / WEIGHTS).is_file():
         return _from_cache(folder / WEIGHTS, hf_config, method, group_size, dtype, max_positions)

@@ -170,6 +170,17 @@ def test_quantization_with_tensor_parallelism_is_refused_at_config_time():
         EngineConfig(model="m", quantization="int8", tensor_parallel_size=2)
 
 
+def test_an_unknown_method_given_to_the_loader_is_a_value_error_and_makes_no_cache_folder(tiny_checkpoint, tmp_path,
+                                                                                         monkeypatch):
+    from loom.runtime.models.loader import load_hf_config, load_model
+
+    monkeypatch.setenv("LOOM_CACHE", str(tmp_path / "cache"))
+    path = tiny_checkpoint("qwen2")
+    with pytest.raises(ValueError, match="quantization: must be one of"):  # it used to load as int4
+        load_model(path, load_hf_config(path), dtype=torch.float32, device=torch.device("cpu"), quantization="/tmp/x")
+    assert not (tmp_path / "cache").exists()
+
+
 @pytest.mark.parametrize("method", ["int8", "int4"])
 def test_a_cached_quantized_load_equals_the_first_and_builds_no_float_model(method, tiny_checkpoint, tmp_path,
                                                                           monkeypatch):
