@@ -78,7 +78,7 @@ def load_sentence_bert(folder: str | Path, device: str = "cpu") -> "SentenceBert
         return None
     settings = _read(root / "sentence_bert_config.json") or {}
     return SentenceBert(root, config, int(settings.get("max_seq_length") or config["max_position_embeddings"]),
-                        torch.device(device))
+                        torch.device(device), lower_case=bool(settings.get("do_lower_case", False)))
 
 
 class SentenceBert:
@@ -92,9 +92,12 @@ class SentenceBert:
         config: its ``config.json``.
         max_seq_length: tokens read per text, ``[CLS]`` and ``[SEP]`` included; longer texts are truncated.
         device: where the weights live and the forward pass runs.
+        lower_case: lower-case each text before tokenizing (``sentence_bert_config.json``'s ``do_lower_case``,
+            which sentence-transformers applies on top of the tokenizer's own setting).
     """
 
-    def __init__(self, root: Path, config: dict[str, Any], max_seq_length: int, device: torch.device) -> None:
+    def __init__(self, root: Path, config: dict[str, Any], max_seq_length: int, device: torch.device,
+                 lower_case: bool = False) -> None:
         from safetensors.torch import load_file
         from transformers import AutoTokenizer
 
@@ -108,6 +111,7 @@ class SentenceBert:
         prefix = "bert." if "bert.embeddings.word_embeddings.weight" in weights else ""
         self.w = {k[len(prefix):]: v.float() for k, v in weights.items() if k.startswith(prefix)}
         self.device = device
+        self.lower_case = lower_case
         self._lock = threading.Lock()  # encode may be called from worker threads
 
     def get_sentence_embedding_dimension(self) -> int:
@@ -151,11 +155,13 @@ class SentenceBert:
                convert_to_numpy: bool = True, normalize_embeddings: bool = True) -> np.ndarray:
         """Embed ``texts`` -> ``float32 [len(texts), hidden]``, unit rows, in their order.
 
-        Each text is stripped of surrounding whitespace, and texts are batched longest first (both as
+        Each text is stripped of surrounding whitespace (and lower-cased where the model's config says
+        so), and texts are batched longest first (both as
         sentence-transformers does; a batch then pads little).  ``show_progress_bar`` draws a tqdm bar
         over the batches.  ``convert_to_numpy`` and ``normalize_embeddings`` are accepted for
         sentence-transformers' signature: the result is always a normalised numpy array.
         """
+        texts = [t.strip().lower() if self.lower_case else t.strip() for t in texts]
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         out = np.zeros((len(texts), self.hidden), dtype=np.float32)
         starts = range(0, len(texts), batch_size)
@@ -166,7 +172,7 @@ class SentenceBert:
         with self._lock:
             for s in starts:
                 rows = order[s:s + batch_size]
-                enc = self.tokenizer([texts[i].strip() for i in rows], padding=True, truncation="longest_first",
+                enc = self.tokenizer([texts[i] for i in rows], padding=True, truncation="longest_first",
                                      max_length=self.max_seq_length, return_tensors="pt")
                 vecs = self.forward(enc["input_ids"].to(self.device), enc["attention_mask"].to(self.device))
                 out[rows] = vecs.float().cpu().numpy()

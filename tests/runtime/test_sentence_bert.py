@@ -52,6 +52,21 @@ def test_a_folder_pooling_otherwise_than_by_mean_goes_to_sentence_transformers(t
     assert type(load_sentence_encoder(str(folder))).__name__ == "SentenceTransformer"
 
 
+def test_a_model_configured_to_lower_case_its_input_embeds_as_sentence_transformers_does(tmp_path: Path):
+    from sentence_transformers import SentenceTransformer
+
+    folder = tmp_path / "lower"
+    shutil.copytree(default_model_path(), folder)
+    (folder / "tokenizer_config.json").write_text(json.dumps(  # a cased tokenizer: only the setting lower-cases
+        {**json.loads((folder / "tokenizer_config.json").read_text()), "do_lower_case": False}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256, "do_lower_case": True}))
+    texts = ["ZipFile.extractall Extracts ALL Members", "zipfile"]
+    ours = load_sentence_bert(folder)
+    assert ours is not None and ours.lower_case
+    b = SentenceTransformer(str(folder), device="cpu").encode(texts, convert_to_numpy=True, normalize_embeddings=True)
+    assert np.abs(ours.encode(texts) - b).max() < 1e-5
+
+
 def test_searching_with_the_bundled_embedder_never_imports_sentence_transformers(tmp_path: Path):
     script = ("import sys; from loom.retrieval import Embedder; Embedder(device='cpu').encode(['zip archive']); "
               "print(sorted(m for m in ('sentence_transformers', 'transformers.modeling_utils') if m in sys.modules))")
