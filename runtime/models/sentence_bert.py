@@ -65,11 +65,13 @@ def load_sentence_bert(folder: str | Path, device: str = "cpu") -> "SentenceBert
 
     Raises:
         OSError: the folder's weights or tokenizer cannot be read.
+        ValueError: one of its JSON files is malformed.
     """
     root = Path(folder)
     modules = _read(root / "modules.json")
     config = _read(root / "config.json")
-    if not isinstance(modules, list) or [m.get("type") for m in modules] != _MODULES or not isinstance(config, dict):
+    types = [m.get("type") if isinstance(m, dict) else m for m in modules] if isinstance(modules, list) else None
+    if types != _MODULES or not isinstance(config, dict):
         return None
     pooling = _read(root / modules[1].get("path", "") / "config.json") or {}
     modes = {k for k, v in pooling.items() if k.startswith("pooling_mode_") and v}
