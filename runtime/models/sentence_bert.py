@@ -36,15 +36,17 @@ _MODULES = ["sentence_transformers.models.Transformer", "sentence_transformers.m
             "sentence_transformers.models.Normalize"]
 
 
-def load_sentence_encoder(path: str, device: str = "cpu") -> Any:
+def load_sentence_encoder(path: str, device: str | None = "cpu") -> Any:
     """The sentence encoder at ``path`` (a folder, or a sentence-transformers name in the local Hugging Face
-    cache) on ``device``: a :class:`SentenceBert` when the folder is a plain Sentence-BERT one
-    (:func:`load_sentence_bert`), else a ``sentence_transformers.SentenceTransformer``.  Both offer
+    cache) on ``device`` (``None``: CUDA when a GPU is visible, else CPU): a :class:`SentenceBert` when the
+    folder is a plain Sentence-BERT one (:func:`load_sentence_bert`), else a ``sentence_transformers.SentenceTransformer``.  Both offer
     ``tokenizer``, ``max_seq_length``, ``get_sentence_embedding_dimension()`` and ``encode``.
 
     Raises:
         OSError, ValueError: as sentence-transformers, for a model that cannot be loaded.
     """
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
     logger.info("loading embedder %s on %s", path, device)
     native = load_sentence_bert(path, device) if os.path.isdir(path) else None
     if native is not None:

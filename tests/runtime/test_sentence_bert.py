@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from loom.retrieval.embedder import default_model_path
 from loom.runtime.models.sentence_bert import SentenceBert, load_sentence_bert, load_sentence_encoder
@@ -74,7 +73,10 @@ def test_searching_with_the_bundled_embedder_never_imports_sentence_transformers
     assert out.stdout.strip() == "[]", out.stdout
 
 
-@pytest.mark.parametrize("texts", [[], ["one"]])
-def test_encode_keeps_the_order_and_shape_of_its_input(texts):
-    vecs = load_sentence_bert(default_model_path()).encode(texts)
-    assert vecs.shape == (len(texts), 384)
+def test_rows_come_back_in_input_order_though_batches_run_longest_first():
+    encoder = load_sentence_bert(default_model_path())
+    texts = ["zip", "How do I extract all members of a zip archive into a folder?", "tar files", ""]
+    together = encoder.encode(texts, batch_size=2)
+    alone = np.concatenate([encoder.encode([t]) for t in texts])
+    assert together.shape == (4, 384) and np.abs(together - alone).max() < 1e-5
+    assert encoder.encode([]).shape == (0, 384)
