@@ -39,8 +39,9 @@ _MODULES = ["sentence_transformers.models.Transformer", "sentence_transformers.m
 def load_sentence_encoder(path: str, device: str | None = "cpu") -> Any:
     """The sentence encoder at ``path`` (a folder, or a sentence-transformers name in the local Hugging Face
     cache) on ``device`` (``None``: CUDA when a GPU is visible, else CPU): a :class:`SentenceBert` when the
-    folder is a plain Sentence-BERT one (:func:`load_sentence_bert`), else a ``sentence_transformers.SentenceTransformer``.  Both offer
-    ``tokenizer``, ``max_seq_length``, ``get_sentence_embedding_dimension()`` and ``encode``.
+    folder is a plain Sentence-BERT one (:func:`load_sentence_bert`), else a
+    ``sentence_transformers.SentenceTransformer``.  Both offer ``tokenizer``, ``max_seq_length``,
+    ``get_sentence_embedding_dimension()`` and ``encode``.
 
     Raises:
         OSError, ValueError: as sentence-transformers, for a model that cannot be loaded.
