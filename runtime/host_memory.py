@@ -26,6 +26,12 @@ instead of fresh mappings (its dynamic mmap threshold), and the holes between ke
 SmolLM2's int8 load grew by 3x its weights instead of 1.1x.  :func:`release_free_memory` (glibc
 ``malloc_trim``) returns them; the quantizing loader calls it after each layer, :func:`use_huge_pages` after
 each tensor it moves.
+
+**Zeroed memory on demand.**  :func:`zeros` is ``torch.zeros`` for a large CPU tensor without writing it:
+an anonymous mapping, which the kernel fills with zero pages as they are first touched (``calloc``'s
+way for large blocks).  The KV pool is sized up front (1 GiB by default on a CPU) and most of its blocks
+wait for a long context; ``torch.zeros`` wrote all of it at engine start (0.7 s, and 1 GiB resident from
+the first second), this maps it and leaves resident only the blocks a request writes.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import math
+import mmap
 import os
 import sys
 from collections.abc import Callable
@@ -96,6 +104,21 @@ def use_huge_pages(model: nn.Module) -> int:
         del tensor
         release_free_memory()  # the old copy's heap pages too, before the next copy touches more of the arena
     return total + HUGE_PAGE
+
+
+def zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A contiguous CPU tensor of ``shape`` and ``dtype`` holding zeros, in an anonymous mapping of its own
+    whose pages are mapped (zero-filled by the kernel) when first touched, so none is resident until written.
+
+    The mapping lives as long as the tensor (and views of it).  Equal to ``torch.zeros(shape, dtype=dtype)``.
+
+    Raises:
+        ValueError: ``shape`` has no elements (a mapping cannot be empty).
+    """
+    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    if nbytes == 0:
+        raise ValueError(f"zeros: shape {shape} has no elements")
+    return torch.frombuffer(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE), dtype=dtype).view(shape)
 
 
 def tensor_key(t: torch.Tensor) -> tuple[int, torch.dtype, tuple[int, ...]]:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from loom.runtime import host_memory
 from loom.runtime.attention import DECODE_GROUP, AttentionMetadata, DecodeGroup, PrefillSeq, flash_attn_varlen_func
 from loom.runtime.kernels import KERNEL_MAX_QUERY_LEN, cpu_paged_attention
 from loom.runtime.models.llama import LlamaForCausalLM
@@ -107,9 +108,10 @@ class ModelRunner:
         self.device = device
         layers = model.attention_layers()
         first = layers[0]
-        self.kv_cache = torch.zeros(
-            2, len(layers), num_blocks * block_size, first.num_kv_heads, first.head_dim, dtype=dtype, device=device
-        )
+        shape = (2, len(layers), num_blocks * block_size, first.num_kv_heads, first.head_dim)
+        # zeros on the host are mapped, not written: only the blocks requests fill become resident
+        self.kv_cache = host_memory.zeros(shape, dtype) if device.type == "cpu" else \
+            torch.zeros(shape, dtype=dtype, device=device)
         for i, layer in enumerate(layers):
             layer.k_cache, layer.v_cache = self.kv_cache[0, i], self.kv_cache[1, i]
         self._ws: tuple[torch.Tensor, torch.Tensor] = (torch.empty(0, 0), torch.empty(0, 0))

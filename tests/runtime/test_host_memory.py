@@ -1,5 +1,6 @@
 """``loom.runtime.host_memory``: a model's weights moved into one huge-page arena keep their values, sharing
-and layout, and the arena is marked for transparent huge pages (the kernel's ``hg`` flag on its mapping)."""
+and layout, and the arena is marked for transparent huge pages (the kernel's ``hg`` flag on its mapping);
+``zeros`` (the KV pool's memory) is zero and resident only where written."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from loom.runtime.host_memory import ALIGN, HUGE_PAGE, enabled, release_free_memory, use_huge_pages
+from loom.runtime.host_memory import ALIGN, HUGE_PAGE, enabled, release_free_memory, use_huge_pages, zeros
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="huge pages are Linux-only")
 
@@ -82,3 +83,28 @@ def test_a_model_under_one_huge_page_is_not_moved():
     ptr = model.weight.data_ptr()
     assert use_huge_pages(model) == 0 and model.weight.data_ptr() == ptr
     release_free_memory()  # callable anywhere (a no-op off glibc)
+
+
+def _anonymous_kib(address: int) -> int:
+    """Resident anonymous KiB (pages this process wrote) of the mapping holding ``address`` (``/proc/self/smaps``)."""
+    inside = False
+    for line in open("/proc/self/smaps"):
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            inside = lo <= address < hi
+        elif inside and head == "Anonymous:":
+            return int(line.split()[1])
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+def test_zeros_are_zero_and_only_the_pages_written_become_resident():
+    kv = zeros((2, 3, 4096, 2, 64), torch.float32)  # 12 MiB, the shape of a small KV pool
+    assert kv.shape == (2, 3, 4096, 2, 64) and kv.dtype == torch.float32 and kv.is_contiguous()
+    assert torch.equal(kv, torch.zeros_like(kv))  # reads map the kernel's shared zero page: nothing of its own
+    assert _anonymous_kib(kv.data_ptr()) == 0
+    kv[1, 2, :16] = 1.0  # one block of 16 slots: 8 KiB
+    assert 8 <= _anonymous_kib(kv.data_ptr()) <= 16
+    assert kv.sum().item() == 16 * 2 * 64
+    with pytest.raises(ValueError, match="no elements"):
+        zeros((0, 8), torch.float32)
