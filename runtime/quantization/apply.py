@@ -69,8 +69,9 @@ def quantize_model(model: LlamaForCausalLM, method: str, group_size: int = 32) -
 
 def use_cpu_kernel_layouts(model: nn.Module) -> int:
     """Move every int4 layer of a loaded ``model`` to Loom's int4 kernel and its tile layout where it is built
-    (:meth:`Int4Linear.use_tiles`); returns how many moved.  The loader calls it after the quantized
-    cache, which keeps PyTorch's layout, is read or written."""
+    (:meth:`Int4Linear.use_tiles`); returns how many moved (again on a second call).  The quantized cache calls
+    it before writing, so it stores the tile layout; the loader calls it after reading, for a cache written where
+    the kernel was not built (and for :func:`~loom.runtime.quantization.quantize_model`'s models)."""
     return sum(m.use_tiles() for m in model.modules() if isinstance(m, Int4Linear))
 
 

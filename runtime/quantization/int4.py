@@ -332,12 +332,31 @@ class Int4Linear(nn.Module):
         for row in range(0, n, _PACK_ROWS):  # a block of rows at a time: no [N, K] temporaries at load
             block = unpack_codes(self.packed[row:row + _PACK_ROWS], _PACK_ROWS, k)
             tiles[row // _TILE_ROWS:(row + _PACK_ROWS) // _TILE_ROWS] = tile_codes(block)
+        self._install_tiles(tiles, scale_zero_codes, exponents)
+        return True
+
+    def load_tiles(self, tiles: torch.Tensor, scale_zero_codes: torch.Tensor, exponents: torch.Tensor) -> None:
+        """Take this layer's weight in the tile layout, as :meth:`use_tiles` left it and the quantized cache
+        stored it (:func:`to_tiles`'s three tensors, on CPU): Loom's int4 kernel then computes it; where that kernel
+        is not built, the same codes, scales and zeros are packed back into PyTorch's layout."""
+        from loom.runtime.kernels import cpu_int4_linear
+
+        if cpu_int4_linear() is not None:
+            self._install_tiles(tiles, scale_zero_codes, exponents)
+            return
+        codes, scales_and_zeros = from_tiles(tiles, scale_zero_codes, exponents)
+        self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
+        self.scales_and_zeros = scales_and_zeros
+        self.tiles = self.tile_scales_zeros = self.tile_exponents = None
+
+    def _install_tiles(self, tiles: torch.Tensor, scale_zero_codes: torch.Tensor, exponents: torch.Tensor) -> None:
+        from loom.runtime.kernels import cpu_int4_linear
+
         self.tiles, self.tile_scales_zeros, self.tile_exponents = tiles, scale_zero_codes, exponents
         self._tile_kernel = cpu_int4_linear()
         self.gemm_min_rows = None  # prefill chunks too: faster than unpacking to bfloat16 for the GEMM (see above)
         self.packed = torch.empty(0, dtype=torch.uint8)
         self.scales_and_zeros = torch.empty(0, dtype=ACT_DTYPE)
-        return True
 
     def use_tinygemm(self, device: torch.device) -> None:
         """Move this layer to CUDA ``device`` in tinygemm's layout (:mod:`loom.runtime.quantization.cuda`): the same

@@ -110,7 +110,7 @@ def test_the_engine_moves_every_int4_layer_to_the_kernel_and_agrees_with_pytorch
     assert layers and all(m.tiles is not None for m in layers)
     assert use_cpu_kernel_layouts(engine.runner.model) == len(layers)  # already moved: each says so again
     ours = run_to_completion(engine, [(str(i), p, params) for i, p in enumerate(prompts)])
-    monkeypatch.setattr("loom.runtime.quantization.use_cpu_kernel_layouts", lambda model: 0)  # PyTorch's kernel
+    monkeypatch.setattr("loom.runtime.kernels.cpu_int4_linear", lambda: None)  # as without the kernel: PyTorch's
     engine = make_engine(path, quantization="int4")
     assert all(m.tiles is None for m in engine.runner.model.modules() if isinstance(m, Int4Linear))
     theirs = run_to_completion(engine, [(str(i), p, params) for i, p in enumerate(prompts)])

@@ -257,3 +257,33 @@ def test_int8_prefill_scratch_first_filled_under_inference_mode_serves_calls_out
     with torch.inference_mode():
         inside = layer(x)  # the engine's steps run under inference_mode
     assert torch.equal(layer(x), inside)  # an in-place write to an inference tensor would raise here
+
+
+def test_the_int4_cache_stores_the_tile_layout_and_a_process_without_the_kernel_packs_it_back(tiny_checkpoint, tmp_path,
+                                                                                              monkeypatch):
+    import json
+
+    from loom.runtime import kernels
+    from loom.runtime.models.loader import load_hf_config, load_model
+    from loom.runtime.quantization.cache import WEIGHTS, cache_dir
+
+    if kernels.cpu_int4_linear() is None:
+        pytest.skip("Loom's int4 kernel is not built here (no C++ compiler): the cache keeps PyTorch's layout")
+    monkeypatch.setenv("LOOM_CACHE", str(tmp_path))
+    path = tiny_checkpoint("qwen2")
+    cfg = load_hf_config(path)
+    tiled = load_model(path, cfg, dtype=torch.float32, device=torch.device("cpu"), quantization="int4")
+    file = cache_dir(path, "int4", 32, torch.float32) / WEIGHTS
+    with open(file, "rb") as f:
+        stored = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    name = "model.layers.0.self_attn.qkv_proj"
+    assert stored[f"{name}.tiles"]["shape"][0] > 0 and stored[f"{name}.packed"]["shape"] == [0]  # read, not made
+
+    monkeypatch.setattr(kernels, "cpu_int4_linear", lambda: None)
+    packed = load_model(path, cfg, dtype=torch.float32, device=torch.device("cpu"), quantization="int4")
+    layers = [(a, b) for a, b in zip(tiled.modules(), packed.modules()) if isinstance(a, Int4Linear)]
+    assert layers and all(a.tiles is not None and b.tiles is None and b.packed.numel() > 0 for a, b in layers)
+    assert all(torch.equal(a.dequantize(), b.dequantize()) for a, b in layers)  # the same weights in both layouts
+    x = torch.randn(3, cfg.hidden_size)
+    a, b = layers[0]
+    assert torch.allclose(a(x), b(x), rtol=0.02, atol=0.02)  # Loom's kernel rounds x to 8 bits, PyTorch's to bfloat16
