@@ -110,7 +110,8 @@ def zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     """A contiguous CPU tensor of ``shape`` and ``dtype`` holding zeros, in an anonymous mapping of its own
     whose pages are mapped (zero-filled by the kernel) when first touched, so none is resident until written.
 
-    The mapping lives as long as the tensor (and views of it).  Equal to ``torch.zeros(shape, dtype=dtype)``.
+    The mapping lives as long as the tensor (and views of it).  Equal to ``torch.zeros(shape, dtype=dtype)``,
+    which it is where ``mmap`` has no private mappings (Windows).
 
     Raises:
         ValueError: ``shape`` has no elements (a mapping cannot be empty).
@@ -118,6 +119,8 @@ def zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
     nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     if nbytes == 0:
         raise ValueError(f"zeros: shape {shape} has no elements")
+    if not hasattr(mmap, "MAP_PRIVATE"):  # Windows: no anonymous private mappings through this module
+        return torch.zeros(shape, dtype=dtype)
     return torch.frombuffer(mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE), dtype=dtype).view(shape)
 
 
