@@ -242,8 +242,8 @@ class LlamaForCausalLM(nn.Module):
         self.tie_weights()
 
     def tie_weights(self) -> None:
-        """Share the embedding with the head when the config ties them (again after materializing the meta model, which
-        gives each module its own new tensor)."""
+        """Share the embedding with the head when the config ties them (again after the loader materializes the
+        meta model, which gives each module its own new tensor)."""
         if getattr(self.config, "tie_word_embeddings", False):
             self.lm_head.weight = self.model.embed_tokens.weight
 

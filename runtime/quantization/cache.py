@@ -47,6 +47,7 @@ WEIGHTS = "weights.safetensors"
 FORMAT_VERSION = 3
 """Raised when the quantizers' output or the stored layout changes, so older caches are rebuilt (2: int4 scales and
 zeros on the 8-bit block grid; 3: int4 layers in the tile layout where the kernel is built)."""
+_TILED = ("tiles", "tile_scales_zeros", "tile_exponents")  # an Int4Linear's buffers in the tile layout
 _TIED = "lm_head.qweight"
 _EMBED = "model.embed_tokens.qweight"
 
@@ -107,9 +108,8 @@ def _from_cache(file: Path, hf_config: PretrainedConfig, method: str, group_size
         state[_TIED] = state[_EMBED]
     for name, module in model.named_modules():
         if isinstance(module, Int4Linear) and f"{name}.tiles" in state:
-            tiled = ("tiles", "tile_scales_zeros", "tile_exponents")
-            module.load_tiles(*(state.pop(f"{name}.{part}") for part in tiled))
-            for part in ("packed", "scales_and_zeros", *tiled):  # the layout it took (tiles, or packed back)
+            module.load_tiles(*(state.pop(f"{name}.{part}") for part in _TILED))
+            for part in ("packed", "scales_and_zeros", *_TILED):  # the layout it took (tiles, or packed back)
                 if getattr(module, part) is not None:
                     state[f"{name}.{part}"] = getattr(module, part)
     model.load_state_dict(state, strict=True, assign=True)

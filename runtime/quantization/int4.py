@@ -332,7 +332,7 @@ class Int4Linear(nn.Module):
         for row in range(0, n, _PACK_ROWS):  # a block of rows at a time: no [N, K] temporaries at load
             block = unpack_codes(self.packed[row:row + _PACK_ROWS], _PACK_ROWS, k)
             tiles[row // _TILE_ROWS:(row + _PACK_ROWS) // _TILE_ROWS] = tile_codes(block)
-        self._install_tiles(tiles, scale_zero_codes, exponents)
+        self._install_tiles(cpu_int4_linear(), tiles, scale_zero_codes, exponents)
         return True
 
     def load_tiles(self, tiles: torch.Tensor, scale_zero_codes: torch.Tensor, exponents: torch.Tensor) -> None:
@@ -341,19 +341,19 @@ class Int4Linear(nn.Module):
         is not built, the same codes, scales and zeros are packed back into PyTorch's layout."""
         from loom.runtime.kernels import cpu_int4_linear
 
-        if cpu_int4_linear() is not None:
-            self._install_tiles(tiles, scale_zero_codes, exponents)
+        kernel = cpu_int4_linear()
+        if kernel is not None:
+            self._install_tiles(kernel, tiles, scale_zero_codes, exponents)
             return
         codes, scales_and_zeros = from_tiles(tiles, scale_zero_codes, exponents)
         self.packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(codes.to(torch.int32).contiguous(), 1)
         self.scales_and_zeros = scales_and_zeros
         self.tiles = self.tile_scales_zeros = self.tile_exponents = None
 
-    def _install_tiles(self, tiles: torch.Tensor, scale_zero_codes: torch.Tensor, exponents: torch.Tensor) -> None:
-        from loom.runtime.kernels import cpu_int4_linear
-
+    def _install_tiles(self, kernel: Callable[..., torch.Tensor], tiles: torch.Tensor, scale_zero_codes: torch.Tensor,
+                       exponents: torch.Tensor) -> None:
         self.tiles, self.tile_scales_zeros, self.tile_exponents = tiles, scale_zero_codes, exponents
-        self._tile_kernel = cpu_int4_linear()
+        self._tile_kernel = kernel
         self.gemm_min_rows = None  # prefill chunks too: faster than unpacking to bfloat16 for the GEMM (see above)
         self.packed = torch.empty(0, dtype=torch.uint8)
         self.scales_and_zeros = torch.empty(0, dtype=ACT_DTYPE)
