@@ -319,7 +319,8 @@ class Int4Linear(nn.Module):
         if self.tiles is not None:
             return True
         n, k, g = self.out_features, self.in_features, self.group_size
-        if (cpu_int4_linear() is None or n % _PACK_ROWS or k % 32 or g % 32 or not packed_layout_is_known()
+        kernel = cpu_int4_linear()
+        if (kernel is None or n % _PACK_ROWS or k % 32 or g % 32 or not packed_layout_is_known()
                 or self.packed.device.type != "cpu"):
             return False
         try:
@@ -332,7 +333,7 @@ class Int4Linear(nn.Module):
         for row in range(0, n, _PACK_ROWS):  # a block of rows at a time: no [N, K] temporaries at load
             block = unpack_codes(self.packed[row:row + _PACK_ROWS], _PACK_ROWS, k)
             tiles[row // _TILE_ROWS:(row + _PACK_ROWS) // _TILE_ROWS] = tile_codes(block)
-        self._install_tiles(cpu_int4_linear(), tiles, scale_zero_codes, exponents)
+        self._install_tiles(kernel, tiles, scale_zero_codes, exponents)
         return True
 
     def load_tiles(self, tiles: torch.Tensor, scale_zero_codes: torch.Tensor, exponents: torch.Tensor) -> None:
