@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from loom.api.cache_scope import cache_salt
 from loom.api.engine_io import engine_max_model_len
 from loom.api.schemas.chat import NamedToolChoice
-from loom.api.schemas.sessions import SessionCreate, TurnOut, TurnRetrieval
+from loom.api.schemas.sessions import SessionCreate, SessionSampling, TurnOut, TurnRetrieval
 from loom.api.services import Services
 from loom.api.store import Turn
 from loom.orchestrator.events import AgentEvent, DoneEvent, RunResult, UsageEvent
@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the orchestrator's agent and sessions load on a session's f
     from loom.orchestrator.ledger import Ledger
     from loom.orchestrator.session import Session
     from loom.retrieval import Hit, Retriever
+    from loom.runtime import SamplingParams
     from loom.tools.base import Tool
 
 log = logging.getLogger(__name__)
@@ -118,14 +119,22 @@ def check_budget(services: Services, cfg: SessionCreate) -> None:
             f"the model's {window}-token window", param="sampling.max_tokens") from None
 
 
+def session_sampling_params(s: SessionSampling) -> SamplingParams:
+    """The engine's ``SamplingParams`` of a session's ``sampling`` (the same names, field for field)."""
+    from loom.runtime import SamplingParams
+
+    return SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
+                          repetition_penalty=s.repetition_penalty, frequency_penalty=s.frequency_penalty,
+                          presence_penalty=s.presence_penalty, max_tokens=s.max_tokens, seed=s.seed,
+                          stop=list(s.stop))
+
+
 def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Agent:
     """An ``orchestrator.Agent`` for one turn of a session with config ``cfg``."""
     from loom.orchestrator import Agent, ContextBudget
-    from loom.runtime import SamplingParams
 
     s = cfg.sampling
-    sampling = SamplingParams(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k,
-                              max_tokens=s.max_tokens, seed=s.seed, stop=list(s.stop))
+    sampling = session_sampling_params(s)
     ns = cfg.memory_namespace
     return Agent(
         services.require_engine(),

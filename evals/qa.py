@@ -211,6 +211,21 @@ def says_not_found(answer: str) -> bool:
     return _NOT_FOUND.search(normalize(answer.replace("\u2019", "'"))) is not None
 
 
+def repeats(answer: str, n: int = 8, times: int = 3) -> bool:
+    """Whether ``answer`` loops: some run of ``n`` words occurs ``times`` times or more (a degenerate reply,
+    such as one sentence written over and over until ``max_tokens``).  Words are white-space separated
+    and compared case-insensitively; a code example that repeats a line twice does not count.
+    """
+    words = normalize(answer).split()
+    counts: dict[tuple[str, ...], int] = {}
+    for i in range(len(words) - n + 1):
+        gram = tuple(words[i:i + n])
+        counts[gram] = counts.get(gram, 0) + 1
+        if counts[gram] >= times:
+            return True
+    return False
+
+
 _SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
 
 

@@ -13,15 +13,16 @@ does, each step a real command or request:
    sessions (``no_match_answer``: the answer when nothing retrieved is related or the model's
    answer is ungrounded).  ``--questions-per-session K`` asks K consecutive questions in one session
    instead, one after another, as a user asking on does; the summary then splits accuracy by the
-   question's place (a session's first turn, its later turns).
+   question's place (a session's first turn, its later turns).  ``--sampling JSON`` sets the
+   sessions' ``sampling`` (e.g. ``'{"repetition_penalty": 1.1}'``; default: the server's).
 
 Each answer is scored as the ``qa`` suite scores it: right when it holds every fact
 (:func:`loom.evals.qa.score_answer`), and for an unanswerable question when it says the documents
 do not hold the answer (:func:`loom.evals.qa.says_not_found`).  Prints accuracy, "not found",
-the share of turns shown a gold section, of replies cut at ``max_tokens`` and the mean answer
-length, per set; ``--json PATH`` writes every record.  The in-process ``qa`` suite
-(``loom eval run --suite qa``) asks the same questions of an ``Agent`` directly with its own
-system prompt and 64 answer tokens; this one measures what the REST path and its defaults give.
+the share of turns shown a gold section, of replies cut at ``max_tokens``, of replies that loop
+(:func:`loom.evals.qa.repeats`) and the mean answer length, per set; ``--json PATH`` writes every
+record.  The in-process ``qa`` suite (``loom eval run --suite qa``) asks the same questions of an
+``Agent`` directly with its own system prompt and 64 answer tokens; this one measures what the REST path and its defaults give.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class ServedAnswer:
     correct: bool
     not_found: bool
     completion_tokens: int
+    repeats: bool = False  # the reply loops (loom.evals.qa.repeats)
     turn: int = 1  # the question's place in its session (1: a fresh session)
 
 
@@ -115,7 +117,7 @@ def ask(url: str, questions: Sequence[Any], session: JSONObject) -> list[ServedA
     answer scored."""
     import httpx
 
-    from loom.evals.qa import says_not_found, score_answer
+    from loom.evals.qa import repeats, says_not_found, score_answer
 
     records = []
     with httpx.Client(base_url=url, timeout=600) as client:
@@ -136,16 +138,18 @@ def ask(url: str, questions: Sequence[Any], session: JSONObject) -> list[ServedA
                 correct=(score_answer(answer, question.facts).correct if question.answerable
                          else says_not_found(answer)),
                 not_found=says_not_found(answer), completion_tokens=int((out.get("usage") or {}).get(
-                    "completion_tokens", 0)), turn=turn_index))
+                    "completion_tokens", 0)), turn=turn_index, repeats=repeats(answer)))
     return records
 
 
 def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, seed: int = 0,
         system: str | None = None, no_match_answer: str | None = None, concurrency: int = 4,
-        workdir: Path | None = None, questions_per_session: int = 1) -> list[ServedAnswer]:
+        workdir: Path | None = None, questions_per_session: int = 1,
+        sampling: JSONObject | None = None) -> list[ServedAnswer]:
     """Ask each set's questions (a seeded sample of ``num_questions`` per set, or all) through a server
     serving that set's docs, ``questions_per_session`` consecutive questions in one session (one after
-    another, as a user asking on); returns the records in question order."""
+    another, as a user asking on); ``sampling``: the sessions' ``sampling`` fields (default: the
+    server's); returns the records in question order."""
     if questions_per_session < 1:
         raise ValueError(f"questions_per_session must be at least 1, got {questions_per_session}")
     from loom.evals.qa import load_set
@@ -155,6 +159,8 @@ def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, se
         session["system_prompt"] = system
     if no_match_answer is not None:
         session["no_match_answer"] = no_match_answer
+    if sampling:
+        session["sampling"] = dict(sampling)
     records: list[ServedAnswer] = []
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         for qa_set in qa_sets:
@@ -182,6 +188,7 @@ def summary(records: Sequence[ServedAnswer]) -> JSONObject:
                 "false_not_found": sum(r.not_found for r in ans) / len(ans) if ans else None,
                 "gold_shown": sum(r.gold_shown for r in ans) / len(ans) if ans else None,
                 "cut_at_max_tokens": sum(r.finish_reason == "length" for r in rs) / len(rs) if rs else None,
+                "repeats": _share([r.repeats for r in rs]),
                 "mean_completion_tokens": sum(r.completion_tokens for r in rs) / len(rs) if rs else None,
                 "accuracy_first_turn": _accuracy([r for r in ans if r.turn == 1]),
                 "accuracy_later_turns": _accuracy([r for r in ans if r.turn > 1]),
@@ -218,6 +225,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--concurrency", type=int, default=4, help="sessions in flight")
     parser.add_argument("--questions-per-session", type=int, default=1,
                         help="consecutive questions asked in one session, one after another (default 1)")
+    parser.add_argument("--sampling", default=None, type=json.loads,
+                        help='the sessions\' sampling fields as JSON, e.g. \'{"repetition_penalty": 1.1}\'')
     parser.add_argument("--json", default=None, help="write the records and the summary here")
     args = parser.parse_args(argv)
     sets = [s.strip() for s in args.qa_sets.split(",") if s.strip()]
@@ -225,12 +234,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     if unknown:
         parser.error(f"--qa-sets: unknown set {unknown[0]!r} (known: {', '.join(QA_SETS)})")
     records = run(args.model or default_model(), sets, args.num_questions, args.seed, args.system,
-                  args.no_match_answer, args.concurrency, questions_per_session=args.questions_per_session)
+                  args.no_match_answer, args.concurrency, questions_per_session=args.questions_per_session,
+                  sampling=args.sampling)
     result = summary(records)
     for name, b in result.items():
         print(f"{name:7s} accuracy {pct(b['accuracy'])} of {b['answerable']}, not found {pct(b['not_found'])} of "
               f"{b['unanswerable']}, gold section shown {pct(b['gold_shown'])}, cut at max_tokens "
-              f"{pct(b['cut_at_max_tokens'])}, mean answer {b['mean_completion_tokens'] or 0:.1f} tokens"
+              f"{pct(b['cut_at_max_tokens'])}, looping {pct(b['repeats'])}, "
+              f"mean answer {b['mean_completion_tokens'] or 0:.1f} tokens"
               + (f"; accuracy at a session's first turn {pct(b['accuracy_first_turn'])}, at later turns "
                  f"{pct(b['accuracy_later_turns'])}" if args.questions_per_session > 1 else ""))
     if args.json:

@@ -31,12 +31,21 @@ class _Strict(BaseModel):
 
 
 class SessionSampling(_Strict):
-    """Sampling of every model call of the session's turns (``SamplingParams`` names)."""
+    """Sampling of every model call of the session's turns (``SamplingParams`` names).
+
+    Greedy and without penalties by default: each penalty lost answers on served documentation
+    questions (docs/serving.md, "Sessions")."""
 
     temperature: float = Field(default=0.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
     top_k: int = Field(default=0, ge=-1)
     max_tokens: int = Field(default=256, ge=1)
+    repetition_penalty: float = Field(default=1.0, gt=0.0, description="CTRL-style (Keskar et al. 2019) on the "
+                                      "tokens of the prompt and the output: > 1 discourages repeats, 1 is off.")
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, description="OpenAI's: subtracted from a "
+                                     "token's logit per time it occurs in the output.")
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0, description="OpenAI's: subtracted once from "
+                                    "the logit of every token the output holds.")
     seed: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1, description="int64.")
     stop: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
 

@@ -88,6 +88,10 @@ def test_session_validation_errors_are_400(alice):
     assert _error(alice.post("/v1/sessions", json={"tools": ["rm_rf"]}), 400)["param"].startswith("tools.0")
     assert _error(alice.post("/v1/sessions", json={"sampling": {"temperature": -1}}), 400)["param"] == \
         "sampling.temperature"
+    assert _error(alice.post("/v1/sessions", json={"sampling": {"frequency_penalty": 2.5}}), 400)["param"] == \
+        "sampling.frequency_penalty"
+    assert _error(alice.post("/v1/sessions", json={"sampling": {"repetition_penalty": 0}}), 400)["param"] == \
+        "sampling.repetition_penalty"
     sid = _create(alice)["id"]
     assert _error(alice.post(f"/v1/sessions/{sid}/messages", json={"content": ""}), 400)["param"] == "content"
     assert _error(alice.post(f"/v1/sessions/{sid}/messages", json={"text": "hi"}), 400)["param"] in ("content", "text")
