@@ -248,3 +248,20 @@ def test_ctrl_c_at_the_prompt_leaves(checkpoint_factory) -> None:
     finally:
         chat.proc.kill()
     assert "Traceback" not in chat.text()
+
+
+def test_a_chat_keeps_at_most_max_history_tokens_of_history_dropping_the_oldest_turns(checkpoint_factory) -> None:
+    from loom.orchestrator import InMemorySession
+
+    message = "Tell me one more thing about the ferry to Gull Island and when it leaves."
+    history = {}
+    for cap in (64, None):
+        llm, agent = _build_agent(str(checkpoint_factory()), None, None, "default", "You are a helpful assistant.",
+                                  4, max_history_tokens=cap)
+        session = InMemorySession()
+        try:
+            results = [agent.run(message, session=session) for _ in range(6)]
+        finally:
+            llm.shutdown()
+        history[cap] = results[-1].usage.prompt["history"].tokens
+    assert 0 < history[64] <= 64 < history[None]  # five earlier turns of ~25 tokens each, uncapped
