@@ -138,7 +138,7 @@ def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Agent:
     ns = cfg.memory_namespace
     return Agent(
         services.require_engine(),
-        budget=ContextBudget(reserved_output=s.max_tokens),
+        budget=ContextBudget(reserved_output=s.max_tokens, max_history_tokens=cfg.max_history_tokens),
         tool_timeout_s=services.settings.tool_timeout_s,
         tools=_tools(services, owner, cfg),
         retriever=OwnerRetriever(services.index(), owner) if cfg.index else None,

@@ -14,7 +14,8 @@ does, each step a real command or request:
    answer is ungrounded).  ``--questions-per-session K`` asks K consecutive questions in one session
    instead, one after another, as a user asking on does; the summary then splits accuracy by the
    question's place (a session's first turn, its later turns).  ``--sampling JSON`` sets the
-   sessions' ``sampling`` (e.g. ``'{"repetition_penalty": 1.1}'``; default: the server's).
+   sessions' ``sampling`` (e.g. ``'{"repetition_penalty": 1.1}'``; default: the server's), and
+   ``--max-history-tokens N`` their ``max_history_tokens``.
 
 Each answer is scored as the ``qa`` suite scores it: right when it holds every fact
 (:func:`loom.evals.qa.score_answer`), and for an unanswerable question when it says the documents
@@ -145,11 +146,11 @@ def ask(url: str, questions: Sequence[Any], session: JSONObject) -> list[ServedA
 def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, seed: int = 0,
         system: str | None = None, no_match_answer: str | None = None, concurrency: int = 4,
         workdir: Path | None = None, questions_per_session: int = 1,
-        sampling: JSONObject | None = None) -> list[ServedAnswer]:
+        sampling: JSONObject | None = None, max_history_tokens: int | None = None) -> list[ServedAnswer]:
     """Ask each set's questions (a seeded sample of ``num_questions`` per set, or all) through a server
     serving that set's docs, ``questions_per_session`` consecutive questions in one session (one after
     another, as a user asking on); ``sampling``: the sessions' ``sampling`` fields (default: the
-    server's); returns the records in question order."""
+    server's); ``max_history_tokens``: the sessions' history cap (default: none); returns the records in question order."""
     if questions_per_session < 1:
         raise ValueError(f"questions_per_session must be at least 1, got {questions_per_session}")
     from loom.evals.qa import load_set
@@ -161,6 +162,8 @@ def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, se
         session["no_match_answer"] = no_match_answer
     if sampling:
         session["sampling"] = dict(sampling)
+    if max_history_tokens is not None:
+        session["max_history_tokens"] = max_history_tokens
     records: list[ServedAnswer] = []
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         for qa_set in qa_sets:
@@ -227,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="consecutive questions asked in one session, one after another (default 1)")
     parser.add_argument("--sampling", default=None, type=json.loads,
                         help='the sessions\' sampling fields as JSON, e.g. \'{"repetition_penalty": 1.1}\'')
+    parser.add_argument("--max-history-tokens", type=int, default=None, help="the sessions' history cap")
     parser.add_argument("--json", default=None, help="write the records and the summary here")
     args = parser.parse_args(argv)
     sets = [s.strip() for s in args.qa_sets.split(",") if s.strip()]
@@ -235,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--qa-sets: unknown set {unknown[0]!r} (known: {', '.join(QA_SETS)})")
     records = run(args.model or default_model(), sets, args.num_questions, args.seed, args.system,
                   args.no_match_answer, args.concurrency, questions_per_session=args.questions_per_session,
-                  sampling=args.sampling)
+                  sampling=args.sampling, max_history_tokens=args.max_history_tokens)
     result = summary(records)
     for name, b in result.items():
         print(f"{name:7s} accuracy {pct(b['accuracy'])} of {b['answerable']}, not found {pct(b['not_found'])} of "

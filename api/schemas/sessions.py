@@ -91,6 +91,9 @@ class SessionCreate(_Strict):
         "the previous user message and this one joined, no model call), `model` (the model rewrites it into a "
         "standalone question, fused with the message as typed; its tokens are the ledger's query_rewrite / "
         "rewritten_query classes), false (the message as typed).")
+    max_history_tokens: Annotated[int, Field(ge=1)] | None = Field(
+        default=None, description="Tokens of history a turn keeps for the next one: the oldest turns are dropped "
+        "first; null: all the window leaves.")
     memory_namespace: str | None = Field(default=None, max_length=200,
                                          description="Long-term memory namespace (per owner).")
     sampling: SessionSampling = Field(default_factory=SessionSampling)

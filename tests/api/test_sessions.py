@@ -65,6 +65,18 @@ def test_second_turn_reuses_the_first_turns_prefix(alice):
     assert second["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"] // 16 * 16
 
 
+def test_max_history_tokens_caps_the_history_a_turn_is_shown_dropping_the_oldest_turns(alice):
+    capped, whole = _create(alice, max_history_tokens=48), _create(alice)
+    history = {}
+    for sess in (capped, whole):
+        for i in range(5):
+            turn = alice.post(f"/v1/sessions/{sess['id']}/messages", json={"content": f"Question number {i}"}).json()
+            assert turn["state"] == "done", turn
+        history[sess["id"]] = turn["ledger"]["prompt"]["history"]["tokens"]
+    assert 0 < history[capped["id"]] <= 48 < history[whole["id"]]  # four earlier turns of ~20 tokens each
+    assert _error(alice.post("/v1/sessions", json={"max_history_tokens": 0}), 400)["param"] == "max_history_tokens"
+
+
 def test_foreign_owner_gets_404_everywhere(alice, bob):
     sess = _create(alice)
     sid = sess["id"]
