@@ -23,7 +23,8 @@ do not hold the answer (:func:`loom.evals.qa.says_not_found`).  Prints accuracy,
 the share of turns shown a gold section, of replies cut at ``max_tokens``, of replies that loop
 (:func:`loom.evals.qa.repeats`) and the mean answer length, per set; ``--json PATH`` writes every
 record.  The in-process ``qa`` suite (``loom eval run --suite qa``) asks the same questions of an
-``Agent`` directly with its own system prompt and 64 answer tokens; this one measures what the REST path and its defaults give.
+``Agent`` directly with its own system prompt and 64 answer tokens; this one measures what the REST
+path and its defaults give.
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, se
     """Ask each set's questions (a seeded sample of ``num_questions`` per set, or all) through a server
     serving that set's docs, ``questions_per_session`` consecutive questions in one session (one after
     another, as a user asking on); ``sampling``: the sessions' ``sampling`` fields (default: the
-    server's); ``max_history_tokens``: the sessions' history cap (default: none); returns the records in question order."""
+    server's); ``max_history_tokens``: the sessions' history cap (default: none); returns the records
+    in question order."""
     if questions_per_session < 1:
         raise ValueError(f"questions_per_session must be at least 1, got {questions_per_session}")
     from loom.evals.qa import load_set
