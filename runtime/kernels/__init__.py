@@ -131,10 +131,12 @@ def cpu_int8_linear() -> Callable[..., torch.Tensor] | None:
     shape or dtype raises ``RuntimeError``.  Where :func:`int8_linear_quantizes_activations` says so (AVX-512
     VNNI or AVX2, ``K`` a multiple of 64) ``x`` is first rounded to int8 in blocks of 32 with a float32 scale each
     (llama.cpp's Q8_0, the activation format of its own Q8_0 and Q4 products) and the products are integer
-    (``vpdpbusd``; AVX2: ``vpmaddubsw`` + ``vpmaddwd``, four weight rows a pass): about 0.5% relative error
-    against the float32 product for Gaussian rows, and on SmolLM2 int8 a perplexity of 14.947 against 14.934 with float32 activations (float32's own: 14.863), every
-    position decoded through it.  Otherwise the weights are widened to float32 and summed in float32
-    (an error of ~2e-6).
+    (``vpdpbusd``): about 0.5% relative error against the float32 product for Gaussian rows, and on SmolLM2 int8
+    a perplexity of 14.947 against 14.934 with float32 activations (float32's own: 14.863), every position
+    decoded through it.  With AVX2 alone the codes are 7-bit (:func:`int8_linear_activation_max_code`) and the
+    products ``vpmaddubsw`` + ``vpmaddwd``, four weight rows a pass: 1.1% relative error for Gaussian rows, and
+    about 1.25x the 8-bit sign trick's rate at 32 rows (see ``int8_linear_cpu.cpp``).  Otherwise the weights are
+    widened to float32 and summed in float32 (an error of ~2e-6).
 
     Why a kernel of Loom's own: at batch-1 decode the int8 LM head of the int8 and int4 formats
     (SmolLM2's ``[49152, 576]``, 27 MiB) took 4.1-6.1 ms a token in ``aten::_weight_int8pack_mm`` with
@@ -158,7 +160,17 @@ def int8_linear_quantizes_activations(k: int) -> bool:
     """Whether :func:`cpu_int8_linear` rounds ``x`` to int8 blocks for an input size of ``k`` (the kernel is
     built with ``-march=native``: integer dot products on this CPU, :func:`cpu_integer_dot`, and ``k`` a
     multiple of 64)."""
-    return cpu_integer_dot() is not None and k % 64 == 0
+    return int8_linear_activation_max_code(k) is not None
+
+
+def int8_linear_activation_max_code(k: int) -> int | None:
+    """The largest code of the blocks :func:`cpu_int8_linear` rounds ``x`` to for an input size of ``k``: 127
+    (Q8_0) with AVX-512 VNNI, 63 (7-bit codes, what ``vpmaddubsw`` against an unsigned weight byte takes
+    without saturating) with AVX2 alone, ``None`` where it keeps float32 activations (no integer dot
+    product, or ``k`` not a multiple of 64).  A block's scale is its ``max|x|`` over that code."""
+    if k % 64:
+        return None
+    return {"avx512_vnni": 127, "avx2": 63}.get(cpu_integer_dot() or "")
 
 
 def cpu_integer_dot() -> str | None:

@@ -109,11 +109,12 @@ def assert_pool_idle(engine: LLMEngine) -> None:
     engine.kv.check_invariants([])
 
 
-def q8_0_rows(x: torch.Tensor) -> torch.Tensor:
+def q8_0_rows(x: torch.Tensor, max_code: int = 127) -> torch.Tensor:
     """``x [M, K]`` as Loom's integer decode kernels read it: rounded to llama.cpp's Q8_0 blocks (32 values,
-    symmetric, one scale ``max|x| / 127`` each, ties to even), back in float32."""
+    symmetric, one scale ``max|x| / max_code`` each, ties to even; ``max_code`` 63 for 7-bit codes), back in
+    float32."""
     blocks = x.double().reshape(x.shape[0], -1, 32)
-    scale = blocks.abs().amax(-1, keepdim=True) / 127
+    scale = blocks.abs().amax(-1, keepdim=True) / max_code
     return (torch.round(blocks / torch.where(scale > 0, scale, 1)) * scale).reshape(x.shape).float()
 
 

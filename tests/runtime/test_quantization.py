@@ -33,13 +33,15 @@ def test_int8_linear_computes_x_times_its_dequantized_weight_within_bfloat16_rou
 
 
 def test_int8_prefill_rows_take_the_prefill_gemm_and_agree_with_the_decode_kernel():
+    from loom.runtime.kernels import int8_linear_activation_max_code
     from loom.runtime.quantization.int8 import GEMM_MIN_ROWS
 
     torch.manual_seed(0)
     w, x = torch.randn(96, 128) * 0.05, torch.randn(GEMM_MIN_ROWS + 3, 128)
     layer = Int8Linear.from_float(w, None)
     decode_rows = torch.cat([layer(x[i:i + 1]) for i in range(x.shape[0])])  # one row at a time: the kernel
-    assert _rel(layer(x), decode_rows) < 1e-2
+    # the kernel's activation codes: ~0.5% error with Q8_0's (VNNI), ~1.1% with AVX2's 7-bit ones
+    assert _rel(layer(x), decode_rows) < (2e-2 if int8_linear_activation_max_code(128) == 63 else 1e-2)
     assert _rel(layer(x), x @ layer.dequantize().T) < 1e-2
 
 
