@@ -125,7 +125,7 @@ def cpu_paged_attention() -> Callable[..., torch.Tensor] | None:
 def cpu_int8_linear() -> Callable[..., torch.Tensor] | None:
     """The int8 weight-only product of a few activation rows, built on first use; ``None`` without a build.
 
-    ``fn(x, q, scale) -> y`` computes ``y = x @ (q * scale[:, None]).T`` with ``x`` ``[M, K]`` float32,
+    ``fn(x, q, scale, q8_0=False) -> y`` computes ``y = x @ (q * scale[:, None]).T`` with ``x`` ``[M, K]`` float32,
     ``q`` ``[N, K]`` int8, ``scale`` ``[N]`` bfloat16 (all contiguous) and ``y`` ``[M, N]`` float32, one
     dot product per row and output whatever ``M`` is (a row's result does not depend on its batch); a bad
     shape or dtype raises ``RuntimeError``.  Where :func:`int8_linear_quantizes_activations` says so (AVX-512
@@ -135,7 +135,8 @@ def cpu_int8_linear() -> Callable[..., torch.Tensor] | None:
     a perplexity of 14.947 against 14.934 with float32 activations (float32's own: 14.863), every position
     decoded through it.  With AVX2 alone the codes are 7-bit (:func:`int8_linear_activation_max_code`) and the
     products ``vpmaddubsw`` + ``vpmaddwd``, four weight rows a pass: 1.1% relative error for Gaussian rows, and
-    about 1.25x the 8-bit sign trick's rate at 32 rows (see ``int8_linear_cpu.cpp``).  Otherwise the weights are
+    about 1.25x the 8-bit sign trick's rate at 32 rows (see ``int8_linear_cpu.cpp``); ``q8_0=True`` keeps Q8_0's
+    codes there too, through the sign trick (the LM head's: ``Int8Linear.q8_0_activations``).  Otherwise the weights are
     widened to float32 and summed in float32 (an error of ~2e-6).
 
     Why a kernel of Loom's own: at batch-1 decode the int8 LM head of the int8 and int4 formats
@@ -163,14 +164,15 @@ def int8_linear_quantizes_activations(k: int) -> bool:
     return int8_linear_activation_max_code(k) is not None
 
 
-def int8_linear_activation_max_code(k: int) -> int | None:
+def int8_linear_activation_max_code(k: int, q8_0: bool = False) -> int | None:
     """The largest code of the blocks :func:`cpu_int8_linear` rounds ``x`` to for an input size of ``k``: 127
-    (Q8_0) with AVX-512 VNNI, 63 (7-bit codes, what ``vpmaddubsw`` against an unsigned weight byte takes
-    without saturating) with AVX2 alone, ``None`` where it keeps float32 activations (no integer dot
-    product, or ``k`` not a multiple of 64).  A block's scale is its ``max|x|`` over that code."""
+    (Q8_0) with AVX-512 VNNI or when asked for (``q8_0``), else 63 with AVX2 alone (7-bit codes, what
+    ``vpmaddubsw`` against an unsigned weight byte takes without saturating), ``None`` where it keeps float32
+    activations (no integer dot product, or ``k`` not a multiple of 64).  A block's scale is its ``max|x|``
+    over that code."""
     if k % 64:
         return None
-    return {"avx512_vnni": 127, "avx2": 63}.get(cpu_integer_dot() or "")
+    return {"avx512_vnni": 127, "avx2": 127 if q8_0 else 63}.get(cpu_integer_dot() or "")
 
 
 def cpu_integer_dot() -> str | None:

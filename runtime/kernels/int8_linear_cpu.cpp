@@ -125,7 +125,11 @@ static inline float dot_vnni(const int8_t* __restrict xq, const float* __restric
 // prefetched, and one horizontal reduction serves all four (a small layer's rows are 576-1,536 bytes, where one
 // reduction a row was a tenth of the work).  Every (weight row, activation row) pair goes through the same
 // operations whatever R is, so a row's result does not depend on the rows decoded beside it.
-template <int R>
+//
+// Q7 false keeps Q8_0's 8-bit codes (the LM head's, Int8Linear.q8_0_activations: its products are the logits, where
+// a near tie between two tokens turns on the error) through llama.cpp's sign trick, |xq| * (q * sign(xq)), at
+// most 2 * 127 * 127 a pair: one vpsignb and one vpabsb more per block, no weight offset.
+template <bool Q7, int R>
 static inline void dot4_avx2(const int8_t* const* xq, const float* const* block_scale, const int8_t* const* q,
                              int64_t K, __m128* out) {
   const __m256i ones = _mm256_set1_epi16(1);
@@ -137,16 +141,20 @@ static inline void dot4_avx2(const int8_t* const* xq, const float* const* block_
   for (int64_t k = 0; k < K; k += 32) {
     _mm_prefetch(next + 4 * k, _MM_HINT_T0);
     _mm_prefetch(next + 4 * k + 64, _MM_HINT_T0);
-    __m256i x[R];
+    __m256i x[R], ax[R];
     __m256 d[R];
     for (int m = 0; m < R; ++m) {
       x[m] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[m] + k));
+      if constexpr (!Q7) ax[m] = _mm256_abs_epi8(x[m]);
       d[m] = _mm256_set1_ps(block_scale[m][k / 32]);
     }
     for (int r = 0; r < 4; ++r) {
-      const __m256i w = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[r] + k)), sign);
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[r] + k));
+      const __m256i wu = Q7 ? _mm256_xor_si256(w, sign) : w;  // q + 128, unsigned
       for (int m = 0; m < R; ++m) {
-        const __m256i sums = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x[m]), ones);
+        const __m256i pairs =
+            Q7 ? _mm256_maddubs_epi16(wu, x[m]) : _mm256_maddubs_epi16(ax[m], _mm256_sign_epi8(w, x[m]));
+        const __m256i sums = _mm256_madd_epi16(pairs, ones);
         acc[m][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), d[m], acc[m][r]);
       }
     }
@@ -159,7 +167,7 @@ static inline void dot4_avx2(const int8_t* const* xq, const float* const* block_
 #define LOOM_INT8_AVX2 1
 #endif
 
-static at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale) {
+static at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at::Tensor& scale, bool q8_0) {
   TORCH_CHECK(x.dim() == 2 && (x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16) &&
                   x.is_contiguous(),
               "int8_linear: x must be a contiguous float32 or bfloat16 [M, K] tensor");
@@ -197,14 +205,15 @@ static at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at
     std::vector<float> d(static_cast<size_t>(M * blocks)), offset(static_cast<size_t>(M));
     std::vector<int32_t> code_sum(d.size());
     for (int64_t m = 0; m < M; ++m) {
+      const int max_code = q8_0 ? loom::kQ8MaxCode : loom::kQ7MaxCode;
       if (bf16)
         loom::quantize_q8_0(x.data_ptr<c10::BFloat16>() + m * K, K, &xq[m * K], &d[m * blocks], &code_sum[m * blocks],
-                            loom::kQ7MaxCode);
+                            max_code);
       else
         loom::quantize_q8_0(x.data_ptr<float>() + m * K, K, &xq[m * K], &d[m * blocks], &code_sum[m * blocks],
-                            loom::kQ7MaxCode);
-      float o = 0.f;  // the weight offset's share: 128 * sum_k xq[k] * scale(k)
-      for (int64_t b = 0; b < blocks; ++b)
+                            max_code);
+      float o = 0.f;  // the weight offset's share: 128 * sum_k xq[k] * scale(k); none under the sign trick
+      for (int64_t b = 0; b < blocks && !q8_0; ++b)
         o += 128.f * d[m * blocks + b] * static_cast<float>(code_sum[m * blocks + b]);
       offset[m] = o;
     }
@@ -224,10 +233,10 @@ static at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at
           const int8_t* xr[2] = {&xq[m * K], &xq[(m + R - 1) * K]};
           const float* dr[2] = {&d[m * blocks], &d[(m + R - 1) * blocks]};
           __m128 sums[2];
-          if (R == 2)
-            dot4_avx2<2>(xr, dr, rows, K, sums);
+          if (q8_0)
+            R == 2 ? dot4_avx2<false, 2>(xr, dr, rows, K, sums) : dot4_avx2<false, 1>(xr, dr, rows, K, sums);
           else
-            dot4_avx2<1>(xr, dr, rows, K, sums);
+            R == 2 ? dot4_avx2<true, 2>(xr, dr, rows, K, sums) : dot4_avx2<true, 1>(xr, dr, rows, K, sums);
           for (int i = 0; i < R; ++i) {
             alignas(16) float out[4];
             _mm_store_ps(out, _mm_mul_ps(_mm_sub_ps(sums[i], _mm_set1_ps(offset[m + i])), s));
@@ -251,6 +260,6 @@ static at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& q, const at
 }
 
 // torch.ops.loom.int8_linear (the namespace is defined with paged_attention)
-TORCH_LIBRARY_FRAGMENT(loom, m) { m.def("int8_linear(Tensor x, Tensor q, Tensor scale) -> Tensor"); }
+TORCH_LIBRARY_FRAGMENT(loom, m) { m.def("int8_linear(Tensor x, Tensor q, Tensor scale, bool q8_0=False) -> Tensor"); }
 
 TORCH_LIBRARY_IMPL(loom, CPU, m) { m.impl("int8_linear", &int8_linear); }

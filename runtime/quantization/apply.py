@@ -101,7 +101,10 @@ def projections(model: LlamaForCausalLM) -> Iterator[tuple[nn.Module, str]]:
 
 def install_head(model: LlamaForCausalLM, embedding: nn.Module, head: nn.Module) -> None:
     """Put the quantized ``embedding`` and ``head`` in place of the float ones, and the fused CPU forward
-    (:mod:`loom.runtime.models.fused_forward`, taken when it supports the model) as its ``fused_path``."""
+    (:mod:`loom.runtime.models.fused_forward`, taken when it supports the model) as its ``fused_path``; an int8
+    head keeps Q8_0 activation codes (``Int8Linear.q8_0_activations``)."""
+    if isinstance(head, Int8Linear):
+        head.q8_0_activations = True  # 8-bit activation codes for the logits (Int8Linear's docstring)
     # setattr: the float model declares these as nn.Embedding / nn.Linear
     setattr(model.model, "embed_tokens", embedding)  # noqa: B010
     setattr(model, "lm_head", head)  # noqa: B010

@@ -116,6 +116,11 @@ class Int8Linear(nn.Module):
     Shapes: ``x [T, K]`` in any float dtype -> ``[T, N]`` in ``x``'s dtype;
     ``qweight [N, K]`` int8, ``scales [N]`` bfloat16 (the kernel's activation
     dtype), ``bias [N]`` float32 or ``None``.
+
+    ``q8_0_activations`` (default ``False``; the LM head's is ``True``, set by
+    :func:`loom.runtime.quantization.apply.install_head`): the CPU decode kernel rounds this layer's
+    activations to Q8_0's 8-bit codes on every CPU, not to the 7-bit ones it takes on AVX2 alone
+    (:func:`loom.runtime.kernels.int8_linear_activation_max_code`): the head's products are the logits.
     """
 
     qweight: torch.Tensor
@@ -128,6 +133,7 @@ class Int8Linear(nn.Module):
         self.register_buffer("qweight", qweight.contiguous())
         self.register_buffer("scales", scales.to(ACT_DTYPE).contiguous())
         self.register_buffer("bias", None if bias is None else bias.detach().float().clone())
+        self.q8_0_activations = False
 
     @classmethod
     def from_float(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> Int8Linear:
@@ -149,7 +155,8 @@ class Int8Linear(nn.Module):
         on CUDA every row count, where Triton imports."""
         if self.qweight.is_cuda:
             return _cuda_decode_kernel()  # every row count: faster than dequantizing for cuBLAS (its docstring)
-        return _decode_kernel() if rows < GEMM_MIN_ROWS else None
+        kernel = _decode_kernel() if rows < GEMM_MIN_ROWS else None
+        return functools.partial(kernel, q8_0=True) if kernel is not None and self.q8_0_activations else kernel
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """``x [T, K]`` bfloat16 -> ``x (q * scales)^T`` ``[T, N]`` bfloat16, without the bias: Loom's decode

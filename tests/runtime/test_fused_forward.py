@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from loom.runtime import SamplingParams
-from loom.runtime.kernels import cpu_fused_layer_ops
+from loom.runtime.kernels import cpu_fused_layer_ops, int8_linear_activation_max_code
 from loom.runtime.models.fused_forward import fused_forward_supported
 from loom.runtime.models.llama import RMSNorm, RotaryEmbedding
 from tests.runtime.helpers import make_engine, random_prompts, run_to_completion
@@ -116,9 +116,11 @@ def test_quantized_engine_decodes_the_same_tokens_fused_and_eager(arch, method, 
     then moves an activation by one rounding step, and that carries through the layers: the logprobs differ
     by up to about 0.04 on these random-weight models, not 1e-6.  Their next-token distributions are nearly
     flat (the top two often 0.02 apart), so greedy decoding may take the other of two near-tied tokens:
-    the sequences must agree up to such a tie, with every logprob until then within 0.05.  The real model's
-    bounds against float32 (perplexity, top-1 agreement, greedy tokens) run through this path in
-    tests/evals/test_quantization_quality.py."""
+    the sequences must agree up to such a tie, with every logprob until then within 0.05.  With the 7-bit
+    activation codes of the int8 kernel on AVX2 a rounding step is twice as large, and so is its effect: over 6
+    prompt seeds the largest gap was 0.113 (llama and qwen2, int8) against 0.053 with Q8_0 codes, so the bound
+    there is 0.15.  The real model's bounds against float32 (perplexity, top-1 agreement, greedy tokens) run
+    through this path in tests/evals/test_quantization_quality.py."""
     monkeypatch.setenv("LOOM_CACHE", str(tmp_path))
     path = arch_checkpoint(arch)
     prompts = random_prompts(200, [5, 70, 12, 90], seed=3)
@@ -131,13 +133,15 @@ def test_quantized_engine_decodes_the_same_tokens_fused_and_eager(arch, method, 
         outs = _run(engine, prompts, params)
         assert _model(engine).fused is fused
         results[fused] = [(o.token_ids, o.logprobs) for o in outs]
+    seven_bit = method == "int8" and int8_linear_activation_max_code(engine.hf_config.hidden_size) == 63
+    bound = 0.15 if seven_bit else 0.05
     compared = 0
     for (tokens, logprobs), (eager_tokens, eager_logprobs) in zip(results[True], results[False], strict=True):
         for token, top, eager_token, eager_top in zip(tokens, logprobs, eager_tokens, eager_logprobs, strict=True):
             if token != eager_token:  # only a near tie may go the other way, and the sequences part there
-                assert token in eager_top and eager_top[eager_token] - eager_top[token] < 0.05, (token, eager_top)
+                assert token in eager_top and eager_top[eager_token] - eager_top[token] < bound, (token, eager_top)
                 break
-            assert abs(top[token] - eager_top[token]) < 0.05, (top, eager_top)
+            assert abs(top[token] - eager_top[token]) < bound, (top, eager_top)
             compared += 1
     assert compared >= 16  # a third of the 48 positions at least: not a comparison of a couple of tokens
 

@@ -31,9 +31,9 @@ def _rows(m: int, k: int, seed: int = 1) -> torch.Tensor:
     return torch.randn(m, k, generator=torch.Generator().manual_seed(seed))
 
 
-def _expected(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+def _expected(x: torch.Tensor, weight: torch.Tensor, q8_0: bool = False) -> torch.Tensor:
     """The product as the kernel computes it: on the activations rounded to its codes where it rounds them."""
-    max_code = int8_linear_activation_max_code(x.shape[1])
+    max_code = int8_linear_activation_max_code(x.shape[1], q8_0)
     read = x if max_code is None else q8_0_rows(x, max_code)
     return (read.double() @ weight.double().T).float()
 
@@ -44,15 +44,24 @@ def test_the_kernel_builds_where_a_compiler_exists():
 
 @pytest.mark.parametrize(("n", "k"), [HEAD, (1536, 576), (576, 1536), (7, 128), (7, 13), (300, 1)])
 @pytest.mark.parametrize("m", [1, 3])
-def test_rows_equal_the_product_of_the_dequantized_weight_and_the_activations_it_reads(n, k, m):
+@pytest.mark.parametrize("q8_0", [False, True])
+def test_rows_equal_the_product_of_the_dequantized_weight_and_the_activations_it_reads(n, k, m, q8_0):
     layer, weight = _layer(n, k)
     x = _rows(m, k)
-    out = kernel(x, layer.qweight, layer.scales)
+    out = kernel(x, layer.qweight, layer.scales, q8_0=q8_0)
     assert out.shape == (m, n) and out.dtype == torch.float32
-    torch.testing.assert_close(out, _expected(x, weight), rtol=1e-5, atol=1e-4)  # exact products, float32 sums
+    torch.testing.assert_close(out, _expected(x, weight, q8_0), rtol=1e-5, atol=1e-4)  # exact products, float32 sums
     exact = x @ weight.T
-    bound = {None: 1e-5, 127: 0.01, 63: 0.02}[int8_linear_activation_max_code(k)]  # Gaussian rows: ~0.5% / ~1%
+    bound = {None: 1e-5, 127: 0.01, 63: 0.02}[int8_linear_activation_max_code(k, q8_0)]  # Gaussian rows: 0.5% / 1.1%
     assert ((out - exact).norm() / exact.norm()).item() < bound
+
+
+def test_a_layer_asking_for_q8_0_activations_gets_them_on_every_cpu():
+    layer, weight = _layer(*HEAD)
+    x = _rows(2, HEAD[1])
+    layer.q8_0_activations = True  # as the LM head's
+    torch.testing.assert_close(layer(x), _expected(x, weight, q8_0=True), rtol=1e-5, atol=1e-4)
+    assert int8_linear_activation_max_code(HEAD[1], q8_0=True) == 127
 
 
 @pytest.mark.parametrize("k", [576, 96])

@@ -146,6 +146,8 @@ def test_quantized_random_model_keeps_no_float_linear_and_shrinks_its_weights(me
     assert not [m for m in model.modules() if isinstance(m, nn.Linear)]
     assert isinstance(model.model.embed_tokens, QuantizedEmbedding)
     assert quantized_bytes(model) < before / (3 if method == "int8" else 3.5)
+    int8_layers = [m for m in model.modules() if isinstance(m, Int8Linear)]  # the head, and every layer under int8
+    assert [m.q8_0_activations for m in int8_layers] == [m is model.lm_head for m in int8_layers]  # logits: Q8_0
 
 
 def test_quantized_embedding_rows_are_the_dequantized_int8_rows():
@@ -209,6 +211,7 @@ def test_a_cached_quantized_load_equals_the_first_and_builds_no_float_model(meth
     assert torch.equal(layer(x), first.model.decoder_layers[0].self_attn.qkv_proj(x))
     if getattr(cfg, "tie_word_embeddings", False):
         assert second.lm_head.qweight.data_ptr() == second.model.embed_tokens.qweight.data_ptr()
+    assert second.lm_head.q8_0_activations  # the cached load's head keeps Q8_0 activation codes too
     rope_a, rope_b = first.model.decoder_layers[0].self_attn.rope, second.model.decoder_layers[0].self_attn.rope
     assert torch.equal(rope_a.cos, rope_b.cos) and torch.equal(rope_a.sin, rope_b.sin)  # real tables, not meta
 
