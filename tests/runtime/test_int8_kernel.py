@@ -61,7 +61,7 @@ def test_a_layer_asking_for_q8_0_activations_gets_them_on_every_cpu():
     x = _rows(2, HEAD[1])
     layer.q8_0_activations = True  # as the LM head's
     torch.testing.assert_close(layer(x), _expected(x, weight, q8_0=True), rtol=1e-5, atol=1e-4)
-    assert int8_linear_activation_max_code(HEAD[1], q8_0=True) == 127
+    assert int8_linear_activation_max_code(HEAD[1], q8_0=True) in (127, None)  # None: no integer dot product
 
 
 @pytest.mark.parametrize("k", [576, 96])
