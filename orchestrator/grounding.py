@@ -14,7 +14,9 @@ Guardrails' fact-checking rail), without a model call:
   written on, ``1MB`` or ``30s``, the number and its unit, together or a space apart).  A claim
   the question does not already name must occur in the passages the model was shown (a number
   as a whole number; a dotted name whole, or by its last two or more parts, or by a distinctive
-  last part such as ``help_option_names``).
+  last part such as ``help_option_names``).  Fenced code blocks are not read for claims: an
+  example's own function names, strings and numbers are the example's, not the documents', and a
+  sentence that names them speaks of the example.
   ``maxdepth``, ``3600``, ``jinja2.ext.case`` occur in none of the passages retrieved for their
   questions; a right answer's ``sort_keys`` does.
 * **No number for a question about a quantity.**  "How many worker threads does heapq.merge use by
@@ -54,6 +56,13 @@ _CLAIM = re.compile(
     r"|(?P<number>(?<![\w.])\d+(?:\.\d+)?(?:[A-Za-z]{1,3}(?!\w))?(?!\w|\.\d))")
 # A number with its unit written on (``1MB``, ``30s``, ``64KiB``): the unit may stand apart in the passages.
 _UNIT = re.compile(r"(?P<value>\d+(?:\.\d+)?)(?P<unit>[A-Za-z]+)")
+# A fenced code block: its opening fence (3+ backticks or tildes, a language tag), and its closing one or the end.
+_FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]*(?P=fence)[ \t]*$|\Z)", re.S | re.M)
+# What an example defines: ``def f(a, b=1)`` / ``class C(B)`` (the name, then the parameters' names), and the
+# targets of ``x = ...``, ``for x, y in``, ``with ... as x``, ``except E as x``.
+_DEFINES = re.compile(r"\b(?:async\s+)?(?P<kind>def|class)\s+(?P<name>[A-Za-z_]\w*)\s*(?:\((?P<params>[^)]*)\))?")
+_PARAM = re.compile(r"(?:^|,)\s*\**([A-Za-z_]\w*)")
+_TARGET = re.compile(r"^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)|\bfor\s+([A-Za-z_]\w*)|\bas\s+([A-Za-z_]\w*)", re.M)
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_']+")
 _DISTINCTIVE = re.compile(r"_|[a-z][A-Z]|\d")
 
@@ -118,14 +127,37 @@ def _occurs(text: str, s: str, number: bool = False, ignore_case: bool = False) 
     return re.search(left + re.escape(s) + right, text, re.I if ignore_case else 0) is not None
 
 
+def prose(answer: str) -> str:
+    """``answer`` without its fenced code blocks (```` ``` ```` or ``~~~``, one cut off by ``max_tokens``
+    included).  An example's own names and values (``def hello():``, ``'Peter'``, ``exit_code == 0``)
+    are not claims about the documents: checked, they refused good answers to "Show me how to add a
+    --verbose flag to a command." over Click's docs.  What the answer states in its sentences is checked."""
+    return _FENCE.sub("\n", answer)
+
+
+def defined_in_examples(answer: str) -> list[str]:
+    """The names the fenced code blocks of ``answer`` define: functions and classes, their parameters,
+    assigned names and loop, ``with`` and ``except`` targets (``def print_lines(input):`` defines
+    ``print_lines`` and ``input``).  A name an example only uses (``command.cancel()``, ``from click import
+    confirm_option``) is not defined by it: the documents must hold it."""
+    out: list[str] = []
+    for block in _FENCE.finditer(answer):
+        code = block.group(0)
+        for m in _DEFINES.finditer(code):
+            params = _PARAM.findall(m.group("params") or "") if m.group("kind") == "def" else []
+            out.extend([m.group("name"), *params])
+        out.extend(n for m in _TARGET.finditer(code) for n in m.groups() if n)
+    return list(dict.fromkeys(out))
+
+
 def claims(answer: str, question: str) -> list[tuple[str, str]]:
-    """``(claim, kind)`` of each code name or number in ``answer`` that ``question`` does not name, in
-    order; kind ``code`` / ``quoted`` / ``dquoted`` / ``call`` / ``name`` / ``ident`` / ``number``.  The
-    question names a number or a code-like name (one with a dot, ``_``, an inner capital or a digit) when
-    it holds it as a whole token; a plain
-    word (``cancel()``, `` `markdown` ``) is always a claim, even when the question uses the word."""
+    """``(claim, kind)`` of each code name or number in the :func:`prose` of ``answer`` that ``question``
+    does not name, in order; kind ``code`` / ``quoted`` / ``dquoted`` / ``call`` / ``name`` / ``ident`` /
+    ``number``.  The question names a number or a code-like name (one with a dot, ``_``, an inner capital or
+    a digit) when it holds it as a whole token; a plain word (``cancel()``, `` `markdown` ``) is always a
+    claim, even when the question uses the word."""
     out = []
-    for m in _CLAIM.finditer(answer):
+    for m in _CLAIM.finditer(prose(answer)):
         kind = m.lastgroup or "code"
         claim = m.group(kind).strip()
         core = claim.removesuffix("()").strip()
@@ -174,9 +206,9 @@ def restates(answer: str, question: str, found: list[tuple[str, str]] | None = N
 
 def check(answer: str, question: str, passages: Iterable[str]) -> Grounding:
     """The claims of ``answer`` to ``question``, which of them ``passages`` (the texts the model was
-    shown) do not support, whether the answer only restates the question, and whether it leaves a
-    quantity the question asks for unstated."""
-    text = "\n".join(passages)
+    shown, and the names the answer's own examples define: its sentences may speak of them) do not support, whether the answer only restates the question, and whether it leaves a quantity the question
+    asks for unstated."""
+    text = "\n".join([*passages, " ".join(defined_in_examples(answer))])
     found = list(dict.fromkeys(claims(answer, question)))  # each claim once, in order
     return Grounding(claims=tuple(c for c, _ in found),
                      unsupported=tuple(c for c, k in found if not supported(c, k, text)),

@@ -80,6 +80,14 @@ async def test_an_agent_without_no_match_answer_keeps_its_models_answer(tokenize
     assert result.answer == "Use `asyncio.shield_all()` for that." and result.unsupported == []
 
 
+async def test_an_answer_whose_example_defines_its_own_names_is_the_answer(tokenizer, retriever):
+    example = ("Call `cancel()` on the task, as `stop` does here:\n\n```python\nasync def stop(job):\n"
+               "    job.cancel()\n    await asyncio.sleep(42)\n```")
+    llm = ScriptedLLM(tokenizer, [example])
+    agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False)
+    result = await agent.arun("How do I cancel an asyncio task?", session=InMemorySession())
+    assert (result.answer, result.unsupported, result.widened) == (example, [], False)
+
 
 async def test_an_answer_that_restates_the_question_is_the_no_match_answer(tokenizer, retriever):
     llm = ScriptedLLM(tokenizer, ["You cancel an asyncio task."] * 2)  # from the top hit, then from every hit

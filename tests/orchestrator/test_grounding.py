@@ -4,7 +4,7 @@ gave to the ``qa`` suite (the agent's use of it: tests/orchestrator/test_answer_
 
 from __future__ import annotations
 
-from loom.orchestrator.grounding import check
+from loom.orchestrator.grounding import check, defined_in_examples
 
 JSON_DOCS = ("json.dumps(obj, *, skipkeys=False, ensure_ascii=True, check_circular=True, allow_nan=True, "
              "cls=None, indent=None, separators=None, default=None, sort_keys=False, **kw)\n"
@@ -79,3 +79,42 @@ def test_claims_the_question_names_need_no_support():
 def test_a_claim_made_twice_is_listed_once():
     g = check("Use `my_list` and then `my_list` again, with 3 and 3.", "How?", ["nothing"])
     assert g.unsupported == ("my_list", "3")
+
+
+CLICK_DOCS = ("Basic Concepts - Creating a Command: Click is based on declaring commands through decorators. "
+              "`@click.command()` turns a function into a command; `@click.option('-v', '--verbose', count=True)` "
+              "counts how often the flag is given. `click.echo` prints.")
+
+
+def test_an_examples_own_names_and_values_in_a_code_block_are_not_claims():
+    # Qwen2.5-Coder-0.5B's answer over Click's docs, refused before code blocks were left out of the claims
+    answer = ("To add a --verbose flag, use `@click.option`:\n\n```python\nfrom click import command, option\n\n"
+              "@command()\n@click.option('-v', '--verbose', count=True)\ndef log(verbose):\n"
+              "    click.echo(f\"Verbosity: {verbose}\")\n    return 3\n```\n\nIn this code, the `log` function "
+              "accepts the `--verbose` flag.")
+    g = check(answer, "Show me how to add a --verbose flag to a command.", [CLICK_DOCS])
+    assert g.grounded, g
+    assert "@command()" not in g.claims and "3" not in g.claims  # inside the example
+    assert "log" in g.claims  # named in a sentence, supported because the example defines it
+
+
+def test_a_name_an_example_only_uses_still_needs_the_passages():
+    # the model's invented API: the example calls it, so a sentence naming it is not about the example's own names
+    answer = ("Use the `cancel` method of the `Command` class:\n\n```python\ncommand = Command('name')\n"
+              "command.cancel()\n```")
+    g = check(answer, "How do I cancel a running command?", [CLICK_DOCS])
+    assert g.unsupported == ("cancel",)  # `Command` is a word of the passages
+
+
+def test_a_code_block_cut_off_by_max_tokens_is_still_a_code_block():
+    answer = "Here is how:\n\n```python\ndef hello(name):\n    click.echo(f'Hello {name}!', err=42)"
+    assert check(answer, "How do I greet?", [CLICK_DOCS]).claims == ()
+
+
+def test_what_an_example_defines():
+    answer = ("```python\n@click.argument('input', type=click.File('r'))\ndef print_lines(input, *rest, n: int = 1, "
+              "**kw):\n    for line in input:\n        out = line\n    with open(p) as fh:\n        pass\nclass Cli(Base):\n"
+              "    pass\nfrom click import confirm_option\nconfirm_option()\n```\n~~~\ntotal = 0\n~~~")
+    assert defined_in_examples(answer) == ["print_lines", "input", "rest", "n", "kw", "Cli", "line", "out", "fh",
+                                           "total"]
+    assert defined_in_examples("no example, `x = 1` inline") == []
