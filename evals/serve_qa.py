@@ -9,8 +9,9 @@ does, each step a real command or request:
 2. ``loom serve --no-auth --index DIR --model M`` on a free loopback port;
 3. per question, a new session ``POST /v1/sessions {"index": true}`` with the server's defaults
    (no system prompt unless ``--system``; greedy; 256 answer tokens) and one
-   ``POST /v1/sessions/{id}/messages``; ``--no-match-answer TEXT`` makes them documentation-QA
-   sessions (``no_match_answer``: the answer when nothing retrieved is related or the model's
+   ``POST /v1/sessions/{id}/messages``.  Such a session (an index, no tools, no memory) is a
+   documentation-QA session by the server's default; ``--no-match-answer TEXT`` sets its text and
+   ``--always-answer`` turns it off (``no_match_answer``: the answer when nothing retrieved is related or the model's
    answer is ungrounded).  ``--questions-per-session K`` asks K consecutive questions in one session
    instead, one after another, as a user asking on does; the summary then splits accuracy by the
    question's place (a session's first turn, its later turns).  ``--sampling JSON`` sets the
@@ -147,7 +148,8 @@ def ask(url: str, questions: Sequence[Any], session: JSONObject) -> list[ServedA
 def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, seed: int = 0,
         system: str | None = None, no_match_answer: str | None = None, concurrency: int = 4,
         workdir: Path | None = None, questions_per_session: int = 1,
-        sampling: JSONObject | None = None, max_history_tokens: int | None = None) -> list[ServedAnswer]:
+        sampling: JSONObject | None = None, max_history_tokens: int | None = None,
+        always_answer: bool = False) -> list[ServedAnswer]:
     """Ask each set's questions (a seeded sample of ``num_questions`` per set, or all) through a server
     serving that set's docs, ``questions_per_session`` consecutive questions in one session (one after
     another, as a user asking on); ``sampling``: the sessions' ``sampling`` fields (default: the
@@ -160,8 +162,8 @@ def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, se
     session: JSONObject = {"index": True}
     if system is not None:
         session["system_prompt"] = system
-    if no_match_answer is not None:
-        session["no_match_answer"] = no_match_answer
+    if no_match_answer is not None or always_answer:
+        session["no_match_answer"] = None if always_answer else no_match_answer
     if sampling:
         session["sampling"] = dict(sampling)
     if max_history_tokens is not None:
@@ -226,7 +228,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--num-questions", type=int, default=None, help="a seeded sample per set (default all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--system", default=None, help="the sessions' system prompt (default none)")
-    parser.add_argument("--no-match-answer", default=None, help="make them documentation-QA sessions")
+    answers = parser.add_mutually_exclusive_group()
+    answers.add_argument("--no-match-answer", default=None,
+                         help="the sessions' answer when the documents do not hold one (default: the server's)")
+    answers.add_argument("--always-answer", action="store_true",
+                         help="sessions whose model always answers (no_match_answer null)")
     parser.add_argument("--concurrency", type=int, default=4, help="sessions in flight")
     parser.add_argument("--questions-per-session", type=int, default=1,
                         help="consecutive questions asked in one session, one after another (default 1)")
@@ -241,7 +247,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--qa-sets: unknown set {unknown[0]!r} (known: {', '.join(QA_SETS)})")
     records = run(args.model or default_model(), sets, args.num_questions, args.seed, args.system,
                   args.no_match_answer, args.concurrency, questions_per_session=args.questions_per_session,
-                  sampling=args.sampling, max_history_tokens=args.max_history_tokens)
+                  sampling=args.sampling, max_history_tokens=args.max_history_tokens,
+                  always_answer=args.always_answer)
     result = summary(records)
     for name, b in result.items():
         print(f"{name:7s} accuracy {pct(b['accuracy'])} of {b['answerable']}, not found {pct(b['not_found'])} of "

@@ -5,11 +5,12 @@ from __future__ import annotations
 import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from loom.api.schemas.cache_control import CacheControl
 from loom.api.schemas.chat import NamedToolChoice, ToolDef, integral
 from loom.json_types import JSONObject
+from loom.orchestrator.relevance import NOT_FOUND_ANSWER
 
 BUILTIN_TOOLS = ("calculator", "recall", "remember", "search_documents")
 #: A built-in tool, or ``mcp:<server>`` (every tool of a configured MCP server) / ``mcp:<server>/<tool>``.
@@ -81,7 +82,8 @@ class SessionCreate(_Strict):
         default=None, min_length=1, max_length=1000, description="With index, a documentation-QA session: this "
         "text is the answer when nothing retrieved is related to the message (no model call), and replaces an "
         "answer that names code, quoted values or numbers none of the shown sections holds, or only restates "
-        "the question (held until checked, also when streamed); null: the model always answers.")
+        "the question (held until checked, also when streamed); null: the model always answers.  Not given, a "
+        f"session with index and neither tools nor memory is a documentation-QA session: {NOT_FOUND_ANSWER!r}.")
     first_answer_k: Annotated[int, Field(ge=1, le=64)] | None = Field(
         default=1, description="With no_match_answer: the top related sections the first answer is made from; "
         "when that answer is replaced, the model answers once more from every related section before "
@@ -106,6 +108,16 @@ class SessionCreate(_Strict):
         "without it the KV is kept through tool calls only."))
 
     _integral = field_validator("max_steps", mode="before")(integral)
+
+    @model_validator(mode="after")
+    def _documentation_qa_by_default(self) -> SessionCreate:
+        """A session that only reads the index (no tools, no memory) says when its documents do not hold an
+        answer instead of guessing, unless ``no_match_answer`` is given (null: the model always answers).
+        Measured through ``loom serve`` in docs/serving.md ("Documentation-QA sessions")."""
+        if (self.index and "no_match_answer" not in self.model_fields_set and not self.tools
+                and not self.client_tools and not self.memory_namespace):
+            self.no_match_answer = NOT_FOUND_ANSWER
+        return self
 
 
 class SessionOut(BaseModel):

@@ -29,14 +29,16 @@ def test_documents_are_searchable_by_their_owner_only(alice, bob):
 
 def test_session_with_index_retrieves_the_owners_documents(alice):
     alice.post("/v1/documents", json={"id": "backup-policy", "text": DOC})
-    sid = alice.post("/v1/sessions", json={"index": True, "sampling": {"temperature": 0, "max_tokens": 8}}).json()["id"]
+    # "no_match_answer": null: the model always answers, told when nothing retrieved is related
+    sid = alice.post("/v1/sessions", json={"index": True, "no_match_answer": None,
+                                           "sampling": {"temperature": 0, "max_tokens": 8}}).json()["id"]
     turn = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "When do backups run?"}).json()
     assert turn["state"] == "done"
     assert turn["ledger"]["prompt"]["retrieval"]["tokens"] > 0
     # DOC covers three topics in one chunk: "When do backups run?" scores 0.21 against it, under MiniLM's cutoff
     assert turn["retrieval"] == {"sources": [], "no_match": True, "searched_as": None, "unsupported": [],
                                  "unknown_terms": [], "widened": False}
-    focused = alice.post("/v1/sessions", json={"index": True, "similarity_cutoff": None,
+    focused = alice.post("/v1/sessions", json={"index": True, "similarity_cutoff": None, "no_match_answer": None,
                                                "sampling": {"temperature": 0, "max_tokens": 8}}).json()["id"]
     turn = alice.post(f"/v1/sessions/{focused}/messages", json={"content": "When do backups run?"}).json()
     assert turn["retrieval"]["sources"] and not turn["retrieval"]["no_match"]  # no cutoff: every hit is shown
@@ -57,13 +59,21 @@ def test_a_docs_qa_session_answers_a_question_naming_a_term_no_document_uses_as_
 
 
 def test_a_turn_says_when_nothing_in_the_index_was_related_and_the_stored_turn_keeps_it(alice):
+    from loom.orchestrator.relevance import NOT_FOUND_ANSWER
+
     alice.post("/v1/documents", json={"id": "ops-runbook", "text": DOC})
-    sid = alice.post("/v1/sessions", json={"index": True, "sampling": {"temperature": 0, "max_tokens": 8}}).json()["id"]
-    turn = alice.post(f"/v1/sessions/{sid}/messages", json={"content": "What is the capital of Peru?"}).json()
+    created = alice.post("/v1/sessions", json={"index": True, "sampling": {"temperature": 0, "max_tokens": 8}}).json()
+    # a session that only reads the index is a documentation-QA session unless told otherwise
+    assert created["config"]["no_match_answer"] == NOT_FOUND_ANSWER
+    turn = alice.post(f"/v1/sessions/{created['id']}/messages", json={"content": "What is the capital of Peru?"}).json()
     assert turn["retrieval"] == {"sources": [], "no_match": True, "searched_as": None, "unsupported": [],
                                  "unknown_terms": [], "widened": False}
-    stored = alice.get(f"/v1/sessions/{sid}/messages").json()["data"][0]
-    assert stored["retrieval"] == turn["retrieval"]
+    assert turn["answer"] == NOT_FOUND_ANSWER and turn["usage"]["completion_tokens"] == 0  # no guess, no model call
+    stored = alice.get(f"/v1/sessions/{created['id']}/messages").json()["data"][0]
+    assert stored["retrieval"] == turn["retrieval"] and stored["answer"] == NOT_FOUND_ANSWER
+    for body in ({"no_match_answer": None}, {"tools": ["calculator"]}, {"memory_namespace": "prefs"}):
+        config = alice.post("/v1/sessions", json={"index": True, **body}).json()["config"]
+        assert config["no_match_answer"] is None, body  # asked for, or the answer may come from a tool or memory
     plain = alice.post("/v1/sessions", json={"sampling": {"temperature": 0, "max_tokens": 4}}).json()["id"]
     assert alice.post(f"/v1/sessions/{plain}/messages", json={"content": "Hi"}).json()["retrieval"] is None
 
