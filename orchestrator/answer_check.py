@@ -16,6 +16,11 @@ links, whose section, ``os.path.lexists``, ranked first); shown the top one, it 
 question the top hit does not answer fails the check and gets the wider view.  Measured on the 494
 ``qa`` questions (docs/evaluations.md), one question at a time so that runs repeat exactly.
 
+When the search found nothing related and the agent has a tool other than ``search_documents``
+(:func:`tools_may_answer`), the model still runs, and its answer stands only once a tool call of the
+turn has succeeded: a calculator question over a documentation index is computed, an off-topic one is answered
+``no_match_answer`` (:data:`NO_TOOL`).
+
 Before that, a question that names a term the index never uses (:func:`unknown_terms`,
 ``loom.retrieval.terms``: "punycode" asked of the ``urllib.parse`` docs) is answered
 ``no_match_answer`` with no model call, as a search that found nothing related is; the retriever
@@ -39,6 +44,28 @@ from loom.retrieval import terms
 RESTATED = "(restates the question)"
 #: The reason :func:`reasons` gives for an answer to a question about a quantity that states none.
 NO_QUANTITY = "(gives no number)"
+#: The reason :func:`without_tool` gives: nothing retrieved was related and no tool call succeeded.
+NO_TOOL = "(nothing related, no tool called)"
+#: The retrieval tool, which answers from the same index as the turn's own search.
+SEARCH_TOOL = "search_documents"
+
+
+def tools_may_answer(run: TurnState) -> bool:
+    """Whether a turn whose search found nothing related may still be answered: the agent has a tool
+    other than ``search_documents`` (a calculator, memory, an MCP server's) and the turn's ``tool_choice``
+    is not ``"none"``, so the model runs, and its
+    answer stands only if the turn called a tool (:func:`without_tool`).  Without one the turn is
+    answered ``no_match_answer`` with no model call.  So a documentation chat that also has a calculator
+    says "not covered" to a question its documents do not hold and still computes "365 * 24"."""
+    return run.choice != "none" and any(name != SEARCH_TOOL for name in run.parts.registry.names)
+
+
+def without_tool(run: TurnState) -> list[str]:
+    """``[NO_TOOL]`` when the turn (nothing related found, :func:`tools_may_answer`) ends without a tool
+    result, so its answer rests on nothing it was shown; empty once a call succeeded.  A failed call does
+    not count: asked the capital of Peru over Click's docs, Qwen2.5-Coder-0.5B called the calculator with
+    ``'capital of Peru'`` five times, got five errors, then answered from its own weights."""
+    return [] if any(not r.is_error for r in run.result.tool_results) else [NO_TOOL]
 
 
 def applies(run: TurnState) -> bool:

@@ -114,6 +114,7 @@ class TurnRunner:
         self._span: Span | None = None  # the turn's invoke_agent span (loom.orchestrator.tracing)
         self._memories: list[MemoryHit] = []  # this turn's new memory hits
         self._wide_fit: RetrievalFit | None = None  # every relevant hit, while the model was shown fewer
+        self._tool_or_no_match = False  # nothing related, but a tool may answer (answer_check.tools_may_answer)
         self._inputs_at = self._inputs_end = 0  # where this turn's inputs sit in ``items``
 
     def _store(self, new: list[Item]) -> None:
@@ -314,9 +315,11 @@ class TurnRunner:
             await self._prepare()
             self.result.unknown_terms = answer_check.unknown_terms(self)
             if (self.result.no_match or self.result.unknown_terms) and self.parts.no_match_answer is not None:
-                async for ev in self._answer_without_model(self.parts.no_match_answer):
-                    yield ev
-                return
+                if not answer_check.tools_may_answer(self):
+                    async for ev in self._answer_without_model(self.parts.no_match_answer):
+                        yield ev
+                    return
+                self._tool_or_no_match = True  # the model runs; its answer stands only after a tool call
             async for ev in self._loop(1):
                 yield ev
         finally:
@@ -423,7 +426,8 @@ class TurnRunner:
                     sp = answer_only(sp, a.format)
                 t0 = time.perf_counter()
                 span = tracing.chat_span(self._span, a.engine.model_name, sp.max_tokens, sp.temperature)
-                held: list[AgentEvent] | None = [] if answer_check.applies(self) else None
+                checked = answer_check.applies(self) or self._tool_or_no_match
+                held: list[AgentEvent] | None = [] if checked else None
                 try:
                     async for ev in model_call(a.engine, ctx, sp, outcome, self.turn, step, a.prices,
                                                f"agent-{uuid.uuid4().hex[:12]}"):
@@ -441,7 +445,8 @@ class TurnRunner:
                 res.timings.setdefault("ttft", outcome.ledger.ttft_ms)
                 if held is not None and not outcome.calls and outcome.finish_reason != "abort":
                     reply = outcome.parser.content.strip()
-                    unsupported = answer_check.reasons(self, reply)
+                    unsupported = (answer_check.without_tool(self) if self._tool_or_no_match
+                                   else answer_check.reasons(self, reply))
                     if unsupported:
                         res.rejected.append(reply)
                     if unsupported and self._widen():

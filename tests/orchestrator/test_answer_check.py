@@ -124,3 +124,50 @@ async def test_common_words_and_the_documents_own_words_in_other_forms_are_not_u
     # "cancelling" and "scheduled" are the documents' "cancel" and "schedules"; "happens" is common English
     result = await agent.arun("What happens when cancelling a scheduled asyncio task?", session=InMemorySession())
     assert (result.answer, result.unknown_terms, len(llm.prompts)) == ("Call cancel() on the task.", [], 1)
+
+
+def _call(name: str, args: str) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {args}}}\n</tool_call>'
+
+
+async def test_with_a_tool_an_unrelated_question_is_answered_by_the_model_and_stands_only_after_a_call(
+        tokenizer, retriever):
+    from loom.orchestrator.answer_check import NO_TOOL
+    from loom.tools.builtin import calculator
+
+    # nothing in the asyncio docs is related to either question; the calculator may still answer one
+    llm = ScriptedLLM(tokenizer, [_call("calculator", '{"expression": "365 * 24"}'), "It is 8760 hours.",
+                                  "Lima is the capital of Peru."])
+    agent = Agent(llm, tools=[calculator], retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False)
+    computed = await agent.arun("How many hours are in 365 days?", session=InMemorySession())
+    assert computed.no_match and computed.answer == "It is 8760 hours." and computed.unsupported == []
+    assert [c.name for c in computed.tool_calls] == ["calculator"]
+    session = InMemorySession()
+    events = [ev async for ev in agent.stream("What is the capital of Peru?", session=session)]
+    guessed = events[-1].result
+    assert guessed.no_match and len(llm.prompts) == 3  # the model ran
+    assert (guessed.answer, guessed.unsupported, guessed.rejected) == (
+        NOT_FOUND, [NO_TOOL], ["Lima is the capital of Peru."])
+    assert "".join(ev.text for ev in events if isinstance(ev, ContentDelta)) == NOT_FOUND  # the guess never streamed
+    assert session.get_items()[-1]["content"] == NOT_FOUND
+
+
+async def test_with_tool_choice_none_an_unrelated_question_makes_no_model_call(tokenizer, retriever):
+    from loom.tools.builtin import calculator
+
+    llm = ScriptedLLM(tokenizer, ["Lima."])
+    agent = Agent(llm, tools=[calculator], retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False)
+    result = await agent.arun("What is the capital of Peru?", session=InMemorySession(), tool_choice="none")
+    assert (result.answer, result.steps, llm.prompts) == (NOT_FOUND, 0, [])
+
+
+async def test_with_a_tool_an_unrelated_question_whose_calls_all_failed_is_the_no_match_answer(tokenizer, retriever):
+    from loom.orchestrator.answer_check import NO_TOOL
+    from loom.tools.builtin import calculator
+
+    # what Qwen2.5-Coder-0.5B did over Click's docs: the calculator asked for a capital, an error, then a guess
+    llm = ScriptedLLM(tokenizer, [_call("calculator", '{"expression": "capital of Peru"}'), "Lima."])
+    agent = Agent(llm, tools=[calculator], retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False)
+    result = await agent.arun("What is the capital of Peru?", session=InMemorySession())
+    assert [r.is_error for r in result.tool_results] == [True]
+    assert (result.answer, result.unsupported, result.rejected) == (NOT_FOUND, [NO_TOOL], ["Lima."])
