@@ -16,7 +16,10 @@ A call the model already made in this turn with the same arguments (and which
 succeeded) is not run again: it gets the earlier result with a note to answer,
 and the next reply is read as the answer (its call-like markup is text), so a
 model that asks the same thing after seeing the result still ends the turn with
-an answer instead of running out of steps.
+an answer instead of running out of steps.  A call that failed and is made again
+with the same arguments runs again (the error may have been passing), and the
+reply after it is read as the answer too: asked the capital of Peru, Qwen2.5-Coder-0.5B
+called the calculator with ``'capital of Peru'`` five times, each an error.
 """
 
 from __future__ import annotations
@@ -109,7 +112,8 @@ class TurnRunner:
         self.budget_cut: dict[str, int] = {}  # tokens this turn's caps left out, per class (first call's ledger)
         self._pending: list[Item] = []
         self._results: dict[str, ToolResultRecord] = {}  # this turn's successful calls, by name and arguments
-        self._repeated = False  # a reply of this turn repeated a call it had the result of
+        self._repeated = False  # a reply of this turn repeated a call it had the result of, or that failed before
+        self._failed: set[str] = set()  # this turn's calls that ended in an error, by name and arguments
         self._answer_next = False  # the next model call is an answer step (module docstring)
         self._span: Span | None = None  # the turn's invoke_agent span (loom.orchestrator.tracing)
         self._memories: list[MemoryHit] = []  # this turn's new memory hits
@@ -274,8 +278,13 @@ class TurnRunner:
                 return ToolResultRecord(call.id, call.name, f"{earlier.content}\n\n{REPEATED_CALL_NOTE}",
                                         False, step)
             result = await self._call_tool(call)
+            key = _call_key(call)
             if not result.is_error:
-                self._results[_call_key(call)] = result
+                self._results[key] = result
+            elif key in self._failed:  # the same error again (run again: it may have been transient): answer next
+                self._repeated = True
+            else:
+                self._failed.add(key)
             return result
 
         async for ev in self._run_calls(calls, one):

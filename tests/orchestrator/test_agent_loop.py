@@ -89,6 +89,19 @@ async def test_a_call_repeated_after_its_result_is_not_run_again_and_the_next_re
     assert result.final_state == "done" and result.steps == 3 and result.answer == "It is 42."
 
 
+async def test_a_failing_call_made_again_runs_again_and_the_next_reply_is_the_answer(tokenizer) -> None:
+    """Scripted model: the same failing call twice (Qwen2.5-Coder-0.5B asked the calculator for a capital five
+    times), then the answer step."""
+    from loom.tools.builtin import calculator
+
+    failing = call("calculator", '{"expression": "capital of Peru"}')
+    llm = ScriptedLLM(tokenizer, [failing, failing, "Lima."])
+    result = await Agent(llm, tools=[calculator], max_steps=6).arun("What is the capital of Peru?")
+    assert [r.is_error for r in result.tool_results] == [True, True]  # run both times: an error may pass
+    assert not _is_answer_step(llm, 2) and _is_answer_step(llm, 3)
+    assert result.final_state == "done" and result.steps == 3 and result.answer == "Lima."
+
+
 async def test_an_answer_step_ends_before_call_markup_a_model_writes_anyway(tokenizer) -> None:
     """Scripted model (it ignores the answer grammar a real engine applies): the stop string ends its answer."""
     add, _ = _recording_add()
