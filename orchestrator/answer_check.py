@@ -18,8 +18,8 @@ question the top hit does not answer fails the check and gets the wider view.  M
 
 When the search found nothing related and the agent has a tool other than ``search_documents``
 (:func:`tools_may_answer`), the model still runs, and its answer stands only once a tool call of the
-turn has succeeded: a calculator question over a documentation index is computed, an off-topic one is answered
-``no_match_answer`` (:data:`NO_TOOL`).
+turn has succeeded: a calculator question over a documentation index is computed (when the model
+calls the calculator), an off-topic one is answered ``no_match_answer`` (:data:`NO_TOOL`).
 
 Before that, a question that names a term the index never uses (:func:`unknown_terms`,
 ``loom.retrieval.terms``: "punycode" asked of the ``urllib.parse`` docs) is answered
@@ -52,11 +52,11 @@ SEARCH_TOOL = "search_documents"
 
 def tools_may_answer(run: TurnState) -> bool:
     """Whether a turn whose search found nothing related may still be answered: the agent has a tool
-    other than ``search_documents`` (a calculator, memory, an MCP server's) and the turn's ``tool_choice``
-    is not ``"none"``, so the model runs, and its
-    answer stands only if the turn called a tool (:func:`without_tool`).  Without one the turn is
-    answered ``no_match_answer`` with no model call.  So a documentation chat that also has a calculator
-    says "not covered" to a question its documents do not hold and still computes "365 * 24"."""
+    other than ``search_documents`` (a calculator, memory tools, an MCP server's) and the turn's
+    ``tool_choice`` is not ``"none"``, so the model runs, and its answer stands only once a tool call of
+    the turn has succeeded (:func:`without_tool`).  Without one the turn is answered ``no_match_answer``
+    with no model call.  So a documentation chat that also has a calculator says "not covered" to a
+    question its documents do not hold and can still compute "365 * 24" (when the model calls the tool)."""
     return run.choice != "none" and any(name != SEARCH_TOOL for name in run.parts.registry.names)
 
 

@@ -62,7 +62,8 @@ _FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]*(?P=fenc
 # targets of ``x = ...``, ``for x, y in``, ``with ... as x``, ``except E as x``.
 _DEFINES = re.compile(r"\b(?:async\s+)?(?P<kind>def|class)\s+(?P<name>[A-Za-z_]\w*)\s*(?:\((?P<params>[^)]*)\))?")
 _PARAM = re.compile(r"(?:^|,)\s*\**([A-Za-z_]\w*)")
-_TARGET = re.compile(r"^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)|\bfor\s+([A-Za-z_]\w*)|\bas\s+([A-Za-z_]\w*)", re.M)
+_TARGET = re.compile(r"^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)|\bfor\s+([A-Za-z_]\w*)|\bas\s+([A-Za-z_]\w*)",
+                     re.M)
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_']+")
 _DISTINCTIVE = re.compile(r"_|[a-z][A-Z]|\d")
 
@@ -206,8 +207,9 @@ def restates(answer: str, question: str, found: list[tuple[str, str]] | None = N
 
 def check(answer: str, question: str, passages: Iterable[str]) -> Grounding:
     """The claims of ``answer`` to ``question``, which of them ``passages`` (the texts the model was
-    shown, and the names the answer's own examples define: its sentences may speak of them) do not support, whether the answer only restates the question, and whether it leaves a quantity the question
-    asks for unstated."""
+    shown, and the names the answer's own examples define: its sentences may speak of them) do not
+    support, whether the answer only restates the question, and whether it leaves a quantity the
+    question asks for unstated."""
     text = "\n".join([*passages, " ".join(defined_in_examples(answer))])
     found = list(dict.fromkeys(claims(answer, question)))  # each claim once, in order
     return Grounding(claims=tuple(c for c, _ in found),

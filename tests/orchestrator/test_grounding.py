@@ -113,8 +113,8 @@ def test_a_code_block_cut_off_by_max_tokens_is_still_a_code_block():
 
 def test_what_an_example_defines():
     answer = ("```python\n@click.argument('input', type=click.File('r'))\ndef print_lines(input, *rest, n: int = 1, "
-              "**kw):\n    for line in input:\n        out = line\n    with open(p) as fh:\n        pass\nclass Cli(Base):\n"
-              "    pass\nfrom click import confirm_option\nconfirm_option()\n```\n~~~\ntotal = 0\n~~~")
+              "**kw):\n    for line in input:\n        out = line\n    with open(p) as fh:\n        pass\n"
+              "class Cli(Base):\n    pass\nfrom click import confirm_option\nconfirm_option()\n```\n~~~\ntotal = 0\n~~~")
     assert defined_in_examples(answer) == ["print_lines", "input", "rest", "n", "kw", "Cli", "line", "out", "fh",
                                            "total"]
     assert defined_in_examples("no example, `x = 1` inline") == []
