@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from loom.orchestrator.events import RunResult
+from loom.orchestrator.events import RunResult, ToolChoice
 from loom.orchestrator.items import Item
 from loom.orchestrator.ledger import Ledger
 from loom.orchestrator.parts import AgentParts
@@ -28,6 +28,7 @@ class TurnState(Protocol):
         items: the session's items, this turn's included (the append-only log).
         turn: this turn's number (1 for a session's first turn).
         message: the user's message of this turn.
+        choice: the turn's ``tool_choice``.
         result: what the turn has produced so far.
         ledgers: one token-class ledger per model call made so far.
     """
@@ -37,6 +38,7 @@ class TurnState(Protocol):
     items: list[Item]
     turn: int
     message: str
+    choice: ToolChoice
     result: RunResult
     ledgers: list[Ledger]
 
