@@ -54,6 +54,7 @@ from loom.orchestrator.relevance import resolve_cutoff, search_tool
 from loom.orchestrator.runner import TurnRunner
 from loom.orchestrator.session import InMemorySession, Session
 from loom.tools import ToolRegistry
+from loom.tools.builtin.search import SEARCH_TOOL_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +71,7 @@ or OpenAI's ``{"type": "function", "function": {"name": ...}}`` (JSON, checked b
 def _registry(tools: Any, retriever: Retriever | None, auto_retrieve: bool, timeout_s: float,
               cutoff: float | None) -> ToolRegistry:
     reg = tools if isinstance(tools, ToolRegistry) else ToolRegistry(tools or (), default_timeout_s=timeout_s)
-    if retriever is not None and not auto_retrieve and "search_documents" not in reg:
+    if retriever is not None and not auto_retrieve and SEARCH_TOOL_NAME not in reg:
         reg.register(search_tool(retriever, cutoff))
     return reg
 

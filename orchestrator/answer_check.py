@@ -39,6 +39,7 @@ from __future__ import annotations
 from loom.orchestrator import grounding
 from loom.orchestrator.turn_state import TurnState
 from loom.retrieval import terms
+from loom.tools.builtin.search import SEARCH_TOOL_NAME
 
 #: The reason :func:`reasons` gives for an answer that only restates the question.
 RESTATED = "(restates the question)"
@@ -46,8 +47,6 @@ RESTATED = "(restates the question)"
 NO_QUANTITY = "(gives no number)"
 #: The reason :func:`without_tool` gives: nothing retrieved was related and no tool call succeeded.
 NO_TOOL = "(nothing related, no tool called)"
-#: The retrieval tool, which answers from the same index as the turn's own search.
-SEARCH_TOOL = "search_documents"
 
 
 def tools_may_answer(run: TurnState) -> bool:
@@ -57,7 +56,7 @@ def tools_may_answer(run: TurnState) -> bool:
     the turn has succeeded (:func:`without_tool`).  Without one the turn is answered ``no_match_answer``
     with no model call.  So a documentation chat that also has a calculator says "not covered" to a
     question its documents do not hold and can still compute "365 * 24" (when the model calls the tool)."""
-    return run.choice != "none" and any(name != SEARCH_TOOL for name in run.parts.registry.names)
+    return run.choice != "none" and any(name != SEARCH_TOOL_NAME for name in run.parts.registry.names)
 
 
 def without_tool(run: TurnState) -> list[str]:

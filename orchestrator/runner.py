@@ -458,7 +458,7 @@ class TurnRunner:
                                    else answer_check.reasons(self, reply))
                     if unsupported:
                         res.rejected.append(reply)
-                    if unsupported and self._widen():
+                    if unsupported and not self._tool_or_no_match and self._widen():  # no passages to widen to
                         continue  # answered again, shown every relevant hit
                     if unsupported:
                         res.unsupported = unsupported

@@ -171,3 +171,16 @@ async def test_with_a_tool_an_unrelated_question_whose_calls_all_failed_is_the_n
     result = await agent.arun("What is the capital of Peru?", session=InMemorySession())
     assert [r.is_error for r in result.tool_results] == [True]
     assert (result.answer, result.unsupported, result.rejected) == (NOT_FOUND, [NO_TOOL], ["Lima."])
+
+
+async def test_with_a_tool_a_term_no_document_uses_gets_one_model_call_and_no_wider_retry(tokenizer, retriever):
+    from loom.orchestrator.answer_check import NO_TOOL
+    from loom.tools.builtin import calculator
+
+    # the search is related (hits narrowed to the top one) but "syslog" is no indexed word: the model runs
+    # once; without a tool result its answer is the no_match_answer, not a retry shown every hit
+    llm = ScriptedLLM(tokenizer, ["Set `syslog=True`.", "Set `syslog=True` again."])
+    agent = Agent(llm, tools=[calculator], retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False)
+    result = await agent.arun("How do I make an asyncio task write its result to syslog?", session=InMemorySession())
+    assert result.unknown_terms == ["syslog"] and result.retrieved
+    assert (result.answer, result.unsupported, result.widened, len(llm.prompts)) == (NOT_FOUND, [NO_TOOL], False, 1)

@@ -22,7 +22,11 @@ from pydantic import Field
 from loom.json_types import JSON
 from loom.tools.function_tool import FunctionTool, tool
 
-__all__ = ["NO_MATCH_RESULT", "SearchBackend", "SearchResult", "format_hits", "search_documents_tool"]
+__all__ = ["NO_MATCH_RESULT", "SEARCH_TOOL_NAME", "SearchBackend", "SearchResult", "format_hits",
+           "search_documents_tool"]
+
+#: The tool's name unless another is given.
+SEARCH_TOOL_NAME = "search_documents"
 
 #: The tool's result when no hit is shown (``{query}``: the query searched).
 NO_MATCH_RESULT = "No passage of the indexed documents matches {query!r}."
@@ -73,7 +77,7 @@ def search_documents_tool(
     k: int = 5,
     *,
     max_k: int = 20,
-    name: str = "search_documents",
+    name: str = SEARCH_TOOL_NAME,
     description: str = _DESCRIPTION,
     timeout_s: float | None = None,
     select: Callable[[Sequence[SearchResult]], Sequence[SearchResult]] | None = None,
