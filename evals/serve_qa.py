@@ -219,7 +219,7 @@ def pct(value: object) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from loom.evals.qa import QA_SETS
+    from loom.evals.qa import QA_SETS, select_sets
     from loom.runtime.checkpoint.registry import default_model
 
     parser = argparse.ArgumentParser(prog="python -m loom.evals.serve_qa", description=__doc__.split("\n")[0])
@@ -241,14 +241,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--max-history-tokens", type=int, default=None, help="the sessions' history cap")
     parser.add_argument("--json", default=None, help="write the records and the summary here")
     args = parser.parse_args(argv)
-    sets = [s.strip() for s in args.qa_sets.split(",") if s.strip()]
-    unknown = [s for s in sets if s not in QA_SETS]
-    if unknown:
-        parser.error(f"--qa-sets: unknown set {unknown[0]!r} (known: {', '.join(QA_SETS)})")
+    try:
+        sets = select_sets(args.qa_sets)
+    except ValueError as exc:
+        parser.error(f"--qa-sets: {exc}")
     records = run(args.model or default_model(), sets, args.num_questions, args.seed, args.system,
                   args.no_match_answer, args.concurrency, questions_per_session=args.questions_per_session,
                   sampling=args.sampling, max_history_tokens=args.max_history_tokens,
                   always_answer=args.always_answer)
+    report(records, args.json, by_turn=args.questions_per_session > 1)
+
+
+def report(records: Sequence[ServedAnswer], json_path: str | None = None, by_turn: bool = False) -> None:
+    """Print :func:`summary` of ``records``, a line per set and one for all (``by_turn``: with accuracy at a
+    session's first and later turns), and write it and every record to ``json_path`` when given."""
     result = summary(records)
     for name, b in result.items():
         print(f"{name:7s} accuracy {pct(b['accuracy'])} of {b['answerable']}, not found {pct(b['not_found'])} of "
@@ -256,9 +262,10 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"{pct(b['cut_at_max_tokens'])}, looping {pct(b['repeats'])}, "
               f"mean answer {b['mean_completion_tokens'] or 0:.1f} tokens"
               + (f"; accuracy at a session's first turn {pct(b['accuracy_first_turn'])}, at later turns "
-                 f"{pct(b['accuracy_later_turns'])}" if args.questions_per_session > 1 else ""))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"summary": result, "records": [asdict(r) for r in records]}, indent=1))
+                 f"{pct(b['accuracy_later_turns'])}" if by_turn else ""))
+    if json_path:
+        Path(json_path).write_text(json.dumps({"summary": result, "records": [asdict(r) for r in records]},
+                                              indent=1))
 
 
 if __name__ == "__main__":

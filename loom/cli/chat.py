@@ -6,10 +6,13 @@ Streams the reply (reasoning dimmed, tool calls shown as they happen), then,
 with an index, the sections retrieved for the turn and the ``Sources:`` line
 (each source checked against what was retrieved, :mod:`loom.orchestrator.citations`).
 The session is append-only, so every turn after the first is served mostly from
-the prefix cache.  ``--no-match-answer TEXT`` makes it a documentation-QA chat, as the REST
-session field of that name does: with ``--index``, a question nothing retrieved is related to, or
-whose answer names code, values or numbers none of the shown sections holds (or only restates the
-question), is answered TEXT instead (:mod:`loom.orchestrator.answer_check`).
+the prefix cache.  ``--index`` without ``--db`` is a documentation-QA chat by default, as a REST
+session with an index and no memory is: a question nothing retrieved is related to, or whose answer
+names code, values or numbers none of the shown sections holds (or only restates the question), is
+answered "The indexed documents do not cover this." (``--no-match-answer TEXT`` says it otherwise)
+instead of a guess (:mod:`loom.orchestrator.answer_check`); the calculator still answers a calculation
+the model hands it.  ``--always-answer`` lets the model answer everything, as it does with ``--db``
+(an answer may come from memory) or without ``--index``.
 Slash commands: ``/usage`` prints the session's ledger so far (tokens, time and cost by class),
 ``/reset`` starts a new session, ``/help`` lists them, ``/exit`` leaves (as do Ctrl-D and Ctrl-C at the prompt);
 Ctrl-C during a reply stops the reply and keeps the chat (:mod:`loom.cli.chat_loop`).
@@ -30,18 +33,8 @@ from rich.console import Console
 
 from loom.cli.chat_loop import StoppableEngine, chat_loop
 from loom.cli.console import QUANTIZATION_OPTION
+from loom.orchestrator.chat_agent import CHAT_HISTORY_TOKENS, chat_agent, default_no_match_answer, default_system
 from loom.runtime.checkpoint.registry import default_model
-
-DEFAULT_SYSTEM = "You are a helpful assistant."
-#: With ``--index`` (+ ``CITE_INSTRUCTION``).  Asking for a few sentences and at most one example took 16
-#: how-to questions over attrs' docs (Qwen2.5-Coder-0.5B, one chat) from 12 replies cut at 256 tokens
-#: and 5 that loop to 8 and 1 (docs/chat-and-documents.md, "Measured").
-DOCS_SYSTEM = (DEFAULT_SYSTEM + " Answer from the retrieved documents when they help, in a few sentences and "
-               "with at most one short example. ")
-#: History a chat keeps for its next turn (tokens; older turns are dropped first).  A small model copies
-#: its own earlier answers when a long chat keeps them all: capped, the same 16 questions in one chat
-#: gave 2 cut replies and 2 that loop instead of 8 and 1, and no answer copied an earlier one (8 of 10 had).
-CHAT_HISTORY_TOKENS = 1024
 
 
 class SetupError(Exception):
@@ -64,13 +57,10 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
         SetupError: the index or the memory database cannot be opened (one-line message).
         loom.runtime.errors.LoomError, ValueError, OSError: the model cannot be loaded.
     """
-    from loom.orchestrator import Agent, ContextBudget
-    from loom.runtime import AsyncLLM, SamplingParams
+    from loom.runtime import AsyncLLM
     from loom.runtime.errors import LoomError
-    from loom.tools.builtin import calculator, memory_tools
 
     retriever = memory = None
-    tools: list[Any] = [calculator]
     if index is not None:
         from loom.retrieval import Retriever
 
@@ -80,9 +70,6 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
         except (LoomError, ValueError, OSError) as exc:
             raise SetupError(f"index {str(index)!r} cannot be opened: {_first_line(exc)}; "
                              "build one with loom ingest PATH --index DIR") from exc
-        from loom.orchestrator.relevance import search_tool
-
-        tools.append(search_tool(retriever))
     if db is not None:
         from loom.memory import LongTermMemory
 
@@ -92,13 +79,9 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
         except Exception as exc:  # noqa: BLE001 - SQLAlchemy's URL and driver errors share no base with ours
             raise SetupError(f"memory database {db!r} cannot be opened: {_first_line(exc)}; "
                              "pass --db with a SQLAlchemy URL, e.g. sqlite:///memory.db") from exc
-        tools.extend(memory_tools(memory, namespace))
     llm = StoppableEngine(AsyncLLM(model, quantization=quantization))
-    agent = Agent(llm, tools=tools, retriever=retriever, memory=memory, memory_namespace=namespace,
-                  system_prompt=system,
-                  budget=ContextBudget(reserved_output=max_tokens, max_history_tokens=max_history_tokens),
-                  sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens),
-                  condense_question=condense_question, no_match_answer=no_match_answer)
+    agent = chat_agent(llm, retriever, memory, namespace, system, max_tokens, condense_question, no_match_answer,
+                       max_history_tokens)
     return llm, agent
 
 
@@ -123,11 +106,13 @@ def chat(
     no_condense_question: bool = typer.Option(False, "--no-condense-question",
                                               help="Same as --condense-question off."),
     no_match_answer: Optional[str] = typer.Option(None, "--no-match-answer",
-                                                  help="With --index, a documentation-QA chat: the answer when "
-                                                  "nothing retrieved is related, or when the model's answer names "
-                                                  "code or values no shown section holds (e.g. \"The indexed "
-                                                  "documents do not cover this.\"). Default: the model always "
-                                                  "answers."),
+                                                  help="With --index, the answer when nothing retrieved is related, "
+                                                  "or when the model's answer names code or values no shown "
+                                                  "section holds. Default with --index and no --db: \"The indexed "
+                                                  "documents do not cover this.\""),
+    always_answer: bool = typer.Option(False, "--always-answer",
+                                       help="With --index, the model answers every question, related sections "
+                                       "or not (the default with --db)."),
 ) -> None:
     """Chat with the agent in the terminal (streaming; /help lists the commands; Ctrl-C stops a reply).
 
@@ -136,7 +121,6 @@ def chat(
     from loom.cli.console import model_error, print_error, resolve_model
     from loom.cli.logs import quiet_logs
     from loom.cli.progress import spinner
-    from loom.orchestrator.citations import CITE_INSTRUCTION
     from loom.runtime.errors import LoomError
 
     quiet_logs()
@@ -149,9 +133,13 @@ def chat(
         print_error("--no-match-answer: needs --index and a non-empty text (the reply when the documents "
                     "do not hold the answer)")
         raise typer.Exit(2)
+    if always_answer and no_match_answer is not None:
+        print_error("--always-answer and --no-match-answer: give one or the other")
+        raise typer.Exit(2)
+    no_match_answer = default_no_match_answer(index, db, no_match_answer, always_answer)
     path = resolve_model(console, model, "Without --model, loom chat runs Loom's default model, a real one.")
     if system is None:
-        system = DOCS_SYSTEM + CITE_INSTRUCTION if index is not None else DEFAULT_SYSTEM
+        system = default_system(index is not None)
     try:
         with spinner("Loading model, embedder and index…"):
             # the name, not the folder: quantization "auto" reads the registered model's format

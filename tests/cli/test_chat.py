@@ -3,7 +3,9 @@ rewrite is shown before the retrieved sections, and --no-condense-question turns
 subprocess, no library log line lands in a streamed answer, and ``-v`` logs the loading, all of it
 before the first prompt.  Ctrl-C during a reply stops the reply (its request aborted, its KV blocks
 freed, the reply so far kept in the session) and the chat goes on; Ctrl-C at the prompt leaves.
-With --no-match-answer, a question naming a term the index never uses gets that text."""
+Over an index and without memory it is a documentation-QA chat unless --always-answer is given: a question the
+documents do not hold is answered that they do not cover it (or the --no-match-answer text), as is one naming a term
+the index never uses."""
 
 from __future__ import annotations
 
@@ -80,19 +82,25 @@ LOG_LINE = re.compile(r"^(INFO|WARNING|DEBUG|ERROR)\b|Loading weights|faiss|HTTP
                       r"Batches", re.MULTILINE)
 
 
+#: What each run of ``chat_runs`` asks: quiet, a question the index answers, the model always answering (so the
+#: small model's reply and its sources are shown); with ``-v``, by default, one the index does not hold.
+CHAT_RUNS = {False: (["--always-answer"], "How do I extract all members of a zip archive?"),
+             True: (["-v"], "What is the capital of Peru?")}
+
+
 @pytest.fixture(scope="module")
 def chat_runs(real_model, index) -> dict[bool, subprocess.CompletedProcess]:
-    """One question to ``loom chat --index``, quiet (default) and with ``-v``, run side by side."""
+    """One question to ``loom chat --index``, quiet and with ``-v`` (:data:`CHAT_RUNS`), run side by side."""
     from tests.api.server import REPO, _env
 
     cmd = [sys.executable, "-m", "loom.cli", "chat", "--index", str(index), "--max-tokens", "24",
            "--no-condense-question"]
-    procs = {verbose: subprocess.Popen(cmd + (["-v"] if verbose else []), cwd=REPO, env=_env(), text=True,
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for verbose in (False, True)}
+    procs = {verbose: subprocess.Popen(cmd + flags, cwd=REPO, env=_env(), text=True, stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+             for verbose, (flags, _) in CHAT_RUNS.items()}
     runs = {}
     for verbose, proc in procs.items():
-        out, _ = proc.communicate("How do I extract all members of a zip archive?\n", timeout=300)
+        out, _ = proc.communicate(CHAT_RUNS[verbose][1] + "\n", timeout=300)
         runs[verbose] = subprocess.CompletedProcess(cmd, proc.returncode, out)
     return runs
 
@@ -116,6 +124,32 @@ def test_chat_verbose_logs_the_loading_and_all_of_it_before_the_first_prompt(cha
     logs = [m.start() for m in LOG_LINE.finditer(run.stdout)]
     assert any(run.stdout[i:].startswith("INFO") for i in logs)  # -v brings INFO back
     assert max(logs) < first_prompt  # model, embedder, FAISS and BM25 all loaded before the prompt
+
+
+def test_chat_over_an_index_says_the_documents_do_not_cover_a_question_they_do_not_hold(chat_runs) -> None:
+    from loom.orchestrator.relevance import NOT_FOUND_ANSWER
+
+    run = chat_runs[True]  # no --always-answer, no --db: a documentation-QA chat
+    assert run.returncode == 0, run.stdout
+    assert NOT_FOUND_ANSWER in run.stdout[run.stdout.index("you> "):], run.stdout
+
+
+@pytest.mark.parametrize(("index", "db", "given", "always", "expected"), [
+    (None, None, None, False, None),  # no documents: nothing to check an answer against
+    ("idx", None, None, False, "default"),
+    ("idx", "sqlite:///m.db", None, False, None),  # memory may hold the answer
+    ("idx", None, "Not in the docs.", False, "Not in the docs."),
+    ("idx", None, None, True, None),
+])
+def test_a_chat_with_an_index_and_no_memory_is_documentation_qa_unless_told(index, db, given, always,
+                                                                              expected) -> None:
+    from pathlib import Path
+
+    from loom.orchestrator.chat_agent import default_no_match_answer
+    from loom.orchestrator.relevance import NOT_FOUND_ANSWER
+
+    got = default_no_match_answer(index and Path(index), db, given, always)
+    assert got == (NOT_FOUND_ANSWER if expected == "default" else expected)
 
 
 def test_a_reply_cut_at_max_tokens_ends_marked_as_cut(real_model, real_quantization) -> None:

@@ -19,6 +19,8 @@ CASES = {
                                    "--no-match-answer: needs --index and a non-empty text"),
     "chat_no_match_answer_without_index": (["chat", "--no-match-answer", "Not in the docs."], 2,
                                            "--no-match-answer: needs --index"),
+    "chat_always_answer_and_no_match_answer": (["chat", "--index", "{tmp}", "--always-answer", "--no-match-answer",
+                                                "No."], 2, "--always-answer and --no-match-answer: give one"),
     "ingest_missing_path": (["ingest", "{tmp}/no/such/file.md", "--index", "{tmp}/index"], 2, "does not exist"),
     "model_pull_unknown": (["model", "pull", "no-such-model-xyz"], 2, "unknown model 'no-such-model-xyz'"),
     "model_pull_near_miss": (["model", "pull", "smollm2"], 2, "did you mean smollm2-135m-instruct?"),

@@ -1,0 +1,113 @@
+"""Documentation QA as ``loom chat --index`` asks it: the chat's own agent, several questions a chat.
+
+``python -m loom.evals.chat_qa [--model M] [--qa-sets click] [--num-questions N] [--always-answer]``
+takes the ``qa`` suite's questions (:mod:`loom.evals.qa`) and, for each set, builds the agent
+``loom chat --index`` builds (``loom.orchestrator.chat_agent``: its system prompt, which asks for a short answer
+citing its sources, the calculator beside ``search_documents``, 256 reply tokens, 1,024 tokens of
+history) over the set's index (the one the ``qa`` suite ingests, under ``$LOOM_CACHE/evals``), and
+asks ``--questions-per-chat K`` (default 4) consecutive questions in one chat, one after another, as
+a user does.  Without ``--always-answer`` the chat is what ``loom chat --index`` is by default, a
+documentation-QA chat (``no_match_answer`` "The indexed documents do not cover this."); with it,
+the model answers every question.
+
+Each answer is scored as :mod:`loom.evals.serve_qa` scores the served ones (the ``qa`` suite's facts
+as whole tokens; "not found" for an unanswerable question) and reported the same way
+(:func:`loom.evals.serve_qa.report`); ``--json PATH`` writes every record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from loom.evals.serve_qa import ServedAnswer, report
+
+
+def ask(agent: Any, questions: Sequence[Any]) -> list[ServedAnswer]:
+    """``questions`` asked one after another in one new chat (an in-memory session), each answer scored.
+
+    Raises:
+        loom.runtime.errors.LoomError: the engine failed a turn.
+    """
+    from loom.evals.qa import repeats, says_not_found, score_answer
+    from loom.orchestrator.items import source_label
+    from loom.orchestrator.session import InMemorySession
+
+    session = InMemorySession()
+    records = []
+    for turn_index, question in enumerate(questions, 1):
+        result = agent.run(question.question, session=session)
+        answer = result.answer or ""
+        sources = list(dict.fromkeys(source_label(h) for h in result.retrieved))
+        records.append(ServedAnswer(
+            id=question.id, qa_set=question.qa_set, question=question.question, answerable=question.answerable,
+            answer=answer, state=result.final_state, finish_reason=result.finish_reason, sources=sources,
+            gold_shown=any(s.endswith(key) for _, key in question.golds for s in sources),
+            correct=(score_answer(answer, question.facts).correct if question.answerable
+                     else says_not_found(answer)),
+            not_found=says_not_found(answer), completion_tokens=result.usage.completion_tokens,
+            turn=turn_index, repeats=repeats(answer)))
+    return records
+
+
+def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, seed: int = 0,
+        questions_per_chat: int = 4, always_answer: bool = False) -> list[ServedAnswer]:
+    """Ask each set's questions (the seeded sample of ``num_questions`` per set that
+    :mod:`loom.evals.serve_qa` takes, or all) through ``loom chat``'s agent, ``questions_per_chat`` a chat;
+    returns the records in question order.
+
+    Raises:
+        ValueError: ``questions_per_chat`` below 1.
+    """
+    if questions_per_chat < 1:
+        raise ValueError(f"questions_per_chat must be at least 1, got {questions_per_chat}")
+    from loom.evals.qa import corpus_for, load_set
+    from loom.evals.targets.rag import open_corpus_index
+    from loom.orchestrator.chat_agent import chat_agent, default_no_match_answer
+    from loom.runtime import AsyncLLM
+
+    records: list[ServedAnswer] = []
+    llm = AsyncLLM(model)
+    try:
+        for qa_set in qa_sets:
+            questions = list(load_set(qa_set))
+            if num_questions is not None and num_questions < len(questions):
+                questions = random.Random(seed).sample(questions, num_questions)
+            retriever, info = open_corpus_index(corpus_for(load_set(qa_set), qa_set))
+            agent = chat_agent(llm, retriever, no_match_answer=default_no_match_answer(
+                info["index_dir"], None, None, always_answer))
+            for i in range(0, len(questions), questions_per_chat):
+                records += ask(agent, questions[i:i + questions_per_chat])
+    finally:
+        llm.shutdown()
+    return records
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from loom.evals.qa import QA_SETS, select_sets
+    from loom.runtime.checkpoint.registry import default_model
+
+    parser = argparse.ArgumentParser(prog="python -m loom.evals.chat_qa", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=None, help="default: Loom's default model")
+    parser.add_argument("--qa-sets", default=",".join(QA_SETS), help="comma-separated qa sets")
+    parser.add_argument("--num-questions", type=int, default=None, help="a seeded sample per set (default all)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--questions-per-chat", type=int, default=4,
+                        help="consecutive questions asked in one chat (default 4)")
+    parser.add_argument("--always-answer", action="store_true",
+                        help="the model answers every question (loom chat --always-answer)")
+    parser.add_argument("--json", default=None, help="write the records and the summary here")
+    args = parser.parse_args(argv)
+    try:
+        sets = select_sets(args.qa_sets)
+    except ValueError as exc:
+        parser.error(f"--qa-sets: {exc}")
+    records = run(args.model or default_model(), sets, args.num_questions, args.seed, args.questions_per_chat,
+                  args.always_answer)
+    report(records, args.json, by_turn=args.questions_per_chat > 1)
+
+
+if __name__ == "__main__":
+    main()
