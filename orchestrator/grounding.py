@@ -18,7 +18,8 @@ Guardrails' fact-checking rail), without a model call:
   example's own function names, strings and numbers are the example's, not the documents', and a
   sentence that names them speaks of the example.
   ``maxdepth``, ``3600``, ``jinja2.ext.case`` occur in none of the passages retrieved for their
-  questions; a right answer's ``sort_keys`` does.
+  questions; a right answer's ``sort_keys`` does.  A symbol standing alone as a word is a claim
+  too ("The special file name is -."), checked as a whole token; "variable(s)" is a plural, not a call.
 * **No number for a question about a quantity.**  "How many worker threads does heapq.merge use by
   default?" answered "a default number of worker threads, determined by the system's CPU" names no
   claim to check, yet does not answer.  A question that asks for a quantity (:func:`asks_quantity`:
@@ -50,10 +51,11 @@ from dataclasses import dataclass
 _CLAIM = re.compile(
     r"`(?P<code>[^`\n]{1,80})`"
     r"|(?<!\w)'(?P<quoted>[^'\n]{1,40})'(?!\w)|\"(?P<dquoted>[^\"\n]{1,40})\""
-    r"|(?P<call>\b[A-Za-z_][\w.]*\([^()\n]{1,40}\))"
+    r"|(?P<call>\b[A-Za-z_][\w.]*\((?!(?:s|es)\))[^()\n]{1,40}\))"
     r"|(?P<name>\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?|\b[A-Za-z_]\w*\(\))"
     r"|(?P<ident>\b[A-Za-z]\w*_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z]+[A-Z]\w*\b)"
-    r"|(?P<number>(?<![\w.])\d+(?:\.\d+)?(?:[A-Za-z]{1,3}(?!\w))?(?!\w|\.\d))")
+    r"|(?P<number>(?<![\w.])\d+(?:\.\d+)?(?:[A-Za-z]{1,3}(?!\w))?(?!\w|\.\d))"
+    r"|(?<!\S)(?P<symbol>[-+*/%|&^~<>=!@#$:]{1,3})(?=[.,;:!?)]*(?:\s|$))")
 # A number with its unit written on (``1MB``, ``30s``, ``64KiB``): the unit may stand apart in the passages.
 _UNIT = re.compile(r"(?P<value>\d+(?:\.\d+)?)(?P<unit>[A-Za-z]+)")
 # A fenced code block: its opening fence (3+ backticks or tildes, a language tag), and its closing one or the end.
@@ -152,10 +154,10 @@ def defined_in_examples(answer: str) -> list[str]:
 
 
 def claims(answer: str, question: str) -> list[tuple[str, str]]:
-    """``(claim, kind)`` of each code name or number in the :func:`prose` of ``answer`` that ``question``
-    does not name, in order; kind ``code`` / ``quoted`` / ``dquoted`` / ``call`` / ``name`` / ``ident`` /
-    ``number``.  The question names a number or a code-like name (one with a dot, ``_``, an inner capital or
-    a digit) when it holds it as a whole token; a plain word (``cancel()``, `` `markdown` ``) is always a
+    """``(claim, kind)`` of each code name, number or lone symbol in the :func:`prose` of ``answer`` that
+    ``question`` does not name, in order; kind ``code`` / ``quoted`` / ``dquoted`` / ``call`` / ``name`` /
+    ``ident`` / ``number`` / ``symbol``.  The question names a number, a symbol or a code-like name (one with
+    a dot, ``_``, an inner capital or a digit) when it holds it as a whole token; a plain word (``cancel()``, `` `markdown` ``) is always a
     claim, even when the question uses the word."""
     out = []
     for m in _CLAIM.finditer(prose(answer)):
@@ -164,7 +166,7 @@ def claims(answer: str, question: str) -> list[tuple[str, str]]:
         core = claim.removesuffix("()").strip()
         if not core:
             continue
-        code_like = kind == "number" or "." in core or _DISTINCTIVE.search(core) is not None
+        code_like = kind in ("number", "symbol") or "." in core or _DISTINCTIVE.search(core) is not None
         if not (code_like and _occurs(question, core, kind == "number", ignore_case=True)):
             out.append((claim, kind))
     return out

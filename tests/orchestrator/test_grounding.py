@@ -118,3 +118,25 @@ def test_what_an_example_defines():
     assert defined_in_examples(answer) == ["print_lines", "input", "rest", "n", "kw", "Cli", "line", "out", "fh",
                                            "total"]
     assert defined_in_examples("no example, `x = 1` inline") == []
+
+
+def test_a_symbol_standing_alone_is_a_value_the_passages_must_hold():
+    # Qwen2.5-Coder-0.5B's right answer over Click's docs, refused as a restated question before
+    q = "Which special file name makes click.File read from stdin or write to stdout?"
+    answer = "The special file name that makes click.File read from stdin or write to stdout is -."
+    assert check(answer, q, ["The special value - means stdin or stdout, depending on the mode."]).grounded
+    assert check(answer, q, ["Files are opened lazily; a non-existing path is an error."]).unsupported == ("-",)
+    assert check("It is the file name -", q, ["dash-separated names"]).unsupported == ("-",)  # not inside a word
+
+
+def test_a_plural_written_with_s_in_brackets_is_a_word_not_a_call():
+    # "variable(s)" is how the question wrote the plural: an answer repeating it restates the question
+    q = "Which keyword of click.argument names the environment variable(s) the argument may be read from?"
+    g = check("The keyword of click.argument names the environment variable(s) the argument may be read from.", q,
+              ["click.argument(..., envvar=None): the environment variable(s) to read the value from"])
+    assert g.claims == () and g.restates_question
+
+
+def test_a_symbol_the_question_holds_needs_no_support():
+    q = "Which attribute holds the binary operator symbols, such as **, that should be intercepted?"
+    assert check("The `intercepted_binops` attribute holds symbols such as **.", q, ["intercepted_binops"]).grounded
