@@ -173,6 +173,21 @@ async def test_with_a_tool_an_unrelated_question_whose_calls_all_failed_is_the_n
     assert (result.answer, result.unsupported, result.rejected) == (NOT_FOUND, [NO_TOOL], ["Lima."])
 
 
+async def test_with_a_tool_an_unrelated_question_answered_after_only_a_search_is_the_no_match_answer(
+        tokenizer, retriever):
+    from loom.orchestrator.answer_check import NO_TOOL
+    from loom.orchestrator.relevance import search_tool
+    from loom.tools.builtin import calculator
+
+    # the search found nothing related before the model ran, and finds nothing again: no tool answered it
+    llm = ScriptedLLM(tokenizer, [_call("search_documents", '{"query": "capital of Peru"}'), "Lima."])
+    agent = Agent(llm, tools=[calculator, search_tool(retriever)], retriever=retriever, no_match_answer=NOT_FOUND,
+                  condense_question=False)
+    result = await agent.arun("What is the capital of Peru?", session=InMemorySession())
+    assert [(r.name, r.is_error) for r in result.tool_results] == [("search_documents", False)]
+    assert (result.answer, result.unsupported, result.rejected) == (NOT_FOUND, [NO_TOOL], ["Lima."])
+
+
 async def test_with_a_tool_a_term_no_document_uses_gets_one_model_call_and_no_wider_retry(tokenizer, retriever):
     from loom.orchestrator.answer_check import NO_TOOL
     from loom.tools.builtin import calculator
