@@ -157,8 +157,8 @@ def claims(answer: str, question: str) -> list[tuple[str, str]]:
     """``(claim, kind)`` of each code name, number or lone symbol in the :func:`prose` of ``answer`` that
     ``question`` does not name, in order; kind ``code`` / ``quoted`` / ``dquoted`` / ``call`` / ``name`` /
     ``ident`` / ``number`` / ``symbol``.  The question names a number, a symbol or a code-like name (one with
-    a dot, ``_``, an inner capital or a digit) when it holds it as a whole token; a plain word (``cancel()``, `` `markdown` ``) is always a
-    claim, even when the question uses the word."""
+    a dot, ``_``, an inner capital or a digit) when it holds it as a whole token; a plain word (``cancel()``,
+    `` `markdown` ``) is always a claim, even when the question uses the word."""
     out = []
     for m in _CLAIM.finditer(prose(answer)):
         kind = m.lastgroup or "code"
