@@ -53,12 +53,12 @@ def tools_may_answer(run: TurnState) -> bool:
     """Whether a turn whose search found nothing related may still be answered: the agent has a tool
     other than ``search_documents`` (a calculator, memory tools, an MCP server's) and the turn's
     ``tool_choice`` is not ``"none"``, so the model runs, and its answer stands only once a tool call of
-    the turn has succeeded (:func:`without_tool`).  Forcing that first call (``"required"``) was measured and
-    left out: over Click's docs, Qwen2.5-Coder-0.5B then computed "98" for "hello" and answered 4 of 6
-    off-topic questions (none without it), from calculator results it made up.  Without one the turn is
-    answered ``no_match_answer``
-    with no model call.  So a documentation chat that also has a calculator says "not covered" to a
-    question its documents do not hold and can still compute "365 * 24" (when the model calls the tool)."""
+    the turn has succeeded (:func:`without_tool`).  Without such a tool the turn is answered
+    ``no_match_answer`` with no model call.  So a documentation chat that also has a calculator says "not
+    covered" to a question its documents do not hold and can still compute "365 * 24" (when the model
+    calls the tool).  Forcing that first call (``"required"``) was measured and left out: over Click's
+    docs, Qwen2.5-Coder-0.5B then computed "98" for "hello" and answered 4 of 6 off-topic questions (none
+    without it), from calculator results it made up."""
     return run.choice != "none" and any(name != SEARCH_TOOL_NAME for name in run.parts.registry.names)
 
 
