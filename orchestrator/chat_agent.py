@@ -13,7 +13,8 @@ and the memory database and makes the engine stoppable) and the evaluation that 
   question the documents do not hold is answered :data:`~loom.orchestrator.relevance.NOT_FOUND_ANSWER`
   (``loom.orchestrator.answer_check``), as a REST session with an index and no memory is.  Measured with
   ``python -m loom.evals.chat_qa --num-questions 40`` against ``--always-answer`` (Qwen2.5-Coder-0.5B int8):
-  answerable right 66.1% both ways, unanswerable answered "not covered" 9 of 11 against 0.
+  answerable right 66.1% both ways, unanswerable answered "not covered" 9 of 11 against 0 (68.8% and 9 of 11
+  since refused turns are left out of later prompts, ``loom.orchestrator.compaction_plan.compute_view``).
 """
 
 from __future__ import annotations

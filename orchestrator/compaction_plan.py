@@ -48,8 +48,17 @@ class View:
 
 
 def compute_view(items: list[Item], turn: int) -> View:
-    """Split the visible items into snapshot / history (earlier turns) / tail (this turn)."""
+    """Split the visible items into snapshot / history (earlier turns) / tail (this turn).
+
+    An earlier turn answered ``no_match_answer`` (its reply item has ``"no_match": True``, written by the
+    runner) is in none of them: the session keeps it, later prompts do not show it.  A small model shown
+    "The indexed documents do not cover this." in its history answers that to what follows: over Click's
+    docs, after one refused question, Qwen2.5-Coder-0.5B refused all 7 turns that followed (sums and a
+    how-to question included); with refused turns left out it computed 3 of its 4 sums and answered the
+    how-to.  Leaving a turn out of the end of the history keeps every earlier prefix, so the prefix cache
+    still serves it."""
     view = View()
+    refused = {item.get("turn") for item in items if item.get("no_match")}
     for item in items:
         if item.get("kind") == "compaction":
             for start, end in item.get("hide", []):
@@ -62,7 +71,8 @@ def compute_view(items: list[Item], turn: int) -> View:
         if item["kind"] == "memory_snapshot":
             view.snapshot.append(i)
         elif item.get("turn", 0) < turn:
-            view.history.append(i)
+            if item.get("turn") not in refused:
+                view.history.append(i)
         else:
             view.tail.append(i)
     return view

@@ -340,7 +340,7 @@ class TurnRunner:
         a, res = self.parts, self.result
         ids = a.engine.tokenizer.encode(text, add_special_tokens=False)
         item = a.builder.assistant_item(self.turn, ids, reasoning_mask=[False] * len(ids), content=text)
-        item["step"] = step
+        item["step"], item["no_match"] = step, True  # later turns do not see this turn (compaction_plan)
         self._store([item])
         res.answer, res.final_state, res.steps = text, "done", step
         yield ContentDelta(text)

@@ -30,10 +30,30 @@ async def test_a_docs_qa_agent_replaces_an_ungrounded_answer_and_stores_what_it_
     assert result.unsupported == ["asyncio.shield_all()"] and result.steps == 1 and result.retrieved
     assert result.widened and len(result.usage.calls) == 2  # both of the model's calls are accounted
     assert result.rejected == ["Use `asyncio.shield_all()` for that."] * 2  # kept to see why, never shown
+    assert session.get_items()[-1]["content"] == NOT_FOUND  # stored, as said
     result = await agent.arun("How do I cancel an asyncio task, then?", session=session)
     assert result.answer == "Call cancel() on the task." and result.unsupported == []
     prompt = tokenizer.decode(llm.prompts[-1])
-    assert "The indexed documents do not cover this." in prompt and "shield_all" not in prompt
+    assert "shield_all" not in prompt  # a refused answer is never shown again
+
+
+async def test_a_turn_answered_no_match_answer_is_not_shown_to_later_turns(tokenizer, retriever):
+    # a small model shown "The indexed documents do not cover this." in its history repeats it: over Click's
+    # docs, Qwen2.5-Coder-0.5B refused all 7 turns after one refusal ("What is 365 * 24?" and a how-to question
+    # included), and computed 3 of the 4 sums with the refused turns left out
+    from loom.tools.builtin import calculator
+
+    llm = ScriptedLLM(tokenizer, ["Lima.", _call("calculator", '{"expression": "365 * 24"}'), "It is 8760."])
+    agent = Agent(llm, tools=[calculator], retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False)
+    session = InMemorySession()
+    refused = await agent.arun("What is the capital of Peru?", session=session)
+    assert refused.answer == NOT_FOUND and [i["content"] for i in session.get_items()[-2:]] == [
+        "What is the capital of Peru?", NOT_FOUND]  # the session keeps the turn
+    computed = await agent.arun("What is 365 * 24?", session=session)
+    assert computed.answer == "It is 8760."
+    for prompt in llm.prompts[1:]:  # the second turn's calls
+        text = tokenizer.decode(prompt)
+        assert "Peru" not in text and NOT_FOUND not in text and "Lima" not in text
 
 
 @pytest.mark.parametrize("store", ["memory", "sqlite"])
@@ -113,9 +133,10 @@ async def test_a_question_naming_a_term_no_document_uses_is_the_no_match_answer_
     result = await agent.arun("How do I make an asyncio task write its result to syslog?", session=session)
     assert (result.answer, result.unknown_terms, result.steps, llm.prompts) == (NOT_FOUND, ["syslog"], 0, [])
     assert result.retrieved and not result.no_match  # the search was related: the term decided
+    assert session.get_items()[-1]["content"] == NOT_FOUND  # kept in the session as any answer is
     await agent.arun("How do I cancel an asyncio task?", session=session)
-    prompt = tokenizer.decode(llm.prompts[-1])  # the answer was kept in the session as any answer is
-    assert prompt.index("syslog") < prompt.index(NOT_FOUND) < prompt.index("How do I cancel")
+    prompt = tokenizer.decode(llm.prompts[-1])  # and not shown to the next turn
+    assert "syslog" not in prompt and NOT_FOUND not in prompt and "How do I cancel" in prompt
 
 
 async def test_common_words_and_the_documents_own_words_in_other_forms_are_not_unknown(tokenizer, retriever):
