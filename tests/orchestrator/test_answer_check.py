@@ -37,7 +37,8 @@ async def test_a_docs_qa_agent_replaces_an_ungrounded_answer_and_stores_what_it_
     assert "shield_all" not in prompt  # a refused answer is never shown again
 
 
-async def test_a_turn_answered_no_match_answer_is_not_shown_to_later_turns(tokenizer, retriever):
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_a_turn_answered_no_match_answer_is_not_shown_to_later_turns(tokenizer, retriever, tmp_path, store):
     # a small model shown "The indexed documents do not cover this." in its history repeats it: over Click's
     # docs, Qwen2.5-Coder-0.5B refused all 7 turns after one refusal ("What is 365 * 24?" and a how-to question
     # included), and computed 3 of the 4 sums with the refused turns left out
@@ -45,7 +46,7 @@ async def test_a_turn_answered_no_match_answer_is_not_shown_to_later_turns(token
 
     llm = ScriptedLLM(tokenizer, ["Lima.", _call("calculator", '{"expression": "365 * 24"}'), "It is 8760."])
     agent = Agent(llm, tools=[calculator], retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False)
-    session = InMemorySession()
+    session = InMemorySession() if store == "memory" else SQLSession("docs-qa", url=f"sqlite:///{tmp_path}/s.db")
     refused = await agent.arun("What is the capital of Peru?", session=session)
     assert refused.answer == NOT_FOUND and [i["content"] for i in session.get_items()[-2:]] == [
         "What is the capital of Peru?", NOT_FOUND]  # the session keeps the turn
