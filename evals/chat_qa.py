@@ -17,12 +17,11 @@ as whole tokens; "not found" for an unanswerable question) and reported the same
 
 from __future__ import annotations
 
-import argparse
 import random
 from collections.abc import Sequence
 from typing import Any
 
-from loom.evals.serve_qa import ServedAnswer, report
+from loom.evals.serve_qa import ServedAnswer, question_arguments, report, selected_sets
 
 
 def ask(agent: Any, questions: Sequence[Any]) -> list[ServedAnswer]:
@@ -86,24 +85,15 @@ def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, se
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from loom.evals.qa import QA_SETS, select_sets
     from loom.runtime.checkpoint.registry import default_model
 
-    parser = argparse.ArgumentParser(prog="python -m loom.evals.chat_qa", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default=None, help="default: Loom's default model")
-    parser.add_argument("--qa-sets", default=",".join(QA_SETS), help="comma-separated qa sets")
-    parser.add_argument("--num-questions", type=int, default=None, help="a seeded sample per set (default all)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = question_arguments("python -m loom.evals.chat_qa", __doc__.split("\n")[0])
     parser.add_argument("--questions-per-chat", type=int, default=4,
                         help="consecutive questions asked in one chat (default 4)")
     parser.add_argument("--always-answer", action="store_true",
                         help="the model answers every question (loom chat --always-answer)")
-    parser.add_argument("--json", default=None, help="write the records and the summary here")
     args = parser.parse_args(argv)
-    try:
-        sets = select_sets(args.qa_sets)
-    except ValueError as exc:
-        parser.error(f"--qa-sets: {exc}")
+    sets = selected_sets(parser, args)
     records = run(args.model or default_model(), sets, args.num_questions, args.seed, args.questions_per_chat,
                   args.always_answer)
     report(records, args.json, by_turn=args.questions_per_chat > 1)

@@ -218,15 +218,34 @@ def pct(value: object) -> str:
     return "-" if not isinstance(value, (int, float)) else f"{value:.1%}"
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    from loom.evals.qa import QA_SETS, select_sets
-    from loom.runtime.checkpoint.registry import default_model
+def question_arguments(prog: str, description: str) -> argparse.ArgumentParser:
+    """A parser with the arguments every documentation-QA measurement takes: ``--model``, ``--qa-sets``,
+    ``--num-questions``, ``--seed`` and ``--json`` (read the sets with :func:`selected_sets`)."""
+    from loom.evals.qa import QA_SETS
 
-    parser = argparse.ArgumentParser(prog="python -m loom.evals.serve_qa", description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default=None, help="model to serve (default: Loom's default model)")
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--model", default=None, help="the model (default: Loom's default model)")
     parser.add_argument("--qa-sets", default=",".join(QA_SETS), help="comma-separated qa sets")
     parser.add_argument("--num-questions", type=int, default=None, help="a seeded sample per set (default all)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", default=None, help="write the records and the summary here")
+    return parser
+
+
+def selected_sets(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    """The ``--qa-sets`` of ``args``; an unknown one exits through ``parser.error`` (status 2)."""
+    from loom.evals.qa import select_sets
+
+    try:
+        return select_sets(args.qa_sets)
+    except ValueError as exc:
+        parser.error(f"--qa-sets: {exc}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    from loom.runtime.checkpoint.registry import default_model
+
+    parser = question_arguments("python -m loom.evals.serve_qa", __doc__.split("\n")[0])
     parser.add_argument("--system", default=None, help="the sessions' system prompt (default none)")
     answers = parser.add_mutually_exclusive_group()
     answers.add_argument("--no-match-answer", default=None,
@@ -239,12 +258,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--sampling", default=None, type=json.loads,
                         help='the sessions\' sampling fields as JSON, e.g. \'{"repetition_penalty": 1.1}\'')
     parser.add_argument("--max-history-tokens", type=int, default=None, help="the sessions' history cap")
-    parser.add_argument("--json", default=None, help="write the records and the summary here")
     args = parser.parse_args(argv)
-    try:
-        sets = select_sets(args.qa_sets)
-    except ValueError as exc:
-        parser.error(f"--qa-sets: {exc}")
+    sets = selected_sets(parser, args)
     records = run(args.model or default_model(), sets, args.num_questions, args.seed, args.system,
                   args.no_match_answer, args.concurrency, questions_per_session=args.questions_per_session,
                   sampling=args.sampling, max_history_tokens=args.max_history_tokens,

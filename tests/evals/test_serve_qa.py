@@ -46,3 +46,15 @@ def test_the_summary_counts_looping_replies():
     records = [_answer("click", True, False, cut=True, loops=True), _answer("click", True, True),
                _answer("click", False, True, not_found=True), _answer("click", True, True)]
     assert summary(records)["all"]["repeats"] == 0.25
+
+
+def test_an_unknown_qa_set_is_a_usage_error_naming_the_known_ones(capsys):
+    import pytest
+
+    from loom.evals import chat_qa, serve_qa
+
+    for module in (serve_qa, chat_qa):
+        with pytest.raises(SystemExit) as exit_info:
+            module.main(["--qa-sets", "stdlib,nope"])
+        assert exit_info.value.code == 2
+        assert "--qa-sets: qa sets: unknown ['nope']; known: stdlib, click, jinja" in capsys.readouterr().err
