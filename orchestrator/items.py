@@ -10,6 +10,8 @@ can store it):
   assistant items, ``reasoning_content`` and OpenAI-style ``tool_calls``; for
   tool results ``tool_call_id`` and ``name``;
 - retrieval items keep ``sources``: the labels of the hits they show (for citations);
+- an assistant item with ``no_match: True`` is the agent's ``no_match_answer``: its whole turn is
+  left out of later turns' prompts (:func:`loom.orchestrator.compaction_plan.compute_view`);
 - ``token_ids``: the ids this item occupies in every prompt that shows it;
   assistant items store the generation prompt + the generated ids + the
   template's trailer; with reasoning, ``stripped_token_ids`` holds the
@@ -92,6 +94,7 @@ class Item(TypedDict, total=False):
     sources: list[str]
     cut: RetrievalCut
     memory_ids: list[int | None]
+    no_match: bool  # an assistant reply that is the agent's no_match_answer: later prompts leave its turn out
     # compaction markers
     hide: list[list[int]]
     summary: Item | None
