@@ -74,14 +74,18 @@ def sources_line(check: CitationCheck, result: RunResult) -> str:
     """``Sources: ≈ [os.path — join] 57% word overlap · tool calculator → 8760`` (plain text).
 
     Only retrieved sections (``check.sources``) and this turn's successful tool
-    results are listed; citations that name nothing retrieved are not sources.
+    results are listed, each once (a call the model repeated returned the same
+    result); citations that name nothing retrieved are not sources.
     """
     from loom.orchestrator.citations import format_source
+    from loom.orchestrator.runner import REPEATED_CALL_NOTE
 
     entries = [format_source(s) for s in check.sources]
     for r in result.tool_results:
         if not r.is_error:
-            entries.append(f"tool {r.name} → {' '.join(r.content.split())[:80]}")
+            text = " ".join(r.content.removesuffix(REPEATED_CALL_NOTE).split())[:80]
+            entries.append(f"tool {r.name} → {text}")
+    entries = list(dict.fromkeys(entries))
     if not entries:
         why = ("no retrieved section supports this answer" if result.retrieved else
                "no indexed section matches this question" if result.no_match else "nothing was retrieved")
