@@ -39,6 +39,6 @@ def test_a_chats_questions_are_asked_in_order_and_each_answer_is_scored_as_the_q
     assert [r.turn for r in records] == [1, 2, 3]  # one chat, asked in order
     sort_keys, depth, peru = records
     assert sort_keys.correct == score_answer(sort_keys.answer, questions[0].facts).correct
-    assert sort_keys.sources and all("json" in s for s in sort_keys.sources)
+    assert sort_keys.gold_shown and all("json" in s for s in sort_keys.sources)  # json.dumps was shown
     assert depth.correct == says_not_found(depth.answer) == depth.not_found  # unanswerable: right when "not found"
     assert peru.answer == NOT_FOUND_ANSWER and peru.correct and not peru.sources  # nothing related was shown
