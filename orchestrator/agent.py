@@ -39,6 +39,7 @@ from loom.orchestrator.retention import RetentionPolicy
 from loom.runtime.sampling_params import SamplingParams
 
 from loom.orchestrator import compaction_hooks
+from loom.orchestrator.answer_verifier import AnswerVerifier
 from loom.orchestrator.approval import pending_approval
 from loom.orchestrator.budget import ContextBudget
 from loom.orchestrator.condense import DEFAULT_CONDENSE_TOKENS, condense_mode
@@ -120,6 +121,9 @@ class Agent:
             made from (default 1, the top one); when the check rejects that answer, the model
             answers once more from all of them before ``no_match_answer`` is given
             (``loom.orchestrator.answer_check``).  ``None``: all of them from the start.
+        verifier: with ``no_match_answer`` set, a ``loom.orchestrator.answer_verifier.AnswerVerifier``
+            (a second, larger model) that judges each answer the lexical check let through: one it
+            finds unstated by the passages is rejected as an ungrounded one is.  Default ``None``.
         memory_k: memories to fetch per turn.
         tool_timeout_s: default tool timeout (seconds).
         memory_write_back: add each user message to long-term memory.
@@ -168,7 +172,8 @@ class Agent:
                  condense_tokens: int = DEFAULT_CONDENSE_TOKENS, parallel_tool_calls: bool | None = None,
                  approval: Iterable[str] = (), cache_salt: str | None = None,
                  cache_ttl_s: float | None = None, similarity_cutoff: float | str | None = "auto",
-                 no_match_answer: str | None = None, first_answer_k: int | None = 1) -> None:
+                 no_match_answer: str | None = None, first_answer_k: int | None = 1,
+                 verifier: AnswerVerifier | None = None) -> None:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
         try:
@@ -204,7 +209,7 @@ class Agent:
             eos_token_ids=eos_token_ids(llm), retriever=retriever, memory=memory, max_steps=max_steps,
             auto_retrieve=auto_retrieve, memory_namespace=memory_namespace or "default",
             retrieval_k=retrieval_k, similarity_cutoff=cutoff, no_match_answer=no_match_answer,
-            first_answer_k=first_answer_k,
+            first_answer_k=first_answer_k, verifier=verifier,
             memory_k=memory_k, memory_write_back=memory_write_back,
             condense_question=mode, condense_tokens=condense_tokens,
             parallel_tool_calls=None if parallel_tool_calls is None else bool(parallel_tool_calls),

@@ -156,6 +156,9 @@ class RunResult:
         rejected: with ``no_match_answer`` set, the model's answers that the check refused, in order
             (the narrow one before ``widened``, then the wide one when ``unsupported``): never shown
             nor stored in the session, kept here to see why a turn said ``no_match_answer``.
+        verifier_margins: with an ``AnswerVerifier``, its ``Verdict.margin`` for each answer it judged, in
+            order (``None``: the prompt did not fit its window); an answer under its threshold is
+            rejected as an ungrounded one is (``loom.orchestrator.answer_verifier``).
     """
 
     answer: str = ""
@@ -178,6 +181,7 @@ class RunResult:
     unknown_terms: list[str] = field(default_factory=list)
     widened: bool = False
     rejected: list[str] = field(default_factory=list)
+    verifier_margins: list[float | None] = field(default_factory=list)
 
 
 @dataclass

@@ -22,6 +22,7 @@ from loom.orchestrator.retention import RetentionPolicy
 from loom.runtime.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
+    from loom.orchestrator.answer_verifier import AnswerVerifier
     from loom.tools import ToolRegistry
 
 
@@ -55,6 +56,7 @@ class AgentParts:
     similarity_cutoff: float | None = None  # hits under it are not shown (loom.orchestrator.relevance)
     no_match_answer: str | None = None  # the answer, without a model call, when no hit is relevant
     first_answer_k: int | None = 1  # with no_match_answer: hits shown to the first answer (loom.orchestrator.answer_check)
+    verifier: AnswerVerifier | None = None  # with no_match_answer: judges answers (answer_verifier)
     memory_k: int = 4
     memory_write_back: bool = True
     condense_question: str | None = "history"  # loom.orchestrator.condense.MODES, None: off

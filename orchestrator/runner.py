@@ -37,7 +37,7 @@ from loom.runtime.errors import InvalidRequestError
 from loom.runtime.sampling_params import SamplingParams
 from loom.tools.base import canonical_json
 
-from loom.orchestrator import answer_check, approval, compaction_hooks, memory_view, relevance, tracing
+from loom.orchestrator import answer_check, answer_verifier, approval, compaction_hooks, memory_view, relevance, tracing
 from loom.orchestrator import condense as cond
 from loom.orchestrator.context import RetrievalFit
 from loom.orchestrator.events import (
@@ -456,6 +456,8 @@ class TurnRunner:
                     reply = outcome.parser.content.strip()
                     unsupported = (answer_check.without_tool(self) if self._tool_or_no_match
                                    else answer_check.reasons(self, reply))
+                    if not unsupported and not self._tool_or_no_match and a.verifier is not None:
+                        unsupported = await self._verify(reply)
                     if unsupported:
                         res.rejected.append(reply)
                     if unsupported and not self._tool_or_no_match and self._widen():  # no passages to widen to
@@ -486,6 +488,21 @@ class TurnRunner:
                 yield ev
         if res.final_state == "done" and a.memory is not None and a.memory_write_back:
             await memory_view.write_back(self)
+
+    async def _verify(self, reply: str) -> list[str]:
+        """``[answer_verifier.NOT_STATED]`` when the agent's verifier finds ``reply`` unstated by this turn's
+        passages (``loom.orchestrator.answer_verifier``); its margin goes to ``RunResult.verifier_margins``."""
+        verifier = self.parts.verifier
+        assert verifier is not None
+        passages = [str(i.get("content") or "") for i in self.items
+                    if i["kind"] == "retrieval" and i["turn"] == self.turn]
+        t0 = time.perf_counter()
+        verdict = await verifier.verdict(passages, self.message, reply,
+                                         getattr(self.parts.engine, "cache_salt", None))
+        timings = self.result.timings
+        timings["verifier"] = timings.get("verifier", 0.0) + (time.perf_counter() - t0) * 1e3
+        self.result.verifier_margins.append(verdict.margin)
+        return [] if verdict.stated else [answer_verifier.NOT_STATED]
 
     def _retention_key(self) -> str:
         return session_key(getattr(self.parts.engine, "cache_salt", None), self.session)

@@ -114,6 +114,8 @@ class QATarget(ScoredAgentTarget):
         similarity_cutoff: the agent's ``similarity_cutoff`` (``"auto"``: the retriever's measured one).
         no_match_answer: the agent's ``no_match_answer`` (``None``: the model answers off-topic questions too).
         first_answer_k: the agent's ``first_answer_k`` (hits its first answer is made from; ``None``: all).
+        verifier: the agent's ``verifier`` (``orchestrator.answer_verifier.AnswerVerifier``; its engine is shut
+            down on ``close``), from the variant settings ``verifier=<model>`` and ``verifier_threshold=<nats>``.
     """
 
     name = "qa"
@@ -121,14 +123,14 @@ class QATarget(ScoredAgentTarget):
     def __init__(self, llm: Any, retrievers: dict[str, tuple[Any, Any]] | None = None, retrieval_k: int = 3,
                  max_retrieval_tokens: int = 640, budget: JSONObject | None = None, index_set: str = "",
                  similarity_cutoff: float | str | None = "auto", no_match_answer: str | None = None,
-                 first_answer_k: int | None = 1) -> None:
+                 first_answer_k: int | None = 1, verifier: Any = None) -> None:
         from loom.evals.qa import question_by_id
 
         super().__init__(llm, budget)
         self.retrievers = dict(retrievers or {})
         self.retrieval_k, self.max_retrieval_tokens = retrieval_k, max_retrieval_tokens
         self.index_set, self.similarity_cutoff, self.no_match_answer = index_set, similarity_cutoff, no_match_answer
-        self.first_answer_k = first_answer_k
+        self.first_answer_k, self.verifier = first_answer_k, verifier
         self.questions = question_by_id()
         self.index_info: JSONObject | None = None
 
@@ -146,6 +148,7 @@ class QATarget(ScoredAgentTarget):
         retriever = self.retrievers[scope][0] if scope in self.retrievers else None
         return {"retriever": retriever, "retrieval_k": self.retrieval_k, "similarity_cutoff": self.similarity_cutoff,
                 "no_match_answer": self.no_match_answer, "first_answer_k": self.first_answer_k,
+                "verifier": self.verifier,
                 "budget": {"max_retrieval_tokens": self.max_retrieval_tokens}}
 
     def score(self, conv: Conversation, out: Outcome, result: Any) -> JSONObject | None:
@@ -185,7 +188,8 @@ class QATarget(ScoredAgentTarget):
         fields: JSONObject = {"retrieved_sections": keys, "sources": sources, "copy_not_found": says_not_found(copy),
                               "unknown_terms": list(getattr(result, "unknown_terms", None) or []),
                               "widened": bool(getattr(result, "widened", False)),
-                              "rejected": list(getattr(result, "rejected", None) or [])}
+                              "rejected": list(getattr(result, "rejected", None) or []),
+                              "verifier_margins": list(getattr(result, "verifier_margins", None) or [])}
         if q.answerable:
             golds = [list(g) for g in q.golds]  # the gold section, and any other that states the answer
             # Was the answer in what the model was shown? (Separates retrieval misses from model misses.)
@@ -194,6 +198,11 @@ class QATarget(ScoredAgentTarget):
                           facts_in_context=bool(hits) and score_answer(context, q.facts).correct,
                           copy_correct=bool(hits) and score_answer(copy, q.facts).correct)
         return fields
+
+    async def close(self) -> None:
+        if self.verifier is not None:
+            self.verifier.engine.llm.shutdown()
+        await super().close()
 
     def quality(self, records: list[JSONObject]) -> JSONObject:
         from loom.evals.qa import qa_quality
@@ -259,9 +268,15 @@ async def make_agent_target(workload: Workload, model: str, engine: JSONObject, 
         if mode in ("on", "true"):
             retrievers, info = await asyncio.to_thread(open_qa_indexes, workload)
         llm = await asyncio.to_thread(AsyncLLM.from_config, EngineConfig(model=model, **engine))
+        verifier = None
+        if settings.get("verifier"):
+            from loom.orchestrator.answer_verifier import AnswerVerifier
+
+            judge = await asyncio.to_thread(AsyncLLM.from_config, EngineConfig(model=str(settings["verifier"])))
+            verifier = AnswerVerifier(judge, float(settings.get("verifier_threshold", 0.0)))
         qa = QATarget(llm, retrievers, p["retrieval_k"], p["max_retrieval_tokens"], budget, p.get("index") or "",
                       settings.get("similarity_cutoff", "auto"), settings.get("no_match_answer", NOT_FOUND_ANSWER),
-                      settings.get("first_answer_k", 1))
+                      settings.get("first_answer_k", 1), verifier)
         qa.index_info = info
         return qa
     if workload.suite == "tools":
