@@ -52,10 +52,11 @@ def ask(agent: Any, questions: Sequence[Any]) -> list[ServedAnswer]:
 
 
 def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, seed: int = 0,
-        questions_per_chat: int = 4, always_answer: bool = False) -> list[ServedAnswer]:
+        questions_per_chat: int = 4, always_answer: bool = False,
+        verifier_model: str | None = None) -> list[ServedAnswer]:
     """Ask each set's questions (the seeded sample of ``num_questions`` per set that
     :mod:`loom.evals.serve_qa` takes, or all) through ``loom chat``'s agent, ``questions_per_chat`` a chat;
-    returns the records in question order.
+    returns the records in question order.  ``verifier_model``: ``loom chat --verifier-model``.
 
     Raises:
         ValueError: ``questions_per_chat`` below 1.
@@ -69,18 +70,25 @@ def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, se
 
     records: list[ServedAnswer] = []
     llm = AsyncLLM(model)
+    verifier = None
     try:
+        if verifier_model is not None:
+            from loom.orchestrator.answer_verifier import AnswerVerifier
+
+            verifier = AnswerVerifier(AsyncLLM(verifier_model))
         for qa_set in qa_sets:
             questions = list(load_set(qa_set))
             if num_questions is not None and num_questions < len(questions):
                 questions = random.Random(seed).sample(questions, num_questions)
             retriever, info = open_corpus_index(corpus_for(load_set(qa_set), qa_set))
             agent = chat_agent(llm, retriever, no_match_answer=default_no_match_answer(
-                info["index_dir"], None, None, always_answer))
+                info["index_dir"], None, None, always_answer), verifier=verifier)
             for i in range(0, len(questions), questions_per_chat):
                 records += ask(agent, questions[i:i + questions_per_chat])
     finally:
         llm.shutdown()
+        if verifier is not None:
+            verifier.shutdown()
     return records
 
 
@@ -92,10 +100,12 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="consecutive questions asked in one chat (default 4)")
     parser.add_argument("--always-answer", action="store_true",
                         help="the model answers every question (loom chat --always-answer)")
+    parser.add_argument("--verifier-model", default=None,
+                        help="a second model that judges each answer (loom chat --verifier-model)")
     args = parser.parse_args(argv)
     sets = selected_sets(parser, args)
     records = run(args.model or default_model(), sets, args.num_questions, args.seed, args.questions_per_chat,
-                  args.always_answer)
+                  args.always_answer, args.verifier_model)
     report(records, args.json, by_turn=args.questions_per_chat > 1)
 
 

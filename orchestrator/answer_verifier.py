@@ -86,6 +86,12 @@ class AnswerVerifier:
         if self.yes == self.no:
             raise ValueError("the verifier's tokenizer starts 'Yes' and 'No' with the same token")
 
+    def shutdown(self) -> None:
+        """Stop the verifier's engine (``AsyncLLM.shutdown``; nothing for an engine without one)."""
+        stop = getattr(self.engine.llm, "shutdown", None)
+        if stop is not None:
+            stop()
+
     def prompt(self, passages: Sequence[str], question: str, answer: str) -> list[int]:
         """The verifier's prompt token ids: its chat template over :data:`SYSTEM` and :data:`QUESTION`."""
         tok = self.engine.tokenizer

@@ -60,10 +60,11 @@ def default_no_match_answer(index: Path | str | None, db: str | None, no_match_a
 def chat_agent(llm: Any, retriever: Any = None, memory: Any = None, namespace: str = "default",
                system: str | None = None, max_tokens: int = 256, condense_question: str | None = "history",
                no_match_answer: str | None = None,
-               max_history_tokens: int | None = CHAT_HISTORY_TOKENS) -> Agent:
+               max_history_tokens: int | None = CHAT_HISTORY_TOKENS, verifier: Any = None) -> Agent:
     """The chat's agent over ``llm`` (an engine), ``retriever`` (an open ``loom.retrieval.Retriever`` or
     ``None``) and ``memory`` (a ``loom.memory.LongTermMemory`` or ``None``): greedy, ``max_tokens`` per
-    model call (tokens), ``system`` (default :func:`default_system`), tools as the module docstring lists.
+    model call (tokens), ``system`` (default :func:`default_system`), tools as the module docstring lists;
+    ``verifier`` (a ``loom.orchestrator.answer_verifier.AnswerVerifier``) judges its documentation answers.
 
     Raises:
         ValueError: a budget or sampling value out of range (``max_tokens`` < 1, ``max_history_tokens`` < 1).
@@ -84,4 +85,4 @@ def chat_agent(llm: Any, retriever: Any = None, memory: Any = None, namespace: s
                  system_prompt=system if system is not None else default_system(retriever is not None),
                  budget=ContextBudget(reserved_output=max_tokens, max_history_tokens=max_history_tokens),
                  sampling=SamplingParams(temperature=0.0, max_tokens=max_tokens),
-                 condense_question=condense_question, no_match_answer=no_match_answer)
+                 condense_question=condense_question, no_match_answer=no_match_answer, verifier=verifier)

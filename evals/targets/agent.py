@@ -201,7 +201,7 @@ class QATarget(ScoredAgentTarget):
 
     async def close(self) -> None:
         if self.verifier is not None:
-            self.verifier.engine.llm.shutdown()
+            self.verifier.shutdown()
         await super().close()
 
     def quality(self, records: list[JSONObject]) -> JSONObject:

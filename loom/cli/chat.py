@@ -12,7 +12,8 @@ names code, values or numbers none of the shown sections holds (or only restates
 answered "The indexed documents do not cover this." (``--no-match-answer TEXT`` says it otherwise)
 instead of a guess (:mod:`loom.orchestrator.answer_check`); the calculator still answers a calculation
 the model hands it.  ``--always-answer`` lets the model answer everything, as it does with ``--db``
-(an answer may come from memory) or without ``--index``.
+(an answer may come from memory) or without ``--index``.  ``--verifier-model`` adds a second, larger
+model that judges each documentation answer (:mod:`loom.orchestrator.answer_verifier`).
 Slash commands: ``/usage`` prints the session's ledger so far (tokens, time and cost by class),
 ``/reset`` starts a new session, ``/help`` lists them, ``/exit`` leaves (as do Ctrl-D and Ctrl-C at the prompt);
 Ctrl-C during a reply stops the reply and keeps the chat (:mod:`loom.cli.chat_loop`).
@@ -50,8 +51,10 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
                  max_tokens: int, condense_question: str | None = "history",
                  quantization: str | None = "auto",
                  no_match_answer: str | None = None,
-                 max_history_tokens: int | None = CHAT_HISTORY_TOKENS) -> tuple[StoppableEngine, Any]:
-    """The engine (stoppable by Ctrl-C) and the agent over ``index`` and ``db``, every lazy part loaded now.
+                 max_history_tokens: int | None = CHAT_HISTORY_TOKENS,
+                 verifier_model: str | None = None) -> tuple[StoppableEngine, Any]:
+    """The engine (stoppable by Ctrl-C) and the agent over ``index`` and ``db``, every lazy part loaded now;
+    with ``verifier_model``, the agent's ``AnswerVerifier`` on an engine of its own (``agent.parts.verifier``).
 
     Raises:
         SetupError: the index or the memory database cannot be opened (one-line message).
@@ -80,8 +83,17 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
             raise SetupError(f"memory database {db!r} cannot be opened: {_first_line(exc)}; "
                              "pass --db with a SQLAlchemy URL, e.g. sqlite:///memory.db") from exc
     llm = StoppableEngine(AsyncLLM(model, quantization=quantization))
+    verifier = None
+    if verifier_model is not None:
+        from loom.orchestrator.answer_verifier import AnswerVerifier
+
+        try:
+            verifier = AnswerVerifier(AsyncLLM(verifier_model))
+        except BaseException:
+            llm.shutdown()
+            raise
     agent = chat_agent(llm, retriever, memory, namespace, system, max_tokens, condense_question, no_match_answer,
-                       max_history_tokens)
+                       max_history_tokens, verifier)
     return llm, agent
 
 
@@ -113,6 +125,11 @@ def chat(
     always_answer: bool = typer.Option(False, "--always-answer",
                                        help="With --index, the model answers every question, related sections "
                                        "or not (the default with --db)."),
+    verifier_model: Optional[str] = typer.Option(None, "--verifier-model",
+                                                 help="In a documentation-QA chat, a second, larger model (e.g. "
+                                                 "qwen2.5-coder-1.5b-instruct) that reads each answer with its "
+                                                 "sections and refuses one they do not state (one more prefill "
+                                                 "per answer)."),
 ) -> None:
     """Chat with the agent in the terminal (streaming; /help lists the commands; Ctrl-C stops a reply).
 
@@ -137,6 +154,10 @@ def chat(
         print_error("--always-answer and --no-match-answer: give one or the other")
         raise typer.Exit(2)
     no_match_answer = default_no_match_answer(index, db, no_match_answer, always_answer)
+    if verifier_model is not None and no_match_answer is None:
+        print_error("--verifier-model: judges documentation answers, so it needs --index, and --no-match-answer "
+                    "with --db; not --always-answer")
+        raise typer.Exit(2)
     path = resolve_model(console, model, "Without --model, loom chat runs Loom's default model, a real one.")
     if system is None:
         system = default_system(index is not None)
@@ -145,7 +166,7 @@ def chat(
             # the name, not the folder: quantization "auto" reads the registered model's format
             llm, agent = _build_agent(model or default_model(), index, db, namespace, system, max_tokens,
                                       None if mode == "off" else mode, quantization, no_match_answer,
-                                      max_history_tokens)
+                                      max_history_tokens, verifier_model)
     except SetupError as exc:
         print_error(str(exc))
         raise typer.Exit(2) from None
@@ -156,3 +177,5 @@ def chat(
         chat_loop(console, agent, llm, lambda: console.input("[bold cyan]you>[/] "))
     finally:
         llm.shutdown()
+        if agent.parts.verifier is not None:
+            agent.parts.verifier.shutdown()

@@ -168,6 +168,22 @@ def test_a_reply_cut_at_max_tokens_ends_marked_as_cut(real_model, real_quantizat
     assert console.file.getvalue().rstrip().endswith("[cut at max_tokens]")
 
 
+def test_verifier_model_gives_the_docs_qa_agent_a_verifier_that_judges_its_answers(real_model, index) -> None:
+    import asyncio
+
+    llm, agent = _build_agent(str(real_model), index, None, "default", "You are a helpful assistant.", 24,
+                              no_match_answer="Not in the docs.", verifier_model=str(real_model))
+    verifier = agent.parts.verifier
+    try:
+        result = asyncio.run(agent.arun("How do I extract all members of a zip archive?"))
+    finally:
+        llm.shutdown()
+        verifier.shutdown()
+    assert result.retrieved and result.final_state == "done"
+    # the small model's answer is refused by the lexical check, or judged by the verifier (its margin kept)
+    assert result.unsupported or result.unknown_terms or len(result.verifier_margins) >= 1, result
+
+
 @pytest.mark.parametrize("word", ["exit", "Quit"])
 def test_exit_or_quit_typed_alone_leaves_without_a_turn(checkpoint_factory, word: str) -> None:
     llm, agent = _build_agent(str(checkpoint_factory()), None, None, "default", "You are a helpful assistant.", 4)

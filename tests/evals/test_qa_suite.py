@@ -231,3 +231,21 @@ def test_an_off_topic_question_finds_nothing_related_and_is_answered_not_found(t
     assert not records["json-sort-keys"].get("offtopic") and records["json-sort-keys"]["output_tokens"] > 0
     quality = run.summary["quality"]["retrieval=on"]
     assert (quality["offtopic"], quality["offtopic_not_found_rate"], quality["questions"]) == (1, 1.0, 1)
+
+
+def test_a_verifier_variant_judges_each_answer_the_lexical_check_let_through(real_model, tmp_path_factory):
+    """``verifier=MODEL``: the agent's ``AnswerVerifier`` on an engine of its own; each judged answer's margin is in
+    its record (the small model judging itself: its verdicts are noise, the plumbing is real)."""
+    run = evals.run("qa", out=tmp_path_factory.mktemp("qa-verifier"), warmup=0, report=False,
+                    compare=[f"retrieval=on,verifier={real_model}"],
+                    options={"questions": "json-sort-keys,stdlib-none-json-depth", "output_tokens": 32,
+                             "corpus": "stdlib:module/json",
+                             "index_dir": str(tmp_path_factory.mktemp("qa-verifier-index"))},
+                    engine={"num_kv_blocks": 128})
+    records = {r["question_id"]: r for res in run.results if "verifier" in res.name for r in res.records}
+    assert set(records) == {"json-sort-keys", "stdlib-none-json-depth"}
+    for r in records.values():
+        margins = r["verifier_margins"]
+        assert all(isinstance(m, float) for m in margins) and len(margins) <= 1 + r["widened"]
+        if r["rejected"] == [] and not r["not_found"]:  # the answer stood: the verifier judged it
+            assert len(margins) == 1 and margins[0] >= 0
