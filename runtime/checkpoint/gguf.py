@@ -151,10 +151,26 @@ def convert_gguf(gguf: Path, out: Path) -> Path:
     config.save_pretrained(out)
     GenerationConfig.from_model_config(config).save_pretrained(out)
     tokenizer.save_pretrained(out)
+    _drop_load_time_keys(out / "tokenizer_config.json")
     source = {"path": os.path.relpath(gguf.resolve(), out.resolve()), "gguf": gguf.name, "bytes": gguf.stat().st_size}
     (out / SOURCE_FILE).write_text(json.dumps(source) + "\n")
     logger.info("converted %s to %s", gguf, out)
     return out
+
+
+#: Keys transformers writes into ``tokenizer_config.json`` that say how this process loaded the tokenizer
+#: (``local_files_only`` follows ``HF_HUB_OFFLINE``), not what the tokenizer is: left out, a conversion writes
+#: the same bytes whatever the environment.
+LOAD_TIME_KEYS = ("is_local", "local_files_only")
+
+
+def _drop_load_time_keys(path: Path) -> None:
+    if path.is_file():
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+        if any(k in cfg for k in LOAD_TIME_KEYS):
+            for k in LOAD_TIME_KEYS:
+                cfg.pop(k, None)
+            path.write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 def gguf_source(folder: Path) -> Path | None:

@@ -107,6 +107,8 @@ def test_the_pulled_model_loads_and_equals_the_cached_one(pull, real_model):
         assert new == old, name
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "loom_source.json"):
         assert (pull.path / name).read_bytes() == (real_model / name).read_bytes(), name
+    # how the converting process loaded the tokenizer (HF_HUB_OFFLINE) is not written: the same bytes either way
+    assert not {"is_local", "local_files_only"} & set(json.loads((pull.path / "tokenizer_config.json").read_text()))
     # the pull loads straight from its GGUF; real_model from the float32 safetensors transformers wrote
     new, old = (load_model(d, load_hf_config(d), dtype=torch.float32, device=torch.device("cpu")).state_dict()
                 for d in (pull.path, real_model))
