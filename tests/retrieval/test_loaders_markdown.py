@@ -104,3 +104,17 @@ def test_admonition_forms_and_nested_blocks_keep_titles_and_bodies() -> None:
         "Mind the gap\n\nBody one.\n\nTip\n\nCollapsed body.\n\nUntitled body.\n\n"
         "Using pip instead\n\nRun pip.\n\nPython 3.10+\n\nNote\n\nInner note.\n\n"
         "See the guide.")]
+
+
+def test_real_click_page_shows_myst_roles_as_sphinx_does_not_their_braces() -> None:
+    # Click's docs are MyST: {func}`prompt` renders as prompt(), {ref}`optional-value` as its label's text
+    doc = load_file(DATA / "click-8.5.1_prompts.md")
+    text = _text(doc)
+    assert "{func}" not in text and "{ref}" not in text
+    assert "prompt()" in text and "confirm()" in text and "optional-value" in text
+
+
+def test_myst_roles_take_sphinx_s_text_and_braces_elsewhere_stay() -> None:
+    doc = load_markdown("# T\n\nUse {func}`click.echo`, {class}`~click.Choice`, {ref}`the page <options>` and "
+                        "{py:meth}`Context.invoke`; `{name}` and f\"{x}\" stay.\n", "t.md")
+    assert _text(doc) == ("Use click.echo(), Choice, the page and Context.invoke(); {name} and f\"{x}\" stay.")
