@@ -25,10 +25,7 @@ text (BeautifulSoup), without scripts and styles.  A MyST role (Sphinx's
 Markdown: ``{func}`click.echo```, ``{ref}`title <label>```) is shown as Sphinx
 shows it (``click.echo()``, ``title``), not as ``{func}click.echo``: Click's
 docs hold about 350 of them, and a small model shown them copied the braces
-into its answers ("use the {func}password_option function").  A MyST directive
-fence (```` ```{note} ````, ```` ```{eval-rst} ````) is read as Sphinx would show it
-(:func:`_myst_directive`), not kept as code: Click's API page is 182
-``{eval-rst}`` autodoc blocks, each now an API entry read from the source.
+into its answers ("use the {func}password_option function").
 """
 
 from __future__ import annotations
@@ -51,14 +48,6 @@ _BLOCK = re.compile(r"^\s*(?P<name>[A-Za-z][\w-]*)\s*(?:\|\s*(?P<title>.*?))?\s*
 _INCLUDE = re.compile(r'\{\*[^\n]*?\*\}|\{![^\n]*?!\}|^-{1,2}8<-{1,2}[ \t]*(?:"[^"\n]*")?[ \t]*$',
                       re.M)
 _TEMPLATE = re.compile(r"\{%.*?%\}|\{\{.*?\}\}", re.S)
-# a MyST directive fence's info string: ```{note}, ```{eval-rst}, ```{versionadded} 8.0
-_DIRECTIVE = re.compile(r"^\{(?P<name>[A-Za-z][\w:.-]*)\}(?P<arg>.*)$")
-_OPTION = re.compile(r"^\s*:[\w-]+:")
-_MYST_DROPPED = {"toctree", "contents", "image", "figure", "include", "literalinclude", "autosummary",
-                 "tabularcolumns", "raw", "highlight", "index", "only", "ifconfig", "meta", "rubric"}
-_MYST_CODE = {"code-block", "code", "code-cell", "sourcecode", "doctest", "testcode", "testoutput"}
-_VERSION_TITLES = {"versionadded": "Added in version", "versionchanged": "Changed in version",
-                   "deprecated": "Deprecated since version", "versionremoved": "Removed in version"}
 # a MyST role's name right before its code span: ``{func}`` of ``{func}`click.echo```, ``{py:meth}`` ...
 _MYST_ROLE = re.compile(r"\{(?P<role>[A-Za-z][\w.+-]*(?::[A-Za-z][\w.+-]*)*)\}$")
 _ATTR_LIST = re.compile(r"[ \t]*\{:?[ \t]*[#.][^{}\n]*\}")
@@ -95,7 +84,6 @@ def load_markdown(text: str, doc_id: str, title: str | None = None) -> Document:
     opened: list[tuple[int, int] | None] = []  # title marks of open admonitions/blocks
     rows: list[str] | None = None
     row: list[str] | None = None
-    module = ""  # the MyST {currentmodule} / {module}: what an {eval-rst} block's short names are in
     for tok in tokens:
         kind = tok.type
         if kind == "front_matter":
@@ -113,8 +101,6 @@ def load_markdown(text: str, doc_id: str, title: str | None = None) -> Document:
                 opened[-1] = sb.block(plain)
             else:
                 sb.block(plain)
-        elif kind == "fence" and _DIRECTIVE.match(tok.info):
-            module = _myst_directive(tok.info, tok.content, doc_id, module, sb)
         elif kind in ("fence", "code_block"):
             sb.block("\n".join(ln for ln in tok.content.splitlines()
                                if not _INCLUDE.fullmatch(ln.strip())))
@@ -167,56 +153,6 @@ def _inline(tok: Any) -> str:
             parts.append(" ")  # a table or list written in HTML inside a cell
         role = None
     return "".join(parts)
-
-
-def _myst_directive(info: str, content: str, doc_id: str, module: str, sb: SectionBuilder) -> str:
-    """Add what Sphinx shows for the MyST directive fence ```` ```{name} argument ```` to ``sb``; returns the
-    current module (changed by ``{currentmodule}`` / ``{module}``).
-
-    ``{eval-rst}`` is reStructuredText, read by the reST loader (its autodoc entries resolved from the source
-    beside the page, each an API entry of its own); admonitions (``{note}``, ``{warning}``, ``{admonition}
-    Title`` ...) and version notes (``{versionadded} 8.0``) are their title and their body, read as Markdown;
-    code directives are their code; navigation and layout (``{toctree}``, ``{contents}``, ``{image}`` ...)
-    are not text.  Leading option lines (``:depth: 1``, or a ``---`` YAML block) are dropped."""
-    m = _DIRECTIVE.match(info)
-    assert m is not None
-    name, arg = m["name"].lower(), m["arg"].strip()
-    body = _drop_options(content)
-    if name in ("currentmodule", "module", "py:currentmodule", "py:module"):
-        return arg
-    if name in _MYST_DROPPED:
-        return module
-    if name == "eval-rst":
-        from loom.retrieval.loaders.rst import load_rst
-
-        prefix = f".. currentmodule:: {module}\n\n" if module else ""
-        for section in load_rst(prefix + body, doc_id).sections:
-            if section.metadata.get("object"):
-                sb.entry(section.text, section.metadata)
-            elif section.text.strip():
-                sb.block(section.text)
-        return module
-    if name in _MYST_CODE:
-        sb.block(body)
-        return module
-    head = arg if name == "admonition" else _VERSION_TITLES.get(name, name.capitalize())
-    if name in _VERSION_TITLES:
-        head = f"{head} {arg}".strip() + ":"
-    text = "\n\n".join(sec.text for sec in load_markdown(body, doc_id).sections if sec.text.strip())
-    sb.block(f"{head} {text}".strip() if name in _VERSION_TITLES else "\n\n".join(p for p in (head, text) if p))
-    return module
-
-
-def _drop_options(content: str) -> str:
-    """A MyST directive's body without its options: a leading ``---`` YAML block or ``:key: value`` lines."""
-    lines = content.splitlines()
-    if lines and lines[0].strip() == "---":
-        end = next((i for i, ln in enumerate(lines[1:], 1) if ln.strip() == "---"), None)
-        if end is not None:
-            lines = lines[end + 1:]
-    while lines and _OPTION.match(lines[0]):
-        lines = lines[1:]
-    return "\n".join(lines).strip("\n")
 
 
 def _role_text(role: str, text: str) -> str:

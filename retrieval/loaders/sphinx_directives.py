@@ -161,34 +161,10 @@ class SeeAlso(Base):
 
 
 class Generic(Base):
-    """Any directive nobody knows: argument, ``name: value`` options, content.  Content that is Python
-    source (:func:`is_python`: a project's ``.. click:example::``, ``.. click:run::``) is a literal block,
-    as the project's own directive shows it; read as reST its quotes turned typographic (``'--name'``
-    became ``’–name’``) and its indentation a block quote."""
+    """Any directive nobody knows: argument, ``name: value`` options, content."""
 
     def run(self) -> list[nodes.Node]:
         arg, options, extra = self.head()
         node = generic(directive=self.name)
         self.inline(node, "\n".join([arg, *(f"{k}: {v}".strip() for k, v in options.items())]))
-        code = "\n".join(self.body(extra))
-        if is_python(code):
-            node += nodes.literal_block(code, code)
-            return [node]
         return [self.parse_content(node, extra)]
-
-
-def is_python(text: str) -> bool:
-    """Whether ``text`` is Python source of more than one bare expression: it parses (``ast``), and holds a
-    statement or a call, subscript or operation (prose of one word or a name alone parses too, and is not
-    code)."""
-    import ast
-
-    try:
-        tree = ast.parse(text.strip("\n"))
-    except (SyntaxError, ValueError):
-        return False
-    if not tree.body:
-        return False
-    bare = len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr) and isinstance(
-        tree.body[0].value, (ast.Name, ast.Constant, ast.Attribute))
-    return not bare

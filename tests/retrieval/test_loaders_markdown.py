@@ -118,30 +118,3 @@ def test_myst_roles_take_sphinx_s_text_and_braces_elsewhere_stay() -> None:
     doc = load_markdown("# T\n\nUse {func}`click.echo`, {class}`~click.Choice`, {ref}`the page <options>` and "
                         "{py:meth}`Context.invoke`; `{name}` and f\"{x}\" stay.\n", "t.md")
     assert _text(doc) == ("Use click.echo(), Choice, the page and Context.invoke(); {name} and f\"{x}\" stay.")
-
-
-def test_real_click_page_reads_its_eval_rst_examples_as_code_not_as_prose() -> None:
-    # ```{eval-rst} .. click:example:: (a project directive) holds Python: kept as code, quotes and indentation intact
-    text = _text(load_file(DATA / "click-8.5.1_prompts.md"))
-    assert "@click.option('--name', prompt=True)\ndef hello(name):\n    click.echo(f\"Hello {name}!\")" in text
-    assert "invoke(hello, args=['--name=John'])" in text
-    for raw in ("```{", "{eval-rst}", ".. click:example::", "’", "–name", ":depth:"):
-        assert raw not in text, raw
-
-
-def test_myst_directive_fences_read_as_sphinx_shows_them() -> None:
-    page = "\n".join([
-        "# T", "", "```{currentmodule} json", "```", "", "```{toctree}", ":maxdepth: 2", "", "api", "```", "",
-        "```{note}", "Use **sort_keys** for stable output.", "```", "",
-        "```{admonition} Careful", "Indent with spaces.", "```", "",
-        "```{versionadded} 8.0", "The `indent` argument.", "```", "",
-        "```{code-block} python", ":caption: x.py", "", "print(json.dumps({}))", "```", "",
-        "```{eval-rst}", ".. autofunction:: dumps", "```", ""])
-    doc = load_markdown(page, "t.md")
-    text = _text(doc)
-    assert "Note\n\nUse sort_keys for stable output." in text and "Careful\n\nIndent with spaces." in text
-    assert "Added in version 8.0: The indent argument." in text and "print(json.dumps({}))" in text
-    for raw in ("```", "{note}", "toctree", "maxdepth", "api", ":caption:", "currentmodule", "autofunction"):
-        assert raw not in text, raw
-    (entry,) = [s for s in doc.sections if s.metadata.get("object")]  # read from the json module's source
-    assert entry.metadata["object"] == "json.dumps" and entry.text.startswith("json.dumps(obj, *, skipkeys=False")

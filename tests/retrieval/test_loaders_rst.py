@@ -303,13 +303,3 @@ def test_real_sqlalchemy_changelog_fragment_keeps_options_and_body() -> None:
     assert section.text.startswith("tags: bug, mysql, mariadb\ntickets: 7115, 7136\n"
                                    "versions: 1.4.26\n\nFixes to accommodate for the MariaDB 10.6")
     assert section.text.endswith("Thanks to Georg Richter\nfor support.")
-
-
-def test_an_unknown_directive_holding_python_keeps_it_as_code_and_one_holding_prose_as_text() -> None:
-    from loom.retrieval.loaders import load_rst
-
-    doc = load_rst(".. project:example::\n\n    @click.option('--name', prompt=True)\n    def hello(name):\n"
-                   "        click.echo(f\"Hello {name}!\")\n\n.. project:note::\n\n    Use \"quotes\" -- here.\n", "x.rst")
-    text = "\n".join(s.text for s in doc.sections)
-    assert "@click.option('--name', prompt=True)\ndef hello(name):\n    click.echo(f\"Hello {name}!\")" in text
-    assert "Use “quotes” – here." in text  # prose is still reST: typographic quotes and dashes, as Sphinx shows it
