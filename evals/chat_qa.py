@@ -75,7 +75,7 @@ def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, se
         if verifier_model is not None:
             from loom.orchestrator.answer_verifier import AnswerVerifier
 
-            verifier = AnswerVerifier(AsyncLLM(verifier_model))
+            verifier = AnswerVerifier.from_model(verifier_model)
         for qa_set in qa_sets:
             questions = list(load_set(qa_set))
             if num_questions is not None and num_questions < len(questions):

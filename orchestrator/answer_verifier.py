@@ -86,6 +86,23 @@ class AnswerVerifier:
         if self.yes == self.no:
             raise ValueError("the verifier's tokenizer starts 'Yes' and 'No' with the same token")
 
+    @classmethod
+    def from_model(cls, model: str, threshold: float = 0.0) -> AnswerVerifier:
+        """A verifier on an engine of its own (``runtime.AsyncLLM``) for ``model``: a registered name (run in its
+        registered weight format), a folder or a ``.gguf`` file.  :meth:`shutdown` stops the engine.
+
+        Raises:
+            whatever ``AsyncLLM`` raises for a model it cannot load; ``ValueError`` as the constructor.
+        """
+        from loom.runtime import AsyncLLM
+
+        llm = AsyncLLM(model)
+        try:
+            return cls(llm, threshold)
+        except BaseException:
+            llm.shutdown()
+            raise
+
     def shutdown(self) -> None:
         """Stop the verifier's engine (``AsyncLLM.shutdown``; nothing for an engine without one)."""
         stop = getattr(self.engine.llm, "shutdown", None)

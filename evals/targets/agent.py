@@ -272,8 +272,8 @@ async def make_agent_target(workload: Workload, model: str, engine: JSONObject, 
         if settings.get("verifier"):
             from loom.orchestrator.answer_verifier import AnswerVerifier
 
-            judge = await asyncio.to_thread(AsyncLLM.from_config, EngineConfig(model=str(settings["verifier"])))
-            verifier = AnswerVerifier(judge, float(settings.get("verifier_threshold", 0.0)))
+            verifier = await asyncio.to_thread(AnswerVerifier.from_model, str(settings["verifier"]),
+                                               float(settings.get("verifier_threshold", 0.0)))
         qa = QATarget(llm, retrievers, p["retrieval_k"], p["max_retrieval_tokens"], budget, p.get("index") or "",
                       settings.get("similarity_cutoff", "auto"), settings.get("no_match_answer", NOT_FOUND_ANSWER),
                       settings.get("first_answer_k", 1), verifier)

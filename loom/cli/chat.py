@@ -88,7 +88,7 @@ def _build_agent(model: str, index: Path | None, db: str | None, namespace: str,
         from loom.orchestrator.answer_verifier import AnswerVerifier
 
         try:
-            verifier = AnswerVerifier(AsyncLLM(verifier_model))
+            verifier = AnswerVerifier.from_model(verifier_model)
         except BaseException:
             llm.shutdown()
             raise

@@ -239,13 +239,17 @@ def test_a_verifier_variant_judges_each_answer_the_lexical_check_let_through(rea
     run = evals.run("qa", out=tmp_path_factory.mktemp("qa-verifier"), warmup=0, report=False,
                     compare=[f"retrieval=on,verifier={real_model}"],
                     options={"questions": "json-sort-keys,stdlib-none-json-depth", "output_tokens": 32,
-                             "corpus": "stdlib:module/json",
+                             "corpus": "stdlib:module/json", "retrieval": "on",
                              "index_dir": str(tmp_path_factory.mktemp("qa-verifier-index"))},
                     engine={"num_kv_blocks": 128})
+    assert [res.name for res in run.results][0] == "retrieval=on"  # the base variant, then the verifier's
     records = {r["question_id"]: r for res in run.results if "verifier" in res.name for r in res.records}
     assert set(records) == {"json-sort-keys", "stdlib-none-json-depth"}
+    assert any(r["verifier_margins"] for r in records.values())  # the verifier judged at least one answer
     for r in records.values():
         margins = r["verifier_margins"]
         assert all(isinstance(m, float) for m in margins) and len(margins) <= 1 + r["widened"]
+        if margins and margins[-1] < 0:  # the last answer judged unstated: the turn says "not found"
+            assert r["not_found"]
         if r["rejected"] == [] and not r["not_found"]:  # the answer stood: the verifier judged it
             assert len(margins) == 1 and margins[0] >= 0
