@@ -116,8 +116,12 @@ def format_events(events: Sequence[MemoryWrite]) -> str:
 
 
 def format_memories(hits: Sequence[MemoryResult]) -> str:
-    """One line per memory: ``[#id] text (score 0.812)``."""
-    return "\n".join(f"[#{h.id}] {h.text} (score {float(h.score):.3f})" for h in hits)
+    """One line per memory, best first: ``[#id] text``.
+
+    No similarity score: the model reads this text, and Qwen2.5-Coder-0.5B copied ``(score 0.847)``
+    into the demo's answer "... is asyncio (score 0.847)."; the order already says which matched best.
+    """
+    return "\n".join(f"[#{h.id}] {h.text}" for h in hits)
 
 
 def memory_tools(
