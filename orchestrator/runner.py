@@ -200,6 +200,7 @@ class TurnRunner:
         judged = a.condense_question == "history" and cutoff is not None and cond.needs_rewrite(self.items)
         if judged:
             typed = await self._timed("retrieval", retriever.search, self.message, a.retrieval_k)
+            typed = await self._timed("retrieval", relevance.match_sentences, retriever, self.message, typed, cutoff)
             if relevance.is_related(typed, cutoff):
                 return typed, None
         queries = await self._queries()
@@ -211,6 +212,7 @@ class TurnRunner:
             hits = await self._timed("retrieval", retriever.search, queries[0], a.retrieval_k)
         if judged and cutoff is not None:
             return hits, relevance.is_related(hits, cutoff + relevance.HISTORY_MARGIN)
+        hits = await self._timed("retrieval", relevance.match_sentences, retriever, self.message, hits, cutoff)
         return hits, None
 
     async def _queries(self) -> list[str]:

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from loom.retrieval.index import VectorIndex
 from loom.retrieval.ingest import IngestStats, add_documents, delete_documents, load_documents, reconcile
 from loom.retrieval.loaders import DEFAULT_PATTERNS
 from loom.retrieval.objects import ObjectIndex
+from loom.retrieval.sentences import split_sentences
 from loom.retrieval.terms import IndexTerms
 from loom.retrieval.store import ChunkStore
 from loom.retrieval.types import Document, Hit
@@ -399,6 +401,39 @@ class Retriever:
         """Cosine similarity under which a hit is unrelated to its query (the embedder's measured
         cutoff, :data:`loom.retrieval.embedder.SIMILARITY_CUTOFFS`); ``None``: not measured."""
         return self.embedder.similarity_cutoff
+
+    @property
+    def sentence_cutoff(self) -> float | None:
+        """Cosine similarity of the query and a chunk's closest sentence from which the chunk counts as
+        related (:data:`loom.retrieval.embedder.SENTENCE_CUTOFFS`); ``None``: not measured."""
+        return self.embedder.sentence_cutoff
+
+    def match_sentences(self, query: str, hits: Sequence[Hit]) -> list[Hit]:
+        """``hits`` with ``sentence_similarity`` (the query's cosine to each hit's closest sentence,
+        :func:`loom.retrieval.sentences.split_sentences`) and ``sentence_match`` (at least
+        :attr:`sentence_cutoff`) set: the query and all the hits' sentences embedded in one call
+        (about 100 ms for 3 hits, 21 sentences, on 2 CPU cores; at most 16 sentences a hit).
+
+        Raises:
+            ValueError: an empty query.
+        """
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError("query: must be a non-empty string")
+        owners, sentences = [], []
+        for n, hit in enumerate(hits):
+            for sentence in split_sentences(hit.text):
+                owners.append(n)
+                sentences.append(sentence)
+        if not sentences:
+            return list(hits)
+        vecs = self.embedder.encode([query, *sentences], show_progress=False)
+        cos = vecs[1:] @ vecs[0]
+        best: list[float | None] = [None] * len(hits)
+        for n, c in zip(owners, cos):
+            best[n] = float(c) if best[n] is None else max(best[n], float(c))
+        cutoff = self.sentence_cutoff
+        return [h if s is None else replace(h, sentence_similarity=s, sentence_match=cutoff is not None and s >= cutoff)
+                for h, s in zip(hits, best)]
 
     def index_terms(self) -> IndexTerms:
         """The words the indexed chunks use and their stems (``loom.retrieval.terms``), for

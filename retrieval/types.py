@@ -132,6 +132,13 @@ class Hit:
             several queries (:meth:`Retriever.search_many`), the largest.
         named: the query names this chunk's API entry (hybrid mode puts those
             first): relevant whatever its ``similarity``.
+        sentence_similarity: the largest cosine similarity of the query's embedding and
+            the embedding of one of the chunk's sentences
+            (:func:`loom.retrieval.sentences.split_sentences`), in [-1, 1]; ``None``
+            unless :meth:`Retriever.match_sentences` computed it.
+        sentence_match: ``sentence_similarity`` is at least the embedder's measured
+            sentence cutoff: one sentence is about the query even though the whole
+            chunk may not be (relevant whatever its ``similarity``).
     """
 
     chunk_id: str
@@ -143,3 +150,5 @@ class Hit:
     metadata: JSONObject = field(default_factory=dict, hash=False, compare=False)
     similarity: float | None = field(default=None, compare=False)
     named: bool = field(default=False, compare=False)
+    sentence_similarity: float | None = field(default=None, compare=False)
+    sentence_match: bool = field(default=False, compare=False)

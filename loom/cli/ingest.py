@@ -84,7 +84,7 @@ def search(
     Example: loom search --index .loom/index "os.path.join" --k 3 --json
     """
     from loom.cli.logs import quiet_logs
-    from loom.orchestrator.relevance import resolve_cutoff, split_relevant
+    from loom.orchestrator.relevance import match_sentences, resolve_cutoff, split_relevant
     from loom.retrieval.retriever import Retriever
     from loom.runtime.errors import NotFoundError
 
@@ -95,6 +95,7 @@ def search(
         r = Retriever.open(index, create=False)
         cutoff = resolve_cutoff(cutoff_arg, r)
         hits = r.search(query, k=k, mode=mode, filters={"document": document} if document else None)
+        hits = match_sentences(r, query, hits, cutoff)
     except (NotFoundError, ValueError) as exc:
         typer.secho(f"error: {getattr(exc, 'message', exc)}", fg="red", err=True)
         raise typer.Exit(2) from exc
@@ -103,7 +104,8 @@ def search(
     if as_json:
         for h, rel in zip(hits, related):
             sys.stdout.write(json.dumps({
-                "chunk_id": h.chunk_id, "score": h.score, "similarity": h.similarity, "related": rel,
+                "chunk_id": h.chunk_id, "score": h.score, "similarity": h.similarity,
+                "sentence_similarity": h.sentence_similarity, "related": rel,
                 "document": h.document, "title": h.title, "section": h.section, "text": h.text,
                 "metadata": h.metadata,
             }, ensure_ascii=False) + "\n")

@@ -8,7 +8,7 @@ import pytest
 
 from loom.orchestrator import Agent, InMemorySession
 from loom.orchestrator.items import DOCUMENT_END
-from loom.orchestrator.relevance import HIT_MARGIN, NO_MATCH, search_tool, split_relevant
+from loom.orchestrator.relevance import HIT_MARGIN, NO_MATCH, match_sentences, search_tool, split_relevant
 from loom.retrieval.types import Hit
 from loom.runtime.errors import InvalidRequestError
 from loom.tools import ToolRegistry
@@ -30,6 +30,33 @@ def test_no_hit_is_shown_unless_one_clears_the_cutoff():
 def test_a_search_that_clears_the_cutoff_keeps_hits_within_the_margin_under_it():
     top, near, far = _hit("a", 0.60), _hit("b", 0.425 - HIT_MARGIN + 0.01), _hit("c", 0.425 - HIT_MARGIN - 0.01)
     assert split_relevant([top, near, far], 0.425) == ([top, near], [far])
+
+
+def test_a_hit_with_a_matching_sentence_counts_whatever_its_similarity():
+    matched = Hit("m", "text of m", 0.0, "m.md", "m", similarity=0.30, sentence_similarity=0.74, sentence_match=True)
+    low = _hit("low", 0.30)
+    assert split_relevant([matched, low], 0.425) == ([matched], [low])
+
+
+class _CountingMatcher:
+    """A retriever stand-in that flags every hit as sentence-matched and counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def match_sentences(self, query: str, hits):
+        self.calls += 1
+        return [Hit(h.chunk_id, h.text, h.score, h.document, h.section, similarity=h.similarity,
+                    sentence_similarity=0.9, sentence_match=True) for h in hits]
+
+
+def test_sentences_are_matched_only_when_no_hit_clears_the_cutoff():
+    retriever, related, unrelated = _CountingMatcher(), [_hit("a", 0.60)], [_hit("b", 0.30)]
+    assert match_sentences(retriever, "q", related, 0.425) == related and retriever.calls == 0
+    assert match_sentences(retriever, "q", unrelated, None) == unrelated and retriever.calls == 0
+    assert match_sentences(object(), "q", unrelated, 0.425) == unrelated  # a retriever that cannot match
+    matched = match_sentences(retriever, "q", unrelated, 0.425)
+    assert retriever.calls == 1 and matched[0].sentence_match
 
 
 def test_a_named_entry_counts_whatever_its_similarity_and_a_keyword_hit_has_nothing_to_compare():
@@ -146,3 +173,18 @@ async def test_an_answer_ends_where_it_would_copy_a_passages_closing_tag(tokeniz
     result = await agent.arun("How do I cancel an asyncio task?", session=InMemorySession())
     assert DOCUMENT_END in llm.params[0].stop
     assert result.answer == "Call cancel() on the task." and "<document" not in result.answer
+
+
+async def test_a_question_one_sentence_of_a_real_section_answers_is_shown_that_section(tokenizer, tmp_path_factory):
+    from loom.retrieval import Retriever
+
+    data = __import__("pathlib").Path(__file__).parents[1] / "retrieval" / "data"
+    retriever = Retriever.open(tmp_path_factory.mktemp("flask"))
+    retriever.ingest([data / "flask-3.1.0_quickstart_redirects.rst"], show_progress=False)
+    question = "How can I redirect the user to another endpoint?"
+    assert max(h.similarity for h in retriever.search(question, k=2)) < retriever.similarity_cutoff
+    llm = ScriptedLLM(tokenizer, ["Use redirect()."])
+    result = await Agent(llm, retriever=retriever, retrieval_k=2).arun(question, session=InMemorySession())
+    prompt = _prompt(tokenizer, llm)
+    assert NO_MATCH not in prompt and "To redirect a user to another endpoint" in " ".join(prompt.split())
+    assert result.retrieved and result.retrieved[0].sentence_match and not result.no_match

@@ -31,8 +31,8 @@ def test_cli_ingest_prints_summary_and_search_prints_json(tmp_path: Path, corpus
     hits = [json.loads(line) for line in res.output.splitlines() if line.startswith("{")]
     assert len(hits) == 2
     assert hits[0]["section"] == "Path handling > Splitting"
-    assert set(hits[0]) == {"chunk_id", "score", "similarity", "related", "document", "title", "section", "text",
-                            "metadata"}
+    assert set(hits[0]) == {"chunk_id", "score", "similarity", "sentence_similarity", "related", "document",
+                            "title", "section", "text", "metadata"}
 
     res = runner.invoke(app, ["search", "--index", str(idx), "sourdough", "--k", "1"])
     assert res.exit_code == 0 and "Bread" in res.output
