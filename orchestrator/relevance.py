@@ -57,9 +57,11 @@ a calculation) is unaffected beyond the one short line.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from loom.orchestrator.protocols import SearchHit
+
+H = TypeVar("H", bound=SearchHit)
 
 if TYPE_CHECKING:
     from loom.tools.function_tool import FunctionTool
@@ -83,7 +85,7 @@ def clears(hit: SearchHit, cutoff: float) -> bool:
             or similarity is None or similarity >= cutoff)
 
 
-def match_sentences(retriever: Any, query: str, hits: Sequence[SearchHit], cutoff: float | None) -> list[SearchHit]:
+def match_sentences(retriever: Any, query: str, hits: Sequence[H], cutoff: float | None) -> list[H]:
     """``hits``, with their sentences matched to ``query`` when none clears ``cutoff`` (module docstring):
     the retriever's ``match_sentences`` sets ``sentence_match`` on a hit one of whose sentences is as close to
     the query as its embedder's sentence cutoff.  Unchanged when a hit clears the cutoff (no embedding cost),

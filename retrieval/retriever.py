@@ -428,12 +428,12 @@ class Retriever:
             return list(hits)
         vecs = self.embedder.encode([query, *sentences], show_progress=False)
         cos = vecs[1:] @ vecs[0]
-        best: list[float | None] = [None] * len(hits)
+        best: dict[int, float] = {}
         for n, c in zip(owners, cos):
-            best[n] = float(c) if best[n] is None else max(best[n], float(c))
+            best[n] = max(best[n], float(c)) if n in best else float(c)
         cutoff = self.sentence_cutoff
-        return [h if s is None else replace(h, sentence_similarity=s, sentence_match=cutoff is not None and s >= cutoff)
-                for h, s in zip(hits, best)]
+        return [replace(h, sentence_similarity=best[n], sentence_match=cutoff is not None and best[n] >= cutoff)
+                if n in best else h for n, h in enumerate(hits)]
 
     def index_terms(self) -> IndexTerms:
         """The words the indexed chunks use and their stems (``loom.retrieval.terms``), for
