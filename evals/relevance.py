@@ -42,7 +42,8 @@ class Probe:
         kind: ``answerable`` / ``unanswerable`` (its own set's index) or ``offtopic`` (another's).
         top: the best hit's cosine similarity to the question.
         named: the question names an API entry of that index.
-        sentence: the best cosine similarity of the question to one of the hits' sentences.
+        sentence: the best cosine similarity of the question to a sentence of the hits within ``HIT_MARGIN``
+            under the embedder's cutoff or above it (the ones an agent matches), -1 when there is none.
     """
 
     question_id: str
@@ -63,16 +64,21 @@ def probe(k: int = 4) -> list[Probe]:
     """Search every ``qa`` question in every set's index (builds the indexes on first use)."""
     from loom.evals.qa import QA_SETS, corpus_for, load_set
     from loom.evals.targets.rag import open_corpus_index
+    from loom.orchestrator.relevance import HIT_MARGIN
+    from loom.retrieval.embedder import DEFAULT_MODEL, SIMILARITY_CUTOFFS
 
     sets = {name: load_set(name) for name in QA_SETS}
     out = []
+    near_miss = SIMILARITY_CUTOFFS[DEFAULT_MODEL] - HIT_MARGIN  # the agent matches sentences of these hits only
     for index_name in QA_SETS:
         retriever, _ = open_corpus_index(corpus_for(sets[index_name], index_name))
         for qs_name, questions in sets.items():
             for q in questions:
-                hits = retriever.match_sentences(q.question, retriever.search(q.question, k))
+                hits = retriever.search(q.question, k)
                 sims = [h.similarity for h in hits if h.similarity is not None]
-                sentences = [h.sentence_similarity for h in hits if h.sentence_similarity is not None]
+                near = [h for h in hits if h.similarity is not None and h.similarity >= near_miss]
+                sentences = [h.sentence_similarity for h in retriever.match_sentences(q.question, near)
+                             if h.sentence_similarity is not None] if near else []
                 kind = ("answerable" if q.answerable else "unanswerable") if qs_name == index_name else "offtopic"
                 out.append(Probe(q.id, index_name, kind, max(sims, default=-1.0), any(h.named for h in hits),
                                  max(sentences, default=-1.0)))

@@ -39,24 +39,28 @@ def test_a_hit_with_a_matching_sentence_counts_whatever_its_similarity():
 
 
 class _CountingMatcher:
-    """A retriever stand-in that flags every hit as sentence-matched and counts its calls."""
+    """A retriever stand-in that flags every hit it is given as sentence-matched and records them."""
 
     def __init__(self) -> None:
-        self.calls = 0
+        self.given: list[list[str]] = []
 
     def match_sentences(self, query: str, hits):
-        self.calls += 1
+        self.given.append([h.chunk_id for h in hits])
         return [Hit(h.chunk_id, h.text, h.score, h.document, h.section, similarity=h.similarity,
                     sentence_similarity=0.9, sentence_match=True) for h in hits]
 
 
-def test_sentences_are_matched_only_when_no_hit_clears_the_cutoff():
-    retriever, related, unrelated = _CountingMatcher(), [_hit("a", 0.60)], [_hit("b", 0.30)]
-    assert match_sentences(retriever, "q", related, 0.425) == related and retriever.calls == 0
-    assert match_sentences(retriever, "q", unrelated, None) == unrelated and retriever.calls == 0
-    assert match_sentences(object(), "q", unrelated, 0.425) == unrelated  # a retriever that cannot match
-    matched = match_sentences(retriever, "q", unrelated, 0.425)
-    assert retriever.calls == 1 and matched[0].sentence_match
+def test_sentences_are_matched_only_for_near_misses_of_a_search_none_of_whose_hits_clears_the_cutoff():
+    retriever = _CountingMatcher()
+    related, far = [_hit("a", 0.60), _hit("b", 0.40)], [_hit("f", 0.425 - HIT_MARGIN - 0.01)]
+    assert match_sentences(retriever, "q", related, 0.425) == related
+    assert match_sentences(retriever, "q", far, 0.425) == far  # nothing near enough to be worth embedding
+    assert match_sentences(retriever, "q", [_hit("b", 0.40)], None)[0].sentence_match is False
+    assert retriever.given == []
+    assert match_sentences(object(), "q", [_hit("b", 0.40)], 0.425)[0].sentence_match is False  # cannot match
+    near, far_hit = _hit("n", 0.425 - HIT_MARGIN + 0.01), far[0]
+    matched = match_sentences(retriever, "q", [far_hit, near], 0.425)
+    assert retriever.given == [["n"]] and matched[0] is far_hit and matched[1].sentence_match
 
 
 def test_a_named_entry_counts_whatever_its_similarity_and_a_keyword_hit_has_nothing_to_compare():
