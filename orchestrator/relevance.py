@@ -43,7 +43,7 @@ loom.evals.relevance``: 436 of the 439 on-topic question-index pairs keep a chun
 0.36-0.42, and 260 of the 848 refused searches have a near miss to embed (all hits: 848).  On all 494
 ``qa`` questions, 310 answers right instead of 308 (2 gained, none lost), "not found" 78.2% both,
 retrieval median 14 ms both; SmolLM2 on 80 stdlib and Jinja questions over Click's index, 16 in flight
-(nearly all refused): "not found" 78 of 80 both, the refusals' median 0.25 -> 0.60 s (1.3 s when every
+(nearly all refused): "not found" 78 of 80 both, the refusals' median 0.25 -> 0.60 s (3.4 s when every
 hit's sentences were embedded).  Averaging the chunk's and the best sentence's similarity for every
 search was measured too and left out: it refused more off-topic pairs (92.4% against 84.7%) but cost
 every search the sentence embedding (search 14 -> 130 ms median, ``qa`` answers 1.09 -> 1.24 s
