@@ -19,8 +19,9 @@ checked for each way of searching turn 2:
 * ``joined``: turn 1's message and the follow-up joined into one query (no model call);
 * ``joined_fused``: that and the follow-up as typed, by reciprocal rank fusion (no model call);
 * ``history``: the follow-up as typed when its own search is related to it (its best hit clears
-  the retriever's similarity cutoff, ``loom.orchestrator.relevance``), else ``joined`` (no model
-  call; the agent's default, ``loom.orchestrator.condense``);
+  the retriever's similarity cutoff, or a near miss has a sentence that close,
+  ``loom.orchestrator.relevance``), else ``joined`` (no model call; the agent's default,
+  ``loom.orchestrator.condense``);
 * ``original``: the question before the name was replaced (the ceiling; for a standalone turn,
   the same as ``typed``).
 
@@ -134,7 +135,7 @@ async def measure(model: str = "smollm2-135m-instruct", quantization: str | None
     from loom.evals.targets.rag import open_corpus_index
     from loom.orchestrator import Agent, ContextBudget
     from loom.orchestrator.condense import history_query, search_queries
-    from loom.orchestrator.relevance import is_related
+    from loom.orchestrator.relevance import is_related, match_sentences
     from loom.runtime import AsyncLLM, SamplingParams
 
     pairs = followups()
@@ -162,7 +163,9 @@ async def measure(model: str = "smollm2-135m-instruct", quantization: str | None
                    "fused": search_queries(pair.followup, rewrite), "joined": [history_query(pair.intro, pair.followup)],
                    "joined_fused": search_queries(pair.followup, history_query(pair.intro, pair.followup)),
                    "original": [pair.original]}
-        typed_related = is_related(retriever.search(pair.followup, k), retriever.similarity_cutoff)
+        cutoff = retriever.similarity_cutoff
+        typed_related = is_related(match_sentences(retriever, pair.followup, retriever.search(pair.followup, k),
+                                                   cutoff), cutoff)
         queries["history"] = queries["typed"] if typed_related else queries["joined"]
         found = {s: _found(retriever, root, pair, q, pair.followup, k) for s, q in queries.items()}
         records.append({**asdict(pair), "rewrite": rewrite, "found": found})
