@@ -90,20 +90,24 @@ def clears(hit: SearchHit, cutoff: float) -> bool:
             or similarity is None or similarity >= cutoff)
 
 
+def near_misses(retriever: Any, hits: Sequence[SearchHit], cutoff: float | None) -> list[int]:
+    """Positions of the hits whose sentences :func:`match_sentences` embeds: none when ``cutoff`` is ``None``,
+    the retriever cannot match sentences, or a hit clears the cutoff; else those within :data:`HIT_MARGIN`
+    under it.  Cheap: a caller checks it before paying for the call."""
+    if cutoff is None or getattr(retriever, "match_sentences", None) is None or is_related(hits, cutoff):
+        return []
+    return [n for n, h in enumerate(hits) if clears(h, cutoff - HIT_MARGIN)]
+
+
 def match_sentences(retriever: Any, query: str, hits: Sequence[H], cutoff: float | None) -> list[H]:
-    """``hits``, with the sentences of the near misses matched to ``query`` when none clears ``cutoff`` (module
-    docstring): the retriever's ``match_sentences`` sets ``sentence_match`` on a hit one of whose sentences is as
-    close to the query as its embedder's sentence cutoff.  Near misses are the hits within :data:`HIT_MARGIN`
-    under the cutoff.  Unchanged, with no embedding cost, when a hit clears the cutoff, when none is a near
-    miss, when ``cutoff`` is ``None``, or when the retriever cannot match sentences."""
-    match = getattr(retriever, "match_sentences", None)
-    if cutoff is None or match is None or not hits or is_related(hits, cutoff):
-        return list(hits)
-    near = [n for n, h in enumerate(hits) if clears(h, cutoff - HIT_MARGIN)]
+    """``hits``, with the sentences of their :func:`near_misses` matched to ``query`` (module docstring): the
+    retriever's ``match_sentences`` sets ``sentence_match`` on a hit one of whose sentences is as close to the
+    query as its embedder's sentence cutoff.  Unchanged, with no embedding cost, when there is no near miss."""
+    near = near_misses(retriever, hits, cutoff)
     if not near:
         return list(hits)
     out = list(hits)
-    for n, matched in zip(near, match(query, [hits[n] for n in near])):
+    for n, matched in zip(near, retriever.match_sentences(query, [hits[n] for n in near])):
         out[n] = matched
     return out
 

@@ -200,7 +200,7 @@ class TurnRunner:
         judged = a.condense_question == "history" and cutoff is not None and cond.needs_rewrite(self.items)
         if judged:
             typed = await self._timed("retrieval", retriever.search, self.message, a.retrieval_k)
-            typed = await self._timed("retrieval", relevance.match_sentences, retriever, self.message, typed, cutoff)
+            typed = await self._match_sentences(typed, cutoff)
             if relevance.is_related(typed, cutoff):
                 return typed, None
         queries = await self._queries()
@@ -212,8 +212,15 @@ class TurnRunner:
             hits = await self._timed("retrieval", retriever.search, queries[0], a.retrieval_k)
         if judged and cutoff is not None:
             return hits, relevance.is_related(hits, cutoff + relevance.HISTORY_MARGIN)
-        hits = await self._timed("retrieval", relevance.match_sentences, retriever, self.message, hits, cutoff)
-        return hits, None
+        return await self._match_sentences(hits, cutoff), None
+
+    async def _match_sentences(self, hits: Sequence[SearchHit], cutoff: float | None) -> Sequence[SearchHit]:
+        """``hits`` with their near misses' sentences matched to the message (``relevance.match_sentences``), in a
+        worker thread only when there is a near miss: a related search costs nothing more."""
+        if not relevance.near_misses(self.parts.retriever, hits, cutoff):
+            return hits
+        return await self._timed("retrieval", relevance.match_sentences, self.parts.retriever, self.message, hits,
+                                 cutoff)
 
     async def _queries(self) -> list[str]:
         """This turn's search queries: the condensed follow-up (when made), then the message."""

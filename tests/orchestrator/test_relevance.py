@@ -8,7 +8,8 @@ import pytest
 
 from loom.orchestrator import Agent, InMemorySession
 from loom.orchestrator.items import DOCUMENT_END
-from loom.orchestrator.relevance import HIT_MARGIN, NO_MATCH, match_sentences, search_tool, split_relevant
+from loom.orchestrator.relevance import (HIT_MARGIN, NO_MATCH, match_sentences, near_misses, search_tool,
+                                         split_relevant)
 from loom.retrieval.types import Hit
 from loom.runtime.errors import InvalidRequestError
 from loom.tools import ToolRegistry
@@ -59,6 +60,7 @@ def test_sentences_are_matched_only_for_near_misses_of_a_search_none_of_whose_hi
     assert retriever.given == []
     assert match_sentences(object(), "q", [_hit("b", 0.40)], 0.425)[0].sentence_match is False  # cannot match
     near, far_hit = _hit("n", 0.425 - HIT_MARGIN + 0.01), far[0]
+    assert near_misses(retriever, [far_hit, near], 0.425) == [1] and near_misses(retriever, related, 0.425) == []
     matched = match_sentences(retriever, "q", [far_hit, near], 0.425)
     assert retriever.given == [["n"]] and matched[0] is far_hit and matched[1].sentence_match
 
