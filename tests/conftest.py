@@ -132,7 +132,7 @@ def real_quantization() -> str | None:
 SLOW_FIRST = (
     "tests/test_docs_examples.py",                 # ~125 s: the docs pages' examples, each a process
     "tests/api/test_replicas.py",                  # ~85 s: two Ray Serve replicas
-    "tests/api/test_soak.py",                      # ~70 s: a 60-second soak (about half a core busy)
+    "tests/api/test_soak.py",                      # ~40 s: a 30-second soak (about half a core busy)
     "tests/cli/test_chat.py",                      # ~75 s: `loom chat` processes
     "tests/test_readme.py",                        # ~70 s
     "tests/orchestrator/test_compaction.py",       # ~50 s: a 10-turn retrieval session on the real model
