@@ -16,7 +16,9 @@ Guardrails' fact-checking rail), without a model call:
   as a whole number; a dotted name whole, or by its last two or more parts, or by a distinctive
   last part such as ``help_option_names``).  Fenced code blocks are not read for claims: an
   example's own function names, strings and numbers are the example's, not the documents', and a
-  sentence that names them speaks of the example.
+  sentence that names them speaks of the example; so does one quoting the example's strings
+  ("the logger named 'my_logger'") or its code word for word (`` `getLogger('my_logger')` ``), so long as
+  the functions, keyword names, dotted names and numbers of that code are the documents'.
   ``maxdepth``, ``3600``, ``jinja2.ext.case`` occur in none of the passages retrieved for their
   questions; a right answer's ``sort_keys`` does.  A symbol standing alone as a word is a claim
   too ("The special file name is -."), checked as a whole token; "variable(s)" is a plural, not a call.
@@ -67,6 +69,14 @@ _PARAM = re.compile(r"(?:^|,)\s*\**([A-Za-z_]\w*)")
 _TARGET = re.compile(r"^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)|\bfor\s+([A-Za-z_]\w*)|\bas\s+([A-Za-z_]\w*)",
                      re.M)
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_']+")
+# In code: a called name (``f`` of ``f(x)``), a keyword argument's name, a dotted name, a number.
+_CALLEE = re.compile(r"\b([A-Za-z_][\w.]*)\s*\(")
+_KEYWORD = re.compile(r"\b([A-Za-z_]\w*)\s*=(?!=)")
+_DOTTED = re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+_STRUCTURE = re.compile(r"[(\[{='\"]")  # code that is more than a name: a call, a literal, an assignment
+_NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
+# A one-line string literal of an example: '...' or "..." (an f-string's or a bytes literal's body too).
+_STRING = re.compile(r"(['\"])((?:(?!\1)[^\\\n]|\\.){1,80})\1")
 _DISTINCTIVE = re.compile(r"_|[a-z][A-Z]|\d")
 
 #: Words an answer may add to its question's without saying anything (function words and the
@@ -153,6 +163,38 @@ def defined_in_examples(answer: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def example_strings(answer: str) -> list[str]:
+    """The string literals the fenced code blocks of ``answer`` write (``getLogger('my_logger')`` writes
+    ``my_logger``; ``log.info("user logged in")``, ``user logged in``), up to 80 characters each.  They are the
+    example's own values, as its names are (:func:`defined_in_examples`): a sentence quoting them ("replace
+    'my_logger' with your logger's name") speaks of the example.  Over structlog's docs, such sentences
+    refused right how-to answers ("Use structlog.get_logger ... 'my_logger'").  Numbers in an example are
+    not counted: an answer to "What is the default timeout?" that writes ``timeout=30`` in its example
+    still needs the passages to hold 30."""
+    out: list[str] = []
+    for block in _FENCE.finditer(answer):
+        body = block.group(0).split("\n", 1)[1] if "\n" in block.group(0) else ""  # not the fence's language tag
+        out.extend(m.group(2) for m in _STRING.finditer(body) if m.group(2).strip())
+    return list(dict.fromkeys(out))
+
+
+def quotes_example(claim: str, answer: str, text: str) -> bool:
+    """Whether ``claim`` is code that a fenced example of ``answer`` writes word for word, made only of
+    names ``text`` supports and the example's own values (a call, a literal, an assignment; not a name
+    alone): a sentence quoting its example
+    (`` `structlog.getLogger('my_logger')` ``, `` `['release_date', 'title']` ``) speaks of the example.  The
+    functions it calls, its keyword names, its dotted names and its numbers must still be the documents'
+    (``json.dumps(obj, maxdepth=3)`` is unsupported for ``maxdepth``); its strings and its plain positional
+    names (``obj``, ``data``) are the example's."""
+    span = claim.strip()
+    if not _STRUCTURE.search(span) or not any(span in block.group(0) for block in _FENCE.finditer(answer)):
+        return False  # a name alone (`cancel`, `Command.cancel`) names an API, even one the example uses
+    bare = _STRING.sub(" ", span)  # the example writes the span, so its strings are the example's
+    names = [*_CALLEE.findall(bare), *_KEYWORD.findall(bare), *_DOTTED.findall(bare)]
+    numbers = _NUMBER.findall(bare)
+    return all(supported(n, "name", text) for n in names) and all(supported(n, "number", text) for n in numbers)
+
+
 def claims(answer: str, question: str) -> list[tuple[str, str]]:
     """``(claim, kind)`` of each code name, number or lone symbol in the :func:`prose` of ``answer`` that
     ``question`` does not name, in order; kind ``code`` / ``quoted`` / ``dquoted`` / ``call`` / ``name`` /
@@ -209,12 +251,14 @@ def restates(answer: str, question: str, found: list[tuple[str, str]] | None = N
 
 def check(answer: str, question: str, passages: Iterable[str]) -> Grounding:
     """The claims of ``answer`` to ``question``, which of them ``passages`` (the texts the model was
-    shown, and the names the answer's own examples define: its sentences may speak of them) do not
+    shown, and the names the answer's own examples define and the strings they write: its sentences may
+    speak of them) do not
     support, whether the answer only restates the question, and whether it leaves a quantity the
     question asks for unstated."""
-    text = "\n".join([*passages, " ".join(defined_in_examples(answer))])
+    text = "\n".join([*passages, " ".join(defined_in_examples(answer)), *example_strings(answer)])
     found = list(dict.fromkeys(claims(answer, question)))  # each claim once, in order
     return Grounding(claims=tuple(c for c, _ in found),
-                     unsupported=tuple(c for c, k in found if not supported(c, k, text)),
+                     unsupported=tuple(c for c, k in found
+                                       if not supported(c, k, text) and not quotes_example(c, answer, text)),
                      restates_question=restates(answer, question, found),
                      no_quantity=asks_quantity(question) and not gives_quantity(answer))

@@ -4,7 +4,7 @@ gave to the ``qa`` suite (the agent's use of it: tests/orchestrator/test_answer_
 
 from __future__ import annotations
 
-from loom.orchestrator.grounding import check, defined_in_examples
+from loom.orchestrator.grounding import check, defined_in_examples, example_strings
 
 JSON_DOCS = ("json.dumps(obj, *, skipkeys=False, ensure_ascii=True, check_circular=True, allow_nan=True, "
              "cls=None, indent=None, separators=None, default=None, sort_keys=False, **kw)\n"
@@ -118,6 +118,40 @@ def test_what_an_example_defines():
     assert defined_in_examples(answer) == ["print_lines", "input", "rest", "n", "kw", "Cli", "line", "out", "fh",
                                            "total"]
     assert defined_in_examples("no example, `x = 1` inline") == []
+
+
+def test_a_sentence_quoting_its_examples_strings_speaks_of_the_example():
+    # Qwen2.5-Coder-0.5B's answer over structlog's docs (stdlib.md's get_logger section shown), refused for 'my_logger'
+    passages = ["structlog.getLogger(*args, **initial_values) -> BoundLogger: Return a logger; "
+                "alias of structlog.get_logger for those who prefer CamelCase."]
+    answer = ("To get a logger in structlog, you can use the `structlog.getLogger` function.\n\n```python\n"
+              "import structlog\n\nlogger = structlog.getLogger('my_logger')\nlogger.info(\"This is a log entry\")\n"
+              "```\n\nIn this example, `structlog.getLogger('my_logger')` retrieves the logger named 'my_logger'. "
+              "It then logs \"This is a log entry\".")
+    assert example_strings(answer) == ["my_logger", "This is a log entry"]
+    g = check(answer, "How do I get a logger in structlog?", passages)
+    assert g.grounded, g
+    assert "my_logger" in g.claims  # still a claim, supported by the example that writes it
+
+
+def test_an_examples_numbers_and_names_it_only_uses_still_need_the_passages():
+    # an invented default stays unsupported though the example writes it; a string only in the prose does too
+    answer = ("The default timeout is `30` seconds:\n\n```python\nclient = Client(timeout=30, name='x')\n```\n"
+              "Its name is 'primary'.")
+    g = check(answer, "What is the default timeout of Client?", ["Client(timeout=None): no timeout by default."])
+    assert g.unsupported == ("30", "primary")
+    # a call the example makes word for word: its function and keyword names must still be the documents'
+    docs = ["json.dumps(obj, *, skipkeys=False, sort_keys=False, indent=None): Serialize obj to a JSON str."]
+    q = "How do I limit the nesting depth of json.dumps?"
+    invented = "Use `json.dumps(obj, maxdepth=3)`:\n\n```python\njson.dumps(obj, maxdepth=3)\n```"
+    assert check(invented, q, docs).unsupported == ("json.dumps(obj, maxdepth=3)",)
+    right = "Use `json.dumps(data, sort_keys=True)`:\n\n```python\njson.dumps(data, sort_keys=True)\n```"
+    assert check(right, "How do I sort the keys?", docs).grounded
+    assert not check("Use `json.dumps(data, sort_keys=True)`.", "How do I sort the keys?", docs).grounded  # no example
+    only = "Pass `only`:\n\n```python\nalbum.dump(obj, only=['release_date', 'title'])\n```\nHere `['release_date', 'title']`."
+    assert check(only, "How do I serialize only some fields?", ["Schema.dump(obj, *, many=None); Schema(only=...)"]).grounded
+    assert example_strings("no example, `f('x')` inline") == []
+    assert example_strings("```python\nprint('it\\'s', \"\")\n```") == ["it\\'s"]  # escapes kept, empty strings left out
 
 
 def test_a_symbol_standing_alone_is_a_value_the_passages_must_hold():
