@@ -69,6 +69,8 @@ _PARAM = re.compile(r"(?:^|,)\s*\**([A-Za-z_]\w*)")
 _TARGET = re.compile(r"^[ \t]*([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)|\bfor\s+([A-Za-z_]\w*)|\bas\s+([A-Za-z_]\w*)",
                      re.M)
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_']+")
+# The number of an ordered list's item (``1. `` or ``2) `` at the start of a line), not a claim.
+_LIST_NUMBER = re.compile(r"^(?P<indent>[ \t>]*)\d{1,3}[.)][ \t]+", re.M)
 # In code: a called name (``f`` of ``f(x)``), a keyword argument's name, a dotted name, a number.
 _CALLEE = re.compile(r"\b([A-Za-z_][\w.]*)\s*\(")
 _KEYWORD = re.compile(r"\b([A-Za-z_]\w*)\s*=(?!=)")
@@ -144,8 +146,9 @@ def prose(answer: str) -> str:
     """``answer`` without its fenced code blocks (```` ``` ```` or ``~~~``, one cut off by ``max_tokens``
     included).  An example's own names and values (``def hello():``, ``'Peter'``, ``exit_code == 0``)
     are not claims about the documents: checked, they refused good answers to "Show me how to add a
-    --verbose flag to a command." over Click's docs.  What the answer states in its sentences is checked."""
-    return _FENCE.sub("\n", answer)
+    --verbose flag to a command." over Click's docs.  What the answer states in its sentences is checked.
+    Neither are the numbers of an ordered list (``1. **Install structlog**``): they count the steps."""
+    return _LIST_NUMBER.sub(r"\g<indent>", _FENCE.sub("\n", answer))
 
 
 def defined_in_examples(answer: str) -> list[str]:

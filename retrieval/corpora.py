@@ -104,6 +104,13 @@ CORPORA: dict[str, CorpusSpec] = {
         "click", "click", "8.5.1", "docs", "markdown",
         "9bbfada76703fd1d784b83eea012e3e8c6a001a876543ef104fa56aaaeb072b4", skip=("changes.md",),
         source="src"),
+    "structlog": CorpusSpec(  # loom.evals.howto: how-to questions over MyST Markdown with one autodoc page
+        "structlog", "structlog", "24.4.0", "docs", "markdown",
+        "b27bfecede327a6d2da5fbc96bd859f114ecc398a6389d664f62085ee7ae6fc4", source="src"),
+    "marshmallow": CorpusSpec(  # loom.evals.howto: how-to questions over Sphinx reST and autodoc
+        "marshmallow", "marshmallow", "3.23.1", "docs", "sphinx",
+        "3a8dfda6edd8dcdbf216c0ede1d1e78d230a6dc9c5a088f58c4083b974a0d468", skip=("changelog.rst",),
+        source="src"),
     "jinja": CorpusSpec(
         "jinja", "jinja2", "3.1.6", "docs", "sphinx",
         "0137fb05990d35f1275a587e9aee6d56da821fc83491a0fb838183be43f66d6d", skip=("changes.rst",),

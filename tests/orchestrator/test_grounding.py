@@ -148,10 +148,23 @@ def test_an_examples_numbers_and_names_it_only_uses_still_need_the_passages():
     right = "Use `json.dumps(data, sort_keys=True)`:\n\n```python\njson.dumps(data, sort_keys=True)\n```"
     assert check(right, "How do I sort the keys?", docs).grounded
     assert not check("Use `json.dumps(data, sort_keys=True)`.", "How do I sort the keys?", docs).grounded  # no example
-    only = "Pass `only`:\n\n```python\nalbum.dump(obj, only=['release_date', 'title'])\n```\nHere `['release_date', 'title']`."
-    assert check(only, "How do I serialize only some fields?", ["Schema.dump(obj, *, many=None); Schema(only=...)"]).grounded
+    only = ("Pass `only`:\n\n```python\nalbum.dump(obj, only=['release_date', 'title'])\n```\n"
+            "Here `['release_date', 'title']`.")
+    assert check(only, "How do I serialize some fields?", ["Schema.dump(obj, *, many=None); Schema(only=...)"]).grounded
     assert example_strings("no example, `f('x')` inline") == []
-    assert example_strings("```python\nprint('it\\'s', \"\")\n```") == ["it\\'s"]  # escapes kept, empty strings left out
+    # escapes kept, empty strings left out
+    assert example_strings("```python\nprint('it\\'s', \"\")\n```") == ["it\\'s"]
+
+
+def test_an_ordered_lists_numbers_count_steps_and_are_not_claims():
+    # Qwen2.5-Coder-0.5B's how-to answer over structlog's docs, refused for '1' and '3' (its steps' numbers)
+    docs = ["structlog.dev.ConsoleRenderer: render the event dict as colorful, human-readable lines."]
+    answer = ("Here's how:\n\n1. **Install structlog**: `pip install structlog`.\n2) Configure it:\n"
+              "   ```python\n   structlog.configure(processors=[structlog.dev.ConsoleRenderer()])\n   ```\n"
+              "3. Log: the `ConsoleRenderer` prints colors.")
+    g = check(answer, "How do I print colorful log output?", docs)
+    assert not any(c.isdigit() for c in g.claims), g
+    assert check("It retries 3 times.", "How often does it retry?", docs).unsupported == ("3",)  # a number in a sentence
 
 
 def test_a_symbol_standing_alone_is_a_value_the_passages_must_hold():
