@@ -8,7 +8,8 @@ does, each step a real command or request:
    suite indexes);
 2. ``loom serve --no-auth --index DIR --model M`` on a free loopback port;
 3. per question, a new session ``POST /v1/sessions {"index": true}`` with the server's defaults
-   (no system prompt unless ``--system``; greedy; 256 answer tokens) and one
+   (a documentation-QA session's system prompt unless ``--system``, ``--system ""`` for none; greedy;
+   256 answer tokens) and one
    ``POST /v1/sessions/{id}/messages``.  Such a session (an index, no tools, no memory) is a
    documentation-QA session by the server's default; ``--no-match-answer TEXT`` sets its text and
    ``--always-answer`` turns it off (``no_match_answer``: the answer when nothing retrieved is related or the model's
@@ -246,7 +247,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     from loom.runtime.checkpoint.registry import default_model
 
     parser = question_arguments("python -m loom.evals.serve_qa", __doc__.split("\n")[0])
-    parser.add_argument("--system", default=None, help="the sessions' system prompt (default none)")
+    parser.add_argument("--system", default=None,
+                        help="the sessions' system prompt (default: the server's; \"\" for none)")
     answers = parser.add_mutually_exclusive_group()
     answers.add_argument("--no-match-answer", default=None,
                          help="the sessions' answer when the documents do not hold one (default: the server's)")

@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from loom.api.schemas.cache_control import CacheControl
 from loom.api.schemas.chat import NamedToolChoice, ToolDef, integral
 from loom.json_types import JSONObject
+from loom.orchestrator.chat_agent import DOCS_SYSTEM
 from loom.orchestrator.relevance import NOT_FOUND_ANSWER
 
 BUILTIN_TOOLS = ("calculator", "recall", "remember", "search_documents")
@@ -62,7 +63,9 @@ class SessionCacheControl(CacheControl):
 class SessionCreate(_Strict):
     """Body of ``POST /v1/sessions``."""
 
-    system_prompt: str = ""
+    system_prompt: str = Field(default="", description="Not given, a session with index and neither tools nor "
+                               "memory answers in the style `loom chat` asks of its documents: "
+                               f"{DOCS_SYSTEM.strip()!r}")
     tools: list[ToolName] = Field(default_factory=list,
                                   description=f"Tools to enable: built-ins ({', '.join(BUILTIN_TOOLS)}) and "
                                   "`mcp:<server>` or `mcp:<server>/<tool>` from the server's MCP servers.")
@@ -112,11 +115,15 @@ class SessionCreate(_Strict):
     @model_validator(mode="after")
     def _documentation_qa_by_default(self) -> SessionCreate:
         """A session that only reads the index (no tools, no memory) says when its documents do not hold an
-        answer instead of guessing, unless ``no_match_answer`` is given (null: the model always answers).
-        Measured through ``loom serve`` in docs/serving.md ("Documentation-QA sessions")."""
-        if (self.index and "no_match_answer" not in self.model_fields_set and not self.tools
-                and not self.client_tools and not self.memory_namespace):
-            self.no_match_answer = NOT_FOUND_ANSWER
+        answer instead of guessing, unless ``no_match_answer`` is given (null: the model always answers), and
+        answers in a few sentences with at most one example (:data:`~loom.orchestrator.chat_agent.DOCS_SYSTEM`)
+        unless ``system_prompt`` is given.  Measured through ``loom serve`` in docs/serving.md
+        ("Documentation-QA sessions") and docs/evaluations.md ("The system message when a session has none")."""
+        if self.index and not self.tools and not self.client_tools and not self.memory_namespace:
+            if "no_match_answer" not in self.model_fields_set:
+                self.no_match_answer = NOT_FOUND_ANSWER
+            if "system_prompt" not in self.model_fields_set:
+                self.system_prompt = DOCS_SYSTEM.strip()
         return self
 
 

@@ -59,12 +59,14 @@ def test_a_docs_qa_session_answers_a_question_naming_a_term_no_document_uses_as_
 
 
 def test_a_turn_says_when_nothing_in_the_index_was_related_and_the_stored_turn_keeps_it(alice):
+    from loom.orchestrator.chat_agent import DOCS_SYSTEM
     from loom.orchestrator.relevance import NOT_FOUND_ANSWER
 
     alice.post("/v1/documents", json={"id": "ops-runbook", "text": DOC})
     created = alice.post("/v1/sessions", json={"index": True, "sampling": {"temperature": 0, "max_tokens": 8}}).json()
     # a session that only reads the index is a documentation-QA session unless told otherwise
     assert created["config"]["no_match_answer"] == NOT_FOUND_ANSWER
+    assert created["config"]["system_prompt"] == DOCS_SYSTEM.strip()  # a few sentences, at most one example
     turn = alice.post(f"/v1/sessions/{created['id']}/messages", json={"content": "What is the capital of Peru?"}).json()
     assert turn["retrieval"] == {"sources": [], "no_match": True, "searched_as": None, "unsupported": [],
                                  "unknown_terms": [], "widened": False}
@@ -74,6 +76,8 @@ def test_a_turn_says_when_nothing_in_the_index_was_related_and_the_stored_turn_k
     for body in ({"no_match_answer": None}, {"tools": ["calculator"]}, {"memory_namespace": "prefs"}):
         config = alice.post("/v1/sessions", json={"index": True, **body}).json()["config"]
         assert config["no_match_answer"] is None, body  # asked for, or the answer may come from a tool or memory
+        assert config["system_prompt"] == ("" if body.keys() & {"tools", "memory_namespace"} else DOCS_SYSTEM.strip())
+    assert alice.post("/v1/sessions", json={"index": True, "system_prompt": ""}).json()["config"]["system_prompt"] == ""
     plain = alice.post("/v1/sessions", json={"sampling": {"temperature": 0, "max_tokens": 4}}).json()["id"]
     assert alice.post(f"/v1/sessions/{plain}/messages", json={"content": "Hi"}).json()["retrieval"] is None
 
