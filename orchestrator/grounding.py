@@ -171,9 +171,9 @@ def example_strings(answer: str) -> list[str]:
     ``my_logger``; ``log.info("user logged in")``, ``user logged in``), up to 80 characters each.  They are the
     example's own values, as its names are (:func:`defined_in_examples`): a sentence quoting them ("replace
     'my_logger' with your logger's name") speaks of the example.  Over structlog's docs, such sentences
-    refused right how-to answers ("Use structlog.get_logger ... 'my_logger'").  Numbers in an example are
-    not counted: an answer to "What is the default timeout?" that writes ``timeout=30`` in its example
-    still needs the passages to hold 30."""
+    refused right how-to answers ("use the `structlog.getLogger` function ... the logger named
+    'my_logger'").  Numbers in an example are not counted: an answer to "What is the default timeout?"
+    that writes ``timeout=30`` in its example still needs the passages to hold 30."""
     out: list[str] = []
     for block in _FENCE.finditer(answer):
         body = block.group(0).split("\n", 1)[1] if "\n" in block.group(0) else ""  # not the fence's language tag
@@ -255,9 +255,8 @@ def restates(answer: str, question: str, found: list[tuple[str, str]] | None = N
 def check(answer: str, question: str, passages: Iterable[str]) -> Grounding:
     """The claims of ``answer`` to ``question``, which of them ``passages`` (the texts the model was
     shown, and the names the answer's own examples define and the strings they write: its sentences may
-    speak of them) do not
-    support, whether the answer only restates the question, and whether it leaves a quantity the
-    question asks for unstated."""
+    speak of them) do not support, whether the answer only restates the question, and whether it leaves
+    a quantity the question asks for unstated."""
     text = "\n".join([*passages, " ".join(defined_in_examples(answer)), *example_strings(answer)])
     found = list(dict.fromkeys(claims(answer, question)))  # each claim once, in order
     return Grounding(claims=tuple(c for c, _ in found),
