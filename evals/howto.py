@@ -24,13 +24,12 @@ small difference.  Prints, per set and in all: answerable right, "not found", re
 from __future__ import annotations
 
 import json
-import subprocess
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from loom.evals.serve_qa import ServedAnswer, Served, ask, report
+from loom.evals.serve_qa import Served, ServedAnswer, ask, ingest_paths, report
 from loom.json_types import JSONObject
 
 DATA = Path(__file__).parent / "data" / "howto.json"
@@ -84,13 +83,9 @@ def ingest(corpus: str, index: Path) -> None:
         loom.retrieval.corpora.CorpusError: the sdist could not be had.
         RuntimeError: the command failed (its last output lines).
     """
-    from loom.evals.serve_qa import _loom
     from loom.retrieval.corpora import ensure_corpus
 
-    proc = subprocess.run(_loom("ingest", str(ensure_corpus(corpus).docs), "--index", str(index), "--no-progress"),
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"loom ingest failed: {(proc.stderr or proc.stdout)[-1500:]}")
+    ingest_paths([ensure_corpus(corpus).docs], index)
 
 
 def run(model: str, sets: Sequence[str], system: str | None = None, workdir: Path | None = None) -> list[ServedAnswer]:

@@ -86,8 +86,16 @@ def ingest(qa_set: str, index: Path) -> None:
     """
     from loom.evals.qa import corpus_for, load_set
 
-    paths = corpus_for(load_set(qa_set), qa_set).split(",")
-    proc = subprocess.run(_loom("ingest", *paths, "--index", str(index), "--no-progress"),
+    ingest_paths(corpus_for(load_set(qa_set), qa_set).split(","), index)
+
+
+def ingest_paths(paths: Sequence[str | Path], index: Path) -> None:
+    """``loom ingest PATH... --index index``, as a user runs it.
+
+    Raises:
+        RuntimeError: the command failed (its last output lines).
+    """
+    proc = subprocess.run(_loom("ingest", *map(str, paths), "--index", str(index), "--no-progress"),
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"loom ingest failed: {(proc.stderr or proc.stdout)[-1500:]}")
