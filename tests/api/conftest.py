@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.server import Server, cli
+from tests.api.server import Server, new_key
 
 # Small engine so tests are fast; a 1024-token window keeps an oversize prompt cheap to build.
 ENGINE_FLAGS = ("--max-model-len", "1024", "--num-kv-blocks", "512", "--max-num-seqs", "64")
@@ -34,8 +34,8 @@ def db_url(api_workdir: Path) -> str:
 
 @pytest.fixture(scope="session")
 def keys(db_url: str) -> dict[str, str]:
-    """API keys of owners ``alice`` and ``bob``, made with ``loom keys create``."""
-    return {owner: cli("keys", "create", "--owner", owner, "--db", db_url).strip().splitlines()[-1]
+    """API keys of owners ``alice`` and ``bob``, made in process (``server.new_key``)."""
+    return {owner: new_key(db_url, owner)
             for owner in ("alice", "bob")}
 
 

@@ -32,13 +32,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def cli(*args: str, timeout: float = 120) -> str:
-    """Run ``loom <args>`` in a subprocess; returns stdout (raises on failure)."""
-    proc = subprocess.run([sys.executable, "-m", "loom.cli", *args], cwd=REPO, capture_output=True,
-                          text=True, timeout=timeout, env=_env())
-    if proc.returncode != 0:
-        raise RuntimeError(f"loom {' '.join(args)} failed: {proc.stderr[-2000:]}")
-    return proc.stdout
+def new_key(db: str, owner: str) -> str:
+    """An API key of ``owner`` in the database at URL ``db`` (its tables made first when missing): what
+    ``loom keys create --owner OWNER --db DB`` prints, made in this process (tests/api/test_settings_and_keys.py
+    runs the command itself), without a process start's ~2 s of imports."""
+    from loom.api.auth import create_key
+    from loom.api.store import Store
+
+    store = Store(db)
+    try:
+        return create_key(store, owner)
+    finally:
+        store.close()
 
 
 def _env() -> dict[str, str]:
@@ -149,9 +154,9 @@ def hang_up_midway(server: Server, key: str, path: str, body: dict, stream: bool
 
 def keyed_server(model: Path | str, workdir: Path, owner: str, *extra: str) -> tuple[Server, str]:
     """A started ``loom serve`` of ``model`` on a new SQLite database in ``workdir`` (``extra``: more
-    ``loom serve`` flags), and an API key of ``owner`` made with ``loom keys create``."""
+    ``loom serve`` flags), and an API key of ``owner`` (:func:`new_key`)."""
     db = f"sqlite:///{workdir / 'loom.db'}"
-    key = cli("keys", "create", "--owner", owner, "--db", db).strip().splitlines()[-1]
+    key = new_key(db, owner)
     return Server(Path(model), db, workdir, *extra).start(), key
 
 

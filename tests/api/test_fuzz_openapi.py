@@ -33,7 +33,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.server import Server, cli
+from tests.api.server import Server, new_key
 
 HTTP_METHODS = {"GET", "POST", "PUT", "PATCH", "DELETE"}
 FUZZ_SECONDS = int(os.environ.get("FUZZ_SECONDS", "20"))
@@ -45,7 +45,7 @@ FLAGS = ("--max-model-len", "256", "--num-kv-blocks", "128", "--max-num-seqs", "
 def fuzz_server(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, str]]:
     work = tmp_path_factory.mktemp("fuzz")
     db = f"sqlite:///{work / 'fuzz.db'}"
-    key = cli("keys", "create", "--owner", "fuzzer", "--db", db).strip().splitlines()[-1]
+    key = new_key(db, "fuzzer")
     srv = Server(checkpoint, db, work, *FLAGS).start()
     yield srv, key
     srv.stop()

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.api.conftest import ENGINE_FLAGS
-from tests.api.server import Server, cli
+from tests.api.server import Server, new_key
 
 # The memory tables as a server before owner columns wrote them, with two owners' joined namespaces and one
 # library user's (no owner) whose name merely contains "::" after something that is no owner name.
@@ -48,7 +48,7 @@ def served(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     work = tmp_path_factory.mktemp("owner-columns")
     db_path = work / "loom.db"
     db = f"sqlite:///{db_path}"
-    keys = {o: cli("keys", "create", "--owner", o, "--db", db).strip().splitlines()[-1] for o in ("alice", "bob")}
+    keys = {o: new_key(db, o) for o in ("alice", "bob")}
     _write_old_memories(db_path)
     Retriever.open(work / "index").add_documents(  # the operator's, shared: as `loom ingest alice/notes.md` keys it
         [Document(id="alice/notes.md", title="Ferry", sections=(Section("Timetable", "The ferry leaves at 07:15."),))])

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.api.conftest import ENGINE_FLAGS
-from tests.api.server import Server, cli
+from tests.api.server import Server, new_key
 
 
 def _client(server: Server, key: str) -> httpx.Client:
@@ -22,7 +22,7 @@ def _client(server: Server, key: str) -> httpx.Client:
 @pytest.mark.slow
 def test_sessions_survive_restart_and_kill(checkpoint: Path, tmp_path: Path):
     db = f"sqlite:///{tmp_path / 'restart.db'}"
-    key = cli("keys", "create", "--owner", "carol", "--db", db).strip().splitlines()[-1]
+    key = new_key(db, "carol")
 
     tier = ("--kv-tier-dir", str(tmp_path / "kv-tier"))
     first = Server(checkpoint, db, tmp_path, *ENGINE_FLAGS, *tier).start()
@@ -115,7 +115,7 @@ def test_sessions_survive_restart_and_kill(checkpoint: Path, tmp_path: Path):
 
 def test_a_graceful_stop_closes_every_database_connection_leaving_no_wal_file(checkpoint: Path, tmp_path: Path):
     db = f"sqlite:///{tmp_path / 'stop.db'}"
-    key = cli("keys", "create", "--owner", "dora", "--db", db).strip().splitlines()[-1]
+    key = new_key(db, "dora")
     server = Server(checkpoint, db, tmp_path, *ENGINE_FLAGS).start()
     try:
         with _client(server, key) as c:  # a session turn opens the sessions' own connections too

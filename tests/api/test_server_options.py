@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests.api.server import Server, cli
+from tests.api.server import Server, new_key
 
 STATIC_KEY = "static-test-key-0123456789"
 ORIGIN = "http://app.example"
@@ -42,7 +42,7 @@ def options_server(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -
     """The server with every option under test, and a key from its database (owner ``carol``)."""
     work = tmp_path_factory.mktemp("api-options")
     db = f"sqlite:///{work / 'loom.db'}"
-    db_key = cli("keys", "create", "--owner", "carol", "--db", db).strip().splitlines()[-1]
+    db_key = new_key(db, "carol")
     (work / "gen").mkdir()
     (work / "gen" / "generation_config.json").write_text(json.dumps(GENERATION_CONFIG))
     srv = PositionalServer(

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from tests.api.conftest import ENGINE_FLAGS
-from tests.api.server import Server, cli
+from tests.api.server import Server, new_key
 
 GUIDE = """# Ferry guide
 
@@ -30,7 +30,7 @@ def served(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
     Retriever.open(work / "index").ingest([work / "ferry.md"], show_progress=False)  # as `loom ingest` does
     db = f"sqlite:///{work / 'loom.db'}"
-    keys = {o: cli("keys", "create", "--owner", o, "--db", db).strip().splitlines()[-1] for o in ("alice", "bob")}
+    keys = {o: new_key(db, o) for o in ("alice", "bob")}
     srv = Server(checkpoint, db, work, "--index", str(work / "index"), *ENGINE_FLAGS).start()
     yield srv, keys
     srv.stop()

@@ -8,12 +8,12 @@ from __future__ import annotations
 import httpx
 
 from tests.api.conftest import ENGINE_FLAGS
-from tests.api.server import Server, cli
+from tests.api.server import Server, new_key
 
 
 def test_a_read_only_database_answers_writes_with_503_and_keeps_serving_reads(checkpoint, tmp_path):
     db = tmp_path / "ro.db"
-    key = cli("keys", "create", "--owner", "ro", "--db", f"sqlite:///{db}").strip().splitlines()[-1]  # the tables
+    key = new_key(f"sqlite:///{db}", "ro")  # the tables
     server = Server(checkpoint, f"sqlite:///file:{db}?mode=ro&uri=true", tmp_path, *ENGINE_FLAGS,
                     "--private-metrics", "--auth-max-failures", "3").start()
     try:

@@ -1,7 +1,10 @@
 """The real default model (SmolLM2-135M-Instruct, converted from its GGUF) through the
 engine equals transformers loading the same folder, token for token, greedy float32:
 one request, 16 concurrent chats sharing a system prompt (served from the prefix
-cache), chunked prefill and preemption. Prompts are real chat-template renderings."""
+cache), chunked prefill and preemption. Prompts are real chat-template renderings.
+
+The tests share their transformers references (``hf_greedy`` cuts a longer run made for the same
+prompt), so the long runs come first: the file makes 224 reference tokens rather than 308."""
 
 from __future__ import annotations
 
@@ -41,6 +44,26 @@ def test_single_chat_prompt_matches_transformers(real_model, chats):
     assert_pool_idle(engine)
 
 
+def test_small_pool_preempts_real_chats_and_output_is_unchanged(real_model, chats):
+    engine = make_engine(real_model, num_kv_blocks=16, enable_prefix_caching=False)
+    prompts = chats[4:9]
+    outs = run_to_completion(engine, [(f"r{i}", p, greedy(24)) for i, p in enumerate(prompts)])
+    assert engine.stats()["num_preemptions"] > 0
+    for i, p in enumerate(prompts):
+        assert outs[f"r{i}"].token_ids == hf_greedy(real_model, p, 24)
+    assert_pool_idle(engine)
+
+
+def test_chunked_prefill_of_real_chats_matches_transformers(real_model, chats):
+    engine = make_engine(real_model, max_num_batched_tokens=24)
+    prompts = chats[4:7]  # the preemption test's chats: their references are made already
+    outs = run_to_completion(engine, [(f"r{i}", p, greedy(12)) for i, p in enumerate(prompts)])
+    assert engine.num_steps >= sum(len(p) for p in prompts) // 24  # prompts were cut into chunks
+    for i, p in enumerate(prompts):
+        assert outs[f"r{i}"].token_ids == hf_greedy(real_model, p, 12)
+    assert_pool_idle(engine)
+
+
 def test_16_concurrent_chats_sharing_a_system_prompt_hit_the_cache_and_match(real_model, chats):
     engine = make_engine(real_model)
     first = run_to_completion(engine, [("warm", chats[0], greedy(8))])["warm"]
@@ -61,24 +84,4 @@ def test_16_concurrent_chats_sharing_a_system_prompt_hit_the_cache_and_match(rea
             expected = common // 16 * 16
         assert outs[f"r{i}"].num_cached_tokens == expected > 0, f"r{i}"
         assert outs[f"r{i}"].token_ids == hf_greedy(real_model, prompt, 8), f"r{i}: {QUESTIONS[i]}"
-    assert_pool_idle(engine)
-
-
-def test_chunked_prefill_of_real_chats_matches_transformers(real_model, chats):
-    engine = make_engine(real_model, max_num_batched_tokens=24)
-    prompts = chats[1:4]
-    outs = run_to_completion(engine, [(f"r{i}", p, greedy(12)) for i, p in enumerate(prompts)])
-    assert engine.num_steps >= sum(len(p) for p in prompts) // 24  # prompts were cut into chunks
-    for i, p in enumerate(prompts):
-        assert outs[f"r{i}"].token_ids == hf_greedy(real_model, p, 12)
-    assert_pool_idle(engine)
-
-
-def test_small_pool_preempts_real_chats_and_output_is_unchanged(real_model, chats):
-    engine = make_engine(real_model, num_kv_blocks=16, enable_prefix_caching=False)
-    prompts = chats[4:9]
-    outs = run_to_completion(engine, [(f"r{i}", p, greedy(24)) for i, p in enumerate(prompts)])
-    assert engine.stats()["num_preemptions"] > 0
-    for i, p in enumerate(prompts):
-        assert outs[f"r{i}"].token_ids == hf_greedy(real_model, p, 24)
     assert_pool_idle(engine)
