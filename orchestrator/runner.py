@@ -119,6 +119,7 @@ class TurnRunner:
         self._memories: list[MemoryHit] = []  # this turn's new memory hits
         self._wide_fit: RetrievalFit | None = None  # every relevant hit, while the model was shown fewer
         self._tool_or_no_match = False  # nothing related, but a tool may answer (answer_check.tools_may_answer)
+        self._expression: str | None = None  # the sum a forced calculator call computes (arithmetic_expression)
         self._inputs_at = self._inputs_end = 0  # where this turn's inputs sit in ``items``
 
     def _store(self, new: list[Item]) -> None:
@@ -193,7 +194,8 @@ class TurnRunner:
         """This turn's hits, and whether the search is related to the message when that is decided here
         (``None``: by its hits at the cutoff).  In ``"history"`` mode a message whose own search is related
         is searched as typed; else with the previous message joined, which must clear the cutoff by
-        ``relevance.HISTORY_MARGIN`` (:mod:`loom.orchestrator.relevance`)."""
+        ``relevance.HISTORY_MARGIN`` (:mod:`loom.orchestrator.relevance`).  A message writing out a sum the
+        calculator computes (``answer_check.arithmetic_expression``) is never joined: it is no follow-up."""
         a, retriever = self.parts, self.parts.retriever
         assert retriever is not None
         cutoff = a.similarity_cutoff
@@ -201,8 +203,8 @@ class TurnRunner:
         if judged:
             typed = await self._timed("retrieval", retriever.search, self.message, a.retrieval_k)
             typed = await self._match_sentences(typed, cutoff)
-            if relevance.is_related(typed, cutoff):
-                return typed, None
+            if relevance.is_related(typed, cutoff) or answer_check.arithmetic_expression(self) is not None:
+                return typed, None  # a sum written out is a calculation, not a follow-up of the documents
         queries = await self._queries()
         if queries != [self.message] and isinstance(retriever, MultiQueryRetriever):
             # a rewrite or the previous message joined: only what the user typed names entries
@@ -266,7 +268,10 @@ class TurnRunner:
             return sp.clone(stop=[*sp.stop, *new]) if new else sp
 
         name = self.choice["name"] if isinstance(self.choice, dict) else None
-        return force_call(sp, a.format, a.registry.schemas(), name, bound=True,
+        schemas = a.registry.schemas()
+        if self._expression is not None:
+            schemas = answer_check.pin_expression(schemas, self._expression)
+        return force_call(sp, a.format, schemas, name, bound=True,
                           min_tokens=min(FORCED_MIN_TOKENS, room),
                           parallel=name is None and a.parallel_tool_calls is True)
 
@@ -338,6 +343,9 @@ class TurnRunner:
                         yield ev
                     return
                 self._tool_or_no_match = True  # the model runs; its answer stands only after a tool call
+                self._expression = answer_check.arithmetic_expression(self)
+                if self._expression is not None:  # the sum it writes out, computed by a forced calculator call
+                    self.choice = answer_check.ARITHMETIC_CHOICE
             async for ev in self._loop(1):
                 yield ev
         finally:

@@ -57,6 +57,20 @@ def _chat(real_model, quantization, index, condense: str | None = "history",
     return console.export_text()
 
 
+def test_a_sum_written_out_after_a_documentation_turn_is_computed_by_the_forced_calculator(
+        real_model, real_quantization, index) -> None:
+    """Nothing in the index is related to the second message; its expression forces the calculator
+    (``answer_check.arithmetic_expression``) instead of the answer standing on no tool call."""
+    from loom.orchestrator.relevance import NOT_FOUND_ANSWER
+
+    out = _chat(real_model, real_quantization, index, no_match_answer=NOT_FOUND_ANSWER,
+                questions=("How do I extract all members of a zip archive?", "What is 17 * 23?"))
+    second = out.split("assistant> ")[2]
+    assert "searched as:" not in second, out  # a calculation, not a follow-up of the zip question
+    assert "tool call calculator({'expression': '17 * 23'})" in second and "tool result calculator: 391" in second, out
+    assert NOT_FOUND_ANSWER not in second, out
+
+
 def test_no_match_answer_is_the_reply_to_a_question_naming_a_term_the_index_never_uses(
         real_model, real_quantization, index) -> None:
     from loom.orchestrator.relevance import NOT_FOUND_ANSWER

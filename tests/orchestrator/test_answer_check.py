@@ -221,3 +221,21 @@ async def test_with_a_tool_a_term_no_document_uses_gets_one_model_call_and_no_wi
     result = await agent.arun("How do I make an asyncio task write its result to syslog?", session=InMemorySession())
     assert result.unknown_terms == ["syslog"] and result.retrieved
     assert (result.answer, result.unsupported, result.widened, len(llm.prompts)) == (NOT_FOUND, [NO_TOOL], False, 1)
+
+
+def test_pin_expression_fixes_the_calculators_argument_and_leaves_other_tools_as_they_are() -> None:
+    from loom.orchestrator.answer_check import pin_expression
+    from loom.tools import ToolRegistry, tool
+    from loom.tools.builtin import calculator
+
+    @tool
+    def lookup(name: str) -> str:
+        """Look a name up."""
+        return name
+
+    schemas = ToolRegistry([calculator, lookup]).schemas()
+    pinned = pin_expression(schemas, "17 * 23")
+    assert pinned[0]["function"]["parameters"]["properties"] == {"expression": {"type": "string", "const": "17 * 23"}}
+    assert pinned[0]["function"]["parameters"]["required"] == ["expression"]
+    assert pinned[1] == schemas[1]
+    assert schemas[0]["function"]["parameters"]["properties"]["expression"].get("const") is None  # not changed in place

@@ -7,7 +7,7 @@ import pytest
 
 from loom.tools import ToolError, ToolRegistry
 from loom.tools.builtin import calculator, evaluate
-from loom.tools.builtin.calculator import EXPRESSION
+from loom.tools.builtin.calculator import EXPRESSION, expression_in
 
 
 @pytest.mark.parametrize(
@@ -111,3 +111,23 @@ def test_the_expression_pattern_admits_arithmetic(text):
 @pytest.mark.parametrize("text", ["}}  # 12 * 12 = 144", "12 * 12 = 144", "", ". + 25", "x" * 129])
 def test_the_expression_pattern_refuses_what_small_models_wrote_into_forced_calls(text):
     assert not re.fullmatch(EXPRESSION, text)
+
+
+@pytest.mark.parametrize(("text", "expression"), [
+    ("What is 17 * 23?", "17 * 23"),
+    ("How many seconds are in a day? Compute 24 * 60 * 60.", "24 * 60 * 60"),
+    ("What is (2 + 3) ** 2?", "(2 + 3) ** 2"),
+    ("Is 10 - 3 equal to 7?", "10 - 3"),
+    ("Compute (17 + 25) * 3 - 8.", "(17 + 25) * 3 - 8"),
+    ("What does 7 // 2 return?", "7 // 2"),
+])
+def test_expression_in_finds_the_longest_expression_a_message_writes_out(text, expression):
+    assert expression_in(text) == expression
+
+
+@pytest.mark.parametrize("text", [
+    "hello", "How many minutes are in 3.5 hours?", "What changed on 2024-01-02?", "items 10-20",
+    "Which Python 3.11 feature is new?", "HTTP/1.1 and utf-8", "What is 5 / 0?", "x = 3 * y",
+])
+def test_expression_in_finds_none_in_dates_ranges_versions_words_or_what_does_not_compute(text):
+    assert expression_in(text) is None

@@ -10,11 +10,15 @@ are refused.  Sizes are bounded so a call stays cheap: expressions up to
 :data:`MAX_DIGITS` digits (checked before a power is computed), finite floats.
 Errors (division by zero, bad syntax, unknown names, huge powers, math domain
 errors) raise :class:`~loom.tools.base.ToolError` with a message for the model.
+
+:func:`expression_in` finds an expression a message writes out (``"What is 17 * 23?"``), so an agent can
+hand it to this tool itself (``loom.orchestrator.runner``) instead of hoping a small model calls it.
 """
 
 import ast
 import math
 import operator as op
+import re
 from typing import Annotated
 
 from pydantic import Field
@@ -32,7 +36,7 @@ from loom.tools.base import ToolError
 from loom.tools.function_tool import tool
 
 __all__ = [
-    "FUNCTIONS", "MAX_DIGITS", "MAX_EXPRESSION_CHARS", "calculator", "evaluate", "format_number",
+    "FUNCTIONS", "MAX_DIGITS", "MAX_EXPRESSION_CHARS", "calculator", "evaluate", "expression_in", "format_number",
 ]  # fmt: skip
 
 MAX_EXPRESSION_CHARS = 500
@@ -153,6 +157,31 @@ def _check_result(value: object, text: str) -> int | float:
 def format_number(value: int | float) -> str:
     """Integers exactly; floats with up to 15 significant digits (``0.1+0.2`` → ``0.3``)."""
     return str(value) if isinstance(value, int) else format(value, ".15g")
+
+
+# Numbers joined by binary operators, with parentheses: "17 * 23", "(2 + 3) ** 2", "24 * 60 * 60". A minus counts
+# only with spaces on both sides, so dates (2024-01-02), ranges (10-20) and versions are not sums.
+_OPERAND = r"\(*\s*\d+(?:\.\d+)?(?:\s*\))*"
+_WRITTEN = re.compile(rf"{_OPERAND}(?:(?:\s*(?:\*\*|//|[-+*/%](?<!-))\s*|\s+-\s+){_OPERAND})+")
+
+
+def expression_in(text: str) -> str | None:
+    """The longest arithmetic expression written out in ``text`` that :func:`evaluate` computes (numbers
+    joined by ``+ - * / // % **``, parentheses allowed; a minus only with spaces around it), or ``None``.
+
+    ``"How many seconds are in a day? Compute 24 * 60 * 60."`` gives ``"24 * 60 * 60"``; ``"What changed in
+    2024-01-02?"``, ``"Which Python 3.11 feature ...?"`` and a number alone give ``None``.
+    """
+    found = sorted((m.group().strip() for m in _WRITTEN.finditer(text)), key=len, reverse=True)
+    for expression in found:
+        if expression.count("(") != expression.count(")"):
+            continue
+        try:
+            evaluate(expression)
+        except ToolError:
+            continue
+        return expression
+    return None
 
 
 # The grammar of a forced call keeps the argument an expression: digits, names of functions and constants,
