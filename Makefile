@@ -30,7 +30,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 setup: $(STAMP)
 
 # Loom's CPU kernels (loom.runtime.kernels) compile once per machine into $$LOOM_CACHE on first use,
-# ~15 s on 2 cores: `model` and `test-model` build them while the pull downloads, not after it.
+# ~20 s on 2 cores: `model` and `test-model` build them while the pull downloads, not after it.
 # A failed build is not an error here: the engine falls back to PyTorch's kernels and says so.
 KERNELS = $(BIN)/python -c 'from loom.runtime.kernels import cpu_paged_attention; cpu_paged_attention()'
 

@@ -119,7 +119,9 @@ class TurnRunner:
         self._memories: list[MemoryHit] = []  # this turn's new memory hits
         self._wide_fit: RetrievalFit | None = None  # every relevant hit, while the model was shown fewer
         self._tool_or_no_match = False  # nothing related, but a tool may answer (answer_check.tools_may_answer)
-        self._expression: str | None = None  # the sum a forced calculator call computes (arithmetic_expression)
+        # the sum the message writes out (answer_check.arithmetic_expression): a forced calculator call computes
+        # it when nothing related is found; the choice is forced only then, so only then is it pinned
+        self._expression = answer_check.arithmetic_expression(self)
         self._inputs_at = self._inputs_end = 0  # where this turn's inputs sit in ``items``
 
     def _store(self, new: list[Item]) -> None:
@@ -203,7 +205,7 @@ class TurnRunner:
         if judged:
             typed = await self._timed("retrieval", retriever.search, self.message, a.retrieval_k)
             typed = await self._match_sentences(typed, cutoff)
-            if relevance.is_related(typed, cutoff) or answer_check.arithmetic_expression(self) is not None:
+            if relevance.is_related(typed, cutoff) or self._expression is not None:
                 return typed, None  # a sum written out is a calculation, not a follow-up of the documents
         queries = await self._queries()
         if queries != [self.message] and isinstance(retriever, MultiQueryRetriever):
@@ -343,7 +345,6 @@ class TurnRunner:
                         yield ev
                     return
                 self._tool_or_no_match = True  # the model runs; its answer stands only after a tool call
-                self._expression = answer_check.arithmetic_expression(self)
                 if self._expression is not None:  # the sum it writes out, computed by a forced calculator call
                     self.choice = answer_check.ARITHMETIC_CHOICE
             async for ev in self._loop(1):

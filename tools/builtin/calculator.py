@@ -162,7 +162,7 @@ def format_number(value: int | float) -> str:
 # Numbers joined by binary operators, with parentheses: "17 * 23", "(2 + 3) ** 2", "24 * 60 * 60". A minus counts
 # only with spaces on both sides, so dates (2024-01-02), ranges (10-20) and versions are not sums.
 _OPERAND = r"\(*\s*\d+(?:\.\d+)?(?:\s*\))*"
-_WRITTEN = re.compile(rf"{_OPERAND}(?:(?:\s*(?:\*\*|//|[-+*/%](?<!-))\s*|\s+-\s+){_OPERAND})+")
+_WRITTEN = re.compile(rf"{_OPERAND}(?:(?:\s*(?:\*\*|//|[+*/%])\s*|\s+-\s+){_OPERAND})+")
 
 
 def expression_in(text: str) -> str | None:
