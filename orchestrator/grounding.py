@@ -81,8 +81,10 @@ _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
 _STRING = re.compile(r"(['\"])((?:(?!\1)[^\\\n]|\\.){1,80})\1")
 _DISTINCTIVE = re.compile(r"_|[a-z][A-Z]|\d")
 
-#: Words an answer may add to its question's without saying anything (function words and the
-#: vocabulary of API questions: "argument", "default", "function", "value", ...).
+#: Words an answer may add to its question's without saying anything (function words, the
+#: vocabulary of API questions: "argument", "default", "function", "value", ..., and words that point at
+#: the prompt's documents: "The itsdangerous class in the given document signs JSON Web Tokens with RS256."
+#: answers "Which itsdangerous class signs JSON Web Tokens with RS256?" with nothing).
 FILLER = frozenset("""
 a an the of to in on for and or is are be been by with from as at into than then that this these those it its
 what which how does do did can could should would will may might when where whose who whom why if
@@ -90,6 +92,7 @@ i me my you your we our they their there here has have had was were also just on
 default value values set sets use used uses using return returns returned function functions argument arguments
 parameter parameters method methods class classes option options module modules python keyword keywords
 attribute attributes called call calls named name names make makes given give gives
+document documents documentation docs provided above retrieved passage passages excerpt excerpts
 """.split())
 
 

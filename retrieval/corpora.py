@@ -20,7 +20,12 @@ A corpus is the documentation folder that ships inside one pinned sdist:
   ``src/`` for the autodoc entries.
 
 The ``qa`` eval's click and jinja question sets (:mod:`loom.evals.qa`) are
-written against these pinned releases.
+written against these pinned releases.  :mod:`loom.evals.howto` asks its
+how-to questions over four more, each with its ``src/`` for autodoc:
+``structlog`` 24.4.0 (MyST Markdown), ``marshmallow`` 3.23.1 (Sphinx reST),
+``attrs`` 26.1.0 (MyST Markdown narrative, reST API pages) and
+``itsdangerous`` 2.2.0 (a small reST set, mostly autodoc), the release notes
+left out.
 
 ``stdlib`` is not here: it is the ``stdlib:`` pseudo-path of
 :mod:`loom.retrieval.stdlib`, read from the running interpreter.
@@ -110,6 +115,14 @@ CORPORA: dict[str, CorpusSpec] = {
     "marshmallow": CorpusSpec(  # loom.evals.howto: how-to questions over Sphinx reST and autodoc
         "marshmallow", "marshmallow", "3.23.1", "docs", "sphinx",
         "3a8dfda6edd8dcdbf216c0ede1d1e78d230a6dc9c5a088f58c4083b974a0d468", skip=("changelog.rst",),
+        source="src"),
+    "attrs": CorpusSpec(  # loom.evals.howto: MyST Markdown narrative with a reST autodoc API page
+        "attrs", "attrs", "26.1.0", "docs", "markdown",
+        "d03ceb89cb322a8fd706d4fb91940737b6642aa36998fe130a9bc96c985eff32", skip=("changelog.md",),
+        source="src"),
+    "itsdangerous": CorpusSpec(  # loom.evals.howto: a small Sphinx reST set, mostly autodoc
+        "itsdangerous", "itsdangerous", "2.2.0", "docs", "sphinx",
+        "e0050c0b7da1eea53ffaf149c0cfbb5c6e2e2b69c4bef22c81fa6eb73e5f6173", skip=("changes.rst",),
         source="src"),
     "jinja": CorpusSpec(
         "jinja", "jinja2", "3.1.6", "docs", "sphinx",

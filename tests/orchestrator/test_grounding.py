@@ -71,6 +71,14 @@ def test_an_answer_that_restates_the_question_is_not_grounded():
     assert check("The filter is called striptags; it removes tags.", q, ["striptags"]).grounded
 
 
+def test_an_answer_that_points_at_the_documents_only_restates_the_question():
+    # Qwen2.5-Coder-0.5B over itsdangerous's docs, which describe no JWT class
+    q = "Which itsdangerous class signs JSON Web Tokens with RS256?"
+    g = check("The itsdangerous class in the given document signs JSON Web Tokens with RS256.", q, ["Serializer"])
+    assert g.restates_question and not g.grounded
+    assert not check("The provided documentation says it signs tokens with RS256.", q, []).restates_question
+
+
 def test_claims_the_question_names_need_no_support():
     q = "What does json.dumps return?"
     assert check("json.dumps returns a str.", q, ["Serialize obj to a JSON formatted str."]).grounded
