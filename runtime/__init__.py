@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from loom.runtime.config import EngineConfig
-from loom.runtime.outputs import RequestOutput
+from loom.runtime.outputs import CompletionOutput, RequestOutput
 from loom.runtime.sampling_params import SamplingParams
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from loom.runtime.engine import LLMEngine
     from loom.runtime.llm import LLM
 
-__all__ = ["LLM", "AsyncLLM", "LLMEngine", "SamplingParams", "RequestOutput", "EngineConfig"]
+__all__ = ["LLM", "AsyncLLM", "LLMEngine", "SamplingParams", "RequestOutput", "CompletionOutput", "EngineConfig"]
 
 _LAZY = {"LLM": "loom.runtime.llm", "AsyncLLM": "loom.runtime.async_llm", "LLMEngine": "loom.runtime.engine"}
 

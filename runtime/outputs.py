@@ -16,6 +16,35 @@ FinishReason = Literal["stop", "length", "abort", "error"]
 """Why a request finished (vLLM's values; ``RequestOutput.finish_reason``)."""
 
 
+@dataclass(frozen=True, slots=True)
+class CompletionOutput:
+    """vLLM's view of one sequence of a request (``RequestOutput.outputs[0]``): Loom samples one sequence per
+    request, so this is the request's own output under vLLM's names.
+
+    Attributes:
+        index: the sequence's index in the request (always 0).
+        text: detokenized output so far.
+        token_ids: output token ids so far.
+        cumulative_logprob: sum of the sampled tokens' log-probabilities when ``logprobs`` were asked, else
+            ``None``.
+        logprobs: per output token, ``{token_id: logprob}`` (``SamplingParams.logprobs``), or ``None``.
+        finish_reason: ``"stop"``, ``"length"``, ``"abort"``, ``"error"`` or ``None`` while running.
+        stop_reason: the stop string or stop token id that matched, if any.
+    """
+
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None
+    logprobs: list[dict[int, float]] | None
+    finish_reason: FinishReason | None
+    stop_reason: str | int | None
+
+    def finished(self) -> bool:
+        """Whether the sequence has finished (vLLM's method of the same name)."""
+        return self.finish_reason is not None
+
+
 @dataclass(slots=True)
 class RequestOutput:
     """State of one request after an engine step.
@@ -80,3 +109,13 @@ class RequestOutput:
     num_accepted_tokens: int = 0
     error: str | None = None
     error_param: str | None = None
+
+    @property
+    def outputs(self) -> list[CompletionOutput]:
+        """vLLM's ``RequestOutput.outputs``: one :class:`CompletionOutput` (Loom samples one sequence a
+        request), so code written for vLLM (``out.outputs[0].text``) runs unchanged."""
+        cumulative = None
+        if self.logprobs is not None:
+            cumulative = sum(lp.get(t, 0.0) for t, lp in zip(self.token_ids, self.logprobs))
+        return [CompletionOutput(0, self.text, self.token_ids, cumulative, self.logprobs, self.finish_reason,
+                                 self.stop_reason)]

@@ -42,3 +42,14 @@ def test_final_only_gives_one_output_equal_to_the_cumulative_last(tiny_checkpoin
 def test_unknown_output_kind_is_rejected_naming_the_field():
     with pytest.raises(InvalidRequestError, match="output_kind"):
         SamplingParams(output_kind="partial")
+
+
+def test_vllms_outputs_view_holds_the_one_sequence_under_vllms_names(tiny_checkpoint):
+    """Code written for vLLM reads ``out.outputs[0].text``; the view is the request's own fields."""
+    engine = make_engine(tiny_checkpoint("qwen3"))
+    running, *_, final = _outputs(engine, "cumulative")
+    (seq,) = final.outputs
+    assert (seq.index, seq.text, seq.token_ids, seq.finish_reason) == (0, final.text, final.token_ids, "length")
+    assert seq.finished() and not running.outputs[0].finished() and seq.logprobs == final.logprobs
+    sampled = [lp[t] for t, lp in zip(final.token_ids, final.logprobs)]
+    assert seq.cumulative_logprob == pytest.approx(sum(sampled)) and seq.cumulative_logprob < 0
