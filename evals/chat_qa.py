@@ -21,7 +21,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from loom.evals.serve_qa import ServedAnswer, question_arguments, report, selected_sets
+from loom.evals.serve_qa import ServedAnswer, gold_shown, question_arguments, report, selected_sets
 
 
 def ask(agent: Any, questions: Sequence[Any]) -> list[ServedAnswer]:
@@ -43,7 +43,7 @@ def ask(agent: Any, questions: Sequence[Any]) -> list[ServedAnswer]:
         records.append(ServedAnswer(
             id=question.id, qa_set=question.qa_set, question=question.question, answerable=question.answerable,
             answer=answer, state=result.final_state, finish_reason=result.finish_reason, sources=sources,
-            gold_shown=any(s.endswith(key) for _, key in question.golds for s in sources),
+            gold_shown=gold_shown(question.golds, sources),
             correct=(score_answer(answer, question.facts).correct if question.answerable
                      else says_not_found(answer)),
             not_found=says_not_found(answer), completion_tokens=result.usage.completion_tokens,

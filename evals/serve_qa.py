@@ -60,7 +60,7 @@ class ServedAnswer:
     state: str
     finish_reason: str | None
     sources: list[str]
-    gold_shown: bool
+    gold_shown: bool | None  # None: the question names no gold section (loom.evals.howto's)
     correct: bool
     not_found: bool
     completion_tokens: int
@@ -146,7 +146,7 @@ def ask(url: str, questions: Sequence[Any], session: JSONObject) -> list[ServedA
                 id=question.id, qa_set=question.qa_set, question=question.question,
                 answerable=question.answerable, answer=answer, state=out["state"],
                 finish_reason=out.get("finish_reason"), sources=sources,
-                gold_shown=any(s.endswith(key) for _, key in question.golds for s in sources),
+                gold_shown=gold_shown(question.golds, sources),
                 correct=(score_answer(answer, question.facts).correct if question.answerable
                          else says_not_found(answer)),
                 not_found=says_not_found(answer), completion_tokens=int((out.get("usage") or {}).get(
@@ -202,7 +202,7 @@ def summary(records: Sequence[ServedAnswer]) -> JSONObject:
                 "accuracy": _accuracy(ans),
                 "unanswerable": len(una), "not_found": sum(r.not_found for r in una) / len(una) if una else None,
                 "false_not_found": sum(r.not_found for r in ans) / len(ans) if ans else None,
-                "gold_shown": sum(r.gold_shown for r in ans) / len(ans) if ans else None,
+                "gold_shown": _share([r.gold_shown for r in ans if r.gold_shown is not None]),
                 "cut_at_max_tokens": sum(r.finish_reason == "length" for r in rs) / len(rs) if rs else None,
                 "repeats": _share([r.repeats for r in rs]),
                 "mean_completion_tokens": sum(r.completion_tokens for r in rs) / len(rs) if rs else None,
@@ -212,6 +212,12 @@ def summary(records: Sequence[ServedAnswer]) -> JSONObject:
 
     sets = sorted({r.qa_set for r in records})
     return {"all": block(list(records)), **{s: block([r for r in records if r.qa_set == s]) for s in sets}}
+
+
+def gold_shown(golds: Sequence[tuple[str, str]], sources: Sequence[str]) -> bool | None:
+    """Whether a source shown (``document - section``) is one of the question's gold sections
+    (``(document, section)`` pairs); ``None`` when it names none."""
+    return any(s.endswith(key) for _, key in golds for s in sources) if golds else None
 
 
 def _share(flags: list[bool]) -> float | None:
@@ -283,7 +289,9 @@ def report(records: Sequence[ServedAnswer], json_path: str | None = None, by_tur
     result = summary(records)
     for name, b in result.items():
         print(f"{name:7s} accuracy {pct(b['accuracy'])} of {b['answerable']}, not found {pct(b['not_found'])} of "
-              f"{b['unanswerable']}, gold section shown {pct(b['gold_shown'])}, cut at max_tokens "
+              f"{b['unanswerable']}, "
+              + (f"gold section shown {pct(b['gold_shown'])}, " if b["gold_shown"] is not None else "")
+              + "cut at max_tokens "
               f"{pct(b['cut_at_max_tokens'])}, looping {pct(b['repeats'])}, "
               f"mean answer {b['mean_completion_tokens'] or 0:.1f} tokens"
               + (f"; accuracy at a session's first turn {pct(b['accuracy_first_turn'])}, at later turns "

@@ -4,6 +4,8 @@ session with ``index``) runs for real in tests/api/test_shared_documents.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from loom.evals.qa import repeats
 from loom.evals.serve_qa import ServedAnswer, pct, summary
 
@@ -23,6 +25,20 @@ def test_accuracy_counts_the_answerable_and_not_found_the_unanswerable_per_set()
     assert (s["jinja"]["accuracy"], s["jinja"]["not_found"], s["jinja"]["false_not_found"]) == (0.0, None, 1.0)
     assert s["all"]["answerable"] == 3 and s["all"]["unanswerable"] == 1
     assert (pct(0.5), pct(None)) == ("50.0%", "-")
+
+
+def test_questions_without_gold_sections_report_no_gold_share(capsys):
+    """How-to questions name no gold section: the share is None and the report leaves it out, not 0%."""
+    from loom.evals.serve_qa import gold_shown, report
+
+    assert gold_shown((), ["doc - sec"]) is None
+    assert gold_shown((("doc", "sec"),), ["doc - sec"]) and not gold_shown((("doc", "other"),), ["doc - sec"])
+    howto = [replace(_answer("attrs", True, True), gold_shown=None)]
+    assert summary(howto)["attrs"]["gold_shown"] is None
+    report(howto)
+    assert "gold section shown" not in capsys.readouterr().out
+    report([_answer("click", True, True)])
+    assert "gold section shown 100.0%" in capsys.readouterr().out
 
 
 def test_accuracy_is_split_by_the_questions_place_in_its_session():
