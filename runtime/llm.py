@@ -2,7 +2,8 @@
 
 ``generate`` submits every prompt, steps the engine until all are finished
 (with a tqdm progress bar for long batches) and returns the final outputs in
-the order of the prompts.
+the order of the prompts; ``chat`` does the same for conversations, rendered by
+the model's own chat template (vLLM's ``LLM.chat``).
 
 Thread-safe: any number of threads may call ``generate`` on one ``LLM`` (two
 agents, a LangChain model and a script sharing one engine).  The engine is
@@ -17,7 +18,7 @@ and leaves the engine clean for the others.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from loom.json_types import JSONObject
@@ -100,6 +101,41 @@ class LLM:
             if bar is not None:
                 bar.close()
         return call.results  # type: ignore[return-value]
+
+    def chat(
+        self,
+        messages: Sequence[Mapping[str, Any]] | Sequence[Sequence[Mapping[str, Any]]],
+        sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
+        use_tqdm: bool = True,
+        add_generation_prompt: bool = True,
+        chat_template_kwargs: JSONObject | None = None,
+    ) -> list[RequestOutput]:
+        """Reply to one conversation, or to each of several (vLLM's ``LLM.chat``); outputs in order.
+
+        Each conversation (OpenAI-style ``{"role": ..., "content": ...}`` messages) is rendered by the model's
+        own chat template (``chat_template_kwargs``: extra template variables, e.g.
+        ``{"enable_thinking": False}``), tokenized without adding special tokens a second time, and generated
+        as :meth:`generate` does.  Tools and tool calls are the agent's (``loom.orchestrator.Agent``, REST
+        ``/v1/chat/completions``), which renders them in each model's tool-call format.
+
+        Raises:
+            ValueError: no conversation, an empty one, a message that is not a mapping, or a tokenizer with no
+                chat template; the errors of :meth:`generate`.
+        """
+        convs: list[Any] = [messages] if messages and isinstance(messages[0], Mapping) else list(messages)
+        if not convs or any(isinstance(c, (str, Mapping)) or not c or not all(isinstance(m, Mapping) for m in c)
+                            for c in convs):
+            raise ValueError("messages: give a list of {'role': ..., 'content': ...} messages, or a list of them")
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError("chat: this model's tokenizer has no chat template; call generate() with a prompt")
+        ids = []
+        for conv in convs:
+            rendered: Any = [dict(m) for m in conv]  # the template reads any JSON content, not only str
+            text = self.tokenizer.apply_chat_template(rendered, tokenize=False,
+                                                      add_generation_prompt=add_generation_prompt,
+                                                      **(chat_template_kwargs or {}))
+            ids.append(self.tokenizer.encode(str(text), add_special_tokens=False))
+        return self.generate(prompt_token_ids=ids, sampling_params=sampling_params, use_tqdm=use_tqdm)
 
     def _run(self, call: _Call, bar: Any) -> None:
         shown = 0
