@@ -26,13 +26,14 @@ import itertools
 import logging
 import threading
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from loom.json_types import JSONObject
 from loom.runtime.config import EngineConfig
 from loom.runtime.engine import LLMEngine
 from loom.runtime.errors import EngineStepError, InvalidRequestError, LoomError, QueueFullError, request_error
+from loom.runtime.inputs import PromptType, prompt_ids
 from loom.runtime.outputs import RequestOutput
 from loom.runtime.request import Request
 from loom.runtime.sampling_params import SamplingParams
@@ -70,12 +71,15 @@ class AsyncLLM:
 
     async def generate(
         self,
-        prompt_token_ids: Sequence[int] | None = None,
+        prompt_token_ids: Sequence[int] | PromptType | None = None,
         sampling_params: SamplingParams | None = None,
         request_id: str | None = None,
         prompt: str | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Stream one request's outputs (cumulative fields plus ``new_*`` deltas).
+
+        The first argument is token ids or, as vLLM's ``AsyncLLM.generate(prompt, sampling_params,
+        request_id)`` takes it, a string, ``TextPrompt`` or ``TokensPrompt`` (:mod:`loom.runtime.inputs`).
 
         Raises (on the first iteration, before anything is queued):
             ContextLengthError, KVCapacityError, QueueFullError, ValueError.
@@ -86,9 +90,13 @@ class AsyncLLM:
         if prompt_token_ids is None:
             if prompt is None:
                 raise InvalidRequestError("prompt_token_ids: give prompt_token_ids or prompt", param="prompt_token_ids")
-            prompt_token_ids = self.tokenizer.encode(prompt)
+            ids: Sequence[int] = self.tokenizer.encode(prompt)
+        elif isinstance(prompt_token_ids, str | Mapping):
+            ids = prompt_ids(prompt_token_ids, self.tokenizer)
+        else:
+            ids = prompt_token_ids
         caller_id = request_id or uuid.uuid4().hex
-        req = self.engine.make_request(prompt_token_ids, sampling_params, caller_id)
+        req = self.engine.make_request(ids, sampling_params, caller_id)
         queue: asyncio.Queue = asyncio.Queue()
         self._submit(req, caller_id, asyncio.get_running_loop(), queue)
         finished = False

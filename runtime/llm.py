@@ -24,8 +24,11 @@ from typing import Any
 from loom.json_types import JSONObject
 from loom.runtime.config import EngineConfig
 from loom.runtime.engine import LLMEngine
+from loom.runtime.inputs import PromptType, prompt_ids
 from loom.runtime.outputs import RequestOutput
 from loom.runtime.sampling_params import SamplingParams
+
+
 
 _TQDM_MIN_REQUESTS = 8
 _POLL_S = 0.005  # how often a caller waiting for the engine lock checks its results (s)
@@ -61,17 +64,22 @@ class LLM:
 
     def generate(
         self,
-        prompts: str | Sequence[str] | None = None,
+        prompts: PromptType | Sequence[PromptType] | None = None,
         sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
         prompt_token_ids: Sequence[int] | Sequence[Sequence[int]] | None = None,
         use_tqdm: bool = True,
     ) -> list[RequestOutput]:
-        """Generate for every prompt (text or token ids); outputs in prompt order.
+        """Generate for every prompt; outputs in prompt order.
+
+        A prompt is a string or, as in vLLM, a ``TextPrompt`` ``{"prompt": str}`` or a ``TokensPrompt``
+        ``{"prompt_token_ids": [int, ...]}`` (token ids used as given: no special tokens added); a list may
+        mix them.  ``prompt_token_ids=`` (vLLM's older keyword) takes ids alone.
 
         Raises:
-            ValueError: neither or both of ``prompts`` / ``prompt_token_ids``, or a
-                ``sampling_params`` list of the wrong length; the submission errors
-                of ``LLMEngine.add_request`` (checked for every prompt before any runs).
+            ValueError: neither or both of ``prompts`` / ``prompt_token_ids``; a malformed prompt
+                (``InvalidRequestError``, :func:`loom.runtime.inputs.prompt_ids`); a ``sampling_params`` list of the
+                wrong length; the submission errors of ``LLMEngine.add_request`` (checked for every prompt before
+                any runs).
         """
         batch = self._token_batches(prompts, prompt_token_ids)
         # only finished outputs are returned, so the engine builds no others (vLLM does the same)
@@ -169,8 +177,8 @@ class LLM:
         if (prompts is None) == (prompt_token_ids is None):
             raise ValueError("prompts: give exactly one of prompts or prompt_token_ids")
         if prompts is not None:
-            texts = [prompts] if isinstance(prompts, str) else list(prompts)
-            return [self.tokenizer.encode(t) for t in texts]
+            batch = [prompts] if isinstance(prompts, str | Mapping) else list(prompts)
+            return [prompt_ids(p, self.tokenizer, f"prompts[{i}]") for i, p in enumerate(batch)]
         ids = list(prompt_token_ids)
         if ids and isinstance(ids[0], int):
             return [ids]
