@@ -21,11 +21,11 @@ A corpus is the documentation folder that ships inside one pinned sdist:
 
 The ``qa`` eval's click and jinja question sets (:mod:`loom.evals.qa`) are
 written against these pinned releases.  :mod:`loom.evals.howto` asks its
-how-to questions over four more, each with its ``src/`` for autodoc:
+how-to questions over five more, each with its ``src/`` for autodoc:
 ``structlog`` 24.4.0 (MyST Markdown), ``marshmallow`` 3.23.1 (Sphinx reST),
-``attrs`` 26.1.0 (MyST Markdown narrative, reST API pages) and
-``itsdangerous`` 2.2.0 (a small reST set, mostly autodoc), the release notes
-left out.
+``attrs`` 26.1.0 (MyST Markdown narrative, reST API pages),
+``itsdangerous`` 2.2.0 (a small reST set, mostly autodoc) and ``packaging``
+24.2 (reST, hand-written reference and autodoc), the release notes left out.
 
 ``stdlib`` is not here: it is the ``stdlib:`` pseudo-path of
 :mod:`loom.retrieval.stdlib`, read from the running interpreter.
@@ -123,6 +123,10 @@ CORPORA: dict[str, CorpusSpec] = {
     "itsdangerous": CorpusSpec(  # loom.evals.howto: a small Sphinx reST set, mostly autodoc
         "itsdangerous", "itsdangerous", "2.2.0", "docs", "sphinx",
         "e0050c0b7da1eea53ffaf149c0cfbb5c6e2e2b69c4bef22c81fa6eb73e5f6173", skip=("changes.rst",),
+        source="src"),
+    "packaging": CorpusSpec(  # loom.evals.howto: Sphinx reST, hand-written reference and autodoc
+        "packaging", "packaging", "24.2", "docs", "sphinx",
+        "c228a6dc5e932d346bc5739379109d49e8853dd8223571c7c5b55260edc0b97f", skip=("changelog.rst",),
         source="src"),
     "jinja": CorpusSpec(
         "jinja", "jinja2", "3.1.6", "docs", "sphinx",
