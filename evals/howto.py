@@ -3,11 +3,11 @@
 The ``qa`` suite asks "Which argument ...?" and "What does ...?" questions; a user of a library's docs
 mostly asks "How do I ...?", and a small model answers those with prose and an example of its own,
 which is where replies run to ``max_tokens`` and where the answer check (``loom.orchestrator.grounding``)
-meets names the example invents.  ``python -m loom.evals.howto [--model M] [--sets structlog]
-[--system TEXT] [--json PATH]`` asks the questions of ``evals/data/howto.json`` the way
+meets names the example invents.  ``python -m loom.evals.howto [--model M] [--quantization int4]
+[--sets structlog] [--system TEXT] [--json PATH]`` asks the questions of ``evals/data/howto.json`` the way
 :mod:`loom.evals.serve_qa` asks its own: per set, ``loom ingest`` of the pinned sdist's docs
-(:data:`loom.retrieval.corpora.CORPORA`: structlog 24.4.0's MyST Markdown, marshmallow 3.23.1's Sphinx
-reST with its autodoc source), ``loom serve --no-auth --index`` on a free loopback port, and per question
+(:data:`loom.retrieval.corpora.CORPORA`: structlog, marshmallow, attrs, itsdangerous and packaging, each
+with its autodoc source), ``loom serve --no-auth --index`` on a free loopback port, and per question
 a new session ``POST /v1/sessions {"index": true}`` with the server's defaults (a documentation-QA
 session: its system prompt, greedy, 256 answer tokens, ``no_match_answer``), one question at a time.
 
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from loom.evals.serve_qa import Served, ServedAnswer, ask, ingest_paths, report
+from loom.evals.serve_qa import Served, ServedAnswer, ask, ingest_paths, quantization_argument, report
 from loom.json_types import JSONObject
 
 DATA = Path(__file__).parent / "data" / "howto.json"
@@ -88,10 +88,11 @@ def ingest(corpus: str, index: Path) -> None:
     ingest_paths([ensure_corpus(corpus).docs], index)
 
 
-def run(model: str, sets: Sequence[str], system: str | None = None, workdir: Path | None = None) -> list[ServedAnswer]:
+def run(model: str, sets: Sequence[str], system: str | None = None, workdir: Path | None = None,
+        quantization: str = "auto") -> list[ServedAnswer]:
     """Ask every question of ``sets`` through a server over that set's docs, one new session per question,
     one at a time (greedy and unbatched, so a run repeats); ``system``: the sessions' system prompt
-    (default: the server's).
+    (default: the server's); ``quantization``: the server's weight format (``loom serve --quantization``).
 
     Raises:
         ValueError: an unknown set.
@@ -109,7 +110,7 @@ def run(model: str, sets: Sequence[str], system: str | None = None, workdir: Pat
             work = Path(tmp) / name
             work.mkdir()
             ingest(name, work / "index")
-            with Served(model, work / "index", work) as server:
+            with Served(model, work / "index", work, quantization) as server:
                 for q in questions[name]:
                     records += ask(server.url, [q], session)
     return records
@@ -125,9 +126,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--sets", default=",".join(load()), help="comma-separated sets")
     parser.add_argument("--system", default=None, help="the sessions' system prompt (default: the server's)")
     parser.add_argument("--json", default=None, help="write the records and the summary here")
+    quantization_argument(parser)
     args = parser.parse_args(argv)
     try:
-        records = run(args.model or default_model(), [s for s in args.sets.split(",") if s], args.system)
+        records = run(args.model or default_model(), [s for s in args.sets.split(",") if s], args.system,
+                      quantization=args.quantization)
     except ValueError as exc:
         parser.error(str(exc))
     report(records, args.json)

@@ -1,6 +1,6 @@
 """Documentation QA through ``loom serve``, as a user of the server asks it.
 
-``python -m loom.evals.serve_qa [--model M] [--qa-sets click] [--num-questions N]`` takes the
+``python -m loom.evals.serve_qa [--model M] [--quantization F] [--qa-sets click] [--num-questions N]`` takes the
 ``qa`` suite's questions (:mod:`loom.evals.qa`) and, for each set, does what a user of the server
 does, each step a real command or request:
 
@@ -102,13 +102,15 @@ def ingest_paths(paths: Sequence[str | Path], index: Path) -> None:
 
 
 class Served:
-    """A ``loom serve --no-auth --index`` process on a free loopback port (a context manager)."""
+    """A ``loom serve --no-auth --index`` process on a free loopback port (a context manager); ``quantization``:
+    its ``--quantization`` (``"auto"``: the registered model's own format)."""
 
-    def __init__(self, model: str, index: Path, workdir: Path) -> None:
+    def __init__(self, model: str, index: Path, workdir: Path, quantization: str = "auto") -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.cmd = _loom("serve", "--no-auth", "--host", "127.0.0.1", "--port", str(self.port), "--model", model,
-                         "--index", str(index), "--db", f"sqlite:///{workdir / 'serve-qa.db'}")
+                         "--index", str(index), "--db", f"sqlite:///{workdir / 'serve-qa.db'}",
+                         "--quantization", quantization)
         self.log = workdir / "serve.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -158,12 +160,12 @@ def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, se
         system: str | None = None, no_match_answer: str | None = None, concurrency: int = 4,
         workdir: Path | None = None, questions_per_session: int = 1,
         sampling: JSONObject | None = None, max_history_tokens: int | None = None,
-        always_answer: bool = False) -> list[ServedAnswer]:
+        always_answer: bool = False, quantization: str = "auto") -> list[ServedAnswer]:
     """Ask each set's questions (a seeded sample of ``num_questions`` per set, or all) through a server
     serving that set's docs, ``questions_per_session`` consecutive questions in one session (one after
     another, as a user asking on); ``sampling``: the sessions' ``sampling`` fields (default: the
-    server's); ``max_history_tokens``: the sessions' history cap (default: none); returns the records
-    in question order."""
+    server's); ``max_history_tokens``: the sessions' history cap (default: none); ``quantization``: the
+    server's weight format (``loom serve --quantization``); returns the records in question order."""
     if questions_per_session < 1:
         raise ValueError(f"questions_per_session must be at least 1, got {questions_per_session}")
     from loom.evals.qa import load_set
@@ -186,7 +188,7 @@ def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, se
             work = Path(tmp) / qa_set
             work.mkdir()
             ingest(qa_set, work / "index")
-            with Served(model, work / "index", work) as server, ThreadPoolExecutor(concurrency) as pool:
+            with Served(model, work / "index", work, quantization) as server, ThreadPoolExecutor(concurrency) as pool:
                 groups = [questions[i:i + questions_per_session]
                           for i in range(0, len(questions), questions_per_session)]
                 for answers in pool.map(lambda g: ask(server.url, g, session), groups):
@@ -247,6 +249,12 @@ def question_arguments(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def quantization_argument(parser: argparse.ArgumentParser) -> None:
+    """``--quantization`` of a served measurement: ``loom serve``'s weight format."""
+    parser.add_argument("--quantization", default="auto", choices=("auto", "int8", "int4", "none"),
+                        help="the server's weight format (default auto: the registered model's own)")
+
+
 def selected_sets(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
     """The ``--qa-sets`` of ``args``; an unknown one exits through ``parser.error`` (status 2)."""
     from loom.evals.qa import select_sets
@@ -274,12 +282,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--sampling", default=None, type=json.loads,
                         help='the sessions\' sampling fields as JSON, e.g. \'{"repetition_penalty": 1.1}\'')
     parser.add_argument("--max-history-tokens", type=int, default=None, help="the sessions' history cap")
+    quantization_argument(parser)
     args = parser.parse_args(argv)
     sets = selected_sets(parser, args)
     records = run(args.model or default_model(), sets, args.num_questions, args.seed, args.system,
                   args.no_match_answer, args.concurrency, questions_per_session=args.questions_per_session,
                   sampling=args.sampling, max_history_tokens=args.max_history_tokens,
-                  always_answer=args.always_answer)
+                  always_answer=args.always_answer, quantization=args.quantization)
     report(records, args.json, by_turn=args.questions_per_session > 1)
 
 

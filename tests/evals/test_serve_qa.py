@@ -74,3 +74,18 @@ def test_an_unknown_qa_set_is_a_usage_error_naming_the_known_ones(capsys):
             module.main(["--qa-sets", "stdlib,nope"])
         assert exit_info.value.code == 2
         assert "--qa-sets: qa sets: unknown ['nope']; known: stdlib, click, jinja" in capsys.readouterr().err
+
+
+def test_the_servers_weight_format_reaches_loom_serve_and_a_bad_one_is_a_usage_error(tmp_path, capsys):
+    import pytest
+
+    from loom.evals import howto, serve_qa
+
+    cmd = serve_qa.Served("qwen2.5-coder-1.5b-instruct", tmp_path / "index", tmp_path, "int4").cmd
+    assert cmd[cmd.index("--quantization") + 1] == "int4" and cmd[cmd.index("--model") + 1].startswith("qwen2.5")
+    assert serve_qa.Served("m", tmp_path, tmp_path).cmd[-2:] == ["--quantization", "auto"]
+    for module in (serve_qa, howto):
+        with pytest.raises(SystemExit) as exit_info:
+            module.main(["--quantization", "fp8"])
+        assert exit_info.value.code == 2
+        assert "invalid choice: 'fp8'" in capsys.readouterr().err
