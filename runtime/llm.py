@@ -28,8 +28,6 @@ from loom.runtime.inputs import PromptType, prompt_ids
 from loom.runtime.outputs import RequestOutput
 from loom.runtime.sampling_params import SamplingParams
 
-
-
 _TQDM_MIN_REQUESTS = 8
 _POLL_S = 0.005  # how often a caller waiting for the engine lock checks its results (s)
 
