@@ -87,14 +87,10 @@ class AsyncLLM:
             InvalidRequestError (``param="structured_output"``) when its
             constraint dead-ended mid-generation (the other streams go on).
         """
-        if prompt_token_ids is None:
-            if prompt is None:
-                raise InvalidRequestError("prompt_token_ids: give prompt_token_ids or prompt", param="prompt_token_ids")
-            ids: Sequence[int] = self.tokenizer.encode(prompt)
-        elif isinstance(prompt_token_ids, str | Mapping):
-            ids = prompt_ids(prompt_token_ids, self.tokenizer)
-        else:
-            ids = prompt_token_ids
+        given = prompt if prompt_token_ids is None else prompt_token_ids
+        if given is None:
+            raise InvalidRequestError("prompt_token_ids: give prompt_token_ids or prompt", param="prompt_token_ids")
+        ids = prompt_ids(given, self.tokenizer) if isinstance(given, str | Mapping) else given
         caller_id = request_id or uuid.uuid4().hex
         req = self.engine.make_request(ids, sampling_params, caller_id)
         queue: asyncio.Queue = asyncio.Queue()
