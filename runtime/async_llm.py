@@ -149,6 +149,11 @@ class AsyncLLM:
         returns at once."""
         self._post(("retain", (key, ttl_s, waiting_on_tool)))
 
+    async def get_tokenizer(self) -> Any:
+        """The engine's Hugging Face tokenizer, awaited as vLLM's ``AsyncLLM.get_tokenizer`` is: the one
+        ``generate`` encodes text prompts with."""
+        return self.tokenizer
+
     def stats(self) -> JSONObject:
         """Engine counters as of the last step (``LLMEngine.stats``)."""
         with self._lock:

@@ -56,6 +56,11 @@ class LLM:
         # engine request id -> the result slots of the caller that submitted it
         self._owners: dict[str, _Call] = {}
 
+    def get_tokenizer(self) -> Any:
+        """The engine's Hugging Face tokenizer (vLLM's ``LLM.get_tokenizer``): the one ``generate`` encodes
+        text prompts with and ``chat`` renders the chat template with."""
+        return self.tokenizer
+
     def shutdown(self) -> None:
         """Stop the engine's tensor-parallel worker processes, if any (``LLMEngine.shutdown``)."""
         self.engine.shutdown()

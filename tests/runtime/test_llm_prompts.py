@@ -23,6 +23,7 @@ def test_text_and_token_prompt_dicts_generate_what_a_string_and_prompt_token_ids
     assert by_text.token_ids == by_ids.token_ids
     assert [o.prompt_token_ids for o in mixed] == [ids] * 3
     assert [o.token_ids for o in mixed] == [by_text.token_ids] * 3
+    assert llm.get_tokenizer() is llm.tokenizer  # vLLM's accessor for the tokenizer text prompts go through
     (single,) = llm.generate({"prompt_token_ids": ids}, greedy(6))  # one dict, not a list of them
     assert single.token_ids == by_text.token_ids
 
@@ -60,6 +61,7 @@ def test_async_generate_takes_vllms_positional_prompt_as_the_sync_engine_does(ti
             pass
 
     try:
+        assert asyncio.run(allm.get_tokenizer()).encode(text) == ref.prompt_token_ids  # vLLM awaits it
         assert asyncio.run(last(text)) == ref.token_ids
         assert asyncio.run(last(TokensPrompt(prompt_token_ids=ref.prompt_token_ids))) == ref.token_ids
         with pytest.raises(ValueError, match="prompt: 'multi_modal_data' is not supported"):
