@@ -6,7 +6,7 @@ which is where replies run to ``max_tokens`` and where the answer check (``loom.
 meets names the example invents.  ``python -m loom.evals.howto [--model M] [--quantization int4]
 [--sets structlog] [--system TEXT] [--json PATH]`` asks the questions of ``evals/data/howto.json`` the way
 :mod:`loom.evals.serve_qa` asks its own: per set, ``loom ingest`` of the pinned sdist's docs
-(:data:`loom.retrieval.corpora.CORPORA`: structlog, marshmallow, attrs, itsdangerous and packaging, each
+(:data:`loom.retrieval.corpora.CORPORA`: structlog, marshmallow, attrs, itsdangerous, packaging and flask, each
 with its autodoc source), ``loom serve --no-auth --index`` on a free loopback port, and per question
 a new session ``POST /v1/sessions {"index": true}`` with the server's defaults (a documentation-QA
 session: its system prompt, greedy, 256 answer tokens, ``no_match_answer``), one question at a time.

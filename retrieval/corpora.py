@@ -21,11 +21,12 @@ A corpus is the documentation folder that ships inside one pinned sdist:
 
 The ``qa`` eval's click and jinja question sets (:mod:`loom.evals.qa`) are
 written against these pinned releases.  :mod:`loom.evals.howto` asks its
-how-to questions over five more, each with its ``src/`` for autodoc:
+how-to questions over six more, each with its ``src/`` for autodoc:
 ``structlog`` 24.4.0 (MyST Markdown), ``marshmallow`` 3.23.1 (Sphinx reST),
 ``attrs`` 26.1.0 (MyST Markdown narrative, reST API pages),
-``itsdangerous`` 2.2.0 (a small reST set, mostly autodoc) and ``packaging``
-24.2 (reST, hand-written reference and autodoc), the release notes left out.
+``itsdangerous`` 2.2.0 (a small reST set, mostly autodoc), ``packaging``
+24.2 (reST, hand-written reference and autodoc) and ``flask`` 3.1.0 (Sphinx
+reST: quickstart, patterns, autodoc API page), the release notes left out.
 
 ``stdlib`` is not here: it is the ``stdlib:`` pseudo-path of
 :mod:`loom.retrieval.stdlib`, read from the running interpreter.
@@ -127,6 +128,10 @@ CORPORA: dict[str, CorpusSpec] = {
     "packaging": CorpusSpec(  # loom.evals.howto: Sphinx reST, hand-written reference and autodoc
         "packaging", "packaging", "24.2", "docs", "sphinx",
         "c228a6dc5e932d346bc5739379109d49e8853dd8223571c7c5b55260edc0b97f", skip=("changelog.rst",),
+        source="src"),
+    "flask": CorpusSpec(  # loom.evals.howto: Sphinx reST narrative and patterns, an autodoc API page
+        "flask", "flask", "3.1.0", "docs", "sphinx",
+        "5f873c5184c897c8d9d1b05df1e3d01b14910ce69607a117bd3277098a5836ac", skip=("changes.rst",),
         source="src"),
     "jinja": CorpusSpec(
         "jinja", "jinja2", "3.1.6", "docs", "sphinx",

@@ -129,5 +129,5 @@ def test_sdist_with_another_hash_is_refused(tmp_path: Path) -> None:
 def test_unknown_corpus_name_lists_the_known_ones() -> None:
     with pytest.raises(CorpusError) as err:
         ensure_corpus("nope")
-    assert str(err.value) == ("unknown corpus 'nope'; known: attrs, click, fastapi, itsdangerous, jinja, marshmallow, "
-                              "packaging, sqlalchemy, structlog, stdlib")
+    assert str(err.value) == ("unknown corpus 'nope'; known: attrs, click, fastapi, flask, itsdangerous, jinja, "
+                              "marshmallow, packaging, sqlalchemy, structlog, stdlib")
