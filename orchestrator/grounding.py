@@ -20,7 +20,10 @@ Guardrails' fact-checking rail), without a model call:
   ("the logger named 'my_logger'") or its code word for word (`` `getLogger('my_logger')` ``), so long as
   the functions, keyword names, dotted names and numbers of that code are the documents'.
   ``maxdepth``, ``3600``, ``jinja2.ext.case`` occur in none of the passages retrieved for their
-  questions; a right answer's ``sort_keys`` does.  A symbol standing alone as a word is a claim
+  questions; a right answer's ``sort_keys`` does.  What an example imports is read, though: a package
+  outside the standard library that neither the passages nor the question name (``from flask_graphql
+  import GraphQLSchema``, asked how Flask makes a GraphQL schema over Flask's docs) is a claim
+  (:func:`example_imports`).  A symbol standing alone as a word is a claim
   too ("The special file name is -."), checked as a whole token; "variable(s)" is a plural, not a call.
 * **No number for a question about a quantity.**  "How many worker threads does heapq.merge use by
   default?" answered "a default number of worker threads, determined by the system's CPU" names no
@@ -47,6 +50,7 @@ model paraphrases a number or a name.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -77,6 +81,10 @@ _KEYWORD = re.compile(r"\b([A-Za-z_]\w*)\s*=(?!=)")
 _DOTTED = re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _STRUCTURE = re.compile(r"[(\[{='\"]")  # code that is more than a name: a call, a literal, an assignment
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
+# An example's import: ``import a.b`` / ``from a.b import c`` (not a relative one), at the start of a line.
+_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+(?P<src>[A-Za-z_][\w.]*)[ \t]+import\b|import[ \t]+(?P<mods>[\w., \t]+))",
+                     re.M)
+_STDLIB = frozenset(sys.stdlib_module_names)
 # A one-line string literal of an example: '...' or "..." (an f-string's or a bytes literal's body too).
 _STRING = re.compile(r"(['\"])((?:(?!\1)[^\\\n]|\\.){1,80})\1")
 _DISTINCTIVE = re.compile(r"_|[a-z][A-Z]|\d")
@@ -184,6 +192,32 @@ def example_strings(answer: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def example_imports(answer: str) -> list[str]:
+    """The packages the fenced code blocks of ``answer`` import that are not the standard library's
+    (``sys.stdlib_module_names``; ``__future__`` included): the top-level name of each ``import a.b`` or
+    ``from a.b import c`` (``flask_graphql`` of ``from flask_graphql import GraphQLSchema``), in order, each once.
+
+    An example's other names are its own (:func:`prose`), but an import names a distribution to install:
+    one the documents never mention is an answer from elsewhere.  Over Flask's docs, Qwen2.5-Coder-0.5B
+    answered "How do I make Flask generate a GraphQL schema from my models?" with a ``Flask-GraphQL``
+    library and ``from flask_graphql import ...``, no claim of its prose being checkable (``Flask`` and
+    ``GraphQL`` are the question's words).  The names imported are not checked: a package re-exports
+    (``from packaging import version`` is right where the docs write ``packaging.version``)."""
+    out: list[str] = []
+    for block in _FENCE.finditer(answer):
+        for m in _IMPORT.finditer(block.group(0)):
+            mods = [m.group("src")] if m.group("src") else [p.split()[0] for p in m.group("mods").split(",") if p.split()]
+            out.extend(top for top in (mod.split(".")[0] for mod in mods)
+                       if top and top not in _STDLIB and top != "__future__")
+    return list(dict.fromkeys(out))
+
+
+def _names_package(text: str, package: str) -> bool:
+    """Whether ``text`` names ``package`` as a whole token, case and ``-`` / ``_`` aside (``Flask-SQLAlchemy``
+    names ``flask_sqlalchemy``; ``flask-3.1.0`` names ``flask``)."""
+    return _occurs(text, package, ignore_case=True) or _occurs(text.replace("-", "_"), package, ignore_case=True)
+
+
 def quotes_example(claim: str, answer: str, text: str) -> bool:
     """Whether ``claim`` is code that a fenced example of ``answer`` writes word for word, made only of
     names ``text`` supports and the example's own values (a call, a literal, an assignment; not a name
@@ -260,10 +294,13 @@ def check(answer: str, question: str, passages: Iterable[str]) -> Grounding:
     shown, and the names the answer's own examples define and the strings they write: its sentences may
     speak of them) do not support, whether the answer only restates the question, and whether it leaves
     a quantity the question asks for unstated."""
-    text = "\n".join([*passages, " ".join(defined_in_examples(answer)), *example_strings(answer)])
+    shown = "\n".join(passages)
+    text = "\n".join([shown, " ".join(defined_in_examples(answer)), *example_strings(answer)])
     found = list(dict.fromkeys(claims(answer, question)))  # each claim once, in order
-    return Grounding(claims=tuple(c for c, _ in found),
-                     unsupported=tuple(c for c, k in found
-                                       if not supported(c, k, text) and not quotes_example(c, answer, text)),
+    imports = [p for p in example_imports(answer) if not _names_package(question, p)]
+    return Grounding(claims=tuple([*(c for c, _ in found), *imports]),
+                     unsupported=tuple([*(c for c, k in found
+                                          if not supported(c, k, text) and not quotes_example(c, answer, text)),
+                                        *(p for p in imports if not _names_package(shown, p))]),
                      restates_question=restates(answer, question, found),
                      no_quantity=asks_quantity(question) and not gives_quantity(answer))

@@ -4,7 +4,7 @@ gave to the ``qa`` suite (the agent's use of it: tests/orchestrator/test_answer_
 
 from __future__ import annotations
 
-from loom.orchestrator.grounding import check, defined_in_examples, example_strings
+from loom.orchestrator.grounding import check, defined_in_examples, example_imports, example_strings
 
 JSON_DOCS = ("json.dumps(obj, *, skipkeys=False, ensure_ascii=True, check_circular=True, allow_nan=True, "
              "cls=None, indent=None, separators=None, default=None, sort_keys=False, **kw)\n"
@@ -117,6 +117,29 @@ def test_a_name_an_example_only_uses_still_needs_the_passages():
 def test_a_code_block_cut_off_by_max_tokens_is_still_a_code_block():
     answer = "Here is how:\n\n```python\ndef hello(name):\n    click.echo(f'Hello {name}!', err=42)"
     assert check(answer, "How do I greet?", [CLICK_DOCS]).claims == ()
+
+
+FLASK_DOCS = ('<document source="/docs/flask-3.1.0/docs/patterns/sqlalchemy.rst - SQLAlchemy in Flask">\n'
+              "Flask-SQLAlchemy handles the session for you.\n\n    from flask import Flask\n</document>")
+
+
+def test_an_example_importing_a_package_the_documents_never_name_is_not_grounded():
+    # Qwen2.5-Coder-0.5B over Flask's docs: its prose names only the question's words, its example the package
+    answer = ("To generate a GraphQL schema from your Flask models, you can use the Flask-GraphQL library.\n\n"
+              "```python\nfrom flask import Flask\nfrom flask_graphql import GraphQLSchema, ObjectType\n```")
+    g = check(answer, "How do I make Flask generate a GraphQL schema from my models?", [FLASK_DOCS])
+    assert g.unsupported == ("flask_graphql",) and not g.grounded
+    used = "Use the extension:\n\n```python\nfrom flask_sqlalchemy import SQLAlchemy\nimport os, json\n```"
+    assert check(used, "How do I use a database?", [FLASK_DOCS]).grounded  # Flask-SQLAlchemy; stdlib modules
+    asked = "```python\nimport redis\n```"
+    assert check("Like this:\n" + asked, "How do I cache in Redis from Flask?", [FLASK_DOCS]).grounded
+
+
+def test_an_examples_imports_are_the_top_level_packages_outside_the_standard_library():
+    answer = ("```python\nfrom flask_graphql.views import GraphQLView\nimport numpy as np, attr.validators\n"
+              "from . import models\nfrom __future__ import annotations\nimport os.path\n```\n"
+              "and in a sentence: import pandas")
+    assert example_imports(answer) == ["flask_graphql", "numpy", "attr"]
 
 
 def test_what_an_example_defines():
