@@ -206,7 +206,8 @@ def example_imports(answer: str) -> list[str]:
     out: list[str] = []
     for block in _FENCE.finditer(answer):
         for m in _IMPORT.finditer(block.group(0)):
-            mods = [m.group("src")] if m.group("src") else [p.split()[0] for p in m.group("mods").split(",") if p.split()]
+            mods = ([m.group("src")] if m.group("src")
+                    else [p.split()[0] for p in m.group("mods").split(",") if p.split()])
             out.extend(top for top in (mod.split(".")[0] for mod in mods)
                        if top and top not in _STDLIB and top != "__future__")
     return list(dict.fromkeys(out))
