@@ -23,7 +23,9 @@ Guardrails' fact-checking rail), without a model call:
   questions; a right answer's ``sort_keys`` does.  What an example imports is read, though: a package
   outside the standard library that neither the passages nor the question name (``from flask_graphql
   import GraphQLSchema``, asked how Flask makes a GraphQL schema over Flask's docs) is a claim
-  (:func:`example_imports`).  A symbol standing alone as a word is a claim
+  (:func:`example_imports`).  A call in a sentence is supported when it is made of what the passages
+  and the question hold (:func:`call_supported`: `` `abort(403)` `` over passages showing ``abort(401)``,
+  asked about a 403 error), not only when the passages write it word for word.  A symbol standing alone as a word is a claim
   too ("The special file name is -."), checked as a whole token; "variable(s)" is a plural, not a call.
 * **No number for a question about a quantity.**  "How many worker threads does heapq.merge use by
   default?" answered "a default number of worker threads, determined by the system's CPU" names no
@@ -236,6 +238,27 @@ def quotes_example(claim: str, answer: str, text: str) -> bool:
     return all(supported(n, "name", text) for n in names) and all(supported(n, "number", text) for n in numbers)
 
 
+_WHOLE_CALL = re.compile(r"(?P<callee>[A-Za-z_][\w.]*)\((?P<args>.*)\)", re.S)
+_ARG_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def call_supported(claim: str, text: str, question: str) -> bool:
+    """Whether ``claim`` is a call (`` `abort(403)` ``, `` `Range(min=1, max=10)` ``) made only of what ``text``
+    and ``question`` hold: its function, keyword names, dotted names and code-like argument names
+    (``_``, an inner capital or a digit) supported by ``text``, its numbers by ``text`` or ``question``;
+    its strings and plain argument words (``obj``, ``False``) are the sentence's own values.  Asked "How do I
+    abort a request with a 403 error?" over Flask's quickstart (``abort(401)``), `` `abort(403)` `` is the
+    documents' function with the question's number, not a claim neither holds."""
+    m = _WHOLE_CALL.fullmatch(claim.strip())
+    if m is None:
+        return False
+    bare = _STRING.sub(" ", m.group("args"))
+    names = [m.group("callee"), *_CALLEE.findall(bare), *_KEYWORD.findall(bare), *_DOTTED.findall(bare),
+             *(w for w in _ARG_NAME.findall(bare) if _DISTINCTIVE.search(w) and not w[0].isdigit())]
+    return (all(supported(n, "name", text) for n in names)
+            and all(supported(n, "number", text) or _occurs(question, n, number=True) for n in _NUMBER.findall(bare)))
+
+
 def claims(answer: str, question: str) -> list[tuple[str, str]]:
     """``(claim, kind)`` of each code name, number or lone symbol in the :func:`prose` of ``answer`` that
     ``question`` does not name, in order; kind ``code`` / ``quoted`` / ``dquoted`` / ``call`` / ``name`` /
@@ -301,7 +324,8 @@ def check(answer: str, question: str, passages: Iterable[str]) -> Grounding:
     imports = [p for p in example_imports(answer) if not _names_package(question, p)]
     return Grounding(claims=tuple([*(c for c, _ in found), *imports]),
                      unsupported=tuple([*(c for c, k in found
-                                          if not supported(c, k, text) and not quotes_example(c, answer, text)),
+                                          if not supported(c, k, text) and not quotes_example(c, answer, text)
+                                          and not (k in ("code", "call") and call_supported(c, text, question))),
                                         *(p for p in imports if not _names_package(shown, p))]),
                      restates_question=restates(answer, question, found),
                      no_quantity=asks_quantity(question) and not gives_quantity(answer))

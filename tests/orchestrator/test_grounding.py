@@ -114,6 +114,16 @@ def test_a_name_an_example_only_uses_still_needs_the_passages():
     assert g.unsupported == ("cancel",)  # `Command` is a word of the passages
 
 
+def test_a_call_of_the_documents_function_with_the_questions_number_is_supported():
+    # Qwen2.5-Coder-0.5B over Flask's quickstart, which shows abort(401): refused for `abort(403)` before
+    docs = ["to abort a request early with an error code, use the abort() function:\n\n    abort(401)"]
+    q = "How do I abort a request with a 403 error?"
+    assert check("Call `abort(403)` in the view.", q, docs).grounded
+    assert check("Call `abort(404)` in the view.", q, docs).unsupported == ("abort(404)",)  # neither holds 404
+    assert check("Call `abort(403, reason='no')`.", q, docs).unsupported == ("abort(403, reason='no')",)
+    assert check("Call `deny(403)`.", q, docs).unsupported == ("deny(403)",)
+
+
 def test_a_code_block_cut_off_by_max_tokens_is_still_a_code_block():
     answer = "Here is how:\n\n```python\ndef hello(name):\n    click.echo(f'Hello {name}!', err=42)"
     assert check(answer, "How do I greet?", [CLICK_DOCS]).claims == ()
@@ -178,7 +188,10 @@ def test_an_examples_numbers_and_names_it_only_uses_still_need_the_passages():
     assert check(invented, q, docs).unsupported == ("json.dumps(obj, maxdepth=3)",)
     right = "Use `json.dumps(data, sort_keys=True)`:\n\n```python\njson.dumps(data, sort_keys=True)\n```"
     assert check(right, "How do I sort the keys?", docs).grounded
-    assert not check("Use `json.dumps(data, sort_keys=True)`.", "How do I sort the keys?", docs).grounded  # no example
+    # a call in a sentence, no example: the documents' function and keyword with a value of its own is grounded,
+    # an invented keyword is not
+    assert check("Use `json.dumps(data, sort_keys=True)`.", "How do I sort the keys?", docs).grounded
+    assert check("Use `json.dumps(obj, maxdepth=3)`.", q, docs).unsupported == ("json.dumps(obj, maxdepth=3)",)
     only = ("Pass `only`:\n\n```python\nalbum.dump(obj, only=['release_date', 'title'])\n```\n"
             "Here `['release_date', 'title']`.")
     assert check(only, "How do I serialize some fields?", ["Schema.dump(obj, *, many=None); Schema(only=...)"]).grounded
