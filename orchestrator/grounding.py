@@ -25,8 +25,9 @@ Guardrails' fact-checking rail), without a model call:
   import GraphQLSchema``, asked how Flask makes a GraphQL schema over Flask's docs) is a claim
   (:func:`example_imports`).  A call in a sentence is supported when it is made of what the passages
   and the question hold (:func:`call_supported`: `` `abort(403)` `` over passages showing ``abort(401)``,
-  asked about a 403 error), not only when the passages write it word for word.  A symbol standing alone as a word is a claim
-  too ("The special file name is -."), checked as a whole token; "variable(s)" is a plural, not a call.
+  asked about a 403 error), not only when the passages write it word for word.  A symbol standing alone
+  as a word is a claim too ("The special file name is -."), checked as a whole token; "variable(s)" is a
+  plural, not a call.
 * **No number for a question about a quantity.**  "How many worker threads does heapq.merge use by
   default?" answered "a default number of worker threads, determined by the system's CPU" names no
   claim to check, yet does not answer.  A question that asks for a quantity (:func:`asks_quantity`:
