@@ -82,6 +82,8 @@ _LIST_NUMBER = re.compile(r"^(?P<indent>[ \t>]*)\d{1,3}[.)][ \t]+", re.M)
 _CALLEE = re.compile(r"\b([A-Za-z_][\w.]*)\s*\(")
 _KEYWORD = re.compile(r"\b([A-Za-z_]\w*)\s*=(?!=)")
 _DOTTED = re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
+_WHOLE_CALL = re.compile(r"[A-Za-z_][\w.]*\(.*\)", re.S)  # a claim that is one call: ``abort(403)``
+_ARG_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
 _STRUCTURE = re.compile(r"[(\[{='\"]")  # code that is more than a name: a call, a literal, an assignment
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
 # An example's import: ``import a.b`` / ``from a.b import c`` (not a relative one), at the start of a line.
@@ -233,14 +235,19 @@ def quotes_example(claim: str, answer: str, text: str) -> bool:
     span = claim.strip()
     if not _STRUCTURE.search(span) or not any(span in block.group(0) for block in _FENCE.finditer(answer)):
         return False  # a name alone (`cancel`, `Command.cancel`) names an API, even one the example uses
-    bare = _STRING.sub(" ", span)  # the example writes the span, so its strings are the example's
+    return _code_supported(span, text)  # the example writes the span, so its strings are the example's
+
+
+def _code_supported(code: str, text: str, question: str = "", arg_names: bool = False) -> bool:
+    """Whether the functions ``code`` calls, its keyword names and dotted names (with ``arg_names``, its
+    code-like names too: ``_``, an inner capital or a digit) are supported by ``text``, and its numbers by
+    ``text`` or ``question``; its strings and plain words are its own values."""
+    bare = _STRING.sub(" ", code)
     names = [*_CALLEE.findall(bare), *_KEYWORD.findall(bare), *_DOTTED.findall(bare)]
-    numbers = _NUMBER.findall(bare)
-    return all(supported(n, "name", text) for n in names) and all(supported(n, "number", text) for n in numbers)
-
-
-_WHOLE_CALL = re.compile(r"(?P<callee>[A-Za-z_][\w.]*)\((?P<args>.*)\)", re.S)
-_ARG_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
+    if arg_names:
+        names += [w for w in _ARG_NAME.findall(bare) if _DISTINCTIVE.search(w) and not w[0].isdigit()]
+    return (all(supported(n, "name", text) for n in names)
+            and all(supported(n, "number", text) or _occurs(question, n, number=True) for n in _NUMBER.findall(bare)))
 
 
 def call_supported(claim: str, text: str, question: str) -> bool:
@@ -250,14 +257,8 @@ def call_supported(claim: str, text: str, question: str) -> bool:
     its strings and plain argument words (``obj``, ``False``) are the sentence's own values.  Asked "How do I
     abort a request with a 403 error?" over Flask's quickstart (``abort(401)``), `` `abort(403)` `` is the
     documents' function with the question's number, not a claim neither holds."""
-    m = _WHOLE_CALL.fullmatch(claim.strip())
-    if m is None:
-        return False
-    bare = _STRING.sub(" ", m.group("args"))
-    names = [m.group("callee"), *_CALLEE.findall(bare), *_KEYWORD.findall(bare), *_DOTTED.findall(bare),
-             *(w for w in _ARG_NAME.findall(bare) if _DISTINCTIVE.search(w) and not w[0].isdigit())]
-    return (all(supported(n, "name", text) for n in names)
-            and all(supported(n, "number", text) or _occurs(question, n, number=True) for n in _NUMBER.findall(bare)))
+    span = claim.strip()
+    return _WHOLE_CALL.fullmatch(span) is not None and _code_supported(span, text, question, arg_names=True)
 
 
 def claims(answer: str, question: str) -> list[tuple[str, str]]:
