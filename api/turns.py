@@ -153,6 +153,7 @@ def build_agent(services: Services, owner: str, cfg: SessionCreate) -> Agent:
         similarity_cutoff=cfg.similarity_cutoff,
         no_match_answer=cfg.no_match_answer if cfg.index else None,
         first_answer_k=cfg.first_answer_k,
+        attribution_k=cfg.attribution_k,
         tool_call_parser=services.tool_format,
         approval=cfg.approval,
         cache_salt=cache_salt(services.settings.prefix_cache_scope, owner),
@@ -206,18 +207,20 @@ def result_fields(result: RunResult) -> dict[str, JSON]:
 
 
 def retrieval_field(result: RunResult) -> dict[str, JSON] | None:
-    """The stored ``retrieval`` of a turn: the sections shown (each once, in rank order), whether nothing in
-    the index was related (``RunResult.no_match``), the query a follow-up was searched with and why an answer
-    was replaced by the session's ``no_match_answer`` (``RunResult.unsupported``, ``RunResult.unknown_terms``)
-    and whether the answer was made again from every related section (``RunResult.widened``);
-    ``None`` when it searched nothing."""
+    """The stored ``retrieval`` of a turn: the sections shown, then those found after the answer that state
+    its names (each once, in rank order; ``RunResult.attributed``, also listed alone), whether nothing in the
+    index was related (``RunResult.no_match``), the query a follow-up was searched with, why an answer was
+    replaced by the session's ``no_match_answer`` (``RunResult.unsupported``, ``RunResult.unknown_terms``)
+    and whether the answer was made again from every related section (``RunResult.widened``); ``None`` when
+    it searched nothing."""
     from loom.orchestrator.items import source_label
 
     if not result.retrieved and not result.no_match:
         return None
     return {"sources": list(dict.fromkeys(source_label(h) for h in result.retrieved)), "no_match": result.no_match,
             "searched_as": result.rewritten_query, "unsupported": list(result.unsupported),
-            "unknown_terms": list(result.unknown_terms), "widened": result.widened}
+            "unknown_terms": list(result.unknown_terms), "widened": result.widened,
+            "attributed": list(dict.fromkeys(source_label(h) for h in result.attributed))}
 
 
 def after_turn_ledger(result: RunResult) -> dict[str, JSON] | None:

@@ -15,6 +15,8 @@ A variant is a dict of settings applied on top of the run's engine settings:
   model call (default ``orchestrator.relevance.NOT_FOUND_ANSWER``; ``null``: the model answers).
 * ``first_answer_k=K|null`` (``qa``): the agent's ``first_answer_k``, the top hits its first answer is
   made from before it answers from all of them (default 1; ``null``: all from the start);
+* ``attribution_k=K|null`` (``qa``): the agent's ``attribution_k``, the hits of the search for sections
+  that state what a rejected answer names (``orchestrator.answer_check``; default 8; ``null``: none);
 * ``verifier=MODEL`` and ``verifier_threshold=X`` (``qa``): the agent's answer verifier, a second
   model that judges each answer the lexical check let through (``orchestrator.answer_verifier``;
   default none; threshold in nats, default 0).
@@ -34,7 +36,8 @@ from loom.json_types import JSONObject
 SPEC_KEYS = {"speculative", "num_speculative_tokens", "draft_model", "prompt_lookup_min", "prompt_lookup_max",
              "disable_by_batch_size"}
 #: Settings the suite's target reads itself (neither engine nor budget).
-SUITE_KEYS = {"retrieval", "similarity_cutoff", "no_match_answer", "first_answer_k", "verifier", "verifier_threshold"}
+SUITE_KEYS = {"retrieval", "similarity_cutoff", "no_match_answer", "first_answer_k", "verifier", "verifier_threshold",
+              "attribution_k"}
 
 
 def parse_value(text: str) -> Any:

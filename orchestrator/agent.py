@@ -38,7 +38,7 @@ from loom.runtime.errors import InvalidRequestError, LoomError
 from loom.orchestrator.retention import RetentionPolicy
 from loom.runtime.sampling_params import SamplingParams
 
-from loom.orchestrator import compaction_hooks
+from loom.orchestrator import answer_check, compaction_hooks
 from loom.orchestrator.answer_verifier import AnswerVerifier
 from loom.orchestrator.approval import pending_approval
 from loom.orchestrator.budget import ContextBudget
@@ -121,6 +121,10 @@ class Agent:
             made from (default 1, the top one); when the check rejects that answer, the model
             answers once more from all of them before ``no_match_answer`` is given
             (``loom.orchestrator.answer_check``).  ``None``: all of them from the start.
+        attribution_k: with ``no_match_answer`` set, the hits of the attribution search (default 8): an
+            answer the check rejects for the last time for naming what the shown passages lack stands
+            when sections not shown, related to the question, hold those names; they are cited
+            (``RunResult.attributed``, ``loom.orchestrator.answer_check``).  ``None``: no such search.
         verifier: with ``no_match_answer`` set, a ``loom.orchestrator.answer_verifier.AnswerVerifier``
             (a second, larger model) that judges each answer the lexical check let through: one it
             finds unstated by the passages is rejected as an ungrounded one is.  Default ``None``.
@@ -173,7 +177,8 @@ class Agent:
                  approval: Iterable[str] = (), cache_salt: str | None = None,
                  cache_ttl_s: float | None = None, similarity_cutoff: float | str | None = "auto",
                  no_match_answer: str | None = None, first_answer_k: int | None = 1,
-                 verifier: AnswerVerifier | None = None) -> None:
+                 verifier: AnswerVerifier | None = None,
+                 attribution_k: int | None = answer_check.DEFAULT_ATTRIBUTION_K) -> None:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
         try:
@@ -190,10 +195,9 @@ class Agent:
         if no_match_answer is not None and (not isinstance(no_match_answer, str) or not no_match_answer.strip()):
             raise InvalidRequestError(f"no_match_answer: must be a non-empty string or None, got {no_match_answer!r}",
                                       param="no_match_answer")
-        if first_answer_k is not None and (isinstance(first_answer_k, bool) or not isinstance(first_answer_k, int)
-                                           or first_answer_k < 1):
-            raise InvalidRequestError(f"first_answer_k: must be an int >= 1 or None, got {first_answer_k!r}",
-                                      param="first_answer_k")
+        for param, k in (("first_answer_k", first_answer_k), ("attribution_k", attribution_k)):
+            if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 1):
+                raise InvalidRequestError(f"{param}: must be an int >= 1 or None, got {k!r}", param=param)
         try:
             mode = condense_mode(condense_question)
         except ValueError as exc:
@@ -209,7 +213,7 @@ class Agent:
             eos_token_ids=eos_token_ids(llm), retriever=retriever, memory=memory, max_steps=max_steps,
             auto_retrieve=auto_retrieve, memory_namespace=memory_namespace or "default",
             retrieval_k=retrieval_k, similarity_cutoff=cutoff, no_match_answer=no_match_answer,
-            first_answer_k=first_answer_k, verifier=verifier,
+            first_answer_k=first_answer_k, verifier=verifier, attribution_k=attribution_k,
             memory_k=memory_k, memory_write_back=memory_write_back,
             condense_question=mode, condense_tokens=condense_tokens,
             parallel_tool_calls=None if parallel_tool_calls is None else bool(parallel_tool_calls),

@@ -23,6 +23,21 @@ calls the calculator), an off-topic one is answered ``no_match_answer`` (:data:`
 whose message writes out an expression the built-in calculator computes has that call forced
 (:func:`arithmetic_expression`): after a documentation turn the small model stops calling it.
 
+**Attribution search.**  An answer rejected for the last time (after the wider view, or with nothing to widen
+to) only because it names things the shown passages do not hold gets one more search before
+``no_match_answer`` is given: the message with those claims appended (:func:`attribution_query`), ``k =
+Agent(attribution_k=...)`` hits (default :data:`DEFAULT_ATTRIBUTION_K`).  When hits not shown yet that clear
+the agent's similarity cutoff ground every claim, the answer stands and cites them (:func:`attributed`;
+``RunResult.attributed``): the documents state what the model said, in a section the first search ranked
+lower.  RARR (Gao et al. 2023, "Researching and Revising What Language Models Say") attributes a model's
+output this way, by searching for evidence of its claims after it is written.  It does not apply to a
+claim that is a word of the message (every section about the question holds it, so finding it says
+nothing), to a restated question, to a missing quantity or to the verifier's verdict, and not without a
+similarity cutoff to judge the hits by.  Over Flask's docs, Qwen2.5-Coder-0.5B-Instruct answered "How do I
+send the user to a different URL from a view?" with `redirect()` and the query-string question with
+`request.args`, both right and both refused because the sections shown did not name them; the search finds
+the sections that do ("Following Redirects", "The Request Object").  Measured in docs/evaluations.md.
+
 Before that, a question that names a term the index never uses (:func:`unknown_terms`,
 ``loom.retrieval.terms``: "punycode" asked of the ``urllib.parse`` docs) is answered
 ``no_match_answer`` with no model call, as a search that found nothing related is; the retriever
@@ -39,8 +54,12 @@ of the 31 answerable ones right (1 was before), but gave a wrong name ("position
 from __future__ import annotations
 
 from loom.json_types import JSONObject
+from collections.abc import Sequence
+
 from loom.orchestrator import grounding
+from loom.orchestrator.answer_verifier import NOT_STATED
 from loom.orchestrator.events import NamedToolChoice
+from loom.orchestrator.protocols import SearchHit
 from loom.orchestrator.turn_state import TurnState
 from loom.retrieval import terms
 from loom.tools.builtin.calculator import calculator, expression_in
@@ -52,6 +71,8 @@ RESTATED = "(restates the question)"
 NO_QUANTITY = "(gives no number)"
 #: The reason :func:`without_tool` gives: nothing retrieved was related and no tool call succeeded.
 NO_TOOL = "(nothing related, no tool called)"
+#: Hits the attribution search takes (``Agent(attribution_k=...)``; module docstring).
+DEFAULT_ATTRIBUTION_K = 8
 
 
 def tools_may_answer(run: TurnState) -> bool:
@@ -128,12 +149,41 @@ def unknown_terms(run: TurnState) -> list[str]:
     return terms.unknown_terms(run.message, index_terms(), ignore=grounding.FILLER)
 
 
-def reasons(run: TurnState, answer: str) -> list[str]:
+def reasons(run: TurnState, answer: str, also: Sequence[str] = ()) -> list[str]:
     """Why ``answer`` does not rest on what the model was shown (every item of the view but its system
-    prompt: passages, tool results, memory, earlier turns): its unsupported claims, ``[RESTATED]``, or
-    ``[NO_QUANTITY]`` (a question about a quantity answered without one); empty when it is grounded."""
-    shown = [str(i.get("content") or "") for i in run.items if i["kind"] != "user"]
+    prompt: passages, tool results, memory, earlier turns) and the texts ``also``: its unsupported claims,
+    ``[RESTATED]``, or ``[NO_QUANTITY]`` (a question about a quantity answered without one); empty when it
+    is grounded."""
+    shown = [str(i.get("content") or "") for i in run.items if i["kind"] != "user"] + list(also)
     g = grounding.check(answer, run.message, shown)
     if g.unsupported:
         return list(g.unsupported)
     return [RESTATED] if g.restates_question else [NO_QUANTITY] if g.no_quantity else []
+
+
+def attribution_query(run: TurnState, unsupported: Sequence[str]) -> str | None:
+    """The attribution search's query for an answer rejected for ``unsupported`` (:func:`reasons`, or the
+    verifier's): the message, a space, the claims joined by spaces.  ``None`` when the search does not apply
+    (module docstring): the agent has no retriever, no attribution search or no similarity cutoff, or
+    ``unsupported`` is not a list of claims, or one of them is a word of the message."""
+    a = run.parts
+    if a.retriever is None or a.attribution_k is None or a.similarity_cutoff is None or not unsupported:
+        return None
+    if any(u in (RESTATED, NO_QUANTITY, NO_TOOL, NOT_STATED) or grounding.names_claim(run.message, u)
+           for u in unsupported):
+        return None
+    return " ".join([run.message, *unsupported])
+
+
+def attributed(run: TurnState, answer: str, hits: Sequence[SearchHit]) -> list[SearchHit]:
+    """The hits of the attribution search that ground ``answer``, in rank order: those not shown to the
+    model this turn whose similarity clears the agent's cutoff and that hold at least one claim the shown
+    passages lack.  Empty unless, with them, :func:`reasons` finds nothing: the answer still stands or falls
+    whole."""
+    cutoff = run.parts.similarity_cutoff
+    shown = {h.chunk_id for h in run.result.retrieved}
+    new = [h for h in hits if h.chunk_id not in shown and cutoff is not None
+           and (similarity := getattr(h, "similarity", None)) is not None and similarity >= cutoff]
+    missing = set(reasons(run, answer))
+    holding = [h for h in new if missing - set(reasons(run, answer, [h.text]))]
+    return holding if holding and not reasons(run, answer, [h.text for h in holding]) else []

@@ -132,7 +132,8 @@ class RunResult:
         after_turn_usage: ledger of the calls made after the turn for the next one (the
             compaction's summary and prefill; ``loom.orchestrator.compaction_hooks``), ``None`` when none.
         retrieved: this turn's retrieval hits as shown to the model, in rank order
-            (each with ``.document``, ``.section``, ``.text``); empty without auto retrieval.
+            (each with ``.document``, ``.section``, ``.text``), then those in ``attributed``; empty
+            without auto retrieval.
         rewritten_query: the query a follow-up was searched with instead of the message as typed
             (``loom.orchestrator.condense``): the previous user message joined to it, or the model's
             standalone rewrite; ``None`` when the message was searched as typed.
@@ -153,6 +154,9 @@ class RunResult:
         widened: with ``no_match_answer`` set, the model's first answer, made from the top
             ``first_answer_k`` relevant hits, was ungrounded, so it answered again shown every relevant
             hit (``retrieved``; ``loom.orchestrator.answer_check``): two model calls in ``usage``.
+        attributed: with ``no_match_answer`` set, the hits the attribution search found after the answer
+            was written that state the names the shown passages lacked (``loom.orchestrator.answer_check``):
+            the answer stands on them, and they end ``retrieved``; empty otherwise.
         rejected: with ``no_match_answer`` set, the model's answers that the check refused, in order
             (the narrow one before ``widened``, then the wide one when ``unsupported``): never shown
             nor stored in the session, kept here to see why a turn said ``no_match_answer``.
@@ -180,6 +184,7 @@ class RunResult:
     unsupported: list[str] = field(default_factory=list)
     unknown_terms: list[str] = field(default_factory=list)
     widened: bool = False
+    attributed: list[SearchHit] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     verifier_margins: list[float | None] = field(default_factory=list)
 

@@ -158,6 +158,12 @@ def _occurs(text: str, s: str, number: bool = False, ignore_case: bool = False) 
     return re.search(left + re.escape(s) + right, text, re.I if ignore_case else 0) is not None
 
 
+def names_claim(question: str, claim: str) -> bool:
+    """Whether ``question`` holds ``claim`` (``()`` dropped) as a whole token, in any case."""
+    core = claim.removesuffix("()").strip()
+    return bool(core) and _occurs(question, core, ignore_case=True)
+
+
 def prose(answer: str) -> str:
     """``answer`` without its fenced code blocks (```` ``` ```` or ``~~~``, one cut off by ``max_tokens``
     included).  An example's own names and values (``def hello():``, ``'Peter'``, ``exit_code == 0``)

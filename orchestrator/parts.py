@@ -57,6 +57,7 @@ class AgentParts:
     no_match_answer: str | None = None  # the answer, without a model call, when no hit is relevant
     first_answer_k: int | None = 1  # with no_match_answer: hits shown to the first answer (loom.orchestrator.answer_check)
     verifier: AnswerVerifier | None = None  # with no_match_answer: judges answers (answer_verifier)
+    attribution_k: int | None = 8  # with no_match_answer: hits of the attribution search (answer_check), None: off
     memory_k: int = 4
     memory_write_back: bool = True
     condense_question: str | None = "history"  # loom.orchestrator.condense.MODES, None: off

@@ -52,7 +52,7 @@ from loom.orchestrator.events import (
 )
 from loom.orchestrator.formats.format import TOOL_RESULT_TAGS, ToolCallFormat
 from loom.orchestrator.formats.grammar import FORCED_MIN_TOKENS, force_call
-from loom.orchestrator.items import DOCUMENT_END, JSON, Item, PendingCall
+from loom.orchestrator.items import DOCUMENT_END, JSON, Item, PendingCall, format_retrieval
 from loom.orchestrator.ledger import Ledger
 from loom.orchestrator.parsers import StreamingParser
 from loom.orchestrator.parts import AgentParts
@@ -480,6 +480,8 @@ class TurnRunner:
                         res.rejected.append(reply)
                     if unsupported and not self._tool_or_no_match and self._widen():  # no passages to widen to
                         continue  # answered again, shown every relevant hit
+                    if unsupported and not self._tool_or_no_match and await self._attribute(reply, unsupported):
+                        unsupported = []  # the documents state it, in sections found after it was written
                     if unsupported:
                         res.unsupported = unsupported
                         async for ev in self._answer_without_model(a.no_match_answer or "", step):
@@ -507,13 +509,30 @@ class TurnRunner:
         if res.final_state == "done" and a.memory is not None and a.memory_write_back:
             await memory_view.write_back(self)
 
-    async def _verify(self, reply: str) -> list[str]:
+    async def _attribute(self, reply: str, unsupported: list[str]) -> bool:
+        """Whether the attribution search (``answer_check``'s module docstring) finds sections that ground
+        ``reply``, rejected for ``unsupported``, and the verifier (when the agent has one) finds it stated by
+        them and the passages shown; they are added to ``RunResult.retrieved`` and ``RunResult.attributed``."""
+        a = self.parts
+        query = answer_check.attribution_query(self, unsupported)
+        if query is None or a.retriever is None or a.attribution_k is None:
+            return False
+        hits = await self._timed("retrieval", a.retriever.search, query, a.attribution_k)
+        found = answer_check.attributed(self, reply, hits)
+        if not found or (a.verifier is not None and await self._verify(reply, [format_retrieval(found)])):
+            return False
+        self.result.retrieved += found
+        self.result.attributed = list(found)
+        return True
+
+    async def _verify(self, reply: str, also: Sequence[str] = ()) -> list[str]:
         """``[answer_verifier.NOT_STATED]`` when the agent's verifier finds ``reply`` unstated by this turn's
-        passages (``loom.orchestrator.answer_verifier``); its margin goes to ``RunResult.verifier_margins``."""
+        passages and the texts ``also`` (``loom.orchestrator.answer_verifier``); its margin goes to
+        ``RunResult.verifier_margins``."""
         verifier = self.parts.verifier
         assert verifier is not None
         passages = [str(i.get("content") or "") for i in self.items
-                    if i["kind"] == "retrieval" and i["turn"] == self.turn]
+                    if i["kind"] == "retrieval" and i["turn"] == self.turn] + list(also)
         t0 = time.perf_counter()
         verdict = await verifier.verdict(passages, self.message, reply,
                                          getattr(self.parts.engine, "cache_salt", None))

@@ -91,6 +91,10 @@ class SessionCreate(_Strict):
         default=1, description="With no_match_answer: the top related sections the first answer is made from; "
         "when that answer is replaced, the model answers once more from every related section before "
         "no_match_answer is given (a second model call); null: every section from the start.")
+    attribution_k: Annotated[int, Field(ge=1, le=64)] | None = Field(
+        default=8, description="With no_match_answer: before an answer is replaced for naming what the sections "
+        "shown lack, this many sections are searched for (the message and those names); when related sections "
+        "not shown hold every such name, the answer stands and cites them (retrieval.attributed); null: never.")
     condense_question: bool | Literal["history", "model"] = Field(
         default="history", description="With index, how a turn after the first is searched: `history` (or true: "
         "the previous user message and this one joined, no model call), `model` (the model rewrites it into a "
@@ -174,7 +178,8 @@ class TurnRetrieval(BaseModel):
     """What a turn's search over the owner's documents showed the model (sessions with ``index``)."""
 
     sources: list[str] = Field(description="The sections shown, `document - section`, in rank order, each once "
-                               "(a section several of whose chunks were shown is listed at its best rank).")
+                               "(a section several of whose chunks were shown is listed at its best rank), "
+                               "then those in `attributed`.")
     no_match: bool = Field(description="Nothing in the index was related to the message (under the retriever's "
                            "similarity cutoff): no section was shown and the answer is not from the documents.")
     searched_as: str | None = Field(default=None, description="The query a follow-up was searched with instead "
@@ -186,6 +191,10 @@ class TurnRetrieval(BaseModel):
     unknown_terms: list[str] = Field(default_factory=list, description="With `no_match_answer`: the words of "
                                      "the message that no indexed section uses (not code, not common English), "
                                      "for which it was answered `no_match_answer` without a model call.")
+    attributed: list[str] = Field(default_factory=list, description="With `no_match_answer`: the sections "
+                                  "(also in `sources`) that the model was not shown but that state the names "
+                                  "of its answer, found after it was written (`attribution_k`); the answer "
+                                  "stands on them.")
     widened: bool = Field(default=False, description="With `no_match_answer`: the first answer, made from the "
                           "top `first_answer_k` sections, was replaced, and the model answered again from every "
                           "related section (`sources`).")

@@ -33,6 +33,7 @@ from loom.evals.targets.inproc import InprocTarget
 from loom.evals.targets.rag import agent_turn, open_corpus_index
 from loom.evals.workloads import Conversation, Workload
 from loom.json_types import JSONObject
+from loom.orchestrator.answer_check import DEFAULT_ATTRIBUTION_K
 from loom.orchestrator.relevance import NOT_FOUND_ANSWER
 
 logger = logging.getLogger(__name__)
@@ -116,6 +117,7 @@ class QATarget(ScoredAgentTarget):
         first_answer_k: the agent's ``first_answer_k`` (hits its first answer is made from; ``None``: all).
         verifier: the agent's ``verifier`` (``orchestrator.answer_verifier.AnswerVerifier``; its engine is shut
             down on ``close``), from the variant settings ``verifier=<model>`` and ``verifier_threshold=<nats>``.
+        attribution_k: the agent's ``attribution_k`` (hits of the attribution search; ``None``: none).
     """
 
     name = "qa"
@@ -123,14 +125,15 @@ class QATarget(ScoredAgentTarget):
     def __init__(self, llm: Any, retrievers: dict[str, tuple[Any, Any]] | None = None, retrieval_k: int = 3,
                  max_retrieval_tokens: int = 640, budget: JSONObject | None = None, index_set: str = "",
                  similarity_cutoff: float | str | None = "auto", no_match_answer: str | None = None,
-                 first_answer_k: int | None = 1, verifier: Any = None) -> None:
+                 first_answer_k: int | None = 1, verifier: Any = None,
+                 attribution_k: int | None = DEFAULT_ATTRIBUTION_K) -> None:
         from loom.evals.qa import question_by_id
 
         super().__init__(llm, budget)
         self.retrievers = dict(retrievers or {})
         self.retrieval_k, self.max_retrieval_tokens = retrieval_k, max_retrieval_tokens
         self.index_set, self.similarity_cutoff, self.no_match_answer = index_set, similarity_cutoff, no_match_answer
-        self.first_answer_k, self.verifier = first_answer_k, verifier
+        self.first_answer_k, self.verifier, self.attribution_k = first_answer_k, verifier, attribution_k
         self.questions = question_by_id()
         self.index_info: JSONObject | None = None
 
@@ -148,7 +151,7 @@ class QATarget(ScoredAgentTarget):
         retriever = self.retrievers[scope][0] if scope in self.retrievers else None
         return {"retriever": retriever, "retrieval_k": self.retrieval_k, "similarity_cutoff": self.similarity_cutoff,
                 "no_match_answer": self.no_match_answer, "first_answer_k": self.first_answer_k,
-                "verifier": self.verifier,
+                "verifier": self.verifier, "attribution_k": self.attribution_k,
                 "budget": {"max_retrieval_tokens": self.max_retrieval_tokens}}
 
     def score(self, conv: Conversation, out: Outcome, result: Any) -> JSONObject | None:
@@ -188,6 +191,7 @@ class QATarget(ScoredAgentTarget):
         fields: JSONObject = {"retrieved_sections": keys, "sources": sources, "copy_not_found": says_not_found(copy),
                               "unknown_terms": list(getattr(result, "unknown_terms", None) or []),
                               "widened": bool(getattr(result, "widened", False)),
+                              "attributed": [list(hit_gold_key(h, root)) for h in getattr(result, "attributed", ())],
                               "rejected": list(getattr(result, "rejected", None) or []),
                               "verifier_margins": list(getattr(result, "verifier_margins", None) or [])}
         if q.answerable:
@@ -276,7 +280,8 @@ async def make_agent_target(workload: Workload, model: str, engine: JSONObject, 
                                                float(settings.get("verifier_threshold", 0.0)))
         qa = QATarget(llm, retrievers, p["retrieval_k"], p["max_retrieval_tokens"], budget, p.get("index") or "",
                       settings.get("similarity_cutoff", "auto"), settings.get("no_match_answer", NOT_FOUND_ANSWER),
-                      settings.get("first_answer_k", 1), verifier)
+                      settings.get("first_answer_k", 1), verifier,
+                      settings.get("attribution_k", DEFAULT_ATTRIBUTION_K))
         qa.index_info = info
         return qa
     if workload.suite == "tools":

@@ -37,7 +37,7 @@ def test_session_with_index_retrieves_the_owners_documents(alice):
     assert turn["ledger"]["prompt"]["retrieval"]["tokens"] > 0
     # DOC covers three topics in one chunk: "When do backups run?" scores 0.21 against it, under MiniLM's cutoff
     assert turn["retrieval"] == {"sources": [], "no_match": True, "searched_as": None, "unsupported": [],
-                                 "unknown_terms": [], "widened": False}
+                                 "unknown_terms": [], "widened": False, "attributed": []}
     focused = alice.post("/v1/sessions", json={"index": True, "similarity_cutoff": None, "no_match_answer": None,
                                                "sampling": {"temperature": 0, "max_tokens": 8}}).json()["id"]
     turn = alice.post(f"/v1/sessions/{focused}/messages", json={"content": "When do backups run?"}).json()
@@ -69,7 +69,7 @@ def test_a_turn_says_when_nothing_in_the_index_was_related_and_the_stored_turn_k
     assert created["config"]["system_prompt"] == DOCS_SYSTEM.strip()  # a few sentences, at most one example
     turn = alice.post(f"/v1/sessions/{created['id']}/messages", json={"content": "What is the capital of Peru?"}).json()
     assert turn["retrieval"] == {"sources": [], "no_match": True, "searched_as": None, "unsupported": [],
-                                 "unknown_terms": [], "widened": False}
+                                 "unknown_terms": [], "widened": False, "attributed": []}
     assert turn["answer"] == NOT_FOUND_ANSWER and turn["usage"]["completion_tokens"] == 0  # no guess, no model call
     stored = alice.get(f"/v1/sessions/{created['id']}/messages").json()["data"][0]
     assert stored["retrieval"] == turn["retrieval"] and stored["answer"] == NOT_FOUND_ANSWER

@@ -12,7 +12,9 @@ from loom.orchestrator.answer_check import NO_QUANTITY, RESTATED
 from loom.orchestrator.events import ContentDelta
 from loom.runtime.errors import InvalidRequestError
 
+from tests.orchestrator.conftest import DOCS
 from tests.orchestrator.scripted_llm import ScriptedLLM
+from tests.retrieval.helpers import index_of
 
 NOT_FOUND = "The indexed documents do not cover this."
 
@@ -88,10 +90,57 @@ async def test_a_grounded_first_answer_is_the_answer_after_one_call(tokenizer, r
     assert tokenizer.decode(llm.prompts[0]).count("<document source=") == shown
 
 
+@pytest.mark.parametrize("param", ["first_answer_k", "attribution_k"])
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
-def test_first_answer_k_must_be_a_positive_int_or_none(tokenizer, bad):
-    with pytest.raises(InvalidRequestError, match="first_answer_k"):
-        Agent(ScriptedLLM(tokenizer, []), first_answer_k=bad)
+def test_first_answer_k_and_attribution_k_must_be_positive_ints_or_none(tokenizer, param, bad):
+    with pytest.raises(InvalidRequestError, match=param):
+        Agent(ScriptedLLM(tokenizer, []), **{param: bad})
+
+
+CREATE_TASK = "Call cancel() on a task that `asyncio.create_task` made."
+
+
+async def test_an_answer_naming_what_a_related_section_not_shown_holds_stands_and_cites_that_section(
+        tokenizer, retriever):
+    # shown only the top hit (Tasks > Cancellation); asyncio.create_task is in the Tasks section the search ranked
+    # lower: the attribution search (the message and the claim) finds it, and the answer stands on both
+    llm = ScriptedLLM(tokenizer, [CREATE_TASK])
+    agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False, retrieval_k=1)
+    result = await agent.arun("How do I cancel an asyncio task?", session=InMemorySession())
+    assert (result.answer, result.unsupported, result.rejected, len(llm.prompts)) == (CREATE_TASK, [], [CREATE_TASK], 1)
+    assert [h.section for h in result.attributed] == ["Tasks"] and "asyncio.create_task" in result.attributed[0].text
+    assert [h.section for h in result.retrieved] == ["Tasks > Cancellation", "Tasks"]  # shown, then attributed
+    assert "create_task" not in tokenizer.decode(llm.prompts[0])  # found after the answer, never shown
+
+
+async def test_without_attribution_search_such_an_answer_is_the_no_match_answer(tokenizer, retriever):
+    llm = ScriptedLLM(tokenizer, [CREATE_TASK])
+    agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False, retrieval_k=1,
+                  attribution_k=None)
+    result = await agent.arun("How do I cancel an asyncio task?", session=InMemorySession())
+    assert (result.answer, result.unsupported, result.attributed) == (NOT_FOUND, ["asyncio.create_task"], [])
+
+
+async def test_a_name_held_only_by_an_unrelated_section_is_not_attributed(tokenizer, tmp_path_factory):
+    # the index also holds a bread recipe naming knead(): the search for "... task? knead()" finds it, under the
+    # similarity cutoff (a section about dough, not about the question)
+    bread = {"bread.md": "# Bread\n\nMix flour, water and yeast, then knead() the dough for ten minutes and let it "
+                         "rise in a warm place until it doubles."}
+    retriever = index_of(tmp_path_factory, {**DOCS, **bread})
+    assert any("knead()" in h.text for h in retriever.search("How do I cancel an asyncio task? knead()", 8))
+    llm = ScriptedLLM(tokenizer, ["Call knead() before cancel()."])
+    agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False, retrieval_k=1)
+    result = await agent.arun("How do I cancel an asyncio task?", session=InMemorySession())
+    assert (result.answer, result.unsupported, result.attributed) == (NOT_FOUND, ["knead()"], [])
+
+
+async def test_a_claim_that_is_a_word_of_the_question_is_not_attributed(tokenizer, retriever):
+    # "loop" is in the Tasks section ("schedules it on the event loop"), but every section about the question
+    # holds the question's words: finding one there says nothing about the answer
+    llm = ScriptedLLM(tokenizer, ["Call cancel() on the `loop`."])
+    agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False, retrieval_k=1)
+    result = await agent.arun("How do I cancel a task on the event loop?", session=InMemorySession())
+    assert (result.answer, result.unsupported, result.attributed) == (NOT_FOUND, ["loop"], [])
 
 
 async def test_an_agent_without_no_match_answer_keeps_its_models_answer(tokenizer, retriever):

@@ -90,6 +90,24 @@ async def test_the_lexical_check_rejects_first_so_an_ungrounded_answer_costs_no_
     assert judge.prompts == [] and result.verifier_margins == []
 
 
+@pytest.mark.parametrize("margin", [0.5, -0.5])
+async def test_an_attributed_answer_stands_only_when_the_verifier_finds_it_stated_by_the_sections_found(
+        tokenizer, retriever, margin):
+    # shown only Tasks > Cancellation; the attribution search finds asyncio.create_task in Tasks, which the
+    # verifier is shown with it (answer_check's attribution search)
+    answer = "Call cancel() on a task that `asyncio.create_task` made."
+    judge = ScriptedJudge(tokenizer, [margin])
+    agent = Agent(ScriptedLLM(tokenizer, [answer]), retriever=retriever, no_match_answer=NOT_FOUND,
+                  condense_question=False, retrieval_k=1, verifier=AnswerVerifier(judge))
+    result = await agent.arun("How do I cancel an asyncio task?", session=InMemorySession())
+    prompt = tokenizer.decode(judge.prompts[0])
+    assert prompt.count("<document source=") == 2 and "asyncio.create_task" in prompt
+    if margin > 0:
+        assert (result.answer, [h.section for h in result.attributed]) == (answer, ["Tasks"])
+    else:
+        assert (result.answer, result.attributed, result.unsupported) == (NOT_FOUND, [], ["asyncio.create_task"])
+
+
 async def test_the_verifier_call_carries_the_agents_cache_salt(tokenizer, retriever):
     agent, judge = _agent(tokenizer, retriever, [ANSWER], [1.0], cache_salt="key-a")
     await agent.arun("How do I cancel an asyncio task?", session=InMemorySession())

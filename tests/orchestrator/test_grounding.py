@@ -4,7 +4,7 @@ gave to the ``qa`` suite (the agent's use of it: tests/orchestrator/test_answer_
 
 from __future__ import annotations
 
-from loom.orchestrator.grounding import check, defined_in_examples, example_imports, example_strings
+from loom.orchestrator.grounding import check, defined_in_examples, example_imports, example_strings, names_claim
 
 JSON_DOCS = ("json.dumps(obj, *, skipkeys=False, ensure_ascii=True, check_circular=True, allow_nan=True, "
              "cls=None, indent=None, separators=None, default=None, sort_keys=False, **kw)\n"
@@ -231,3 +231,10 @@ def test_a_plural_written_with_s_in_brackets_is_a_word_not_a_call():
 def test_a_symbol_the_question_holds_needs_no_support():
     q = "Which attribute holds the binary operator symbols, such as **, that should be intercepted?"
     assert check("The `intercepted_binops` attribute holds symbols such as **.", q, ["intercepted_binops"]).grounded
+
+
+def test_a_claim_is_a_word_of_the_question_in_any_case_and_only_as_a_whole_token():
+    question = "How do I cancel a task on the Event Loop?"
+    assert names_claim(question, "loop") and names_claim(question, "cancel()")
+    assert not names_claim(question, "loops") and not names_claim(question, "asyncio.loop")
+    assert not names_claim(question, "()")
