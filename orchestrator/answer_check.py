@@ -34,9 +34,9 @@ output this way, by searching for evidence of its claims after it is written.  I
 claim that is a word of the message (every section about the question holds it, so finding it says
 nothing), to a restated question, to a missing quantity or to the verifier's verdict, and not without a
 similarity cutoff to judge the hits by.  Over Flask's docs, Qwen2.5-Coder-0.5B-Instruct answered "How do I
-send the user to a different URL from a view?" with `redirect()` and the query-string question with
-`request.args`, both right and both refused because the sections shown did not name them; the search finds
-the sections that do ("Following Redirects", "The Request Object").  Measured in docs/evaluations.md.
+send the user to a different URL from a view?" with `redirect`, right and refused because no section shown
+named it; the search finds the sections that do (``flask.Flask.redirect``, "Following Redirects").
+Measured in docs/evaluations.md.
 
 Before that, a question that names a term the index never uses (:func:`unknown_terms`,
 ``loom.retrieval.terms``: "punycode" asked of the ``urllib.parse`` docs) is answered
@@ -53,9 +53,9 @@ of the 31 answerable ones right (1 was before), but gave a wrong name ("position
 
 from __future__ import annotations
 
-from loom.json_types import JSONObject
 from collections.abc import Sequence
 
+from loom.json_types import JSONObject
 from loom.orchestrator import grounding
 from loom.orchestrator.answer_verifier import NOT_STATED
 from loom.orchestrator.events import NamedToolChoice
