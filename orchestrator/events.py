@@ -139,7 +139,8 @@ class RunResult:
             standalone rewrite; ``None`` when the message was searched as typed.
         finish_reason: why the last model call ended, as the engine says (vLLM's and
             OpenAI's names): ``stop`` (end-of-sequence token or stop string), ``length``
-            (``max_tokens`` cut the reply), ``abort``; ``None`` before any call.
+            (``max_tokens`` cut the reply), ``abort``; ``None`` before any call; ``stop`` for a turn
+            answered ``no_match_answer`` (with or without a model call: that answer is whole).
         no_match: the turn searched and no hit was related to the message (under the agent's
             ``similarity_cutoff``, ``loom.orchestrator.relevance``): nothing was shown, and with
             ``no_match_answer`` set that text is the answer and no model call was made.

@@ -360,7 +360,7 @@ class TurnRunner:
         item = a.builder.assistant_item(self.turn, ids, reasoning_mask=[False] * len(ids), content=text)
         item["step"], item["no_match"] = step, True  # later turns do not see this turn (compaction_plan)
         self._store([item])
-        res.answer, res.final_state, res.steps = text, "done", step
+        res.answer, res.final_state, res.steps, res.finish_reason = text, "done", step, "stop"  # a whole answer
         yield ContentDelta(text)
         if a.memory is not None and a.memory_write_back:
             await memory_view.write_back(self)

@@ -224,9 +224,10 @@ class TurnOut(BaseModel):
     ledger: JSONObject | None = None
     error: str | None = None
     finish_reason: str | None = Field(default=None, description="Why the turn's last model call ended: stop "
-                                      "(the answer ended), length (cut at the session's max_tokens) or abort; "
-                                      "null while running and when the turn ended without the agent's result "
-                                      "(an error, a client that hung up).")
+                                      "(the answer ended; also an answer that is the session's no_match_answer), "
+                                      "length (cut at the session's max_tokens) or abort; null while running and "
+                                      "when the turn ended without the agent's result (an error, a client that "
+                                      "hung up).")
     pending_tool_calls: list[Any] = Field(default_factory=list, description="With state awaiting_approval: "
                                           "the calls waiting for a decision ({id, name, arguments}).")
     retrieval: TurnRetrieval | None = Field(default=None, description="What the turn's search showed the model; "

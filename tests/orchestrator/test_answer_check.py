@@ -30,6 +30,7 @@ async def test_a_docs_qa_agent_replaces_an_ungrounded_answer_and_stores_what_it_
     deltas = "".join(ev.text for ev in events if isinstance(ev, ContentDelta))
     assert deltas == result.answer == "The indexed documents do not cover this."  # the made-up name never streamed
     assert result.unsupported == ["asyncio.shield_all()"] and result.steps == 1 and result.retrieved
+    assert result.finish_reason == "stop"  # the no_match_answer is a whole answer
     assert result.widened and len(result.usage.calls) == 2  # both of the model's calls are accounted
     assert result.rejected == ["Use `asyncio.shield_all()` for that."] * 2  # kept to see why, never shown
     assert session.get_items()[-1]["content"] == NOT_FOUND  # stored, as said
@@ -190,6 +191,7 @@ async def test_a_question_naming_a_term_no_document_uses_is_the_no_match_answer_
     session = InMemorySession()
     result = await agent.arun("How do I make an asyncio task write its result to syslog?", session=session)
     assert (result.answer, result.unknown_terms, result.steps, llm.prompts) == (NOT_FOUND, ["syslog"], 0, [])
+    assert result.finish_reason == "stop"  # no model call, and still a whole answer
     assert result.retrieved and not result.no_match  # the search was related: the term decided
     assert session.get_items()[-1]["content"] == NOT_FOUND  # kept in the session as any answer is
     await agent.arun("How do I cancel an asyncio task?", session=session)
