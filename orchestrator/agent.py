@@ -38,7 +38,7 @@ from loom.runtime.errors import InvalidRequestError, LoomError
 from loom.orchestrator.retention import RetentionPolicy
 from loom.runtime.sampling_params import SamplingParams
 
-from loom.orchestrator import answer_check, compaction_hooks
+from loom.orchestrator import compaction_hooks
 from loom.orchestrator.answer_verifier import AnswerVerifier
 from loom.orchestrator.approval import pending_approval
 from loom.orchestrator.budget import ContextBudget
@@ -49,7 +49,7 @@ from loom.orchestrator.events import AgentEvent, DoneEvent, RunResult, ToolChoic
 from loom.orchestrator.formats import ToolCallFormat
 from loom.orchestrator.items import JSON
 from loom.orchestrator.ledger import Ledger, PriceTable
-from loom.orchestrator.parts import AgentParts
+from loom.orchestrator.parts import DEFAULT_ATTRIBUTION_K, AgentParts
 from loom.orchestrator.protocols import Engine, Memory, Retriever, Tokenizer, eos_token_ids
 from loom.orchestrator.relevance import resolve_cutoff, search_tool
 from loom.orchestrator.runner import TurnRunner
@@ -178,7 +178,7 @@ class Agent:
                  cache_ttl_s: float | None = None, similarity_cutoff: float | str | None = "auto",
                  no_match_answer: str | None = None, first_answer_k: int | None = 1,
                  verifier: AnswerVerifier | None = None,
-                 attribution_k: int | None = answer_check.DEFAULT_ATTRIBUTION_K) -> None:
+                 attribution_k: int | None = DEFAULT_ATTRIBUTION_K) -> None:
         if not isinstance(max_steps, int) or max_steps < 1:
             raise InvalidRequestError(f"max_steps: must be an int >= 1, got {max_steps!r}", param="max_steps")
         try:

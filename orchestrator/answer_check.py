@@ -23,20 +23,20 @@ calls the calculator), an off-topic one is answered ``no_match_answer`` (:data:`
 whose message writes out an expression the built-in calculator computes has that call forced
 (:func:`arithmetic_expression`): after a documentation turn the small model stops calling it.
 
-**Attribution search.**  An answer rejected for the last time (after the wider view, or with nothing to widen
+**Attribution search.** An answer rejected for the last time (after the wider view, or with nothing to widen
 to) only because it names things the shown passages do not hold gets one more search before
-``no_match_answer`` is given: the message with those claims appended (:func:`attribution_query`), ``k =
-Agent(attribution_k=...)`` hits (default :data:`DEFAULT_ATTRIBUTION_K`).  When hits not shown yet that clear
-the agent's similarity cutoff ground every claim, the answer stands and cites them (:func:`attributed`;
-``RunResult.attributed``): the documents state what the model said, in a section the first search ranked
-lower.  RARR (Gao et al. 2023, "Researching and Revising What Language Models Say") attributes a model's
-output this way, by searching for evidence of its claims after it is written.  It does not apply to a
-claim that is a word of the message (every section about the question holds it, so finding it says
+``no_match_answer`` is given: the message with those claims appended (:func:`attribution_query`),
+``Agent(attribution_k=...)`` hits (default ``loom.orchestrator.parts.DEFAULT_ATTRIBUTION_K``, 8). When hits
+not shown yet that clear the agent's similarity cutoff ground every claim, the answer stands and cites them
+(:func:`attributed`; ``RunResult.attributed``): the documents state what the model said, in a section the
+first search ranked lower. RARR (Gao et al. 2023, "Researching and Revising What Language Models Say")
+attributes a model's output this way, by searching for evidence of its claims after it is written. It does not
+apply to a claim that is a word of the message (every section about the question holds it, so finding it says
 nothing), to a restated question, to a missing quantity or to the verifier's verdict, and not without a
-similarity cutoff to judge the hits by.  Over Flask's docs, Qwen2.5-Coder-0.5B-Instruct answered "How do I
-send the user to a different URL from a view?" with `redirect`, right and refused because no section shown
-named it; the search finds the sections that do (``flask.Flask.redirect``, "Following Redirects").
-Measured in docs/evaluations.md.
+similarity cutoff to judge the hits by. Over Flask's docs, Qwen2.5-Coder-0.5B-Instruct answered "How do I send
+the user to a different URL from a view?" with `redirect`, right and refused because no section shown named
+it; the search finds the sections that do (``flask.Flask.redirect``, "Following Redirects"). Measured in
+docs/evaluations.md.
 
 Before that, a question that names a term the index never uses (:func:`unknown_terms`,
 ``loom.retrieval.terms``: "punycode" asked of the ``urllib.parse`` docs) is answered
@@ -71,8 +71,6 @@ RESTATED = "(restates the question)"
 NO_QUANTITY = "(gives no number)"
 #: The reason :func:`without_tool` gives: nothing retrieved was related and no tool call succeeded.
 NO_TOOL = "(nothing related, no tool called)"
-#: Hits the attribution search takes (``Agent(attribution_k=...)``; module docstring).
-DEFAULT_ATTRIBUTION_K = 8
 
 
 def tools_may_answer(run: TurnState) -> bool:

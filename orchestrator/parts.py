@@ -21,6 +21,9 @@ from loom.orchestrator.protocols import Memory, ModelClient, Retriever
 from loom.orchestrator.retention import RetentionPolicy
 from loom.runtime.sampling_params import SamplingParams
 
+#: Hits of the attribution search (``Agent(attribution_k=...)``; ``loom.orchestrator.answer_check``).
+DEFAULT_ATTRIBUTION_K = 8
+
 if TYPE_CHECKING:
     from loom.orchestrator.answer_verifier import AnswerVerifier
     from loom.tools import ToolRegistry
@@ -57,7 +60,7 @@ class AgentParts:
     no_match_answer: str | None = None  # the answer, without a model call, when no hit is relevant
     first_answer_k: int | None = 1  # with no_match_answer: hits shown to the first answer (loom.orchestrator.answer_check)
     verifier: AnswerVerifier | None = None  # with no_match_answer: judges answers (answer_verifier)
-    attribution_k: int | None = 8  # with no_match_answer: hits of the attribution search (answer_check), None: off
+    attribution_k: int | None = DEFAULT_ATTRIBUTION_K  # with no_match_answer: the attribution search's hits
     memory_k: int = 4
     memory_write_back: bool = True
     condense_question: str | None = "history"  # loom.orchestrator.condense.MODES, None: off

@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstra
 from loom.api.schemas.cache_control import CacheControl
 from loom.api.schemas.chat import NamedToolChoice, ToolDef, integral
 from loom.json_types import JSONObject
+from loom.orchestrator.parts import DEFAULT_ATTRIBUTION_K
 from loom.orchestrator.chat_agent import DOCS_SYSTEM
 from loom.orchestrator.relevance import NOT_FOUND_ANSWER
 
@@ -92,9 +93,10 @@ class SessionCreate(_Strict):
         "when that answer is replaced, the model answers once more from every related section before "
         "no_match_answer is given (a second model call); null: every section from the start.")
     attribution_k: Annotated[int, Field(ge=1, le=64)] | None = Field(
-        default=8, description="With no_match_answer: before an answer is replaced for naming what the sections "
-        "shown lack, this many sections are searched for (the message and those names); when related sections "
-        "not shown hold every such name, the answer stands and cites them (retrieval.attributed); null: never.")
+        default=DEFAULT_ATTRIBUTION_K, description="With no_match_answer: before an answer is replaced for naming "
+        "what the sections shown lack, this many sections are searched for (the message and those names); when "
+        "related sections not shown hold every such name, the answer stands and cites them (retrieval.attributed); "
+        "null: never.")
     condense_question: bool | Literal["history", "model"] = Field(
         default="history", description="With index, how a turn after the first is searched: `history` (or true: "
         "the previous user message and this one joined, no model call), `model` (the model rewrites it into a "

@@ -33,7 +33,7 @@ from loom.evals.targets.inproc import InprocTarget
 from loom.evals.targets.rag import agent_turn, open_corpus_index
 from loom.evals.workloads import Conversation, Workload
 from loom.json_types import JSONObject
-from loom.orchestrator.answer_check import DEFAULT_ATTRIBUTION_K
+from loom.orchestrator.parts import DEFAULT_ATTRIBUTION_K
 from loom.orchestrator.relevance import NOT_FOUND_ANSWER
 
 logger = logging.getLogger(__name__)
