@@ -11,8 +11,10 @@ identifier-aware tokens) and ``hybrid`` (default: both fused by reciprocal
 rank fusion, the BM25 list weighted up when the query looks like a code
 identifier, and the entries a query's identifiers name put first:
 :mod:`loom.retrieval.objects`).  :meth:`Retriever.search_many` fuses several
-phrasings of one need (a rewritten follow-up and the message as typed).  Results are ordered by score, then chunk id, so equal inputs
-give equal output.  Ingestion lives in :mod:`loom.retrieval.ingest`.
+phrasings of one need (a rewritten follow-up and the message as typed).  Results are ordered
+by score; a fused tie goes to the chunk MiniLM (or the first phrasing) ranks higher
+(:mod:`loom.retrieval.fusion`), one list's tie to the lower chunk id, so equal inputs give equal
+output.  Ingestion lives in :mod:`loom.retrieval.ingest`.
 """
 
 from __future__ import annotations
@@ -266,7 +268,7 @@ class Retriever:
                 and only the typed one's names should jump the ranking.
 
         Returns:
-            Hits, best first (score descending, then chunk id); in hybrid mode
+            Hits, best first (score descending; ties as the module docstring says); in hybrid mode
             the first chunks of the entries the query's identifiers name come
             first (:mod:`loom.retrieval.objects`).  Fewer than ``k`` when the index
             (or the filter) has fewer chunks.
@@ -318,7 +320,7 @@ class Retriever:
                 files?" into a sentence about ``TarInfo.getmembers()``).
 
         Returns:
-            Hits, best first (fused score descending, then chunk id).
+            Hits, best first (fused score descending, a tie to the first query's higher rank).
 
         Raises:
             ValueError: no non-empty query, ``k`` < 1 or an unknown mode.

@@ -33,8 +33,16 @@ def test_rrf_scores_are_sums_of_reciprocal_ranks() -> None:
     assert fused[1][1] == pytest.approx(1 / 61)
 
 
-def test_ties_are_broken_by_id() -> None:
-    assert [i for i, _ in rrf_fuse([[5, 9], [9, 5]])] == [5, 9]
+def test_rrf_ties_go_to_the_first_lists_order_not_to_the_ids() -> None:
+    # 1/61 + 1/63 both ways: the first list decides, whichever id is lower
+    assert [i for i, _ in rrf_fuse([[9, 7, 5], [5, 7, 9]])] == [9, 5, 7]
+    assert [i for i, _ in rrf_fuse([[5, 7, 9], [9, 7, 5]])] == [5, 9, 7]
+    # absent from the first list: after what it holds at an equal score; then the second list decides
+    assert [i for i, _ in rrf_fuse([[8], [3], [4]])] == [8, 3, 4]
+    assert [i for i, _ in rrf_fuse([[1], [4, 3], [3, 4]])] == [4, 3, 1]
+
+
+def test_equal_scores_of_one_list_are_ordered_by_id() -> None:
     assert order_by_score([0.5, 0.5, 0.7], [9, 4, 6]) == [(6, 0.7), (4, 0.5), (9, 0.5)]
 
 
