@@ -37,7 +37,15 @@ Guardrails' fact-checking rail), without a model call:
   ("None", "unlimited").
 * **A restated question.**  An answer that says nothing the question did not ("The argument of
   click.option sets a regular expression that the value must match.") names no claim and adds
-  no word but function words: it is not an answer.
+  no word but function words: it is not an answer.  An initialism of the question's words adds
+  nothing either ("The itsdangerous class signs JSON Web Tokens (JWT) with RS256.").
+* **A yes that only restates.**  "Does Werkzeug include an ORM for talking to databases?" answered
+  "Yes, Werkzeug does include an ORM for talking to databases." names no claim, yet asserts the
+  question's premise.  A yes whose other words are all the question's (:func:`affirms`) stands only
+  when the passages hold every content word of the question (less :data:`FILLER`, compared by their
+  Snowball stems: "loading" is held by "loads"); the words they lack are its unsupported
+  claims (``ORM``, ``databases``: the sections shown never speak of them).  A "no" is not checked:
+  denying what the documents never mention is the honest answer.
 
 :func:`check` returns all three; an answer with any is *ungrounded*.  An agent with
 ``no_match_answer`` set (a documentation-QA agent) replaces an ungrounded answer to a question
@@ -56,6 +64,8 @@ import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from loom.retrieval.terms import stem
 
 _CLAIM = re.compile(
     r"`(?P<code>[^`\n]{1,80})`"
@@ -102,6 +112,7 @@ FILLER = frozenset("""
 a an the of to in on for and or is are be been by with from as at into than then that this these those it its
 what which how does do did can could should would will may might when where whose who whom why if
 i me my you your we our they their there here has have had was were also just only so such very any
+itself themselves yourself myself ourselves
 default value values set sets use used uses using return returns returned function functions argument arguments
 parameter parameters method methods class classes option options module modules python keyword keywords
 attribute attributes called call calls named name names make makes given give gives
@@ -311,14 +322,51 @@ def supported(claim: str, kind: str, passages: str) -> bool:
     return False
 
 
+def _asked(question: str) -> set[str]:
+    """The question's words, lower-cased, with the initialisms of its runs of capitalized words ("JSON Web
+    Tokens": ``jwt``; "Web Server Gateway Interface": ``wsgi``, ``sgi`` ...)."""
+    words = _WORD.findall(question)
+    asked = {w.lower() for w in words}
+    run: list[str] = []
+    for w in [*words, ""]:
+        if w[:1].isupper():
+            run.append(w[0].lower())
+            continue
+        asked |= {"".join(run[i:j]) for i in range(len(run)) for j in range(i + 2, len(run) + 1)}
+        run = []
+    return asked
+
+
 def restates(answer: str, question: str, found: list[tuple[str, str]] | None = None) -> bool:
     """The answer names no claim (``found``: its :func:`claims`, computed when not given) and its words,
-    less :data:`FILLER`, are all the question's."""
+    less :data:`FILLER`, are all the question's (or initialisms of its capitalized words)."""
     if found if found is not None else claims(answer, question):
         return False
     said = {w.lower() for w in _WORD.findall(answer)} - FILLER
-    asked = {w.lower() for w in _WORD.findall(question)}
-    return not (said - asked)
+    return not (said - _asked(question))
+
+
+_YES = re.compile(r"\W*(?:yes|yeah|yep|indeed|correct)\b", re.I)
+_POSSESSIVE = re.compile(r"'s?$")
+
+
+def affirms(answer: str, question: str, found: list[tuple[str, str]] | None = None) -> bool:
+    """The answer says yes ("Yes", "Indeed", ...) and otherwise only restates ``question`` (:func:`restates`)."""
+    match = _YES.match(answer)
+    return match is not None and restates(answer[match.end():], question, found)
+
+
+def unstated_words(question: str, passages: str) -> list[str]:
+    """The content words of ``question`` (less :data:`FILLER`) that ``passages`` do not hold, compared by
+    their Snowball English stems ("loading" is held by "loads"; a possessive ``'s`` dropped), in the
+    question's order and spelling."""
+    held = {stem(_POSSESSIVE.sub("", w)) for w in _WORD.findall(passages)}
+    out: list[str] = []
+    for w in _WORD.findall(question):
+        bare = _POSSESSIVE.sub("", w)
+        if bare.lower() not in FILLER and stem(bare) not in held and bare not in out:
+            out.append(bare)
+    return out
 
 
 def check(answer: str, question: str, passages: Iterable[str]) -> Grounding:
@@ -330,10 +378,11 @@ def check(answer: str, question: str, passages: Iterable[str]) -> Grounding:
     text = "\n".join([shown, " ".join(defined_in_examples(answer)), *example_strings(answer)])
     found = list(dict.fromkeys(claims(answer, question)))  # each claim once, in order
     imports = [p for p in example_imports(answer) if not _names_package(question, p)]
+    premise = unstated_words(question, shown) if affirms(answer, question, found) else []
     return Grounding(claims=tuple([*(c for c, _ in found), *imports]),
                      unsupported=tuple([*(c for c, k in found
                                           if not supported(c, k, text) and not quotes_example(c, answer, text)
                                           and not (k in ("code", "call") and call_supported(c, text, question))),
-                                        *(p for p in imports if not _names_package(shown, p))]),
+                                        *(p for p in imports if not _names_package(shown, p)), *premise]),
                      restates_question=restates(answer, question, found),
                      no_quantity=asks_quantity(question) and not gives_quantity(answer))

@@ -79,6 +79,30 @@ def test_an_answer_that_points_at_the_documents_only_restates_the_question():
     assert not check("The provided documentation says it signs tokens with RS256.", q, []).restates_question
 
 
+def test_an_initialism_of_the_questions_capitalized_words_adds_nothing():
+    # the default model's answer through `loom serve` over itsdangerous's docs (the how-to set)
+    q = "Which itsdangerous class signs JSON Web Tokens with RS256?"
+    assert check("The itsdangerous class signs JSON Web Tokens (JWT) with RS256.", q, ["Serializer"]).restates_question
+    assert not check("The itsdangerous class signs JSON Web Tokens with JWS.", q, ["JWS"]).restates_question
+
+
+def test_a_yes_that_restates_the_question_needs_the_questions_words_in_the_passages():
+    # Qwen2.5-Coder-0.5B over Werkzeug's docs, shown "API Levels", which never speaks of an ORM
+    orm = "Does Werkzeug include an ORM for talking to databases?"
+    levels = ["Werkzeug is intended to be a utility rather than a framework. Because of that the user-friendly "
+              "API is separated from the lower-level API."]
+    g = check("Yes, Werkzeug does include an ORM for talking to databases.", orm, levels)
+    assert not g.grounded and g.unsupported == ("include", "ORM", "talking", "databases")
+    # a passage holding the question's words, by their stems ("loading" / "loads", "validate" / "validates")
+    q = "Can marshmallow validate data when loading it?"
+    passage = ["Schema.load validates the data it loads and raises a ValidationError."]
+    assert check("Yes, marshmallow can validate data when loading it.", q, passage).unsupported == ("marshmallow",)
+    assert check("Yes, marshmallow can validate data when loading it.", q, ["marshmallow: " + passage[0]]).grounded
+    # a no, and a yes that says more than the question, are checked as any answer is
+    assert check("No, Werkzeug does not include an ORM for talking to databases.", orm, levels).grounded
+    assert check("Yes: `werkzeug.orm.Session` talks to databases.", orm, levels).unsupported == ("werkzeug.orm.Session",)
+
+
 def test_claims_the_question_names_need_no_support():
     q = "What does json.dumps return?"
     assert check("json.dumps returns a str.", q, ["Serialize obj to a JSON formatted str."]).grounded
