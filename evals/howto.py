@@ -6,15 +6,17 @@ which is where replies run to ``max_tokens`` and where the answer check (``loom.
 meets names the example invents.  ``python -m loom.evals.howto [--model M] [--quantization int4]
 [--sets structlog] [--system TEXT] [--json PATH]`` asks the questions of ``evals/data/howto.json`` the way
 :mod:`loom.evals.serve_qa` asks its own: per set, ``loom ingest`` of the pinned sdist's docs
-(:data:`loom.retrieval.corpora.CORPORA`: structlog, marshmallow, attrs, itsdangerous, packaging and flask, each
-with its autodoc source), ``loom serve --no-auth --index`` on a free loopback port, and per question
+(:data:`loom.retrieval.corpora.CORPORA`: structlog, marshmallow, attrs, itsdangerous, packaging, flask and
+werkzeug, each with its autodoc source), ``loom serve --no-auth --index`` on a free loopback port, and per question
 a new session ``POST /v1/sessions {"index": true}`` with the server's defaults (a documentation-QA
 session: its system prompt, greedy, 256 answer tokens, ``no_match_answer``), one question at a time.
 
 Each set has answerable questions, each with one fact: the API name a right answer must use, as
 whole-token alternatives (``JSONRenderer``; ``load_default`` or ``missing=``), scored as the ``qa``
 suite scores facts (:func:`loom.evals.qa.score_answer`), and questions about features the library does
-not have, right when answered "not found" (:func:`loom.evals.qa.says_not_found`).  The facts were
+not have, right when answered "not found" (:func:`loom.evals.qa.says_not_found`) or, asked as a yes/no
+question ("Does Werkzeug include an ORM ...?"), "no" (:func:`loom.evals.qa.denies`); a yes/no question the
+documents answer "yes" has ``Yes`` among its fact's alternatives.  The facts were
 written from the libraries' docs by hand; a fact is necessary, not sufficient (an answer naming
 ``JSONRenderer`` with a wrong call still scores), so read the answers (``--json``) before trusting a
 small difference.  Prints, per set and in all: answerable right, "not found", replies cut at

@@ -211,6 +211,17 @@ def says_not_found(answer: str) -> bool:
     return _NOT_FOUND.search(normalize(answer.replace("\u2019", "'"))) is not None
 
 
+_YES_NO_QUESTION = re.compile(r"^\W*(?:can|could|does|do|did|is|are|was|were|will|would|should|has|have)\b", re.I)
+_NO = re.compile(r"^\W*no\b", re.I)
+
+
+def denies(question: str, answer: str) -> bool:
+    """Whether ``answer`` says no to ``question``, a yes/no question ("Does Werkzeug include an ORM ...?"
+    answered "No, Werkzeug does not include an ORM."): for a feature no document describes, as right an
+    answer as :func:`says_not_found`."""
+    return _YES_NO_QUESTION.match(question) is not None and _NO.match(answer) is not None
+
+
 def repeats(answer: str, n: int = 8, times: int = 3) -> bool:
     """Whether ``answer`` loops: some run of ``n`` words occurs ``times`` times or more (a degenerate reply,
     such as one sentence written over and over until ``max_tokens``).  Words are white-space separated

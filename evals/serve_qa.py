@@ -21,7 +21,8 @@ does, each step a real command or request:
 
 Each answer is scored as the ``qa`` suite scores it: right when it holds every fact
 (:func:`loom.evals.qa.score_answer`), and for an unanswerable question when it says the documents
-do not hold the answer (:func:`loom.evals.qa.says_not_found`).  Prints accuracy, "not found",
+do not hold the answer (:func:`loom.evals.qa.says_not_found`) or, to a yes/no question, says no
+(:func:`loom.evals.qa.denies`).  Prints accuracy, "not found",
 the share of turns shown a gold section, of replies cut at ``max_tokens``, of replies that loop
 (:func:`loom.evals.qa.repeats`) and the mean answer length, per set; ``--json PATH`` writes every
 record.  The in-process ``qa`` suite (``loom eval run --suite qa``) asks the same questions of an
@@ -131,7 +132,7 @@ def ask(url: str, questions: Sequence[Any], session: JSONObject) -> list[ServedA
     answer scored."""
     import httpx
 
-    from loom.evals.qa import repeats, says_not_found, score_answer
+    from loom.evals.qa import denies, repeats, says_not_found, score_answer
 
     records = []
     with httpx.Client(base_url=url, timeout=600) as client:
@@ -150,7 +151,7 @@ def ask(url: str, questions: Sequence[Any], session: JSONObject) -> list[ServedA
                 finish_reason=out.get("finish_reason"), sources=sources,
                 gold_shown=gold_shown(question.golds, sources),
                 correct=(score_answer(answer, question.facts).correct if question.answerable
-                         else says_not_found(answer)),
+                         else says_not_found(answer) or denies(question.question, answer)),
                 not_found=says_not_found(answer), completion_tokens=int((out.get("usage") or {}).get(
                     "completion_tokens", 0)), turn=turn_index, repeats=repeats(answer)))
     return records
@@ -197,12 +198,13 @@ def run(model: str, qa_sets: Sequence[str], num_questions: int | None = None, se
 
 
 def summary(records: Sequence[ServedAnswer]) -> JSONObject:
-    """Per set and in all: accuracy (answerable), not found (unanswerable), gold shown, cut replies, mean tokens."""
+    """Per set and in all: accuracy (answerable), not found (unanswerable answered right: "not found", or "no" to a
+    yes/no question), gold shown, cut replies, mean tokens."""
     def block(rs: list[ServedAnswer]) -> JSONObject:
         ans, una = [r for r in rs if r.answerable], [r for r in rs if not r.answerable]
         return {"questions": len(rs), "answerable": len(ans),
                 "accuracy": _accuracy(ans),
-                "unanswerable": len(una), "not_found": sum(r.not_found for r in una) / len(una) if una else None,
+                "unanswerable": len(una), "not_found": _accuracy(una),
                 "false_not_found": sum(r.not_found for r in ans) / len(ans) if ans else None,
                 "gold_shown": _share([r.gold_shown for r in ans if r.gold_shown is not None]),
                 "cut_at_max_tokens": sum(r.finish_reason == "length" for r in rs) / len(rs) if rs else None,

@@ -21,12 +21,13 @@ A corpus is the documentation folder that ships inside one pinned sdist:
 
 The ``qa`` eval's click and jinja question sets (:mod:`loom.evals.qa`) are
 written against these pinned releases.  :mod:`loom.evals.howto` asks its
-how-to questions over six more, each with its ``src/`` for autodoc:
+how-to questions over seven more, each with its ``src/`` for autodoc:
 ``structlog`` 24.4.0 (MyST Markdown), ``marshmallow`` 3.23.1 (Sphinx reST),
 ``attrs`` 26.1.0 (MyST Markdown narrative, reST API pages),
 ``itsdangerous`` 2.2.0 (a small reST set, mostly autodoc), ``packaging``
-24.2 (reST, hand-written reference and autodoc) and ``flask`` 3.1.0 (Sphinx
-reST: quickstart, patterns, autodoc API page), the release notes left out.
+24.2 (reST, hand-written reference and autodoc), ``flask`` 3.1.0 (Sphinx
+reST: quickstart, patterns, autodoc API page) and ``werkzeug`` 3.1.3 (Sphinx
+reST: a tutorial, deployment guides, autodoc API pages), the release notes left out.
 
 ``stdlib`` is not here: it is the ``stdlib:`` pseudo-path of
 :mod:`loom.retrieval.stdlib`, read from the running interpreter.
@@ -132,6 +133,10 @@ CORPORA: dict[str, CorpusSpec] = {
     "flask": CorpusSpec(  # loom.evals.howto: Sphinx reST narrative and patterns, an autodoc API page
         "flask", "flask", "3.1.0", "docs", "sphinx",
         "5f873c5184c897c8d9d1b05df1e3d01b14910ce69607a117bd3277098a5836ac", skip=("changes.rst",),
+        source="src"),
+    "werkzeug": CorpusSpec(  # loom.evals.howto: Sphinx reST, a tutorial, deployment guides, autodoc API pages
+        "werkzeug", "werkzeug", "3.1.3", "docs", "sphinx",
+        "60723ce945c19328679790e3282cc758aa4a6040e4bb330f53d30fa546d44746", skip=("changes.rst",),
         source="src"),
     "jinja": CorpusSpec(
         "jinja", "jinja2", "3.1.6", "docs", "sphinx",

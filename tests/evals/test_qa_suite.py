@@ -91,6 +91,16 @@ def test_not_found_is_a_fixed_phrase_about_the_documents_not_any_negation():
         assert not says_not_found(said), said
 
 
+def test_a_no_to_a_yes_no_question_denies_it_and_other_negations_do_not():
+    from loom.evals.qa import denies
+
+    q = "Does Werkzeug include an ORM for talking to databases?"
+    assert denies(q, "No, Werkzeug does not include an ORM for talking to databases.") and denies("Can it? ", "No.")
+    assert not denies(q, "Yes, Werkzeug does include an ORM for talking to databases.")
+    assert not denies(q, "Nothing in Werkzeug talks to databases.")  # "no" as a whole first word only
+    assert not denies("How do I make Werkzeug compress responses with Brotli?", "No, it cannot.")
+
+
 def test_gold_keys_of_hits_are_paths_under_the_docs_root_and_object_names(tmp_path):
     page = Hit("c1", "text", 1.0, str(tmp_path / "docs" / "api.rst"), "API > Loaders", "API",
                {"object": "jinja2.FileSystemLoader"})

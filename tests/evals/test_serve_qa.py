@@ -27,6 +27,13 @@ def test_accuracy_counts_the_answerable_and_not_found_the_unanswerable_per_set()
     assert (pct(0.5), pct(None)) == ("50.0%", "-")
 
 
+def test_a_no_to_an_unanswerable_yes_no_question_counts_as_not_found():
+    # "No, Werkzeug does not include an ORM." is not a "not found" phrase, and as right as one
+    denial = replace(_answer("werkzeug", False, True), answer="No, Werkzeug does not include an ORM.")
+    wrong = replace(_answer("werkzeug", False, False), answer="Yes, it does.")
+    assert summary([denial, wrong])["werkzeug"]["not_found"] == 0.5
+
+
 def test_questions_without_gold_sections_report_no_gold_share(capsys):
     """How-to questions name no gold section: the share is None and the report leaves it out, not 0%."""
     from loom.evals.serve_qa import gold_shown, report

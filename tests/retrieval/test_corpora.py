@@ -130,4 +130,4 @@ def test_unknown_corpus_name_lists_the_known_ones() -> None:
     with pytest.raises(CorpusError) as err:
         ensure_corpus("nope")
     assert str(err.value) == ("unknown corpus 'nope'; known: attrs, click, fastapi, flask, itsdangerous, jinja, "
-                              "marshmallow, packaging, sqlalchemy, structlog, stdlib")
+                              "marshmallow, packaging, sqlalchemy, structlog, werkzeug, stdlib")
