@@ -216,7 +216,12 @@ class TurnRunner:
             hits = await self._timed("retrieval", retriever.search, queries[0], a.retrieval_k)
         if judged and cutoff is not None:
             return hits, relevance.is_related(hits, cutoff + relevance.HISTORY_MARGIN)
-        return await self._match_sentences(hits, cutoff), None
+        hits = await self._match_sentences(hits, cutoff)
+        if cutoff is not None and hits and queries == [self.message] and not relevance.is_related(hits, cutoff):
+            deeper = await self._timed("retrieval", retriever.search, self.message,
+                                       relevance.DEEPER_FACTOR * a.retrieval_k)
+            hits = relevance.deeper_related(hits, deeper, cutoff) or hits
+        return hits, None
 
     async def _match_sentences(self, hits: Sequence[SearchHit], cutoff: float | None) -> Sequence[SearchHit]:
         """``hits`` with their near misses' sentences matched to the message (``relevance.match_sentences``), in a
