@@ -194,3 +194,50 @@ async def test_a_question_one_sentence_of_a_real_section_answers_is_shown_that_s
     prompt = _prompt(tokenizer, llm)
     assert NO_MATCH not in prompt and "To redirect a user to another endpoint" in " ".join(prompt.split())
     assert result.retrieved and result.retrieved[0].sentence_match and not result.no_match
+
+
+# Four sections sharing the question's words (ranked first by BM25) and one that answers it in other words:
+# MiniLM puts it first, the fused ranking third, under two unrelated sections (similarities 0.35 / 0.36 / 0.59)
+UPLOADS = {
+    "quotas.md": "# Storage quotas\n\nEach account may store up to 5 GB on disk. Everything uploaded counts against "
+                 "the quota, and the account's name is printed on each bill. It is safe to delete old backups to "
+                 "make room.",
+    "names.md": "# Display names\n\nA user can change the name shown on their profile at any time. Names are stored "
+                "as typed; an uploaded avatar is stored next to the name on disk.",
+    "secure.md": "# Security helpers\n\n`secure_filename(filename)`: pass it a filename and it returns a secure "
+                 "version of it, which can be saved on a regular file system and passed to os.path.join safely.",
+    "backups.md": "# Nightly backups\n\nThe scheduler runs at 2 am and keeps 30 days of backups; a backup is safe to "
+                  "store on a second disk, and each uploaded backup gets a name with its date. Restore one with the "
+                  "restore command.",
+}
+UPLOAD_QUESTION = "How do I make an uploaded file's name safe to store on disk?"
+
+
+async def test_a_related_section_ranked_below_the_top_k_is_shown_when_the_top_k_are_not(tokenizer, tmp_path_factory):
+    from loom.orchestrator.relevance import DEEPER_FACTOR, DEEPER_MARGIN, deeper_related
+    from tests.retrieval.helpers import index_of
+
+    retriever = index_of(tmp_path_factory, UPLOADS)
+    ranked = retriever.search(UPLOAD_QUESTION, 3)
+    assert [h.section for h in ranked] == ["Storage quotas", "Display names", "Security helpers"]
+    cutoff = retriever.similarity_cutoff
+    assert ranked[0].similarity < cutoff - HIT_MARGIN and ranked[2].similarity >= cutoff + DEEPER_MARGIN
+    llm = ScriptedLLM(tokenizer, ["Pass it to `secure_filename(filename)`."])
+    agent = Agent(llm, retriever=retriever, retrieval_k=1, no_match_answer="Not covered.", condense_question=False)
+    result = await agent.arun(UPLOAD_QUESTION, session=InMemorySession())
+    assert [h.section for h in result.retrieved] == ["Security helpers"] and not result.no_match
+    assert result.answer == "Pass it to `secure_filename(filename)`."
+    # the agent read DEEPER_FACTOR times retrieval_k hits; one must clear the cutoff by the margin, not just clear it
+    assert len(retriever.search(UPLOAD_QUESTION, DEEPER_FACTOR * 1)) == 3
+    assert deeper_related(ranked[:1], ranked, ranked[2].similarity - DEEPER_MARGIN + 0.01) == []
+    assert deeper_related(ranked[:1], ranked, cutoff) == [ranked[2]]
+
+
+async def test_an_off_topic_question_still_finds_nothing_in_the_deeper_hits(tokenizer, tmp_path_factory):
+    from tests.retrieval.helpers import index_of
+
+    retriever = index_of(tmp_path_factory, UPLOADS)
+    llm = ScriptedLLM(tokenizer, ["unused"])
+    agent = Agent(llm, retriever=retriever, retrieval_k=1, no_match_answer="Not covered.", condense_question=False)
+    result = await agent.arun("Which year did the Roman Empire fall?", session=InMemorySession())
+    assert (result.answer, result.retrieved, llm.prompts) == ("Not covered.", [], [])
