@@ -10,7 +10,8 @@ Guardrails' fact-checking rail), without a model call:
 
 * **Unsupported claims.**  The exact things a documentation answer asserts can be checked
   against the text: code names (backticked spans, calls such as ``product(A, A)``, dotted
-  names, snake_case and camelCase identifiers, ``f()``), quoted literals and numbers (with a unit
+  names, snake_case and camelCase identifiers, a capitalized run before lower case such as ``SQLAlchemy`` or
+  ``HTTPException`` but not a plural such as ``URLs``, ``f()``), quoted literals and numbers (with a unit
   written on, ``1MB`` or ``30s``, the number and its unit, together or a space apart).  A claim
   the question does not already name must occur in the passages the model was shown (a number
   as a whole number; a dotted name whole, or by its last two or more parts, or by a distinctive
@@ -72,7 +73,7 @@ _CLAIM = re.compile(
     r"|(?<!\w)'(?P<quoted>[^'\n]{1,40})'(?!\w)|\"(?P<dquoted>[^\"\n]{1,40})\""
     r"|(?P<call>\b[A-Za-z_][\w.]*\((?!(?:s|es)\))[^()\n]{1,40}\))"
     r"|(?P<name>\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?:\(\))?|\b[A-Za-z_]\w*\(\))"
-    r"|(?P<ident>\b[A-Za-z]\w*_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z]+[A-Z]\w*\b)"
+    r"|(?P<ident>\b[A-Za-z]\w*_\w+\b|\b[a-z]+[A-Z]\w*\b|\b[A-Z][a-z]+[A-Z]\w*\b|\b[A-Z]{2,}[a-z]{2,}\w*\b)"
     r"|(?P<number>(?<![\w.])\d+(?:\.\d+)?(?:[A-Za-z]{1,3}(?!\w))?(?!\w|\.\d))"
     r"|(?<!\S)(?P<symbol>[-+*/%|&^~<>=!@#$:]{1,3})(?=[.,;:!?)]*(?:\s|$))")
 # A number with its unit written on (``1MB``, ``30s``, ``64KiB``): the unit may stand apart in the passages.

@@ -262,3 +262,13 @@ def test_a_claim_is_a_word_of_the_question_in_any_case_and_only_as_a_whole_token
     assert names_claim(question, "loop") and names_claim(question, "cancel()")
     assert not names_claim(question, "loops") and not names_claim(question, "asyncio.loop")
     assert not names_claim(question, "()")
+
+
+def test_a_name_with_a_capitalized_run_is_a_claim_and_a_plural_acronym_is_not():
+    # `loom chat` over Werkzeug's docs, shown the Headers entry: the invented ORM was let through for want of a claim
+    q = "Does Werkzeug include an ORM for talking to databases?"
+    answer = "Yes, Werkzeug does include an ORM for talking to databases. The ORM is called SQLAlchemy."
+    assert check(answer, q, ["werkzeug.datastructures.Headers: an object that stores some headers."]).unsupported == (
+        "SQLAlchemy",)
+    assert check("It raises an HTTPException for URLs and IDs it cannot route.", "What does it raise?",
+                 ["werkzeug.exceptions.HTTPException"]).grounded
