@@ -129,13 +129,11 @@ def match_sentences(retriever: Any, query: str, hits: Sequence[H], cutoff: float
 
 
 def deeper_related(hits: Sequence[H], deeper: Sequence[H], cutoff: float) -> list[H]:
-    """The hits of ``deeper`` (the same search, ``DEEPER_FACTOR`` times as many hits) not in ``hits`` whose
-    similarity clears ``cutoff + DEEPER_MARGIN``, in rank order, at most ``len(hits)``; empty when there is none
-    (module docstring)."""
+    """The hits of ``deeper`` (the same search, ``DEEPER_FACTOR`` times as many hits) not in ``hits`` that
+    :func:`clear <clears>` ``cutoff + DEEPER_MARGIN``, in rank order, at most ``len(hits)``; empty when there is
+    none (module docstring)."""
     seen = {h.chunk_id for h in hits}
-    bar = cutoff + DEEPER_MARGIN
-    found = [h for h in deeper if h.chunk_id not in seen and (getattr(h, "similarity", None) or -1.0) >= bar]
-    return found[:len(hits)]
+    return [h for h in deeper if h.chunk_id not in seen and clears(h, cutoff + DEEPER_MARGIN)][:len(hits)]
 
 
 def is_related(hits: Sequence[SearchHit], cutoff: float | None) -> bool:

@@ -214,7 +214,7 @@ UPLOAD_QUESTION = "How do I make an uploaded file's name safe to store on disk?"
 
 
 async def test_a_related_section_ranked_below_the_top_k_is_shown_when_the_top_k_are_not(tokenizer, tmp_path_factory):
-    from loom.orchestrator.relevance import DEEPER_FACTOR, DEEPER_MARGIN, deeper_related
+    from loom.orchestrator.relevance import DEEPER_MARGIN, deeper_related
     from tests.retrieval.helpers import index_of
 
     retriever = index_of(tmp_path_factory, UPLOADS)
@@ -227,8 +227,7 @@ async def test_a_related_section_ranked_below_the_top_k_is_shown_when_the_top_k_
     result = await agent.arun(UPLOAD_QUESTION, session=InMemorySession())
     assert [h.section for h in result.retrieved] == ["Security helpers"] and not result.no_match
     assert result.answer == "Pass it to `secure_filename(filename)`."
-    # the agent read DEEPER_FACTOR times retrieval_k hits; one must clear the cutoff by the margin, not just clear it
-    assert len(retriever.search(UPLOAD_QUESTION, DEEPER_FACTOR * 1)) == 3
+    # a hit past the top k must clear the cutoff by the margin, not just clear it
     assert deeper_related(ranked[:1], ranked, ranked[2].similarity - DEEPER_MARGIN + 0.01) == []
     assert deeper_related(ranked[:1], ranked, cutoff) == [ranked[2]]
 
