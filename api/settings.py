@@ -88,7 +88,7 @@ class Settings(BaseSettings):
     index: Path | None = Field(default=None, description="FAISS index folder (retrieval).")
     db: str = Field(
         default="sqlite:///loom.db",
-        description="SQLAlchemy URL for keys, sessions and memories.",
+        description="SQLAlchemy URL for keys, sessions and memories; a bare file path is a SQLite file.",
     )
 
     # replicas (loom.api.cluster, Ray Serve)

@@ -51,6 +51,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
 
 from loom.json_types import JSONObject
+from loom.memory.db import normalize_url
 
 
 def _now() -> dt.datetime:
@@ -178,7 +179,15 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
 
 
 def make_engine(url: str) -> Engine:
-    """SQLAlchemy engine for ``url``; SQLite gets WAL, a busy timeout and foreign keys."""
+    """SQLAlchemy engine for ``url`` (a SQLAlchemy URL, or a file path taken as SQLite's:
+    ``loom serve --db ./loom.db``, as ``loom.memory.db.normalize_url`` reads it); SQLite gets WAL, a busy
+    timeout and foreign keys.
+
+    Raises:
+        ValueError: an empty ``url``.
+        sqlalchemy.exc.ArgumentError: a URL SQLAlchemy cannot parse.
+    """
+    url = normalize_url(url)
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
         event.listen(engine, "connect", _sqlite_pragmas)

@@ -62,6 +62,22 @@ def test_keys_are_stored_as_sha256_and_resolve_to_their_owner(tmp_path: Path):
     assert owner_of(store, key) is None
 
 
+def test_a_bare_path_for_db_is_a_sqlite_file_on_the_command_line_and_in_process(tmp_path: Path):
+    """``--db ./keys.db`` (a path, as ``loom chat --db`` takes one) opens that SQLite file, as its URL does."""
+    import subprocess
+    import sys
+
+    created = subprocess.run([sys.executable, "-m", "loom.cli", "keys", "create", "--owner", "alice",
+                              "--db", "keys.db"], cwd=tmp_path, capture_output=True, text=True)
+    assert created.returncode == 0, created.stderr
+    assert (tmp_path / "keys.db").is_file()
+    key = created.stdout.split()[-1]
+    assert owner_of(Store(f"sqlite:///{tmp_path / 'keys.db'}"), key) == "alice"  # the URL opens the same file
+    assert owner_of(Store(str(tmp_path / "keys.db")), key) == "alice"
+    with pytest.raises(ValueError, match="empty database URL"):
+        Store(" ")
+
+
 def test_serve_with_a_model_that_cannot_be_had_is_one_line_and_exit_2(tmp_path: Path):
     import subprocess
     import sys
