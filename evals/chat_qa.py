@@ -10,9 +10,10 @@ a user does.  Without ``--always-answer`` the chat is what ``loom chat --index``
 documentation-QA chat (``no_match_answer`` "The indexed documents do not cover this."); with it,
 the model answers every question.
 
-Each answer is scored as :mod:`loom.evals.serve_qa` scores the served ones (the ``qa`` suite's facts
-as whole tokens; "not found" for an unanswerable question) and reported the same way
-(:func:`loom.evals.serve_qa.report`); ``--json PATH`` writes every record.
+Each answer is scored as :mod:`loom.evals.serve_qa` scores the served ones
+(:func:`loom.evals.serve_qa.is_right`: the ``qa`` suite's facts as whole tokens; "not found", or "no" to a
+yes/no question, for an unanswerable one) and reported the same way (:func:`loom.evals.serve_qa.report`);
+``--json PATH`` writes every record, with why a refused answer was refused (``unsupported``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from loom.evals.serve_qa import ServedAnswer, gold_shown, question_arguments, report, selected_sets
+from loom.evals.serve_qa import ServedAnswer, gold_shown, is_right, question_arguments, report, selected_sets
 
 
 def ask(agent: Any, questions: Sequence[Any]) -> list[ServedAnswer]:
@@ -30,7 +31,7 @@ def ask(agent: Any, questions: Sequence[Any]) -> list[ServedAnswer]:
     Raises:
         loom.runtime.errors.LoomError: the engine failed a turn.
     """
-    from loom.evals.qa import repeats, says_not_found, score_answer
+    from loom.evals.qa import repeats, says_not_found
     from loom.orchestrator.items import source_label
     from loom.orchestrator.session import InMemorySession
 
@@ -44,10 +45,10 @@ def ask(agent: Any, questions: Sequence[Any]) -> list[ServedAnswer]:
             id=question.id, qa_set=question.qa_set, question=question.question, answerable=question.answerable,
             answer=answer, state=result.final_state, finish_reason=result.finish_reason, sources=sources,
             gold_shown=gold_shown(question.golds, sources),
-            correct=(score_answer(answer, question.facts).correct if question.answerable
-                     else says_not_found(answer)),
+            correct=is_right(question, answer),
             not_found=says_not_found(answer), completion_tokens=result.usage.completion_tokens,
-            turn=turn_index, repeats=repeats(answer)))
+            turn=turn_index, repeats=repeats(answer), unsupported=list(result.unsupported),
+            no_match=result.no_match))
     return records
 
 

@@ -25,7 +25,9 @@ do not hold the answer (:func:`loom.evals.qa.says_not_found`) or, to a yes/no qu
 (:func:`loom.evals.qa.denies`).  Prints accuracy, "not found",
 the share of turns shown a gold section, of replies cut at ``max_tokens``, of replies that loop
 (:func:`loom.evals.qa.repeats`) and the mean answer length, per set; ``--json PATH`` writes every
-record.  The in-process ``qa`` suite (``loom eval run --suite qa``) asks the same questions of an
+record, with the turn's ``retrieval.unsupported`` (why the model's answer was replaced by "not found") and
+``no_match`` (the search found nothing related), so a wrong "not found" reads as a refused answer or a missed
+search.  The in-process ``qa`` suite (``loom eval run --suite qa``) asks the same questions of an
 ``Agent`` directly with its own system prompt and 64 answer tokens; this one measures what the REST
 path and its defaults give.
 """
@@ -41,7 +43,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,21 @@ class ServedAnswer:
     completion_tokens: int
     repeats: bool = False  # the reply loops (loom.evals.qa.repeats)
     turn: int = 1  # the question's place in its session (1: a fresh session)
+    # why the model's answer was replaced by "not found" (the turn's retrieval.unsupported: its claims no shown
+    # section holds, "(restates the question)", ...) and whether the search found nothing related (no_match)
+    unsupported: list[str] = field(default_factory=list)
+    no_match: bool = False
+
+
+def is_right(question: Any, answer: str) -> bool:
+    """Whether ``answer`` is right: an answerable question's facts are in it (:func:`loom.evals.qa.score_answer`);
+    an unanswerable one is answered "not found" (:func:`loom.evals.qa.says_not_found`) or, asked as a yes/no
+    question, "no" (:func:`loom.evals.qa.denies`)."""
+    from loom.evals.qa import denies, says_not_found, score_answer
+
+    if question.answerable:
+        return score_answer(answer, question.facts).correct
+    return says_not_found(answer) or denies(question.question, answer)
 
 
 def _free_port() -> int:
@@ -132,7 +149,7 @@ def ask(url: str, questions: Sequence[Any], session: JSONObject) -> list[ServedA
     answer scored."""
     import httpx
 
-    from loom.evals.qa import denies, repeats, says_not_found, score_answer
+    from loom.evals.qa import repeats, says_not_found
 
     records = []
     with httpx.Client(base_url=url, timeout=600) as client:
@@ -144,16 +161,17 @@ def ask(url: str, questions: Sequence[Any], session: JSONObject) -> list[ServedA
             turn.raise_for_status()
             out = turn.json()
             answer = out.get("answer") or ""
-            sources = list((out.get("retrieval") or {}).get("sources") or [])
+            retrieval = out.get("retrieval") or {}
+            sources = list(retrieval.get("sources") or [])
             records.append(ServedAnswer(
                 id=question.id, qa_set=question.qa_set, question=question.question,
                 answerable=question.answerable, answer=answer, state=out["state"],
                 finish_reason=out.get("finish_reason"), sources=sources,
                 gold_shown=gold_shown(question.golds, sources),
-                correct=(score_answer(answer, question.facts).correct if question.answerable
-                         else says_not_found(answer) or denies(question.question, answer)),
+                correct=is_right(question, answer),
                 not_found=says_not_found(answer), completion_tokens=int((out.get("usage") or {}).get(
-                    "completion_tokens", 0)), turn=turn_index, repeats=repeats(answer)))
+                    "completion_tokens", 0)), turn=turn_index, repeats=repeats(answer),
+                unsupported=list(retrieval.get("unsupported") or []), no_match=bool(retrieval.get("no_match"))))
     return records
 
 

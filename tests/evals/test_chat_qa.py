@@ -42,3 +42,7 @@ def test_a_chats_questions_are_asked_in_order_and_each_answer_is_scored_as_the_q
     assert sort_keys.gold_shown and all("json" in s for s in sort_keys.sources)  # json.dumps was shown
     assert depth.correct == says_not_found(depth.answer) == depth.not_found  # unanswerable: right when "not found"
     assert peru.answer == NOT_FOUND_ANSWER and peru.correct and not peru.sources  # nothing related was shown
+    assert peru.no_match and not sort_keys.no_match  # the record says why: a search that found nothing related
+    # every "not found" says why: the refused answer's unsupported claims, or nothing related found
+    assert all(r.unsupported or r.no_match for r in records if r.not_found)
+    assert all(not r.unsupported for r in records if not r.not_found)
