@@ -102,7 +102,15 @@ def arithmetic_expression(run: TurnState) -> str | None:
     (each answered ``no_match_answer``: :func:`without_tool`).  "hello" or "How many minutes are in 3.5
     hours?" write no expression and are left to the model as before.
     """
-    if run.choice != "auto" or run.parts.registry.get(calculator.name) is not calculator:
+    return writes_sum(run) if run.choice == "auto" else None
+
+
+def writes_sum(run: TurnState) -> str | None:
+    """The expression the turn's message writes out when the agent has the built-in ``calculator``, whatever
+    the turn's ``tool_choice``; else ``None``.  Such a message is no follow-up of the documents: it is searched
+    as typed, never joined to the previous message (a forced ``calculator`` turn of ``loom demo``, "How many
+    hours are in a year? Compute 365 * 24.", was searched joined to the turn before it)."""
+    if run.parts.registry.get(calculator.name) is not calculator:
         return None
     return expression_in(run.message)
 

@@ -197,7 +197,8 @@ class TurnRunner:
         (``None``: by its hits at the cutoff).  In ``"history"`` mode a message whose own search is related
         is searched as typed; else with the previous message joined, which must clear the cutoff by
         ``relevance.HISTORY_MARGIN`` (:mod:`loom.orchestrator.relevance`).  A message writing out a sum the
-        calculator computes (``answer_check.arithmetic_expression``) is never joined: it is no follow-up."""
+        calculator computes (``answer_check.writes_sum``, whatever the turn's ``tool_choice``) is never joined: it is no
+        follow-up."""
         a, retriever = self.parts, self.parts.retriever
         assert retriever is not None
         cutoff = a.similarity_cutoff
@@ -205,7 +206,7 @@ class TurnRunner:
         if judged:
             typed = await self._timed("retrieval", retriever.search, self.message, a.retrieval_k)
             typed = await self._match_sentences(typed, cutoff)
-            if relevance.is_related(typed, cutoff) or self._expression is not None:
+            if relevance.is_related(typed, cutoff) or answer_check.writes_sum(self) is not None:
                 return typed, None  # a sum written out is a calculation, not a follow-up of the documents
         queries = await self._queries()
         if queries != [self.message] and isinstance(retriever, MultiQueryRetriever):

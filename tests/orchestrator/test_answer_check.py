@@ -298,3 +298,19 @@ def test_pin_expression_fixes_the_calculators_argument_and_leaves_other_tools_as
     assert pinned[0]["function"]["parameters"]["required"] == ["expression"]
     assert pinned[1] == schemas[1]
     assert schemas[0]["function"]["parameters"]["properties"]["expression"].get("const") is None  # not changed in place
+
+
+@pytest.mark.parametrize("choice", ["auto", {"name": "calculator"}])
+async def test_a_message_writing_out_a_sum_is_searched_as_typed_whatever_the_tool_choice(tokenizer, retriever, choice):
+    from loom.tools.builtin import calculator
+
+    # `loom demo` forces the calculator on "How many hours are in a year? Compute 365 * 24.", asked after a
+    # documentation turn: it was searched joined to that turn, as a follow-up of the documents
+    llm = ScriptedLLM(tokenizer, ["Call cancel() on the task.", _call("calculator", '{"expression": "365 * 24"}'),
+                                  "It is 8760."])
+    agent = Agent(llm, tools=[calculator], retriever=retriever, condense_question="history")
+    session = InMemorySession()
+    await agent.arun("How do I cancel an asyncio task?", session=session)
+    computed = await agent.arun("How many hours are in a year? Compute 365 * 24.", session=session, tool_choice=choice)
+    assert computed.rewritten_query is None and computed.answer == "It is 8760."
+    assert [c.name for c in computed.tool_calls] == ["calculator"]
