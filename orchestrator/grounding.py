@@ -19,16 +19,20 @@ Guardrails' fact-checking rail), without a model call:
   example's own function names, strings and numbers are the example's, not the documents', and a
   sentence that names them speaks of the example; so does one quoting the example's strings
   ("the logger named 'my_logger'") or its code word for word (`` `getLogger('my_logger')` ``), so long as
-  the functions, keyword names, dotted names and numbers of that code are the documents'.
+  the functions, keyword names, dotted names and numbers of that code are the documents'.  A literal
+  the answer offers as an example, a string, URL or path right after "like", "such as", "e.g." or "for
+  example" ("a URL like `/posts?id=123`"), is the example's too (:func:`offered_examples`).
   ``maxdepth``, ``3600``, ``jinja2.ext.case`` occur in none of the passages retrieved for their
-  questions; a right answer's ``sort_keys`` does.  What an example imports is read, though: a package
-  outside the standard library that neither the passages nor the question name (``from flask_graphql
-  import GraphQLSchema``, asked how Flask makes a GraphQL schema over Flask's docs) is a claim
-  (:func:`example_imports`).  A call in a sentence is supported when it is made of what the passages
-  and the question hold (:func:`call_supported`: `` `abort(403)` `` over passages showing ``abort(401)``,
-  asked about a 403 error), not only when the passages write it word for word.  A symbol standing alone
-  as a word is a claim too ("The special file name is -."), checked as a whole token; "variable(s)" is a
-  plural, not a call.
+  questions; a right answer's ``sort_keys`` does.  A number the question states in another unit is the
+  question's (:func:`question_number`: ``3600`` for "after an hour", :mod:`loom.orchestrator.quantities`).
+  What an example imports is read, though: a package outside the standard library that neither the
+  passages nor the question name (``from flask_graphql import GraphQLSchema``, asked how Flask makes a
+  GraphQL schema over Flask's docs) is a claim (:func:`example_imports`).  A call in a sentence is
+  supported when it is made of what the passages and the question hold (:func:`call_supported`:
+  `` `abort(403)` `` over passages showing ``abort(401)``, asked about a 403 error), not only when the
+  passages write it word for word; so is a keyword with its value (`` `max_age=3600` ``) and an item
+  of a documented name (`` `request.args['id']` ``).  A symbol standing alone as a word is a claim too
+  ("The special file name is -."), checked as a whole token; "variable(s)" is a plural, not a call.
 * **No number for a question about a quantity.**  "How many worker threads does heapq.merge use by
   default?" answered "a default number of worker threads, determined by the system's CPU" names no
   claim to check, yet does not answer.  A question that asks for a quantity (:func:`asks_quantity`:
@@ -66,6 +70,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from loom.orchestrator.quantities import states_number
 from loom.retrieval.terms import stem
 
 _CLAIM = re.compile(
@@ -94,6 +99,12 @@ _CALLEE = re.compile(r"\b([A-Za-z_][\w.]*)\s*\(")
 _KEYWORD = re.compile(r"\b([A-Za-z_]\w*)\s*=(?!=)")
 _DOTTED = re.compile(r"\b[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")
 _WHOLE_CALL = re.compile(r"[A-Za-z_][\w.]*\(.*\)", re.S)  # a claim that is one call: ``abort(403)``
+# A claim that is one keyword and its value (``max_age=3600``), or one item of a name (``request.args['id']``).
+_WHOLE_KEYWORD = re.compile(r"[A-Za-z_]\w*\s*=(?!=)\s*\S.*", re.S)
+_WHOLE_ITEM = re.compile(r"[A-Za-z_][\w.]*\[.*\]", re.S)
+# What introduces an example ("a URL like", "such as", "e.g."), right before a literal the answer offers.
+_EXAMPLE_CUE = re.compile(r"\b(?:like|such as|e\.g\.,?|for (?:example|instance),?)\s+(?:(?:a|an|the)\s+)?$", re.I)
+_URL_OR_PATH = re.compile(r"(?:[A-Za-z][\w+.-]*://|/)\S*")
 _ARG_NAME = re.compile(r"\b[A-Za-z_]\w*\b")
 _STRUCTURE = re.compile(r"[(\[{='\"]")  # code that is more than a name: a call, a literal, an assignment
 _NUMBER = re.compile(r"(?<![\w.])\d+(?:\.\d+)?(?![\w.])")
@@ -265,18 +276,22 @@ def _code_supported(code: str, text: str, question: str = "", arg_names: bool = 
     if arg_names:
         names += [w for w in _ARG_NAME.findall(bare) if _DISTINCTIVE.search(w) and not w[0].isdigit()]
     return (all(supported(n, "name", text) for n in names)
-            and all(supported(n, "number", text) or _occurs(question, n, number=True) for n in _NUMBER.findall(bare)))
+            and all(supported(n, "number", text) or question_number(question, n) for n in _NUMBER.findall(bare)))
 
 
 def call_supported(claim: str, text: str, question: str) -> bool:
-    """Whether ``claim`` is a call (`` `abort(403)` ``, `` `Range(min=1, max=10)` ``) made only of what ``text``
+    """Whether ``claim`` is a call (`` `abort(403)` ``, `` `Range(min=1, max=10)` ``), or a keyword and its value
+    (`` `max_age=3600` ``), made only of what ``text``
     and ``question`` hold: its function, keyword names, dotted names and code-like argument names
     (``_``, an inner capital or a digit) supported by ``text``, its numbers by ``text`` or ``question``;
     its strings and plain argument words (``obj``, ``False``) are the sentence's own values.  Asked "How do I
     abort a request with a 403 error?" over Flask's quickstart (``abort(401)``), `` `abort(403)` `` is the
-    documents' function with the question's number, not a claim neither holds."""
+    documents' function with the question's number, not a claim neither holds; asked how a token stops
+    being accepted after an hour, `` `max_age=3600` `` is the documents' keyword with the question's hour;
+    `` `request.args['id']` `` is an item of the documents' ``request.args``."""
     span = claim.strip()
-    return _WHOLE_CALL.fullmatch(span) is not None and _code_supported(span, text, question, arg_names=True)
+    whole = any(p.fullmatch(span) is not None for p in (_WHOLE_CALL, _WHOLE_KEYWORD, _WHOLE_ITEM))
+    return whole and _code_supported(span, text, question, arg_names=True)
 
 
 def claims(answer: str, question: str) -> list[tuple[str, str]]:
@@ -286,16 +301,52 @@ def claims(answer: str, question: str) -> list[tuple[str, str]]:
     a dot, ``_``, an inner capital or a digit) when it holds it as a whole token; a plain word (``cancel()``,
     `` `markdown` ``) is always a claim, even when the question uses the word."""
     out = []
-    for m in _CLAIM.finditer(prose(answer)):
+    text = prose(answer)
+    for m in _CLAIM.finditer(text):
         kind = m.lastgroup or "code"
         claim = m.group(kind).strip()
         core = claim.removesuffix("()").strip()
-        if not core:
+        if not core or _offered_example(text, m.start(), kind, core):
             continue
         code_like = kind in ("number", "symbol") or "." in core or _DISTINCTIVE.search(core) is not None
-        if not (code_like and _occurs(question, core, kind == "number", ignore_case=True)):
+        if not (code_like and _occurs(question, core, kind == "number", ignore_case=True)
+                or question_number(question, core)):
             out.append((claim, kind))
     return out
+
+
+def offered_examples(answer: str) -> list[str]:
+    """The literals the :func:`prose` of ``answer`` offers as examples (``/posts?id=123`` in "a URL like
+    `/posts?id=123`"): not claims, and the names they hold (``id``) are the example's, as those an example
+    block defines are."""
+    text = prose(answer)
+    out = []
+    for m in _CLAIM.finditer(text):
+        kind = m.lastgroup or "code"
+        core = m.group(kind).strip()
+        if _offered_example(text, m.start(), kind, core):
+            out.append(core)
+    return out
+
+
+def _offered_example(text: str, start: int, kind: str, core: str) -> bool:
+    """Whether the claim at ``start`` of ``text`` is a literal the answer offers as an example: a quoted string,
+    a URL or a path right after "like", "such as", "e.g." or "for example" ("a URL like `/posts?id=123`"),
+    the example's own value as an example block's strings are."""
+    literal = kind in ("quoted", "dquoted") or (kind == "code" and _URL_OR_PATH.fullmatch(core) is not None)
+    return literal and _EXAMPLE_CUE.search(text, max(0, start - 40), start) is not None
+
+
+def question_number(question: str, claim: str) -> bool:
+    """Whether ``claim`` is a number (its unit written on or not: ``3600``, ``3600s``) that ``question``
+    holds as a whole number or states as a quantity in another unit (:func:`loom.orchestrator.quantities.
+    stated_numbers`: ``3600`` for "after an hour")."""
+    core = claim.strip()
+    unit = _UNIT.fullmatch(core)
+    value = unit["value"] if unit is not None else core
+    if _NUMBER.fullmatch(value) is None:
+        return False
+    return _occurs(question, value, number=True) or states_number(question, value)
 
 
 def supported(claim: str, kind: str, passages: str) -> bool:
@@ -372,11 +423,12 @@ def unstated_words(question: str, passages: str) -> list[str]:
 
 def check(answer: str, question: str, passages: Iterable[str]) -> Grounding:
     """The claims of ``answer`` to ``question``, which of them ``passages`` (the texts the model was
-    shown, and the names the answer's own examples define and the strings they write: its sentences may
-    speak of them) do not support, whether the answer only restates the question, and whether it leaves
-    a quantity the question asks for unstated."""
+    shown, and the names the answer's own examples define, the strings they write and the literals it
+    offers as examples: its sentences may speak of them) do not support, whether the answer only restates
+    the question, and whether it leaves a quantity the question asks for unstated."""
     shown = "\n".join(passages)
-    text = "\n".join([shown, " ".join(defined_in_examples(answer)), *example_strings(answer)])
+    text = "\n".join([shown, " ".join(defined_in_examples(answer)), *example_strings(answer),
+                      *offered_examples(answer)])
     found = list(dict.fromkeys(claims(answer, question)))  # each claim once, in order
     imports = [p for p in example_imports(answer) if not _names_package(question, p)]
     premise = unstated_words(question, shown) if affirms(answer, question, found) else []

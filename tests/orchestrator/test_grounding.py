@@ -4,7 +4,8 @@ gave to the ``qa`` suite (the agent's use of it: tests/orchestrator/test_answer_
 
 from __future__ import annotations
 
-from loom.orchestrator.grounding import check, defined_in_examples, example_imports, example_strings, names_claim
+from loom.orchestrator.grounding import (check, defined_in_examples, example_imports, example_strings, names_claim,
+                                         offered_examples)
 
 JSON_DOCS = ("json.dumps(obj, *, skipkeys=False, ensure_ascii=True, check_circular=True, allow_nan=True, "
              "cls=None, indent=None, separators=None, default=None, sort_keys=False, **kw)\n"
@@ -146,6 +147,32 @@ def test_a_call_of_the_documents_function_with_the_questions_number_is_supported
     assert check("Call `abort(404)` in the view.", q, docs).unsupported == ("abort(404)",)  # neither holds 404
     assert check("Call `abort(403, reason='no')`.", q, docs).unsupported == ("abort(403, reason='no')",)
     assert check("Call `deny(403)`.", q, docs).unsupported == ("deny(403)",)
+
+
+def test_a_number_that_is_the_questions_quantity_in_another_unit_is_the_questions():
+    # Qwen2.5-Coder-0.5B over itsdangerous' docs: refused before for a 3600 no passage holds
+    docs = ["loads(s, max_age=None): max_age: Ensure the signature is not older than this time in seconds."]
+    q = "How do I make a signed token stop being accepted after an hour?"
+    assert check("Set the `max_age` parameter to 3600 seconds.", q, docs).grounded
+    assert check("Pass `max_age=3600` to `loads`.", q, docs).grounded
+    assert check("Pass `max_age=60*60` to `loads`.", q, docs).grounded  # 60 minutes: the hour in minutes
+    assert check("Set `max_age` to 7200 seconds.", q, docs).unsupported == ("7200",)  # two hours: not asked
+    assert check("Pass `max_ages=3600`.", q, docs).unsupported == ("max_ages=3600",)  # a keyword docs lack
+    no_quantity = "What is the default timeout in seconds of pathlib.Path.read_text?"
+    assert check("The default timeout is 3600 seconds.", no_quantity, docs).unsupported == ("3600",)
+
+
+def test_a_literal_offered_as_an_example_is_the_examples_and_an_item_of_a_documented_name_is_supported():
+    # Qwen2.5-Coder-0.5B over Flask's docs: right, and refused before for the URL it offered as an example
+    answer = ("Use the `request.args` dictionary. For example, if you have a URL like `/posts?id=123`, "
+              "you can access the query string parameter `id` using `request.args['id']`.")
+    q = "How do I get a query string parameter from the URL in a view?"
+    assert check(answer, q, ['searchword = request.args.get("key", "")']).grounded
+    assert check(answer, q, ['client.get("/posts")']).unsupported == ("request.args", "request.args['id']")
+    assert offered_examples(answer) == ["/posts?id=123"]
+    asserted = "The default static URL path is `/static`."  # a path the answer asserts, not one it offers
+    assert check(asserted, "What is the static URL path by default?", ["static_url_path"]).unsupported == ("/static",)
+    assert check("Read `request.form['id']`.", q, ["request.args"]).unsupported == ("request.form['id']",)
 
 
 def test_a_code_block_cut_off_by_max_tokens_is_still_a_code_block():
