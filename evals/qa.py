@@ -26,7 +26,9 @@ collapsed and thousands separators dropped between digits (SQuAD-style
 normalisation without the punctuation stripping, which would erase answers
 such as ``(',', ':')``), and neither preceded nor followed by a letter, digit,
 underscore or hyphen, so ``0`` does not match inside ``10``, ``empty`` inside
-``non-empty`` nor ``indent`` inside ``indentation``.
+``non-empty`` nor ``indent`` inside ``indentation``.  A fact the answer only negates ("moves the element
+to the end of the list, not the beginning") is not stated, unless the question itself asks in the negative
+("which subcommand does it still not load?" answered "does not load baz"): :func:`score_answer`.
 
 The gold section is ``(document, section)``: ``document`` is the file path
 relative to the corpus' docs folder (stdlib: ``module/<module>``, written as
@@ -172,20 +174,35 @@ def normalize(text: str) -> str:
     return _THOUSANDS.sub("", re.sub(r"\s+", " ", text.lower()).strip())
 
 
-def contains_fact(text: str, alternative: str) -> bool:
-    """Whether the normalized ``alternative`` occurs in ``text`` as whole tokens (see the module docstring)."""
-    return re.search(f"(?<!{_WORD}){re.escape(normalize(alternative))}(?!{_WORD})", normalize(text)) is not None
+# A negation right before a fact, at most two words between: "not the beginning", "isn't at the front".
+_NEGATED = re.compile(r"(?:\bnot|\bno|\bnever|n't)(?:\s+[\w`'\"-]+){0,2}\s+$")
+_NEGATION = re.compile(r"(?:\bnot|\bno|\bnever|n't)\b", re.I)
 
 
-def score_answer(answer: str, facts: tuple[tuple[str, ...], ...] | list[list[str]]) -> Score:
-    """Score ``answer`` by whole-token occurrence of every fact (any of its alternatives).
+def contains_fact(text: str, alternative: str, unless_negated: bool = False) -> bool:
+    """Whether the normalized ``alternative`` occurs in ``text`` as whole tokens (see the module docstring);
+    with ``unless_negated``, an occurrence right after "not", "no", "never" or "n't" (at most two words
+    between) does not count."""
+    norm = normalize(text)
+    for m in re.finditer(f"(?<!{_WORD}){re.escape(normalize(alternative))}(?!{_WORD})", norm):
+        if not (unless_negated and _NEGATED.search(norm, max(0, m.start() - 60), m.start())):
+            return True
+    return False
+
+
+def score_answer(answer: str, facts: tuple[tuple[str, ...], ...] | list[list[str]], question: str = "") -> Score:
+    """Score ``answer`` by whole-token occurrence of every fact (any of its alternatives).  Given the
+    ``question``, and it asks nothing in the negative, a fact the answer only negates ("moves the element
+    to the end of the list, not the beginning") is not stated; a question in the negative ("which
+    subcommand does it still not load?") may be answered in the negative ("does not load baz").
 
     Raises:
         ValueError: no facts, or a fact without alternatives.
     """
     if not facts or any(not alts for alts in facts):
         raise ValueError("facts: need at least one fact, each with at least one alternative")
-    matched = tuple(next((a for a in alts if contains_fact(answer, a)), None) for alts in facts)
+    negated_misses = bool(question) and _NEGATION.search(question) is None
+    matched = tuple(next((a for a in alts if contains_fact(answer, a, negated_misses)), None) for alts in facts)
     return Score(all(m is not None for m in matched), matched)
 
 

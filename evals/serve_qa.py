@@ -82,7 +82,7 @@ def is_right(question: Any, answer: str) -> bool:
     from loom.evals.qa import denies, says_not_found, score_answer
 
     if question.answerable:
-        return score_answer(answer, question.facts).correct
+        return score_answer(answer, question.facts, question.question).correct
     return says_not_found(answer) or denies(question.question, answer)
 
 

@@ -168,7 +168,7 @@ class QATarget(ScoredAgentTarget):
                           retrieved_sections=len(getattr(result, "retrieved", None) or []))
             return fields
         if q.answerable:
-            s = score_answer(out.text, q.facts)
+            s = score_answer(out.text, q.facts, q.question)
             fields.update(correct=s.correct, fact_fraction=s.fraction, matched=list(s.matched))
         else:
             fields["correct"] = fields["not_found"]

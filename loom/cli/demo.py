@@ -115,7 +115,7 @@ def answer_is_right(turn: Turn, answer: str, stored: Sequence[str], cut: bool = 
 
     if not turn.facts and not turn.stored:
         return None
-    return ((not turn.facts or (not cut and score_answer(answer, turn.facts).correct))
+    return ((not turn.facts or (not cut and score_answer(answer, turn.facts, turn.message).correct))
             and (not turn.stored or score_answer("\n".join(stored), turn.stored).correct))
 
 

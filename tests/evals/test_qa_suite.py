@@ -30,6 +30,18 @@ def test_facts_match_as_whole_tokens_never_inside_longer_words():
     assert not score_answer("8,7601", [["8760"]]).correct
 
 
+def test_a_fact_the_answer_only_negates_is_not_stated_unless_the_question_asks_in_the_negative():
+    # Qwen2.5-Coder-0.5B's answer to qa's ordereddict-move-to-end: it scored for "beginning" before
+    q = "Where does OrderedDict.move_to_end move the element when last is false?"
+    wrong = "When `last=False`, `OrderedDict.move_to_end` moves the element to the end of the list, not the beginning."
+    assert not score_answer(wrong, [["beginning", "front", "start"]], q).correct
+    assert score_answer(wrong, [["beginning", "front", "start"]]).correct  # no question: occurrence alone
+    assert score_answer("It moves it to the beginning, not the end.", [["beginning"]], q).correct
+    assert not score_answer("It isn't at the front.", [["front"]], q).correct
+    negative = "In the lazy loading example, cli --help loads foo and bar; which subcommand does it still not load?"
+    assert score_answer("The example does not load baz.", [["baz"]], negative).correct
+
+
 def test_every_fact_is_required_and_any_alternative_counts():
     facts = [["total"], ["used"], ["free"]]
     partial = score_answer("It has total and free space.", facts)
