@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from loom.orchestrator.quantities import states_number
@@ -301,12 +301,9 @@ def claims(answer: str, question: str) -> list[tuple[str, str]]:
     a dot, ``_``, an inner capital or a digit) when it holds it as a whole token; a plain word (``cancel()``,
     `` `markdown` ``) is always a claim, even when the question uses the word."""
     out = []
-    text = prose(answer)
-    for m in _CLAIM.finditer(text):
-        kind = m.lastgroup or "code"
-        claim = m.group(kind).strip()
+    for claim, kind, offered in _prose_claims(answer):
         core = claim.removesuffix("()").strip()
-        if not core or _offered_example(text, m.start(), kind, core):
+        if not core or offered:
             continue
         code_like = kind in ("number", "symbol") or "." in core or _DISTINCTIVE.search(core) is not None
         if not (code_like and _occurs(question, core, kind == "number", ignore_case=True)
@@ -319,22 +316,20 @@ def offered_examples(answer: str) -> list[str]:
     """The literals the :func:`prose` of ``answer`` offers as examples (``/posts?id=123`` in "a URL like
     `/posts?id=123`"): not claims, and the names they hold (``id``) are the example's, as those an example
     block defines are."""
+    return [claim for claim, _, offered in _prose_claims(answer) if offered]
+
+
+def _prose_claims(answer: str) -> Iterator[tuple[str, str, bool]]:
+    """``(claim, kind, offered)`` of each :data:`_CLAIM` match in the :func:`prose` of ``answer``, in order;
+    ``offered``: a literal the answer offers as an example, a quoted string, a URL or a path right after
+    "like", "such as", "e.g." or "for example" ("a URL like `/posts?id=123`"), the example's own value as an
+    example block's strings are."""
     text = prose(answer)
-    out = []
     for m in _CLAIM.finditer(text):
         kind = m.lastgroup or "code"
-        core = m.group(kind).strip()
-        if _offered_example(text, m.start(), kind, core):
-            out.append(core)
-    return out
-
-
-def _offered_example(text: str, start: int, kind: str, core: str) -> bool:
-    """Whether the claim at ``start`` of ``text`` is a literal the answer offers as an example: a quoted string,
-    a URL or a path right after "like", "such as", "e.g." or "for example" ("a URL like `/posts?id=123`"),
-    the example's own value as an example block's strings are."""
-    literal = kind in ("quoted", "dquoted") or (kind == "code" and _URL_OR_PATH.fullmatch(core) is not None)
-    return literal and _EXAMPLE_CUE.search(text, max(0, start - 40), start) is not None
+        claim = m.group(kind).strip()
+        literal = kind in ("quoted", "dquoted") or (kind == "code" and _URL_OR_PATH.fullmatch(claim) is not None)
+        yield claim, kind, literal and _EXAMPLE_CUE.search(text, max(0, m.start() - 40), m.start()) is not None
 
 
 def question_number(question: str, claim: str) -> bool:

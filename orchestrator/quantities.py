@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
+from functools import lru_cache
 
-#: Seconds per unit of time, by every spelling a question uses.
-SECONDS: dict[str, Decimal] = {
-    **dict.fromkeys(("millisecond", "milliseconds", "ms"), Decimal("0.001")),
-    **dict.fromkeys(("second", "seconds", "sec", "secs", "s"), Decimal(1)),
-    **dict.fromkeys(("minute", "minutes", "min", "mins"), Decimal(60)),
-    **dict.fromkeys(("hour", "hours", "hr", "hrs", "h"), Decimal(3600)),
-    **dict.fromkeys(("day", "days"), Decimal(86400)),
-    **dict.fromkeys(("week", "weeks"), Decimal(604800)),
+#: Seconds per unit of time, by every spelling a question uses (one factor each; a tuple as :data:`BYTES`).
+SECONDS: dict[str, tuple[Decimal, ...]] = {
+    **dict.fromkeys(("millisecond", "milliseconds", "ms"), (Decimal("0.001"),)),
+    **dict.fromkeys(("second", "seconds", "sec", "secs", "s"), (Decimal(1),)),
+    **dict.fromkeys(("minute", "minutes", "min", "mins"), (Decimal(60),)),
+    **dict.fromkeys(("hour", "hours", "hr", "hrs", "h"), (Decimal(3600),)),
+    **dict.fromkeys(("day", "days"), (Decimal(86400),)),
+    **dict.fromkeys(("week", "weeks"), (Decimal(604800),)),
 }
 #: Bytes per unit of size; a decimal prefix (``KB``) maps to both its readings.
 BYTES: dict[str, tuple[Decimal, ...]] = {
@@ -54,31 +55,25 @@ def _written(value: Decimal) -> str | None:
 
 
 def _in_every_unit(amount: Decimal, per_unit: tuple[Decimal, ...], table: dict[str, tuple[Decimal, ...]]) -> set[str]:
-    """``amount`` units of ``per_unit`` base units each, written in every unit of ``table``."""
-    out: set[str] = set()
-    for base in per_unit:
-        for factors in table.values():
-            for factor in factors:
-                written = _written(amount * base / factor)
-                if written is not None:
-                    out.add(written)
-    return out
+    """``amount`` units of ``per_unit`` base units each (every reading of the unit), written in every unit of
+    ``table``."""
+    factors = {f for fs in table.values() for f in fs}
+    return {w for base in per_unit for f in factors if (w := _written(amount * base / f)) is not None}
 
 
+@lru_cache(maxsize=256)
 def stated_numbers(question: str) -> frozenset[str]:
     """The numbers (as written: ``3600``, ``0.5``) that ``question``'s quantities of time and size come to
     in every unit of their dimension (module docstring); empty when it states none."""
     out: set[str] = set()
     for m in _QUANTITY.finditer(question):
         word = m["amount"].lower()
-        amount = Decimal(_WORDS[word]) if word in _WORDS else Decimal(m["amount"])
         unit = m["unit"].lower()
         if word in _WORDS and len(unit) <= 2:  # "a s", "an h": a letter, not a unit
             continue
-        if unit in SECONDS:
-            out |= _in_every_unit(amount, (SECONDS[unit],), {u: (f,) for u, f in SECONDS.items()})
-        else:
-            out |= _in_every_unit(amount, BYTES[unit], BYTES)
+        amount = Decimal(_WORDS[word]) if word in _WORDS else Decimal(m["amount"])
+        table = SECONDS if unit in SECONDS else BYTES
+        out |= _in_every_unit(amount, table[unit], table)
     return frozenset(out)
 
 
