@@ -107,7 +107,10 @@ class Embedder:
         batch_size: texts per forward pass.
         small_batch_threads: torch intra-op threads for CPU calls of at most
             ``SMALL_BATCH`` texts (search queries); ``None`` leaves torch's
-            setting alone.  A one-query forward pass is a few ms of work, and
+            setting alone.  After a bigger batch on CPU the calling thread's
+            OpenMP workers are let go, so that in a process serving a model
+            the engine thread's team stays the only one
+            (:func:`loom.runtime.threads.release_openmp_threads`).  A one-query forward pass is a few ms of work, and
             on a loaded CPU the multi-threaded path waits at every op's barrier
             for a descheduled sibling thread: measured here under load 10 on 2
             cores, p50 1,779 ms with 2 threads vs 98 ms with 1.  The setting is
@@ -184,6 +187,10 @@ class Embedder:
                 vecs = self._encode(list(texts), False)
         else:
             vecs = self._encode(list(texts), show_progress)
+            if self.device == "cpu":  # its OpenMP workers would slow an engine thread's (loom.runtime.threads)
+                from loom.runtime.threads import release_openmp_threads
+
+                release_openmp_threads()
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
     def _encode(self, texts: list[str], show_progress: bool) -> np.ndarray:

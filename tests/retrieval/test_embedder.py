@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from loom.retrieval.embedder import Embedder
+from tests.openmp_probe import needs_two_cpus, run_probe
 
 
 def test_encode_returns_normalised_float32_rows(embedder: Embedder) -> None:
@@ -38,3 +39,21 @@ def test_invalid_settings_raise_value_error_naming_the_field() -> None:
         Embedder(batch_size=0)
     with pytest.raises(ValueError, match="small_batch_threads"):
         Embedder(small_batch_threads=0)
+
+
+
+_BATCH = r"""
+from loom.retrieval.embedder import SMALL_BATCH, Embedder
+e = Embedder(device="cpu")
+e.encode(["load the model first"])  # one thread: a query starts no OpenMP worker
+before = tasks()
+e.encode([f"passage number {i} about retrieval" for i in range(4 * SMALL_BATCH)])
+print(before, tasks())
+"""
+
+
+@needs_two_cpus
+def test_a_batch_on_cpu_leaves_the_calling_thread_no_openmp_worker() -> None:
+    # loom.runtime.threads: a serving process's engine thread must own the only OpenMP team
+    before, after = run_probe(_BATCH)[-2:]
+    assert int(after) == int(before)
