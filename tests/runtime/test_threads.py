@@ -64,3 +64,21 @@ print(before, tasks())  # the engine thread is new, the building thread's worker
 def test_async_llm_on_cpu_leaves_its_engine_threads_openmp_team_the_only_one(tiny_checkpoint):
     before, after = run_probe(_ENGINE, str(tiny_checkpoint()))[-2:]
     assert int(after) == int(before)  # + the engine thread - the worker
+
+
+_SYNC = r"""
+from loom.runtime import LLM, SamplingParams
+torch.ones(1 << 22).mul_(2.0)  # the building thread has a worker
+before = tasks()
+llm = LLM(sys.argv[1], device="cpu", dtype="float32")
+loaded = tasks()
+llm.generate(prompt_token_ids=[list(range(1, 40))], sampling_params=SamplingParams(max_tokens=8), use_tqdm=False)
+print(before, loaded, tasks())
+"""
+
+
+@needs_two_cpus
+def test_llm_on_cpu_lets_go_of_openmp_workers_after_loading_and_after_each_generate(tiny_checkpoint):
+    # an Agent calls generate on a worker thread: the loading thread's workers would make its team wait
+    before, loaded, generated = (int(n) for n in run_probe(_SYNC, str(tiny_checkpoint()))[-3:])
+    assert loaded == before - 1 and generated == before - 1
