@@ -18,8 +18,9 @@ thread that loaded it, or one that embedded documents, has run parallel regions:
 Qwen2.5-Coder-0.5B int8 decoded 15 tokens/s through ``loom serve`` against 31 with ``LLM.generate``
 on the main thread, and one int8 GEMV took 178 against 73 µs, with two context switches a call.
 :func:`release_openmp_threads` lets the calling thread's workers go (OpenMP 5.0's
-``omp_pause_resource_all``); ``AsyncLLM`` calls it in the thread that built the engine and the
-embedder after a multi-threaded batch, so the engine thread's team is the only one left.
+``omp_pause_resource_all``); ``AsyncLLM`` calls it in the thread that built the engine, ``LLM`` after
+loading and after each ``generate``, and the embedder after a multi-threaded batch, so the thread
+stepping the engine has the only team.
 """
 
 from __future__ import annotations
