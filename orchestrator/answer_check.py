@@ -59,6 +59,7 @@ from loom.json_types import JSONObject
 from loom.orchestrator import grounding
 from loom.orchestrator.answer_verifier import NOT_STATED
 from loom.orchestrator.events import NamedToolChoice
+from loom.orchestrator.items import Item, retrieval_passages
 from loom.orchestrator.protocols import SearchHit
 from loom.orchestrator.turn_state import TurnState
 from loom.retrieval import terms
@@ -160,11 +161,18 @@ def reasons(run: TurnState, answer: str, also: Sequence[str] = ()) -> list[str]:
     prompt: passages, tool results, memory, earlier turns) and the texts ``also``: its unsupported claims,
     ``[RESTATED]``, or ``[NO_QUANTITY]`` (a question about a quantity answered without one); empty when it
     is grounded."""
-    shown = [str(i.get("content") or "") for i in run.items if i["kind"] != "user"] + list(also)
+    shown = [p for i in run.items if i["kind"] != "user" for p in _passages(i)] + list(also)
     g = grounding.check(answer, run.message, shown)
     if g.unsupported:
         return list(g.unsupported)
     return [RESTATED] if g.restates_question else [NO_QUANTITY] if g.no_quantity else []
+
+
+def _passages(item: Item) -> list[str]:
+    """What ``item`` showed the model, a passage each: a retrieval message's ``<document>`` blocks one by one
+    (a yes must rest on one of them, ``grounding.check``), any other item's text whole."""
+    content = str(item.get("content") or "")
+    return retrieval_passages(content) if item["kind"] == "retrieval" else [content]
 
 
 def attribution_query(run: TurnState, unsupported: Sequence[str]) -> str | None:

@@ -47,10 +47,13 @@ Guardrails' fact-checking rail), without a model call:
 * **A yes that only restates.**  "Does Werkzeug include an ORM for talking to databases?" answered
   "Yes, Werkzeug does include an ORM for talking to databases." names no claim, yet asserts the
   question's premise.  A yes whose other words are all the question's (:func:`affirms`) stands only
-  when the passages hold every content word of the question (less :data:`FILLER`, compared by their
-  Snowball stems: "loading" is held by "loads"); the words they lack are its unsupported
-  claims (``ORM``, ``databases``: the sections shown never speak of them).  A "no" is not checked:
-  denying what the documents never mention is the honest answer.
+  when one passage holds every content word of the question (less :data:`FILLER`, compared by their
+  Snowball stems: "loading" is held by "loads"); the words that passage lacks (the one lacking
+  fewest) are its unsupported claims (``ORM``, ``databases``: the sections shown never speak of
+  them).  Words gathered from several passages state nothing together: in a chat, "Does marshmallow
+  validate data when dumping?" found "dumping" in the previous turn's section on dump-only fields
+  and "validate" in this turn's, and its "Yes" stood, though marshmallow validates on load only.
+  A "no" is not checked: denying what the documents never mention is the honest answer.
 
 :func:`check` returns all three; an answer with any is *ungrounded*.  An agent with
 ``no_match_answer`` set (a documentation-QA agent) replaces an ungrounded answer to a question
@@ -67,7 +70,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from loom.orchestrator.quantities import states_number
@@ -398,9 +401,15 @@ _POSSESSIVE = re.compile(r"'s?$")
 
 
 def affirms(answer: str, question: str, found: list[tuple[str, str]] | None = None) -> bool:
-    """The answer says yes ("Yes", "Indeed", ...) and otherwise only restates ``question`` (:func:`restates`)."""
+    """The answer says yes ("Yes", "Indeed", ...) and otherwise only restates ``question`` (:func:`restates`),
+    a word also in another form of the question's ("Yes, it validates ..." to "Does it validate ...?",
+    compared by Snowball stems)."""
     match = _YES.match(answer)
-    return match is not None and restates(answer[match.end():], question, found)
+    rest = answer[match.end():] if match is not None else ""
+    if match is None or (found if found is not None else claims(rest, question)):
+        return False
+    asked = {stem(w) for w in _asked(question)}
+    return all(stem(w) in asked for w in {w.lower() for w in _WORD.findall(rest)} - FILLER)
 
 
 def unstated_words(question: str, passages: str) -> list[str]:
@@ -416,17 +425,24 @@ def unstated_words(question: str, passages: str) -> list[str]:
     return out
 
 
+def _unstated_premise(question: str, passages: Sequence[str]) -> list[str]:
+    """The question's content words that the passage holding most of them lacks (:func:`unstated_words`):
+    a yes rests on one passage, not on words gathered from several."""
+    return min((unstated_words(question, p) for p in passages), key=len, default=unstated_words(question, ""))
+
+
 def check(answer: str, question: str, passages: Iterable[str]) -> Grounding:
     """The claims of ``answer`` to ``question``, which of them ``passages`` (the texts the model was
-    shown, and the names the answer's own examples define, the strings they write and the literals it
+    shown, a passage each: a yes must rest on one of them; and the names the answer's own examples define, the strings they write and the literals it
     offers as examples: its sentences may speak of them) do not support, whether the answer only restates
     the question, and whether it leaves a quantity the question asks for unstated."""
+    passages = list(passages)
     shown = "\n".join(passages)
     text = "\n".join([shown, " ".join(defined_in_examples(answer)), *example_strings(answer),
                       *offered_examples(answer)])
     found = list(dict.fromkeys(claims(answer, question)))  # each claim once, in order
     imports = [p for p in example_imports(answer) if not _names_package(question, p)]
-    premise = unstated_words(question, shown) if affirms(answer, question, found) else []
+    premise = _unstated_premise(question, passages) if affirms(answer, question, found) else []
     return Grounding(claims=tuple([*(c for c, _ in found), *imports]),
                      unsupported=tuple([*(c for c, k in found
                                           if not supported(c, k, text) and not quotes_example(c, answer, text)

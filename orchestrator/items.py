@@ -181,6 +181,13 @@ def format_retrieval(hits: Iterable[SearchHit]) -> str:
     return "Retrieved documents:\n" + "\n".join(blocks)
 
 
+def retrieval_passages(content: str) -> list[str]:
+    """The passages of a retrieval message (:func:`format_retrieval`): each ``<document ...>`` block, its
+    source attribute included, in order; the whole text when it holds none (a "nothing related" note)."""
+    blocks = [b + DOCUMENT_END for b in content.split(DOCUMENT_END)[:-1]]
+    return [b[b.index("<document"):] if "<document" in b else b for b in blocks] or [content]
+
+
 def source_label(hit: SearchHit) -> str:
     """How a retrieval hit is named to the model: ``document - section`` (or the document alone);
     an API entry's section is its qualified name (metadata ``object``)."""

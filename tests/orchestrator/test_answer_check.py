@@ -175,6 +175,19 @@ async def test_an_answer_that_restates_the_question_is_the_no_match_answer(token
     assert (result.answer, result.unsupported, len(llm.prompts)) == (NOT_FOUND, [RESTATED], 2)
 
 
+async def test_a_yes_resting_on_words_of_two_turns_passages_is_the_no_match_answer(tokenizer, retriever):
+    # turn 1 showed the cancellation section (CancelledError), turn 2 the queues one (full): no passage says both
+    llm = ScriptedLLM(tokenizer, ["Call cancel() on the task."] + ["Yes, a queue raises CancelledError when full."] * 2
+                      + ["Yes, calling cancel() raises CancelledError inside the coroutine."])
+    agent = Agent(llm, retriever=retriever, no_match_answer=NOT_FOUND, condense_question=False)
+    session = InMemorySession()
+    assert (await agent.arun("How do I cancel a task?", session=session)).answer == "Call cancel() on the task."
+    result = await agent.arun("Does a queue raise CancelledError when it is full?", session=session)
+    assert result.answer == NOT_FOUND and result.widened and "queue" in result.unsupported
+    result = await agent.arun("Does calling cancel() raise CancelledError inside the coroutine?", session=session)
+    assert result.answer.startswith("Yes") and result.unsupported == []  # one section says it all
+
+
 async def test_a_question_about_a_quantity_answered_without_a_number_is_the_no_match_answer(tokenizer, retriever):
     vague = "Tasks are cancelled after a default number of seconds set by the event loop."
     llm = ScriptedLLM(tokenizer, [vague] * 2)

@@ -104,6 +104,18 @@ def test_a_yes_that_restates_the_question_needs_the_questions_words_in_the_passa
     assert check("Yes: `werkzeug.orm.Session` talks to databases.", orm, levels).unsupported == ("werkzeug.orm.Session",)
 
 
+def test_a_yes_rests_on_one_passage_not_on_words_gathered_from_several():
+    # `loom chat` over marshmallow's docs: "dumping" came from the previous turn's section, "validate" from this one's
+    q = "Does marshmallow validate data when dumping?"
+    dump_only = "marshmallow: dump_only fields are used when dumping data and ignored when loading it."
+    validate = "marshmallow.validate: validators check a field's value."
+    answer = "Yes, marshmallow validates data when dumping."
+    assert check(answer, q, [dump_only + "\n" + validate]).grounded  # one passage holding every word
+    g = check(answer, q, [dump_only, validate])
+    assert not g.grounded and g.unsupported == ("validate",)  # what the passage holding most of them lacks
+    assert check("No, marshmallow does not validate data when dumping.", q, [dump_only, validate]).grounded
+
+
 def test_claims_the_question_names_need_no_support():
     q = "What does json.dumps return?"
     assert check("json.dumps returns a str.", q, ["Serialize obj to a JSON formatted str."]).grounded
