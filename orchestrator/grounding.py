@@ -433,9 +433,10 @@ def _unstated_premise(question: str, passages: Sequence[str]) -> list[str]:
 
 def check(answer: str, question: str, passages: Iterable[str]) -> Grounding:
     """The claims of ``answer`` to ``question``, which of them ``passages`` (the texts the model was
-    shown, a passage each: a yes must rest on one of them; and the names the answer's own examples define, the strings they write and the literals it
-    offers as examples: its sentences may speak of them) do not support, whether the answer only restates
-    the question, and whether it leaves a quantity the question asks for unstated."""
+    shown, a passage each: a yes must rest on one of them; and the names the answer's own examples define,
+    the strings they write and the literals it offers as examples: its sentences may speak of them) do not
+    support, whether the answer only restates the question, and whether it leaves a quantity the question
+    asks for unstated."""
     passages = list(passages)
     shown = "\n".join(passages)
     text = "\n".join([shown, " ".join(defined_in_examples(answer)), *example_strings(answer),
