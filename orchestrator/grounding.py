@@ -70,7 +70,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from loom.orchestrator.quantities import states_number
@@ -387,13 +387,15 @@ def _asked(question: str) -> set[str]:
     return asked
 
 
-def restates(answer: str, question: str, found: list[tuple[str, str]] | None = None) -> bool:
+def restates(answer: str, question: str, found: list[tuple[str, str]] | None = None,
+             form: Callable[[str], str] = str.lower) -> bool:
     """The answer names no claim (``found``: its :func:`claims`, computed when not given) and its words,
-    less :data:`FILLER`, are all the question's (or initialisms of its capitalized words)."""
+    less :data:`FILLER`, are all the question's (or initialisms of its capitalized words), compared as
+    ``form`` gives them (lower-cased; :func:`affirms` compares stems)."""
     if found if found is not None else claims(answer, question):
         return False
-    said = {w.lower() for w in _WORD.findall(answer)} - FILLER
-    return not (said - _asked(question))
+    asked = {form(w) for w in _asked(question)}
+    return all(form(w) in asked for w in {w.lower() for w in _WORD.findall(answer)} - FILLER)
 
 
 _YES = re.compile(r"\W*(?:yes|yeah|yep|indeed|correct)\b", re.I)
@@ -405,11 +407,7 @@ def affirms(answer: str, question: str, found: list[tuple[str, str]] | None = No
     a word also in another form of the question's ("Yes, it validates ..." to "Does it validate ...?",
     compared by Snowball stems)."""
     match = _YES.match(answer)
-    rest = answer[match.end():] if match is not None else ""
-    if match is None or (found if found is not None else claims(rest, question)):
-        return False
-    asked = {stem(w) for w in _asked(question)}
-    return all(stem(w) in asked for w in {w.lower() for w in _WORD.findall(rest)} - FILLER)
+    return match is not None and restates(answer[match.end():], question, found, form=stem)
 
 
 def unstated_words(question: str, passages: str) -> list[str]:
